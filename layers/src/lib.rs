@@ -1,0 +1,73 @@
+//! # toolstack-layers
+//!
+//! Stream-aware tower middleware for [`toolstack`] tools.
+//!
+//! A tool's response is a stream, and its work goes on after the response
+//! future resolves; the layers here watch the stream, not only the future.
+//! This crate is being built up layer by layer; today it offers the shared
+//! plumbing every layer uses: [`Describe`](toolstack::Describe) forwarding,
+//! so that a layered tool still carries its own description.
+//!
+//! ```
+//! use toolstack::{tool, Describe, ToolError};
+//! use toolstack_layers::Layered;
+//!
+//! #[derive(serde::Deserialize, toolstack::schemars::JsonSchema)]
+//! #[schemars(crate = "toolstack::schemars")]
+//! struct Args {}
+//!
+//! let t = tool::from_fn("noop", |_: Args| async { Ok::<_, ToolError>("ok") });
+//! let wrapped = Layered::new(t, tower_layer::Identity::new());
+//! assert_eq!(wrapped.info().name(), "noop");
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use toolstack::{Describe, ToolInfo, ToolRequest};
+use tower_layer::Layer;
+use tower_service::Service;
+
+/// A tool wrapped in any tower layer, keeping the tool's description.
+#[derive(Clone, Debug)]
+pub struct Layered<S> {
+    info: Arc<ToolInfo>,
+    service: S,
+}
+
+impl<S> Layered<S> {
+    /// Wraps `tool` in `layer`, remembering the tool's description.
+    pub fn new<T, L>(tool: T, layer: L) -> Self
+    where
+        T: Describe,
+        L: Layer<T, Service = S>,
+    {
+        Layered {
+            info: Arc::new(tool.info().clone()),
+            service: layer.layer(tool),
+        }
+    }
+}
+
+impl<S> Describe for Layered<S> {
+    fn info(&self) -> &ToolInfo {
+        &self.info
+    }
+}
+
+impl<S: Service<ToolRequest>> Service<ToolRequest> for Layered<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.service.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: ToolRequest) -> S::Future {
+        self.service.call(request)
+    }
+}

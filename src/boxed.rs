@@ -1,0 +1,357 @@
+//! Type-erased tools: [`BoxTool`] and its response stream [`ToolStream`].
+//!
+//! A toolbox holds tools of many types, so it erases them. Erasure here
+//! costs **one allocation per call**: the cloned service, its response
+//! future and its response stream live in one boxed state machine, which is
+//! first driven as the call's future (readiness, then opening) and then
+//! handed out, unchanged, as the response stream.
+//!
+//! Each call clones the service and drives *that clone's* `poll_ready`
+//! before calling it (tower's `Oneshot` pattern), so a tool that applies
+//! back-pressure — a `ConcurrencyLimit`, a `Buffer` — is never called while
+//! unready, and one busy tool does not make the others wait.
+//!
+//! ```
+//! use futures_util::StreamExt;
+//! use tower::ServiceExt;
+//! use toolstack::{tool, BoxTool, ToolRequest};
+//!
+//! # tokio_test_block_on(async {
+//! let echo = tool::from_fn("echo", |args: serde_json::Value| async move {
+//!     Ok::<_, toolstack::ToolError>(args)
+//! });
+//! let boxed = BoxTool::new(echo);
+//! let mut stream = boxed.oneshot(ToolRequest::new("echo", r#"{"x":1}"#)).await.unwrap();
+//! let item = stream.next().await.unwrap().unwrap();
+//! assert_eq!(item.as_json(), Some(&serde_json::json!({"x": 1})));
+//! # });
+//! # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+//! #     futures_util::FutureExt::now_or_never(f).unwrap()
+//! # }
+//! ```
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use futures_core::Stream;
+use pin_project_lite::pin_project;
+use tower_service::Service;
+
+use crate::{Describe, ToolError, ToolInfo, ToolOutput, ToolRequest};
+
+/// One item of a tool's response stream.
+pub type ToolItem = Result<ToolOutput, ToolError>;
+
+/// A call in progress, erased: first opened, then read as a stream.
+trait ErasedCall: Send {
+    fn poll_open(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>>;
+    fn poll_item(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToolItem>>;
+}
+
+pin_project! {
+    #[project = CallProj]
+    enum Call<S, Fut, St> {
+        Ready { service: S, request: Option<ToolRequest> },
+        Opening { #[pin] future: Fut },
+        Open { #[pin] stream: St },
+        Done,
+    }
+}
+
+impl<S, Fut, St> ErasedCall for Call<S, Fut, St>
+where
+    S: Service<ToolRequest, Response = St, Future = Fut> + Send,
+    S::Error: Into<ToolError>,
+    Fut: Future<Output = Result<St, S::Error>> + Send,
+    St: Stream<Item = ToolItem> + Send,
+{
+    fn poll_open(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        loop {
+            let next = match self.as_mut().project() {
+                CallProj::Ready { service, request } => {
+                    if let Err(err) = ready!(service.poll_ready(cx)) {
+                        self.set(Call::Done);
+                        return Poll::Ready(Err(err.into()));
+                    }
+                    let Some(request) = request.take() else {
+                        self.set(Call::Done);
+                        return Poll::Ready(Err(ToolError::cancelled("call polled after it ended")));
+                    };
+                    Call::Opening {
+                        future: service.call(request),
+                    }
+                }
+                CallProj::Opening { future } => match ready!(future.poll(cx)) {
+                    Ok(stream) => Call::Open { stream },
+                    Err(err) => {
+                        self.set(Call::Done);
+                        return Poll::Ready(Err(err.into()));
+                    }
+                },
+                CallProj::Open { .. } => return Poll::Ready(Ok(())),
+                CallProj::Done => {
+                    return Poll::Ready(Err(ToolError::cancelled("call polled after it ended")))
+                }
+            };
+            self.set(next);
+        }
+    }
+
+    fn poll_item(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToolItem>> {
+        match self.as_mut().project() {
+            CallProj::Open { stream } => {
+                let item = ready!(stream.poll_next(cx));
+                if item.is_none() {
+                    self.set(Call::Done);
+                }
+                Poll::Ready(item)
+            }
+            CallProj::Done => Poll::Ready(None),
+            // Not opened yet: open first, so a lazily built stream works too.
+            _ => match ready!(self.as_mut().poll_open(cx)) {
+                Ok(()) => self.poll_item(cx),
+                Err(err) => Poll::Ready(Some(Err(err))),
+            },
+        }
+    }
+}
+
+pin_project! {
+    struct Opened<St> { #[pin] stream: St, done: bool }
+}
+
+impl<St> ErasedCall for Opened<St>
+where
+    St: Stream<Item = ToolItem> + Send,
+{
+    fn poll_open(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_item(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToolItem>> {
+        let this = self.project();
+        if *this.done {
+            return Poll::Ready(None);
+        }
+        let item = ready!(this.stream.poll_next(cx));
+        *this.done = item.is_none();
+        Poll::Ready(item)
+    }
+}
+
+/// A type-erased tool response stream.
+///
+/// Yields [`ToolItem`]s; an error is the last item. Dropping it drops the
+/// tool's own stream, which cancels the tool's work.
+pub struct ToolStream {
+    inner: Pin<Box<dyn ErasedCall>>,
+}
+
+impl ToolStream {
+    /// Erases any stream of tool items.
+    pub fn new<St>(stream: St) -> Self
+    where
+        St: Stream<Item = ToolItem> + Send + 'static,
+    {
+        ToolStream {
+            inner: Box::pin(Opened {
+                stream,
+                done: false,
+            }),
+        }
+    }
+
+    /// A stream that yields one error and ends.
+    pub fn error(err: ToolError) -> Self {
+        ToolStream::new(futures_util::stream::once(std::future::ready(Err(err))))
+    }
+
+    /// A stream that calls `service` (driving its readiness first) when it
+    /// is first polled; a failure to open is yielded as the only item.
+    pub fn lazy<S>(service: S, request: ToolRequest) -> Self
+    where
+        S: Service<ToolRequest> + Send + 'static,
+        S::Error: Into<ToolError>,
+        S::Future: Send + 'static,
+        S::Response: Stream<Item = ToolItem> + Send + 'static,
+    {
+        ToolStream {
+            inner: Box::pin(Call::<S, S::Future, S::Response>::Ready {
+                service,
+                request: Some(request),
+            }),
+        }
+    }
+}
+
+impl Stream for ToolStream {
+    type Item = ToolItem;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToolItem>> {
+        self.inner.as_mut().poll_item(cx)
+    }
+}
+
+impl fmt::Debug for ToolStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolStream").finish_non_exhaustive()
+    }
+}
+
+/// The future of a call to a [`BoxTool`] or a toolbox: resolves to the
+/// response stream once the tool is ready and has accepted the call.
+pub struct ResponseFuture {
+    state: FutureState,
+}
+
+enum FutureState {
+    Calling(Pin<Box<dyn ErasedCall>>),
+    Failed(ToolError),
+    Taken,
+}
+
+impl ResponseFuture {
+    /// A future that fails at once with `err`.
+    pub fn error(err: ToolError) -> Self {
+        ResponseFuture {
+            state: FutureState::Failed(err),
+        }
+    }
+}
+
+impl Future for ResponseFuture {
+    type Output = Result<ToolStream, ToolError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match std::mem::replace(&mut self.state, FutureState::Taken) {
+            FutureState::Calling(mut call) => match call.as_mut().poll_open(cx) {
+                Poll::Pending => {
+                    self.state = FutureState::Calling(call);
+                    Poll::Pending
+                }
+                Poll::Ready(Ok(())) => Poll::Ready(Ok(ToolStream { inner: call })),
+                Poll::Ready(Err(err)) => Poll::Ready(Err(err)),
+            },
+            FutureState::Failed(err) => Poll::Ready(Err(err)),
+            FutureState::Taken => Poll::Ready(Err(ToolError::cancelled(
+                "response future polled after completion",
+            ))),
+        }
+    }
+}
+
+impl fmt::Debug for ResponseFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+trait ErasedTool: Send + Sync {
+    fn call(&self, request: ToolRequest) -> Pin<Box<dyn ErasedCall>>;
+}
+
+struct Erased<S>(S);
+
+impl<S> ErasedTool for Erased<S>
+where
+    S: Service<ToolRequest> + Clone + Send + Sync + 'static,
+    S::Error: Into<ToolError>,
+    S::Future: Send + 'static,
+    S::Response: Stream<Item = ToolItem> + Send + 'static,
+{
+    fn call(&self, request: ToolRequest) -> Pin<Box<dyn ErasedCall>> {
+        Box::pin(Call::<S, S::Future, S::Response>::Ready {
+            service: self.0.clone(),
+            request: Some(request),
+        })
+    }
+}
+
+/// A type-erased tool with its [`ToolInfo`]: `Clone`, `Send` and `Sync`,
+/// so it fits a toolbox, an axum state or a `Buffer`.
+///
+/// Its `poll_ready` is always ready; each call drives the readiness of its
+/// own clone of the wrapped service (see the [module docs](self)).
+#[derive(Clone)]
+pub struct BoxTool {
+    info: Arc<ToolInfo>,
+    inner: Arc<dyn ErasedTool>,
+}
+
+impl BoxTool {
+    /// Erases a described tool.
+    pub fn new<S>(tool: S) -> Self
+    where
+        S: Describe + Service<ToolRequest> + Clone + Send + Sync + 'static,
+        S::Error: Into<ToolError>,
+        S::Future: Send + 'static,
+        S::Response: Stream<Item = ToolItem> + Send + 'static,
+    {
+        let info = Arc::new(tool.info().clone());
+        BoxTool::with_info(info, tool)
+    }
+
+    /// Erases any tool service, described by `info` (for services that do
+    /// not carry their own description, such as one wrapped in tower's
+    /// stock layers).
+    pub fn with_info<S>(info: impl Into<Arc<ToolInfo>>, service: S) -> Self
+    where
+        S: Service<ToolRequest> + Clone + Send + Sync + 'static,
+        S::Error: Into<ToolError>,
+        S::Future: Send + 'static,
+        S::Response: Stream<Item = ToolItem> + Send + 'static,
+    {
+        BoxTool {
+            info: info.into(),
+            inner: Arc::new(Erased(service)),
+        }
+    }
+
+    /// The tool's description.
+    pub fn info(&self) -> &ToolInfo {
+        &self.info
+    }
+
+    /// The tool's description, shared.
+    pub fn info_shared(&self) -> &Arc<ToolInfo> {
+        &self.info
+    }
+
+    /// Starts a call without `&mut self` (the toolbox's dispatch path).
+    pub fn call_shared(&self, request: ToolRequest) -> ResponseFuture {
+        ResponseFuture {
+            state: FutureState::Calling(self.inner.call(request)),
+        }
+    }
+}
+
+impl Describe for BoxTool {
+    fn info(&self) -> &ToolInfo {
+        &self.info
+    }
+}
+
+impl Service<ToolRequest> for BoxTool {
+    type Response = ToolStream;
+    type Error = ToolError;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: ToolRequest) -> ResponseFuture {
+        self.call_shared(request)
+    }
+}
+
+impl fmt::Debug for BoxTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BoxTool")
+            .field("name", &self.info.name())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,364 @@
+//! [`ToolError`]: what went wrong with a tool call, in a form both code and a
+//! model can act on.
+//!
+//! Every failure of a call — arguments that do not decode, an unknown tool, a
+//! timeout, a rate limit, a panic, a tool that reports failure — is a
+//! `ToolError` with an [`ErrorKind`], a message and an optional source.
+//! Errors coming out of tower's own layers (`BoxError`) are classified by
+//! downcasting, so a `LoadShed` or `Timeout` stacked onto a tool still yields
+//! a meaningful kind.
+//!
+//! ```
+//! use toolstack::{ErrorKind, ToolError};
+//!
+//! let err = ToolError::invalid_arguments("missing field `city`");
+//! assert_eq!(err.kind(), ErrorKind::InvalidArguments);
+//! assert!(!err.is_retryable());
+//! assert_eq!(
+//!     err.to_model_json(),
+//!     serde_json::json!({"error": "missing field `city`", "kind": "invalid_arguments"}),
+//! );
+//! ```
+
+use std::borrow::Cow;
+use std::error::Error as StdError;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A type-erased error, as produced by tower's stock middleware.
+pub type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// Which bound a timeout exceeded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TimeoutPhase {
+    /// Opening the call (the response future) took too long — what tower's
+    /// stock `Timeout` bounds.
+    Open,
+    /// The total deadline, counted from `call`, passed.
+    Deadline,
+    /// The first output item did not arrive in time.
+    FirstItem,
+    /// The gap between two output items was too long.
+    Idle,
+}
+
+impl TimeoutPhase {
+    /// A short lowercase name for logs and model-facing messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimeoutPhase::Open => "open",
+            TimeoutPhase::Deadline => "deadline",
+            TimeoutPhase::FirstItem => "first_item",
+            TimeoutPhase::Idle => "idle",
+        }
+    }
+}
+
+impl fmt::Display for TimeoutPhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The class of a [`ToolError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The arguments were malformed, of the wrong shape, or too large.
+    InvalidArguments,
+    /// No tool of that name is visible to the caller.
+    NotFound,
+    /// A time bound was exceeded.
+    Timeout {
+        /// Which bound.
+        phase: TimeoutPhase,
+    },
+    /// A rate limit refused the call.
+    RateLimited {
+        /// When the caller may try again, if known.
+        retry_after: Option<Duration>,
+    },
+    /// The tool is at capacity and shed the call.
+    Overloaded,
+    /// The tool (or the worker behind it) is gone.
+    Unavailable,
+    /// The call was cancelled before it finished.
+    Cancelled,
+    /// The tool panicked.
+    Panicked,
+    /// A policy or an approver refused the call.
+    Denied,
+    /// The tool ran and reported failure.
+    Failed,
+}
+
+impl ErrorKind {
+    /// A short snake_case name, as used in the model-facing JSON.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ErrorKind::InvalidArguments => "invalid_arguments",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::Timeout { .. } => "timeout",
+            ErrorKind::RateLimited { .. } => "rate_limited",
+            ErrorKind::Overloaded => "overloaded",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Cancelled => "cancelled",
+            ErrorKind::Panicked => "panicked",
+            ErrorKind::Denied => "denied",
+            ErrorKind::Failed => "failed",
+        }
+    }
+
+    /// Whether a call failing this way may succeed if tried again.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            ErrorKind::Timeout { .. }
+                | ErrorKind::RateLimited { .. }
+                | ErrorKind::Overloaded
+                | ErrorKind::Unavailable
+        )
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The error of a tool call: a kind, a message and an optional source.
+///
+/// Cheap to move (one pointer) and `Clone` (the source is shared), so it can
+/// travel inside a stream item, be cached, or be handed to several
+/// observers.
+#[derive(Clone)]
+pub struct ToolError {
+    inner: Box<Inner>,
+}
+
+#[derive(Clone)]
+struct Inner {
+    kind: ErrorKind,
+    message: Cow<'static, str>,
+    retryable: Option<bool>,
+    source: Option<Arc<dyn StdError + Send + Sync>>,
+}
+
+impl ToolError {
+    /// An error of the given kind with a message.
+    pub fn new(kind: ErrorKind, message: impl Into<Cow<'static, str>>) -> Self {
+        ToolError {
+            inner: Box::new(Inner {
+                kind,
+                message: message.into(),
+                retryable: None,
+                source: None,
+            }),
+        }
+    }
+
+    /// The arguments were malformed or of the wrong shape.
+    pub fn invalid_arguments(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(ErrorKind::InvalidArguments, message)
+    }
+
+    /// The tool ran and failed; the message is shown to the model.
+    pub fn failed(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(ErrorKind::Failed, message)
+    }
+
+    /// The tool is not known (or not visible to this caller).
+    pub fn not_found(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(ErrorKind::NotFound, message)
+    }
+
+    /// A time bound was exceeded.
+    pub fn timeout(phase: TimeoutPhase, message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(ErrorKind::Timeout { phase }, message)
+    }
+
+    /// A rate limit refused the call.
+    pub fn rate_limited(retry_after: Option<Duration>) -> Self {
+        let message = match retry_after {
+            Some(d) => format!("rate limited; retry after {} ms", d.as_millis()),
+            None => "rate limited".to_owned(),
+        };
+        Self::new(ErrorKind::RateLimited { retry_after }, message)
+    }
+
+    /// The call was cancelled.
+    pub fn cancelled(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(ErrorKind::Cancelled, message)
+    }
+
+    /// Attaches the underlying cause.
+    pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
+        self.inner.source = Some(Arc::from(source.into()));
+        self
+    }
+
+    /// Overrides whether this error is retryable (by default the kind
+    /// decides): a tool can mark a transient `Failed` error as worth retrying.
+    pub fn with_retryable(mut self, retryable: bool) -> Self {
+        self.inner.retryable = Some(retryable);
+        self
+    }
+
+    /// The class of this error.
+    pub fn kind(&self) -> ErrorKind {
+        self.inner.kind
+    }
+
+    /// The human- and model-readable message.
+    pub fn message(&self) -> &str {
+        &self.inner.message
+    }
+
+    /// For a rate-limit error, how long to wait before trying again.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self.inner.kind {
+            ErrorKind::RateLimited { retry_after } => retry_after,
+            _ => None,
+        }
+    }
+
+    /// Whether trying the call again may succeed.
+    pub fn is_retryable(&self) -> bool {
+        self.inner
+            .retryable
+            .unwrap_or_else(|| self.inner.kind.is_retryable())
+    }
+
+    /// The model-facing form: `{"error": message, "kind": kind}`, plus
+    /// `retry_after_ms` for a rate limit and `phase` for a timeout.
+    pub fn to_model_json(&self) -> serde_json::Value {
+        let mut map = serde_json::Map::with_capacity(3);
+        map.insert(
+            "error".into(),
+            serde_json::Value::String(self.message().to_owned()),
+        );
+        map.insert(
+            "kind".into(),
+            serde_json::Value::String(self.inner.kind.as_str().to_owned()),
+        );
+        match self.inner.kind {
+            ErrorKind::Timeout { phase } => {
+                map.insert("phase".into(), phase.as_str().into());
+            }
+            ErrorKind::RateLimited {
+                retry_after: Some(d),
+            } => {
+                map.insert("retry_after_ms".into(), (d.as_millis() as u64).into());
+            }
+            _ => {}
+        }
+        serde_json::Value::Object(map)
+    }
+
+    /// Classifies a `BoxError` from any tower service.
+    ///
+    /// A boxed `ToolError` is unwrapped; tower's `Elapsed` becomes a timeout
+    /// (phase [`TimeoutPhase::Open`]), `Overloaded` becomes overloaded,
+    /// a closed `Buffer` becomes unavailable, and a `Buffer`'s `ServiceError`
+    /// is looked through to the error it wraps. Anything else is `Failed`
+    /// with the error kept as source.
+    pub fn from_box_error(err: BoxError) -> Self {
+        let err = match err.downcast::<ToolError>() {
+            Ok(tool) => return *tool,
+            Err(err) => err,
+        };
+        if err.is::<tower::timeout::error::Elapsed>() {
+            return ToolError::timeout(TimeoutPhase::Open, "the tool did not answer in time")
+                .with_source(err);
+        }
+        if err.is::<tower::load_shed::error::Overloaded>() {
+            return ToolError::new(ErrorKind::Overloaded, "the tool is overloaded; try later")
+                .with_source(err);
+        }
+        if err.is::<tower::buffer::error::Closed>() {
+            return ToolError::new(ErrorKind::Unavailable, "the tool's worker has shut down")
+                .with_source(err);
+        }
+        if err.is::<tower::buffer::error::ServiceError>() {
+            // A Buffer shares the inner error between waiters; look through it.
+            let mut cause = err.source();
+            while let Some(c) = cause {
+                if let Some(tool) = c.downcast_ref::<ToolError>() {
+                    return tool.clone();
+                }
+                cause = c.source();
+            }
+            return ToolError::new(ErrorKind::Unavailable, err.to_string()).with_source(err);
+        }
+        ToolError::failed(err.to_string()).with_source(err)
+    }
+}
+
+impl From<BoxError> for ToolError {
+    fn from(err: BoxError) -> Self {
+        ToolError::from_box_error(err)
+    }
+}
+
+/// Two errors are equal when kind and message are; sources are not compared.
+impl PartialEq for ToolError {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind() == other.kind() && self.message() == other.message()
+    }
+}
+
+impl fmt::Debug for ToolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("ToolError");
+        d.field("kind", &self.inner.kind)
+            .field("message", &self.inner.message);
+        if let Some(source) = &self.inner.source {
+            d.field("source", source);
+        }
+        d.finish()
+    }
+}
+
+impl fmt::Display for ToolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.inner.kind, self.inner.message)
+    }
+}
+
+impl StdError for ToolError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.inner
+            .source
+            .as_deref()
+            .map(|s| s as &(dyn StdError + 'static))
+    }
+}
+
+impl From<std::convert::Infallible> for ToolError {
+    fn from(never: std::convert::Infallible) -> Self {
+        match never {}
+    }
+}
+
+impl From<String> for ToolError {
+    /// A plain message from a tool is a [`ErrorKind::Failed`] error.
+    fn from(message: String) -> Self {
+        ToolError::failed(message)
+    }
+}
+
+impl From<&'static str> for ToolError {
+    /// A plain message from a tool is a [`ErrorKind::Failed`] error.
+    fn from(message: &'static str) -> Self {
+        ToolError::failed(message)
+    }
+}
+
+impl From<std::io::Error> for ToolError {
+    fn from(err: std::io::Error) -> Self {
+        ToolError::failed(err.to_string()).with_source(err)
+    }
+}

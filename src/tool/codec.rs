@@ -1,0 +1,129 @@
+//! Decoding arguments and encoding output items: the default JSON codec and
+//! the hooks that replace it.
+
+use std::any::Any;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::{ToolError, ToolOutput};
+
+/// Turns the raw argument text into the function's argument type.
+///
+/// Implemented by [`JsonDecoder`] and by any
+/// `Fn(&str) -> Result<Args, ToolError>` closure.
+pub trait Decode<Args> {
+    /// Decodes `arguments`; a failure must say what is wrong and where.
+    fn decode(&self, arguments: &str) -> Result<Args, ToolError>;
+}
+
+impl<F, Args> Decode<Args> for F
+where
+    F: Fn(&str) -> Result<Args, ToolError>,
+{
+    fn decode(&self, arguments: &str) -> Result<Args, ToolError> {
+        self(arguments)
+    }
+}
+
+/// Turns one item of the function's output into a [`ToolOutput`].
+///
+/// Implemented by [`JsonEncoder`] and by any
+/// `Fn(T) -> Result<ToolOutput, ToolError>` closure.
+pub trait Encode<T> {
+    /// Encodes one item.
+    fn encode(&self, item: T) -> Result<ToolOutput, ToolError>;
+}
+
+impl<F, T> Encode<T> for F
+where
+    F: Fn(T) -> Result<ToolOutput, ToolError>,
+{
+    fn encode(&self, item: T) -> Result<ToolOutput, ToolError> {
+        self(item)
+    }
+}
+
+/// The default decoder: the arguments are a JSON object deserialized with
+/// serde.
+///
+/// Empty arguments (some models send `""` for a tool without parameters)
+/// are read as `{}`. On failure the error names the problem and, for a
+/// value of the wrong type, the path of the field (`items[2].name`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JsonDecoder;
+
+impl<Args: DeserializeOwned> Decode<Args> for JsonDecoder {
+    fn decode(&self, arguments: &str) -> Result<Args, ToolError> {
+        let text = if arguments.trim().is_empty() {
+            "{}"
+        } else {
+            arguments
+        };
+        // The fast path parses once; only a failure pays for the second,
+        // path-tracking parse that names the field.
+        serde_json::from_str(text).map_err(|err| describe_error::<Args>(text, err))
+    }
+}
+
+fn describe_error<Args: DeserializeOwned>(text: &str, err: serde_json::Error) -> ToolError {
+    if err.is_syntax() || err.is_eof() {
+        return ToolError::invalid_arguments(format!("arguments are not valid JSON: {err}"))
+            .with_source(err);
+    }
+    let found = match text.trim_start().as_bytes().first() {
+        Some(b'{') => None,
+        Some(b'[') => Some("an array"),
+        Some(b'"') => Some("a string"),
+        Some(b't' | b'f') => Some("a boolean"),
+        Some(b'n') => Some("null"),
+        _ => Some("a number"),
+    };
+    let mut de = serde_json::Deserializer::from_str(text);
+    let located = serde_path_to_error::deserialize::<_, Args>(&mut de).err();
+    let message = match (&located, found) {
+        (Some(e), _) if !is_root(e.path()) => {
+            format!("invalid value at `{}`: {}", e.path(), e.inner())
+        }
+        (_, Some(kind)) => format!("arguments must be a JSON object, got {kind}"),
+        _ => err.to_string(),
+    };
+    ToolError::invalid_arguments(message).with_source(err)
+}
+
+fn is_root(path: &serde_path_to_error::Path) -> bool {
+    path.iter().next().is_none()
+}
+
+/// The default encoder.
+///
+/// A [`ToolOutput`] passes through unchanged, a `String` (or a value that
+/// serializes to a JSON string) becomes a text item, and anything else
+/// becomes a structured JSON item.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JsonEncoder;
+
+impl<T: Serialize + 'static> Encode<T> for JsonEncoder {
+    fn encode(&self, item: T) -> Result<ToolOutput, ToolError> {
+        // Monomorphised type checks: each branch folds to a constant.
+        let mut slot = Some(item);
+        let any: &mut dyn Any = &mut slot;
+        if let Some(output) = any.downcast_mut::<Option<ToolOutput>>().and_then(Option::take) {
+            return Ok(output);
+        }
+        if let Some(text) = any.downcast_mut::<Option<String>>().and_then(Option::take) {
+            return Ok(ToolOutput::Text { text });
+        }
+        let Some(item) = slot else {
+            return Err(ToolError::failed("output item was already taken"));
+        };
+        match serde_json::to_value(item) {
+            Ok(serde_json::Value::String(text)) => Ok(ToolOutput::Text { text }),
+            Ok(value) => Ok(ToolOutput::Json { value }),
+            Err(err) => Err(
+                ToolError::failed(format!("the tool's output could not be encoded: {err}"))
+                    .with_source(err),
+            ),
+        }
+    }
+}
