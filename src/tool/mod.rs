@@ -36,7 +36,8 @@
 //! let add = tool::from_fn("add", |Add { a, b }| async move { Ok::<_, ToolError>(a + b) })
 //!     .description("Adds two integers");
 //!
-//! let mut items = add.clone().oneshot(ToolRequest::new("add", r#"{"a":1,"b":2}"#)).await.unwrap();
+//! let items = add.clone().oneshot(ToolRequest::new("add", r#"{"a":1,"b":2}"#)).await.unwrap();
+//! let mut items = std::pin::pin!(items); // an async fn's future need not be Unpin
 //! assert_eq!(items.next().await.unwrap().unwrap().as_json(), Some(&serde_json::json!(3)));
 //!
 //! let err = add.oneshot(ToolRequest::new("add", r#"{"a":1,"b":"two"}"#)).await.unwrap_err();

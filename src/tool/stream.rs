@@ -98,3 +98,11 @@ where
         }
     }
 }
+
+impl<St, Enc, T> std::fmt::Debug for ResponseStream<St, Enc, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseStream")
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}

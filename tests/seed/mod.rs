@@ -1,0 +1,321 @@
+//! The seed's demo tools, shared by the tests and `examples/tour.rs`:
+//! weather, calculator, a clock with a hand-written schema, and two
+//! streaming tools (a file's lines, a counter with progress).
+#![allow(dead_code)]
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures_util::{stream, Stream, StreamExt};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncBufReadExt;
+use toolstack::tool::{self, AsyncFn, FnTool, ToolContext};
+use toolstack::{Progress, ToolAnnotations, ToolError, ToolInfo};
+
+/// Arguments of the weather tool.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct WeatherArgs {
+    /// The city, e.g. "Paris".
+    pub city: String,
+    /// The temperature unit; Celsius when left out.
+    pub unit: Option<Unit>,
+}
+
+/// A temperature unit.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "lowercase")]
+pub enum Unit {
+    Celsius,
+    Fahrenheit,
+}
+
+/// The weather in a city.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Weather {
+    pub city: String,
+    pub temperature: f64,
+    pub unit: Unit,
+    pub conditions: &'static str,
+}
+
+const CITIES: [(&str, f64, &str); 4] = [
+    ("Paris", 18.0, "cloudy"),
+    ("London", 14.0, "rain"),
+    ("Tokyo", 22.0, "sunny"),
+    ("New York", 20.0, "windy"),
+];
+
+pub fn weather() -> impl tower::Service<
+    toolstack::ToolRequest,
+    Response = impl Stream<Item = toolstack::ToolItem> + Send,
+    Error = ToolError,
+    Future = impl Send,
+> + toolstack::Describe
+       + Clone
+       + Send
+       + Sync
+       + 'static {
+    tool::from_fn("get_weather", |args: WeatherArgs| async move {
+        let Some(&(city, celsius, conditions)) = CITIES
+            .iter()
+            .find(|(name, _, _)| name.eq_ignore_ascii_case(args.city.trim()))
+        else {
+            let known: Vec<&str> = CITIES.iter().map(|c| c.0).collect();
+            return Err(ToolError::failed(format!(
+                "unknown city `{}`; known cities: {}",
+                args.city,
+                known.join(", ")
+            )));
+        };
+        let unit = args.unit.unwrap_or(Unit::Celsius);
+        let temperature = match unit {
+            Unit::Celsius => celsius,
+            Unit::Fahrenheit => celsius * 9.0 / 5.0 + 32.0,
+        };
+        Ok(Weather {
+            city: city.to_owned(),
+            temperature,
+            unit,
+            conditions,
+        })
+    })
+    .description("Current weather for a city")
+    .annotations(ToolAnnotations::new().read_only())
+    .output_schema_for::<Weather>()
+}
+
+/// Arguments of the calculator.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct CalcArgs {
+    /// What to compute.
+    pub operation: Operation,
+    /// The first operand.
+    pub a: f64,
+    /// The second operand; not used by `sqrt`.
+    pub b: Option<f64>,
+}
+
+/// A calculator operation.
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Operation {
+    Add,
+    Subtract,
+    Multiply,
+    Divide,
+    Sqrt,
+    Power,
+}
+
+pub fn calculate(args: CalcArgs) -> Result<f64, ToolError> {
+    let b = || {
+        args.b.ok_or_else(|| {
+            ToolError::invalid_arguments(format!(
+                "missing field `b`, required by `{:?}`",
+                args.operation
+            ))
+        })
+    };
+    let value = match args.operation {
+        Operation::Add => args.a + b()?,
+        Operation::Subtract => args.a - b()?,
+        Operation::Multiply => args.a * b()?,
+        Operation::Divide => {
+            let b = b()?;
+            if b == 0.0 {
+                return Err(ToolError::failed("division by zero"));
+            }
+            args.a / b
+        }
+        Operation::Sqrt => {
+            if args.a < 0.0 {
+                return Err(ToolError::failed(format!(
+                    "cannot take the square root of a negative number ({})",
+                    args.a
+                )));
+            }
+            args.a.sqrt()
+        }
+        Operation::Power => args.a.powf(b()?),
+    };
+    Ok(value)
+}
+
+pub fn calculator() -> FnTool<
+    AsyncFn<fn(CalcArgs) -> std::future::Ready<Result<f64, ToolError>>>,
+    CalcArgs,
+> {
+    tool::from_fn(
+        "calculator",
+        (|args| std::future::ready(calculate(args))) as fn(_) -> _,
+    )
+    .description("Arithmetic: add, subtract, multiply, divide, sqrt, power")
+    .annotations(ToolAnnotations::new().read_only())
+}
+
+#[derive(Debug, Deserialize)]
+pub struct TimeArgs {
+    pub timezone: String,
+}
+
+/// Parses `UTC`, `Z` or a fixed offset `+HH:MM` / `-HH:MM` into seconds.
+pub fn parse_offset(tz: &str) -> Option<i64> {
+    let tz = tz.trim();
+    if tz.eq_ignore_ascii_case("utc") || tz == "Z" {
+        return Some(0);
+    }
+    let (sign, rest) = match tz.as_bytes().first()? {
+        b'+' => (1, &tz[1..]),
+        b'-' => (-1, &tz[1..]),
+        _ => return None,
+    };
+    let (h, m) = rest.split_once(':')?;
+    if h.len() != 2 || m.len() != 2 {
+        return None;
+    }
+    let (h, m): (i64, i64) = (h.parse().ok()?, m.parse().ok()?);
+    (h <= 14 && m < 60).then_some(sign * (h * 3600 + m * 60))
+}
+
+/// Formats a unix time at an offset as ISO 8601.
+pub fn format_time(unix: i64, offset: i64) -> String {
+    let t = unix + offset;
+    let (days, secs) = (t.div_euclid(86_400), t.rem_euclid(86_400));
+    // Days to civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let sign = if offset < 0 { '-' } else { '+' };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}{sign}{:02}:{:02}",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60,
+        offset.abs() / 3600,
+        offset.abs() % 3600 / 60
+    )
+}
+
+/// The clock tool: a hand-written schema, and a clock that tests can fix.
+pub fn clock(
+    now: fn() -> SystemTime,
+) -> FnTool<
+    AsyncFn<impl Fn(TimeArgs) -> std::future::Ready<Result<String, ToolError>> + Clone>,
+    TimeArgs,
+> {
+    let info = ToolInfo::new("current_time")
+        .with_description("The current time in a timezone")
+        .with_input_schema(serde_json::json!({
+            "type": "object",
+            "properties": {
+                "timezone": {
+                    "type": "string",
+                    "description": "`UTC` or a fixed offset such as `+02:00`"
+                }
+            },
+            "required": ["timezone"],
+            "additionalProperties": false
+        }));
+    FnTool::with_info(
+        info,
+        AsyncFn(move |args: TimeArgs| {
+            std::future::ready(match parse_offset(&args.timezone) {
+                None => Err(ToolError::invalid_arguments(format!(
+                    "invalid timezone `{}`: expected `UTC` or an offset like `+02:00`",
+                    args.timezone
+                ))),
+                Some(offset) => {
+                    let unix = now()
+                        .duration_since(UNIX_EPOCH)
+                        .unwrap_or(Duration::ZERO)
+                        .as_secs() as i64;
+                    Ok(format_time(unix, offset))
+                }
+            })
+        }),
+    )
+}
+
+/// Arguments of `read_lines`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ReadLines {
+    /// The file to read.
+    pub path: String,
+}
+
+/// Streams a file's lines, one text item each, as they are read.
+pub fn read_lines() -> impl tower::Service<
+    toolstack::ToolRequest,
+    Response = impl Stream<Item = toolstack::ToolItem> + Send,
+    Error = ToolError,
+    Future = impl Send,
+> + toolstack::Describe
+       + Clone
+       + Send
+       + Sync
+       + 'static {
+    tool::from_stream("read_lines", |args: ReadLines| {
+        let path = args.path;
+        stream::once(async move {
+            match tokio::fs::File::open(&path).await {
+                Ok(file) => {
+                    let lines = tokio::io::BufReader::new(file).lines();
+                    tokio_stream::wrappers::LinesStream::new(lines)
+                        .map(|line| line.map_err(ToolError::from))
+                        .left_stream()
+                }
+                Err(err) => stream::iter([Err(ToolError::failed(format!(
+                    "cannot open `{path}`: {err}"
+                )))])
+                .right_stream(),
+            }
+        })
+        .flatten()
+    })
+    .description("Reads a text file, streaming its lines")
+}
+
+/// Arguments of `count`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct Count {
+    /// Count from 1 up to this number.
+    pub to: u32,
+    /// Pause between numbers, in milliseconds.
+    #[serde(default)]
+    pub delay_ms: u64,
+}
+
+/// Counts, reporting progress before each number.
+pub fn count() -> impl tower::Service<
+    toolstack::ToolRequest,
+    Response = impl Stream<Item = toolstack::ToolItem> + Send,
+    Error = ToolError,
+    Future = impl Send,
+> + toolstack::Describe
+       + Clone
+       + Send
+       + Sync
+       + 'static {
+    tool::from_stream_with_context("count", |args: Count, ctx: ToolContext| {
+        let total = args.to;
+        stream::iter(1..=total).then(move |n| {
+            let report = Progress::new(f64::from(n))
+                .total(f64::from(total))
+                .message(format!("counted {n} of {total}"));
+            ctx.report(report);
+            async move {
+                if args.delay_ms > 0 {
+                    tokio::time::sleep(Duration::from_millis(args.delay_ms)).await;
+                }
+                Ok::<_, ToolError>(n)
+            }
+        })
+    })
+    .description("Counts up to a number, with progress")
+}
