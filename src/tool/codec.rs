@@ -47,8 +47,8 @@ where
 /// The default decoder: the arguments are a JSON object deserialized with
 /// serde.
 ///
-/// Empty arguments (some models send `""` for a tool without parameters)
-/// are read as `{}`. On failure the error names the problem and, for a
+/// The arguments must be a JSON object; empty arguments (some models send
+/// `""` for a tool without parameters) are read as `{}`. On failure the error names the problem and, for a
 /// value of the wrong type, the path of the field (`items[2].name`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct JsonDecoder;
@@ -60,6 +60,22 @@ impl<Args: DeserializeOwned> Decode<Args> for JsonDecoder {
         } else {
             arguments
         };
+        // Tool arguments are a JSON object (MCP and OpenAI both say so);
+        // serde would otherwise read a struct from an array, positionally.
+        let found = match text.trim_start().as_bytes().first() {
+            Some(b'{') => None,
+            Some(b'[') => Some("an array"),
+            Some(b'"') => Some("a string"),
+            Some(b't' | b'f') => Some("a boolean"),
+            Some(b'n') => Some("null"),
+            Some(b'-' | b'0'..=b'9') => Some("a number"),
+            _ => None, // not JSON at all: let the parser say where
+        };
+        if let Some(kind) = found {
+            return Err(ToolError::invalid_arguments(format!(
+                "arguments must be a JSON object, got {kind}"
+            )));
+        }
         // The fast path parses once; only a failure pays for the second,
         // path-tracking parse that names the field.
         serde_json::from_str(text).map_err(|err| describe_error::<Args>(text, err))
@@ -71,21 +87,9 @@ fn describe_error<Args: DeserializeOwned>(text: &str, err: serde_json::Error) ->
         return ToolError::invalid_arguments(format!("arguments are not valid JSON: {err}"))
             .with_source(err);
     }
-    let found = match text.trim_start().as_bytes().first() {
-        Some(b'{') => None,
-        Some(b'[') => Some("an array"),
-        Some(b'"') => Some("a string"),
-        Some(b't' | b'f') => Some("a boolean"),
-        Some(b'n') => Some("null"),
-        _ => Some("a number"),
-    };
     let mut de = serde_json::Deserializer::from_str(text);
-    let located = serde_path_to_error::deserialize::<_, Args>(&mut de).err();
-    let message = match (&located, found) {
-        (Some(e), _) if !is_root(e.path()) => {
-            format!("invalid value at `{}`: {}", e.path(), e.inner())
-        }
-        (_, Some(kind)) => format!("arguments must be a JSON object, got {kind}"),
+    let message = match serde_path_to_error::deserialize::<_, Args>(&mut de) {
+        Err(e) if !is_root(e.path()) => format!("invalid value at `{}`: {}", e.path(), e.inner()),
         _ => err.to_string(),
     };
     ToolError::invalid_arguments(message).with_source(err)
