@@ -1,0 +1,292 @@
+//! Tools from functions: laziness, cancellation, context, codecs, raw tools.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{stream, StreamExt};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use tower::ServiceExt;
+use toolstack::tool::{self, ToolContext};
+use toolstack::{
+    ErrorKind, Progress, Resource, ToolError, ToolInfo, ToolOutput, ToolRequest, ToolResult,
+};
+
+#[derive(Deserialize, JsonSchema)]
+struct N {
+    n: u32,
+}
+
+#[derive(Serialize)]
+struct Row {
+    i: u32,
+}
+
+struct DropFlag(Arc<AtomicBool>);
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn items_are_encoded_only_when_polled() {
+    let encoded = Arc::new(AtomicUsize::new(0));
+    let counter = encoded.clone();
+    let t = tool::from_stream("rows", |N { n }| {
+        stream::iter((0..n).map(|i| Ok::<_, ToolError>(Row { i })))
+    })
+    .encode_with(move |row: Row| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Ok(ToolOutput::json(serde_json::json!({ "i": row.i })))
+    });
+    let mut s = t.oneshot(ToolRequest::new("rows", r#"{"n":5}"#)).await.unwrap();
+    assert_eq!(encoded.load(Ordering::SeqCst), 0, "nothing before the first poll");
+    s.next().await.unwrap().unwrap();
+    s.next().await.unwrap().unwrap();
+    assert_eq!(encoded.load(Ordering::SeqCst), 2);
+    drop(s);
+    assert_eq!(encoded.load(Ordering::SeqCst), 2, "the rest is never encoded");
+}
+
+#[tokio::test]
+async fn function_does_not_run_until_the_stream_is_polled() {
+    let ran = Arc::new(AtomicBool::new(false));
+    let flag = ran.clone();
+    let t = tool::from_fn("f", move |_: serde_json::Value| {
+        let flag = flag.clone();
+        async move {
+            flag.store(true, Ordering::SeqCst);
+            Ok::<_, ToolError>("done")
+        }
+    });
+    let s = t.oneshot(ToolRequest::new("f", "{}")).await.unwrap();
+    tokio::task::yield_now().await;
+    assert!(!ran.load(Ordering::SeqCst));
+    let r = ToolResult::collect(s).await;
+    assert!(ran.load(Ordering::SeqCst));
+    assert_eq!(r.text(), "done");
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_stream_cancels_the_function_stream() {
+    let dropped = Arc::new(AtomicBool::new(false));
+    let flag = dropped.clone();
+    let t = tool::from_stream("ticker", move |_: serde_json::Value| {
+        let guard = DropFlag(flag.clone());
+        stream::unfold((0u32, guard), |(i, guard)| async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Some((Ok::<_, ToolError>(i), (i + 1, guard)))
+        })
+    });
+    let mut s = Box::pin(t.oneshot(ToolRequest::new("ticker", "{}")).await.unwrap());
+    assert_eq!(s.next().await.unwrap().unwrap().as_json(), Some(&serde_json::json!(0)));
+    assert!(!dropped.load(Ordering::SeqCst));
+    drop(s);
+    assert!(dropped.load(Ordering::SeqCst), "the tool's stream was dropped");
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_stream_cancels_an_async_function() {
+    let dropped = Arc::new(AtomicBool::new(false));
+    let flag = dropped.clone();
+    let t = tool::from_fn("slow", move |_: serde_json::Value| {
+        let guard = DropFlag(flag.clone());
+        async move {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            drop(guard);
+            Ok::<_, ToolError>("never")
+        }
+    });
+    let s = t.oneshot(ToolRequest::new("slow", "{}")).await.unwrap();
+    let mut s = Box::pin(s);
+    assert!(
+        tokio::time::timeout(Duration::from_secs(1), s.next()).await.is_err(),
+        "still running"
+    );
+    drop(s);
+    assert!(dropped.load(Ordering::SeqCst));
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct Caller(&'static str);
+
+#[tokio::test]
+async fn context_carries_call_id_name_and_extensions() {
+    let t = tool::from_fn_with_context("whoami", |_: serde_json::Value, ctx: ToolContext| async move {
+        let caller = ctx.extensions().get::<Caller>().cloned();
+        Ok::<_, ToolError>(format!(
+            "{} {} {:?}",
+            ctx.call_id(),
+            ctx.tool_name(),
+            caller
+        ))
+    });
+    let req = ToolRequest::new("whoami", "{}")
+        .with_id("call_7")
+        .with_extension(Caller("alice"));
+    let r = ToolResult::collect(t.oneshot(req).await.unwrap()).await;
+    assert_eq!(r.text(), "call_7 whoami Some(Caller(\"alice\"))");
+}
+
+#[tokio::test]
+async fn progress_from_a_spawned_task_reaches_the_stream_in_order() {
+    let t = tool::from_fn_with_context("work", |N { n }, ctx: ToolContext| async move {
+        let reporter = ctx.progress().clone();
+        tokio::spawn(async move {
+            for i in 1..=n {
+                reporter.report(Progress::new(f64::from(i)).total(f64::from(n)));
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .map_err(|e| ToolError::failed(e.to_string()))?;
+        Ok::<_, ToolError>("finished")
+    });
+    let s = t.oneshot(ToolRequest::new("work", r#"{"n":3}"#)).await.unwrap();
+    let items: Vec<ToolOutput> = s.map(Result::unwrap).collect().await;
+    let progress: Vec<f64> = items
+        .iter()
+        .filter_map(|i| i.as_progress().map(|p| p.progress))
+        .collect();
+    assert_eq!(progress, [1.0, 2.0, 3.0]);
+    assert_eq!(items.last().unwrap().as_text(), Some("finished"));
+}
+
+#[tokio::test]
+async fn progress_backlog_keeps_the_newest_reports() {
+    let t = tool::from_fn_with_context("burst", |_: serde_json::Value, ctx: ToolContext| async move {
+        for i in 0..100 {
+            ctx.report(Progress::new(f64::from(i)));
+        }
+        Ok::<_, ToolError>("ok")
+    });
+    let s = t.oneshot(ToolRequest::new("burst", "{}")).await.unwrap();
+    let items: Vec<ToolOutput> = s.map(Result::unwrap).collect().await;
+    let progress: Vec<f64> = items
+        .iter()
+        .filter_map(|i| i.as_progress().map(|p| p.progress))
+        .collect();
+    assert_eq!(progress.len(), tool::PROGRESS_BACKLOG);
+    assert_eq!(progress.last(), Some(&99.0));
+    assert_eq!(progress.first(), Some(&((100 - tool::PROGRESS_BACKLOG) as f64)));
+}
+
+#[tokio::test]
+async fn reporter_knows_when_the_stream_is_gone() {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let tx = Arc::new(std::sync::Mutex::new(Some(tx)));
+    let t = tool::from_fn_with_context("keep", move |_: serde_json::Value, ctx: ToolContext| {
+        if let Some(tx) = tx.lock().unwrap().take() {
+            let _ = tx.send(ctx.progress().clone());
+        }
+        async { Ok::<_, ToolError>("ok") }
+    });
+    let s = t.oneshot(ToolRequest::new("keep", "{}")).await.unwrap();
+    let reporter = rx.await.unwrap();
+    assert!(!reporter.is_closed());
+    drop(s);
+    assert!(reporter.is_closed());
+    reporter.report(Progress::new(1.0)); // goes nowhere, does not panic
+}
+
+#[tokio::test]
+async fn an_error_ends_the_stream() {
+    let t = tool::from_stream("flaky", |_: serde_json::Value| {
+        stream::iter(vec![
+            Ok("one".to_string()),
+            Err(ToolError::failed("broke")),
+            Ok("never".to_string()),
+        ])
+    });
+    let s = t.oneshot(ToolRequest::new("flaky", "{}")).await.unwrap();
+    let items: Vec<_> = s.collect().await;
+    assert_eq!(items.len(), 2);
+    assert_eq!(items[1].as_ref().unwrap_err().message(), "broke");
+}
+
+#[tokio::test]
+async fn custom_decoder_accepts_plain_text() {
+    let t = tool::from_fn("shout", |text: String| async move {
+        Ok::<_, ToolError>(text.to_uppercase())
+    })
+    .decode_with(|raw: &str| -> Result<String, ToolError> {
+        match serde_json::from_str::<serde_json::Value>(raw) {
+            Ok(v) => v["text"]
+                .as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| ToolError::invalid_arguments("missing field `text`")),
+            Err(_) => Ok(raw.to_owned()),
+        }
+    });
+    let r = ToolResult::collect(t.clone().oneshot(ToolRequest::new("shout", "hi there")).await.unwrap()).await;
+    assert_eq!(r.text(), "HI THERE");
+    let r = ToolResult::collect(t.clone().oneshot(ToolRequest::new("shout", r#"{"text":"yo"}"#)).await.unwrap()).await;
+    assert_eq!(r.text(), "YO");
+    let err = t.oneshot(ToolRequest::new("shout", "{}")).await.unwrap_err();
+    assert_eq!(err.message(), "missing field `text`");
+}
+
+#[tokio::test]
+async fn default_encoder_maps_strings_values_and_tool_outputs() {
+    let t = tool::from_stream("mixed", |_: serde_json::Value| {
+        stream::iter(vec![
+            Ok::<_, ToolError>(serde_json::json!("a string")),
+            Ok(serde_json::json!({"k": 1})),
+        ])
+    });
+    let items: Vec<ToolOutput> = t
+        .oneshot(ToolRequest::new("mixed", "{}"))
+        .await
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+        .await;
+    assert_eq!(items[0], ToolOutput::text("a string"));
+    assert_eq!(items[1], ToolOutput::json(serde_json::json!({"k": 1})));
+
+    let t = tool::from_stream("content", |_: serde_json::Value| {
+        stream::iter(vec![
+            Ok::<_, ToolError>(ToolOutput::image("iVBORw0KGgo=", "image/png")),
+            Ok(ToolOutput::resource(
+                Resource::text("file:///a.txt", "hello").mime_type("text/plain"),
+            )),
+        ])
+    });
+    let r = ToolResult::collect(t.oneshot(ToolRequest::new("content", "{}")).await.unwrap()).await;
+    assert!(matches!(r.content[0], ToolOutput::Image(ref m) if m.mime_type == "image/png"));
+    assert!(matches!(r.content[1], ToolOutput::Resource(ref res) if res.text.as_deref() == Some("hello")));
+}
+
+#[tokio::test]
+async fn raw_tool_receives_the_arguments_untouched() {
+    let info = ToolInfo::new("echo_raw").with_description("Echoes its raw arguments");
+    let t = tool::raw(info, |req: ToolRequest| {
+        stream::iter([Ok(ToolOutput::text(format!("<{}>", req.arguments())))])
+    });
+    let r = ToolResult::collect(t.oneshot(ToolRequest::new("echo_raw", "not json {")).await.unwrap()).await;
+    assert_eq!(r.text(), "<not json {>");
+}
+
+#[tokio::test]
+async fn errors_from_the_function_keep_their_kind() {
+    let t = tool::from_fn("deny", |_: serde_json::Value| async {
+        Err::<String, _>(ToolError::new(ErrorKind::Denied, "not allowed"))
+    });
+    let r = ToolResult::collect(t.oneshot(ToolRequest::new("deny", "{}")).await.unwrap()).await;
+    assert!(r.is_error);
+    assert_eq!(r.error.as_ref().unwrap().kind(), ErrorKind::Denied);
+    assert_eq!(r.text(), r#"{"error":"not allowed","kind":"denied"}"#);
+}
+
+#[tokio::test]
+async fn string_errors_become_failures() {
+    let t = tool::from_fn("s", |_: serde_json::Value| async {
+        Err::<String, String>("it went wrong".into())
+    });
+    let r = ToolResult::collect(t.oneshot(ToolRequest::new("s", "{}")).await.unwrap()).await;
+    let err = r.error.unwrap();
+    assert_eq!(err.kind(), ErrorKind::Failed);
+    assert_eq!(err.message(), "it went wrong");
+}
