@@ -63,7 +63,7 @@ pub use boxed::{BoxTool, ToolItem, ToolStream};
 pub use error::{BoxError, ErrorKind, TimeoutPhase, ToolError};
 pub use info::{schema_for, strict_schema, Describe, ToolAnnotations, ToolInfo};
 pub use output::{Media, Progress, Resource, ToolOutput};
-pub use request::{RequestParts, ToolRequest};
+pub use request::ToolRequest;
 pub use result::ToolResult;
 pub use tool::{FnTool, ToolContext};
 pub use toolbox::Toolbox;

@@ -14,7 +14,8 @@
 //! let req = ToolRequest::new("add", r#"{"a":1,"b":2}"#)
 //!     .with_id("call_1")
 //!     .with_extension(Caller("alice"));
-//! let retry = req.clone(); // cheap: shared strings, small extension map
+//! let retry = req.clone(); // cheap: one shared allocation, small extension map
+//! assert_eq!(retry.id(), "call_1");
 //! assert_eq!(retry.name(), "add");
 //! assert_eq!(retry.arguments(), r#"{"a":1,"b":2}"#);
 //! assert_eq!(retry.extensions().get::<Caller>(), Some(&Caller("alice")));
@@ -25,35 +26,42 @@ use std::sync::Arc;
 
 use http::Extensions;
 
-// A shared empty id, so that a request without one costs no allocation.
-static EMPTY_ID: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
-
 /// One call of a tool: call id, tool name, raw JSON arguments, extensions.
 ///
-/// Cloning shares the strings (reference-counted) and clones the extension
-/// map, so a retry layer can keep a copy of each request.
+/// The id, name and arguments share one reference-counted allocation, so
+/// cloning (as a retry layer does for every call) costs one atomic
+/// increment plus a clone of the extension map, which is free when empty.
 #[derive(Clone, Default)]
 pub struct ToolRequest {
-    id: Arc<str>,
-    name: Arc<str>,
-    arguments: Arc<str>,
+    call: Arc<Call>,
     extensions: Extensions,
+}
+
+#[derive(Clone, Default)]
+pub(crate) struct Call {
+    pub(crate) id: String,
+    pub(crate) name: String,
+    pub(crate) arguments: String,
 }
 
 impl ToolRequest {
     /// A request to call `name` with `arguments` (JSON text) and an empty id.
-    pub fn new(name: impl Into<Arc<str>>, arguments: impl Into<Arc<str>>) -> Self {
+    ///
+    /// Passing owned `String`s moves them in without copying.
+    pub fn new(name: impl Into<String>, arguments: impl Into<String>) -> Self {
         ToolRequest {
-            id: EMPTY_ID.clone(),
-            name: name.into(),
-            arguments: arguments.into(),
+            call: Arc::new(Call {
+                id: String::new(),
+                name: name.into(),
+                arguments: arguments.into(),
+            }),
             extensions: Extensions::new(),
         }
     }
 
     /// Sets the call id (the model's `tool_call_id`).
-    pub fn with_id(mut self, id: impl Into<Arc<str>>) -> Self {
-        self.id = id.into();
+    pub fn with_id(mut self, id: impl Into<String>) -> Self {
+        Arc::make_mut(&mut self.call).id = id.into();
         self
     }
 
@@ -65,32 +73,17 @@ impl ToolRequest {
 
     /// The call id, empty when the caller gave none.
     pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// The call id as a shared string.
-    pub fn id_shared(&self) -> &Arc<str> {
-        &self.id
+        &self.call.id
     }
 
     /// The tool's name.
     pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The tool's name as a shared string.
-    pub fn name_shared(&self) -> &Arc<str> {
-        &self.name
+        &self.call.name
     }
 
     /// The arguments exactly as sent (JSON text, possibly malformed).
     pub fn arguments(&self) -> &str {
-        &self.arguments
-    }
-
-    /// The arguments as a shared string.
-    pub fn arguments_shared(&self) -> &Arc<str> {
-        &self.arguments
+        &self.call.arguments
     }
 
     /// Per-call data.
@@ -104,56 +97,26 @@ impl ToolRequest {
     }
 
     /// Replaces the arguments.
-    pub fn set_arguments(&mut self, arguments: impl Into<Arc<str>>) {
-        self.arguments = arguments.into();
+    pub fn set_arguments(&mut self, arguments: impl Into<String>) {
+        Arc::make_mut(&mut self.call).arguments = arguments.into();
     }
 
     /// Replaces the tool's name (e.g. to route an alias).
-    pub fn set_name(&mut self, name: impl Into<Arc<str>>) {
-        self.name = name.into();
+    pub fn set_name(&mut self, name: impl Into<String>) {
+        Arc::make_mut(&mut self.call).name = name.into();
     }
 
-    /// Splits the request into its parts.
-    pub fn into_parts(self) -> RequestParts {
-        RequestParts {
-            id: self.id,
-            name: self.name,
-            arguments: self.arguments,
-            extensions: self.extensions,
-        }
-    }
-}
-
-/// The parts of a [`ToolRequest`], owned.
-#[derive(Clone, Debug, Default)]
-pub struct RequestParts {
-    /// The call id.
-    pub id: Arc<str>,
-    /// The tool's name.
-    pub name: Arc<str>,
-    /// The raw JSON arguments.
-    pub arguments: Arc<str>,
-    /// Per-call data.
-    pub extensions: Extensions,
-}
-
-impl From<RequestParts> for ToolRequest {
-    fn from(p: RequestParts) -> Self {
-        ToolRequest {
-            id: p.id,
-            name: p.name,
-            arguments: p.arguments,
-            extensions: p.extensions,
-        }
+    pub(crate) fn into_call(self) -> (Arc<Call>, Extensions) {
+        (self.call, self.extensions)
     }
 }
 
 impl fmt::Debug for ToolRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ToolRequest")
-            .field("id", &self.id)
-            .field("name", &self.name)
-            .field("arguments", &self.arguments)
+            .field("id", &self.call.id)
+            .field("name", &self.call.name)
+            .field("arguments", &self.call.arguments)
             .field("extensions", &self.extensions)
             .finish()
     }

@@ -46,6 +46,8 @@ use tower_service::Service;
 use crate::boxed::{BoxTool, ResponseFuture, ToolStream};
 use crate::{Describe, ToolError, ToolInfo, ToolItem, ToolRequest};
 
+const LINEAR_LOOKUP_MAX: usize = 16;
+
 /// Decides which tools a caller may see and call, from the request's
 /// extensions (say, a caller role put there by an auth layer).
 ///
@@ -185,6 +187,11 @@ impl Toolbox {
 
     /// The tool of that name, whatever the resolver says.
     pub fn get(&self, name: &str) -> Option<&BoxTool> {
+        // A short scan beats hashing the name for the handful of tools a
+        // model is usually given.
+        if self.inner.tools.len() <= LINEAR_LOOKUP_MAX {
+            return self.inner.tools.iter().find(|t| t.info().name() == name);
+        }
         self.inner.index.get(name).map(|&i| &self.inner.tools[i])
     }
 

@@ -7,7 +7,7 @@ use std::task::Context;
 use futures_util::task::AtomicWaker;
 use http::Extensions;
 
-use crate::request::RequestParts;
+use crate::request::Call;
 use crate::Progress;
 
 /// What a tool function may know about its call: the call id, the tool's
@@ -16,32 +16,29 @@ use crate::Progress;
 ///
 /// Cancellation needs no token: when the consumer drops the response
 /// stream, the function's future or stream is dropped with it.
-#[derive(Debug)]
 pub struct ToolContext {
-    id: Arc<str>,
-    name: Arc<str>,
+    call: Arc<Call>,
     extensions: Extensions,
     progress: ProgressReporter,
 }
 
 impl ToolContext {
-    pub(crate) fn new(parts: RequestParts, progress: ProgressReporter) -> Self {
+    pub(crate) fn new(call: Arc<Call>, extensions: Extensions, progress: ProgressReporter) -> Self {
         ToolContext {
-            id: parts.id,
-            name: parts.name,
-            extensions: parts.extensions,
+            call,
+            extensions,
             progress,
         }
     }
 
     /// The call id.
     pub fn call_id(&self) -> &str {
-        &self.id
+        &self.call.id
     }
 
     /// The tool's name as called.
     pub fn tool_name(&self) -> &str {
-        &self.name
+        &self.call.name
     }
 
     /// The request's extensions (caller identity, options…).
@@ -131,5 +128,15 @@ impl ProgressReporter {
         self.queue
             .as_ref()
             .is_none_or(|queue| queue.strong_count() == 0)
+    }
+}
+
+impl std::fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("call_id", &self.call.id)
+            .field("tool_name", &self.call.name)
+            .field("extensions", &self.extensions)
+            .finish_non_exhaustive()
     }
 }

@@ -288,7 +288,8 @@ where
         } else {
             (ProgressReporter::disconnected(), None)
         };
-        let context = ToolContext::new(request.into_parts(), reporter);
+        let (call, extensions) = request.into_call();
+        let context = ToolContext::new(call, extensions, reporter);
         let stream = self.handler.call(args, context);
         Ok(ResponseStream::new(stream, self.encoder.clone(), queue))
     }
