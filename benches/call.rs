@@ -17,8 +17,8 @@ use criterion::{criterion_group, Criterion};
 use futures_util::{FutureExt, StreamExt};
 use schemars::JsonSchema;
 use serde::Deserialize;
-use tower::Service;
 use toolstack::{tool, ToolError, ToolOutput, ToolRequest, Toolbox};
+use tower::Service;
 
 struct Counting;
 
@@ -65,8 +65,14 @@ fn item_text(item: Option<Result<ToolOutput, ToolError>>) -> String {
     }
 }
 
-fn tools() -> (impl FnMut(&ToolRequest) -> String, impl FnMut(&ToolRequest) -> String) {
-    let mut typed = tool::from_fn("add", |args: Add| async move { Ok::<_, ToolError>(add(args)) });
+fn tools() -> (
+    impl FnMut(&ToolRequest) -> String,
+    impl FnMut(&ToolRequest) -> String,
+) {
+    let mut typed = tool::from_fn(
+        "add",
+        |args: Add| async move { Ok::<_, ToolError>(add(args)) },
+    );
     let toolbox = Toolbox::new().tool(typed.clone());
     let typed_call = move |req: &ToolRequest| {
         let stream = typed
@@ -139,22 +145,40 @@ fn summary() {
         black_box(direct(black_box(ARGS)));
     });
     println!("\nsummary (best of 7 rounds; ratio to the direct call in this run)");
-    println!("{:<12} {:>9} {:>7} {:>12}", "variant", "ns/call", "ratio", "allocs/call");
-    println!("{:<12} {:>9.1} {:>7.2} {:>12.1}", "direct", base, 1.0, base_allocs);
+    println!(
+        "{:<12} {:>9} {:>7} {:>12}",
+        "variant", "ns/call", "ratio", "allocs/call"
+    );
+    println!(
+        "{:<12} {:>9.1} {:>7.2} {:>12.1}",
+        "direct", base, 1.0, base_allocs
+    );
     let t = ns_per_call(|| {
         black_box(typed(black_box(&req)));
     });
     let ta = allocations_per_call(|| {
         black_box(typed(black_box(&req)));
     });
-    println!("{:<12} {:>9.1} {:>7.2} {:>12.1}", "typed_tool", t, t / base, ta);
+    println!(
+        "{:<12} {:>9.1} {:>7.2} {:>12.1}",
+        "typed_tool",
+        t,
+        t / base,
+        ta
+    );
     let b = ns_per_call(|| {
         black_box(toolbox(black_box(&req)));
     });
     let ba = allocations_per_call(|| {
         black_box(toolbox(black_box(&req)));
     });
-    println!("{:<12} {:>9.1} {:>7.2} {:>12.1}", "toolbox", b, b / base, ba);
+    println!(
+        "{:<12} {:>9.1} {:>7.2} {:>12.1}",
+        "toolbox",
+        b,
+        b / base,
+        ba
+    );
 }
 
 criterion_group!(benches, bench);

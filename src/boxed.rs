@@ -78,7 +78,9 @@ where
                     }
                     let Some(request) = request.take() else {
                         self.set(Call::Done);
-                        return Poll::Ready(Err(ToolError::cancelled("call polled after it ended")));
+                        return Poll::Ready(Err(ToolError::cancelled(
+                            "call polled after it ended",
+                        )));
                     };
                     Call::Opening {
                         future: service.call(request),

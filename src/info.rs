@@ -281,8 +281,8 @@ fn make_strict(schema: &mut Value) {
     if let Some(one_of) = map.remove("oneOf") {
         map.insert("anyOf".into(), one_of);
     }
-    let is_object = map.get("type").and_then(Value::as_str) == Some("object")
-        || map.contains_key("properties");
+    let is_object =
+        map.get("type").and_then(Value::as_str) == Some("object") || map.contains_key("properties");
     if is_object {
         let required: Vec<String> = map
             .get("required")

@@ -118,7 +118,8 @@ impl ToolOutput {
             ToolOutput::Json { value } => json_len(value),
             ToolOutput::Image(m) | ToolOutput::Audio(m) => m.data.len(),
             ToolOutput::Resource(r) => {
-                r.uri.len() + r.text.as_ref().map_or(0, String::len)
+                r.uri.len()
+                    + r.text.as_ref().map_or(0, String::len)
                     + r.blob.as_ref().map_or(0, String::len)
             }
             ToolOutput::Progress(p) => p.message.as_ref().map_or(0, String::len),

@@ -227,7 +227,12 @@ impl Toolbox {
         let wanted = request.name();
         let mut names: Vec<(f64, &str)> = self
             .infos_for(request.extensions())
-            .map(|info| (strsim::normalized_levenshtein(wanted, info.name()), info.name()))
+            .map(|info| {
+                (
+                    strsim::normalized_levenshtein(wanted, info.name()),
+                    info.name(),
+                )
+            })
             .collect();
         // Closest first; ties keep the order the tools were added in.
         names.sort_by(|a, b| b.0.total_cmp(&a.0));

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use schemars::JsonSchema;
 use serde::Deserialize;
-use tower::ServiceExt;
 use toolstack::{tool, ErrorKind, ToolError, ToolRequest, Toolbox};
+use tower::ServiceExt;
 
 #[allow(dead_code)] // the fields exist to be decoded
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -61,7 +61,10 @@ async fn good_arguments_reach_the_function() {
 async fn malformed_json_is_invalid_arguments() {
     let (err, calls) = error_for(r#"{"item":"tea","quantity":2"#).await;
     assert_eq!(err.kind(), ErrorKind::InvalidArguments);
-    assert!(err.message().starts_with("arguments are not valid JSON"), "{err}");
+    assert!(
+        err.message().starts_with("arguments are not valid JSON"),
+        "{err}"
+    );
     assert_eq!(calls, 0);
     let (err, _) = error_for("{item: tea}").await;
     assert!(err.message().contains("not valid JSON"), "{err}");
@@ -88,22 +91,30 @@ async fn non_object_arguments_say_what_was_sent() {
 
 #[tokio::test]
 async fn wrong_type_names_the_field_path() {
-    let (err, _) = error_for(
-        r#"{"item":"tea","quantity":"two","address":{"street":"1 Main","zip":"01"}}"#,
-    )
-    .await;
-    assert!(err.message().starts_with("invalid value at `quantity`"), "{err}");
+    let (err, _) =
+        error_for(r#"{"item":"tea","quantity":"two","address":{"street":"1 Main","zip":"01"}}"#)
+            .await;
+    assert!(
+        err.message().starts_with("invalid value at `quantity`"),
+        "{err}"
+    );
     assert!(err.message().contains("expected u32"), "{err}");
 
     let (err, _) =
         error_for(r#"{"item":"tea","quantity":1,"address":{"street":"1 Main","zip":7}}"#).await;
-    assert!(err.message().starts_with("invalid value at `address.zip`"), "{err}");
+    assert!(
+        err.message().starts_with("invalid value at `address.zip`"),
+        "{err}"
+    );
 
     let (err, _) = error_for(
         r#"{"item":"tea","quantity":1,"address":{"street":"x","zip":"1"},"tags":["a",3]}"#,
     )
     .await;
-    assert!(err.message().starts_with("invalid value at `tags[1]`"), "{err}");
+    assert!(
+        err.message().starts_with("invalid value at `tags[1]`"),
+        "{err}"
+    );
 
     let (err, _) =
         error_for(r#"{"item":"tea","quantity":-1,"address":{"street":"x","zip":"1"}}"#).await;
@@ -145,7 +156,9 @@ async fn oversized_arguments_are_refused_before_decoding() {
 #[tokio::test]
 async fn default_argument_limit_is_one_mebibyte() {
     assert_eq!(tool::DEFAULT_MAX_ARGUMENT_BYTES, 1 << 20);
-    let t = tool::from_fn("echo", |v: serde_json::Value| async move { Ok::<_, ToolError>(v) });
+    let t = tool::from_fn("echo", |v: serde_json::Value| async move {
+        Ok::<_, ToolError>(v)
+    });
     let big = format!("{{\"s\":\"{}\"}}", "x".repeat(1 << 20));
     let err = t.oneshot(ToolRequest::new("echo", big)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArguments);

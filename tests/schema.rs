@@ -58,14 +58,20 @@ fn assert_refs_resolve(root: &Value, node: &Value) {
 #[test]
 fn nested_types_keep_their_definitions() {
     let schema = schema_for::<Trip>();
-    assert_eq!(schema["$schema"], "https://json-schema.org/draft/2020-12/schema");
+    assert_eq!(
+        schema["$schema"],
+        "https://json-schema.org/draft/2020-12/schema"
+    );
     assert_eq!(schema["description"], "Book a trip.");
     let defs = schema["$defs"].as_object().expect("$defs");
     for name in ["Person", "Stop", "Class"] {
         assert!(defs.contains_key(name), "missing definition {name}");
     }
     assert_refs_resolve(&schema, &schema);
-    assert_eq!(schema["properties"]["traveller"]["description"], "Who travels.");
+    assert_eq!(
+        schema["properties"]["traveller"]["description"],
+        "Who travels."
+    );
 }
 
 #[test]
@@ -73,7 +79,10 @@ fn option_fields_are_not_required_and_enums_are_enums() {
     let schema = schema_for::<Trip>();
     assert_eq!(schema["required"], json!(["traveller", "stops"]));
     assert_eq!(schema["$defs"]["Person"]["required"], json!(["name"]));
-    assert_eq!(schema["$defs"]["Class"]["enum"], json!(["economy", "business"]));
+    assert_eq!(
+        schema["$defs"]["Class"]["enum"],
+        json!(["economy", "business"])
+    );
     assert_eq!(schema["$defs"]["Class"]["type"], "string");
 }
 
@@ -86,16 +95,24 @@ fn strict_mode_requires_everything_and_makes_optional_nullable() {
         json!(["traveller", "stops", "class", "notes"])
     );
     assert_eq!(strict["additionalProperties"], json!(false));
-    assert_eq!(strict["properties"]["notes"]["type"], json!(["string", "null"]));
+    assert_eq!(
+        strict["properties"]["notes"]["type"],
+        json!(["string", "null"])
+    );
     // An optional reference becomes an alternative with null.
     let class = &strict["properties"]["class"];
-    let alts = class["anyOf"].as_array().expect("anyOf for an optional $ref");
+    let alts = class["anyOf"]
+        .as_array()
+        .expect("anyOf for an optional $ref");
     assert!(alts.contains(&json!({"type": "null"})));
     // Nested objects in $defs are strict too.
     let person = &strict["$defs"]["Person"];
     assert_eq!(person["required"], json!(["name", "age"]));
     assert_eq!(person["additionalProperties"], json!(false));
-    assert_eq!(person["properties"]["age"]["type"], json!(["integer", "null"]));
+    assert_eq!(
+        person["properties"]["age"]["type"],
+        json!(["integer", "null"])
+    );
     let stop = &strict["$defs"]["Stop"];
     assert_eq!(stop["additionalProperties"], json!(false));
     assert_refs_resolve(&strict, &strict);
@@ -121,7 +138,10 @@ fn openai_function_form() {
     assert_eq!(f["function"]["parameters"]["additionalProperties"], false);
     let loose = t.info().to_openai_function(false);
     assert!(loose["function"].get("strict").is_none());
-    assert_eq!(loose["function"]["parameters"]["required"], json!(["traveller", "stops"]));
+    assert_eq!(
+        loose["function"]["parameters"]["required"],
+        json!(["traveller", "stops"])
+    );
 }
 
 #[test]

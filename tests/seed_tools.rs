@@ -6,14 +6,16 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use futures_util::StreamExt;
 use serde_json::json;
-use tower::ServiceExt;
 use toolstack::{ErrorKind, ToolOutput, ToolRequest, ToolResult, Toolbox};
+use tower::ServiceExt;
 
 fn toolbox() -> Toolbox {
     Toolbox::new()
         .tool(seed::weather())
         .tool(seed::calculator())
-        .tool(seed::clock(|| UNIX_EPOCH + Duration::from_secs(1_700_000_000)))
+        .tool(seed::clock(|| {
+            UNIX_EPOCH + Duration::from_secs(1_700_000_000)
+        }))
         .tool(seed::read_lines())
         .tool(seed::count())
 }
@@ -30,9 +32,15 @@ async fn weather_schema_requires_city_and_offers_units() {
     let tb = toolbox();
     let info = tb.get("get_weather").unwrap().info();
     let schema = info.input_schema();
-    assert_eq!(schema["$schema"], "https://json-schema.org/draft/2020-12/schema");
+    assert_eq!(
+        schema["$schema"],
+        "https://json-schema.org/draft/2020-12/schema"
+    );
     assert_eq!(schema["required"], json!(["city"]));
-    assert_eq!(schema["properties"]["city"]["description"], "The city, e.g. \"Paris\".");
+    assert_eq!(
+        schema["properties"]["city"]["description"],
+        "The city, e.g. \"Paris\"."
+    );
     // The enum is a definition, reached by a $ref that resolves in-schema.
     let unit = &schema["properties"]["unit"];
     let reference = unit["anyOf"][0]["$ref"]
@@ -110,7 +118,9 @@ async fn calculator_schema_lists_operations() {
     let tb = toolbox();
     let schema = tb.get("calculator").unwrap().info().input_schema().clone();
     let op = &schema["properties"]["operation"]["$ref"];
-    let def = schema.pointer(op.as_str().unwrap().trim_start_matches('#')).unwrap();
+    let def = schema
+        .pointer(op.as_str().unwrap().trim_start_matches('#'))
+        .unwrap();
     assert_eq!(
         def["enum"],
         json!(["add", "subtract", "multiply", "divide", "sqrt", "power"])

@@ -7,11 +7,11 @@ use futures_util::stream;
 use http::Extensions;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use tower::{BoxError, ServiceBuilder, ServiceExt};
 use toolstack::{
     tool, BoxTool, ErrorKind, TimeoutPhase, ToolError, ToolInfo, ToolOutput, ToolRequest,
     ToolResult, ToolStream, Toolbox,
 };
+use tower::{BoxError, ServiceBuilder, ServiceExt};
 
 #[derive(Deserialize, JsonSchema)]
 struct Add {
@@ -26,9 +26,10 @@ fn add() -> BoxTool {
 }
 
 fn echo(name: &'static str) -> BoxTool {
-    BoxTool::new(tool::from_fn(name, move |_: serde_json::Value| async move {
-        Ok::<_, ToolError>(name)
-    }))
+    BoxTool::new(tool::from_fn(
+        name,
+        move |_: serde_json::Value| async move { Ok::<_, ToolError>(name) },
+    ))
 }
 
 async fn run(tb: &Toolbox, req: ToolRequest) -> ToolResult {
@@ -71,9 +72,16 @@ async fn unknown_tool_lists_closest_first() {
         "unknown tool `get_wether`; did you mean `get_weather`? available tools: get_weather, get_time, search_web"
     );
     let r = run(&tb, ToolRequest::new("zzzzzzzzzzzzzz", "{}")).await;
-    assert!(r.error.unwrap().message().starts_with("unknown tool `zzzzzzzzzzzzzz`; available tools:"));
+    assert!(r
+        .error
+        .unwrap()
+        .message()
+        .starts_with("unknown tool `zzzzzzzzzzzzzz`; available tools:"));
     let r = run(&Toolbox::new(), ToolRequest::new("x", "{}")).await;
-    assert_eq!(r.error.unwrap().message(), "unknown tool `x`; no tools are available");
+    assert_eq!(
+        r.error.unwrap().message(),
+        "unknown tool `x`; no tools are available"
+    );
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -100,13 +108,27 @@ async fn resolver_hides_tools_from_listing_and_calls() {
     let listed: Vec<_> = tb.infos_for(&admin).map(|i| i.name()).collect();
     assert_eq!(listed, ["read", "delete"]);
 
-    let r = run(&tb, ToolRequest::new("delete", "{}").with_extension(Role::Guest)).await;
+    let r = run(
+        &tb,
+        ToolRequest::new("delete", "{}").with_extension(Role::Guest),
+    )
+    .await;
     let err = r.error.unwrap();
     assert_eq!(err.kind(), ErrorKind::NotFound);
-    assert!(!err.message().contains("delete;"), "hidden tools are not listed: {err}");
-    assert_eq!(err.message(), "unknown tool `delete`; available tools: read");
+    assert!(
+        !err.message().contains("delete;"),
+        "hidden tools are not listed: {err}"
+    );
+    assert_eq!(
+        err.message(),
+        "unknown tool `delete`; available tools: read"
+    );
 
-    let r = run(&tb, ToolRequest::new("delete", "{}").with_extension(Role::Admin)).await;
+    let r = run(
+        &tb,
+        ToolRequest::new("delete", "{}").with_extension(Role::Admin),
+    )
+    .await;
     assert_eq!(r.text(), "delete");
 }
 
@@ -130,7 +152,9 @@ async fn toolbox_waits_for_the_tool_to_be_ready_before_calling_it() {
     handle.allow(1);
     let (req, respond) = handle.next_request().await.unwrap();
     assert_eq!(req.name(), "gated");
-    respond.send_response(ToolStream::new(stream::iter([Ok(ToolOutput::text("opened"))])));
+    respond.send_response(ToolStream::new(stream::iter([Ok(ToolOutput::text(
+        "opened",
+    ))])));
     let r = call.await.unwrap();
     assert_eq!(r.text(), "opened");
 }
@@ -150,13 +174,11 @@ async fn readiness_errors_are_classified() {
     assert_eq!(err.message(), "backend down");
 }
 
-fn slow_opening(info: &str) -> toolstack::tool::Described<
-    impl tower::Service<
-            ToolRequest,
-            Response = ToolStream,
-            Error = ToolError,
-            Future = impl Send,
-        > + Clone
+fn slow_opening(
+    info: &str,
+) -> toolstack::tool::Described<
+    impl tower::Service<ToolRequest, Response = ToolStream, Error = ToolError, Future = impl Send>
+        + Clone
         + Send
         + Sync,
 > {
@@ -177,7 +199,12 @@ async fn tower_timeout_becomes_an_open_timeout() {
     );
     let r = run(&tb, ToolRequest::new("slow", "{}")).await;
     let err = r.error.unwrap();
-    assert_eq!(err.kind(), ErrorKind::Timeout { phase: TimeoutPhase::Open });
+    assert_eq!(
+        err.kind(),
+        ErrorKind::Timeout {
+            phase: TimeoutPhase::Open
+        }
+    );
     assert!(err.is_retryable());
 }
 
@@ -221,7 +248,9 @@ fn box_error_classification() {
     let e: BoxError = Box::new(tower::timeout::error::Elapsed::new());
     assert_eq!(
         ToolError::from(e).kind(),
-        ErrorKind::Timeout { phase: TimeoutPhase::Open }
+        ErrorKind::Timeout {
+            phase: TimeoutPhase::Open
+        }
     );
     let e: BoxError = Box::new(tower::load_shed::error::Overloaded::new());
     assert_eq!(ToolError::from(e).kind(), ErrorKind::Overloaded);

@@ -7,11 +7,11 @@ use std::time::Duration;
 use futures_util::{stream, StreamExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tower::ServiceExt;
 use toolstack::tool::{self, ToolContext};
 use toolstack::{
     ErrorKind, Progress, Resource, ToolError, ToolInfo, ToolOutput, ToolRequest, ToolResult,
 };
+use tower::ServiceExt;
 
 #[derive(Deserialize, JsonSchema)]
 struct N {
@@ -41,13 +41,24 @@ async fn items_are_encoded_only_when_polled() {
         counter.fetch_add(1, Ordering::SeqCst);
         Ok(ToolOutput::json(serde_json::json!({ "i": row.i })))
     });
-    let mut s = t.oneshot(ToolRequest::new("rows", r#"{"n":5}"#)).await.unwrap();
-    assert_eq!(encoded.load(Ordering::SeqCst), 0, "nothing before the first poll");
+    let mut s = t
+        .oneshot(ToolRequest::new("rows", r#"{"n":5}"#))
+        .await
+        .unwrap();
+    assert_eq!(
+        encoded.load(Ordering::SeqCst),
+        0,
+        "nothing before the first poll"
+    );
     s.next().await.unwrap().unwrap();
     s.next().await.unwrap().unwrap();
     assert_eq!(encoded.load(Ordering::SeqCst), 2);
     drop(s);
-    assert_eq!(encoded.load(Ordering::SeqCst), 2, "the rest is never encoded");
+    assert_eq!(
+        encoded.load(Ordering::SeqCst),
+        2,
+        "the rest is never encoded"
+    );
 }
 
 #[tokio::test]
@@ -81,10 +92,16 @@ async fn dropping_the_stream_cancels_the_function_stream() {
         })
     });
     let mut s = Box::pin(t.oneshot(ToolRequest::new("ticker", "{}")).await.unwrap());
-    assert_eq!(s.next().await.unwrap().unwrap().as_json(), Some(&serde_json::json!(0)));
+    assert_eq!(
+        s.next().await.unwrap().unwrap().as_json(),
+        Some(&serde_json::json!(0))
+    );
     assert!(!dropped.load(Ordering::SeqCst));
     drop(s);
-    assert!(dropped.load(Ordering::SeqCst), "the tool's stream was dropped");
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "the tool's stream was dropped"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -102,7 +119,9 @@ async fn dropping_the_stream_cancels_an_async_function() {
     let s = t.oneshot(ToolRequest::new("slow", "{}")).await.unwrap();
     let mut s = Box::pin(s);
     assert!(
-        tokio::time::timeout(Duration::from_secs(1), s.next()).await.is_err(),
+        tokio::time::timeout(Duration::from_secs(1), s.next())
+            .await
+            .is_err(),
         "still running"
     );
     drop(s);
@@ -114,15 +133,18 @@ struct Caller(&'static str);
 
 #[tokio::test]
 async fn context_carries_call_id_name_and_extensions() {
-    let t = tool::from_fn_with_context("whoami", |_: serde_json::Value, ctx: ToolContext| async move {
-        let caller = ctx.extensions().get::<Caller>().cloned();
-        Ok::<_, ToolError>(format!(
-            "{} {} {:?}",
-            ctx.call_id(),
-            ctx.tool_name(),
-            caller
-        ))
-    });
+    let t = tool::from_fn_with_context(
+        "whoami",
+        |_: serde_json::Value, ctx: ToolContext| async move {
+            let caller = ctx.extensions().get::<Caller>().cloned();
+            Ok::<_, ToolError>(format!(
+                "{} {} {:?}",
+                ctx.call_id(),
+                ctx.tool_name(),
+                caller
+            ))
+        },
+    );
     let req = ToolRequest::new("whoami", "{}")
         .with_id("call_7")
         .with_extension(Caller("alice"));
@@ -144,7 +166,10 @@ async fn progress_from_a_spawned_task_reaches_the_stream_in_order() {
         .map_err(|e| ToolError::failed(e.to_string()))?;
         Ok::<_, ToolError>("finished")
     });
-    let s = t.oneshot(ToolRequest::new("work", r#"{"n":3}"#)).await.unwrap();
+    let s = t
+        .oneshot(ToolRequest::new("work", r#"{"n":3}"#))
+        .await
+        .unwrap();
     let items: Vec<ToolOutput> = s.map(Result::unwrap).collect().await;
     let progress: Vec<f64> = items
         .iter()
@@ -156,12 +181,15 @@ async fn progress_from_a_spawned_task_reaches_the_stream_in_order() {
 
 #[tokio::test]
 async fn progress_backlog_keeps_the_newest_reports() {
-    let t = tool::from_fn_with_context("burst", |_: serde_json::Value, ctx: ToolContext| async move {
-        for i in 0..100 {
-            ctx.report(Progress::new(f64::from(i)));
-        }
-        Ok::<_, ToolError>("ok")
-    });
+    let t = tool::from_fn_with_context(
+        "burst",
+        |_: serde_json::Value, ctx: ToolContext| async move {
+            for i in 0..100 {
+                ctx.report(Progress::new(f64::from(i)));
+            }
+            Ok::<_, ToolError>("ok")
+        },
+    );
     let s = t.oneshot(ToolRequest::new("burst", "{}")).await.unwrap();
     let items: Vec<ToolOutput> = s.map(Result::unwrap).collect().await;
     let progress: Vec<f64> = items
@@ -170,7 +198,10 @@ async fn progress_backlog_keeps_the_newest_reports() {
         .collect();
     assert_eq!(progress.len(), tool::PROGRESS_BACKLOG);
     assert_eq!(progress.last(), Some(&99.0));
-    assert_eq!(progress.first(), Some(&((100 - tool::PROGRESS_BACKLOG) as f64)));
+    assert_eq!(
+        progress.first(),
+        Some(&((100 - tool::PROGRESS_BACKLOG) as f64))
+    );
 }
 
 #[tokio::test]
@@ -220,11 +251,26 @@ async fn custom_decoder_accepts_plain_text() {
             Err(_) => Ok(raw.to_owned()),
         }
     });
-    let r = ToolResult::collect(t.clone().oneshot(ToolRequest::new("shout", "hi there")).await.unwrap()).await;
+    let r = ToolResult::collect(
+        t.clone()
+            .oneshot(ToolRequest::new("shout", "hi there"))
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(r.text(), "HI THERE");
-    let r = ToolResult::collect(t.clone().oneshot(ToolRequest::new("shout", r#"{"text":"yo"}"#)).await.unwrap()).await;
+    let r = ToolResult::collect(
+        t.clone()
+            .oneshot(ToolRequest::new("shout", r#"{"text":"yo"}"#))
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(r.text(), "YO");
-    let err = t.oneshot(ToolRequest::new("shout", "{}")).await.unwrap_err();
+    let err = t
+        .oneshot(ToolRequest::new("shout", "{}"))
+        .await
+        .unwrap_err();
     assert_eq!(err.message(), "missing field `text`");
 }
 
@@ -256,7 +302,9 @@ async fn default_encoder_maps_strings_values_and_tool_outputs() {
     });
     let r = ToolResult::collect(t.oneshot(ToolRequest::new("content", "{}")).await.unwrap()).await;
     assert!(matches!(r.content[0], ToolOutput::Image(ref m) if m.mime_type == "image/png"));
-    assert!(matches!(r.content[1], ToolOutput::Resource(ref res) if res.text.as_deref() == Some("hello")));
+    assert!(
+        matches!(r.content[1], ToolOutput::Resource(ref res) if res.text.as_deref() == Some("hello"))
+    );
 }
 
 #[tokio::test]
@@ -265,7 +313,12 @@ async fn raw_tool_receives_the_arguments_untouched() {
     let t = tool::raw(info, |req: ToolRequest| {
         stream::iter([Ok(ToolOutput::text(format!("<{}>", req.arguments())))])
     });
-    let r = ToolResult::collect(t.oneshot(ToolRequest::new("echo_raw", "not json {")).await.unwrap()).await;
+    let r = ToolResult::collect(
+        t.oneshot(ToolRequest::new("echo_raw", "not json {"))
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(r.text(), "<not json {>");
 }
 

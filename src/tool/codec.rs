@@ -112,7 +112,10 @@ impl<T: Serialize + 'static> Encode<T> for JsonEncoder {
         // Monomorphised type checks: each branch folds to a constant.
         let mut slot = Some(item);
         let any: &mut dyn Any = &mut slot;
-        if let Some(output) = any.downcast_mut::<Option<ToolOutput>>().and_then(Option::take) {
+        if let Some(output) = any
+            .downcast_mut::<Option<ToolOutput>>()
+            .and_then(Option::take)
+        {
             return Ok(output);
         }
         if let Some(text) = any.downcast_mut::<Option<String>>().and_then(Option::take) {
@@ -124,10 +127,10 @@ impl<T: Serialize + 'static> Encode<T> for JsonEncoder {
         match serde_json::to_value(item) {
             Ok(serde_json::Value::String(text)) => Ok(ToolOutput::Text { text }),
             Ok(value) => Ok(ToolOutput::Json { value }),
-            Err(err) => Err(
-                ToolError::failed(format!("the tool's output could not be encoded: {err}"))
-                    .with_source(err),
-            ),
+            Err(err) => Err(ToolError::failed(format!(
+                "the tool's output could not be encoded: {err}"
+            ))
+            .with_source(err)),
         }
     }
 }

@@ -110,10 +110,7 @@ impl<H, Args, D, E> std::fmt::Debug for FnTool<H, Args, D, E> {
 }
 
 fn inferred<H, Args: JsonSchema>(name: impl Into<Arc<str>>, handler: H) -> FnTool<H, Args> {
-    FnTool::with_info(
-        ToolInfo::new(name).with_input_schema_for::<Args>(),
-        handler,
-    )
+    FnTool::with_info(ToolInfo::new(name).with_input_schema_for::<Args>(), handler)
 }
 
 /// A tool from an async function of its arguments; its one result is the

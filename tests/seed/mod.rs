@@ -5,12 +5,12 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use futures_util::{stream, Stream, StreamExt};
+use futures_util::{stream, StreamExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncBufReadExt;
 use toolstack::tool::{self, AsyncFn, FnTool, ToolContext};
-use toolstack::{Progress, ToolAnnotations, ToolError, ToolInfo};
+use toolstack::{BoxTool, Progress, ToolAnnotations, ToolError, ToolInfo};
 
 /// Arguments of the weather tool.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -45,43 +45,36 @@ const CITIES: [(&str, f64, &str); 4] = [
     ("New York", 20.0, "windy"),
 ];
 
-pub fn weather() -> impl tower::Service<
-    toolstack::ToolRequest,
-    Response = impl Stream<Item = toolstack::ToolItem> + Send,
-    Error = ToolError,
-    Future = impl Send,
-> + toolstack::Describe
-       + Clone
-       + Send
-       + Sync
-       + 'static {
-    tool::from_fn("get_weather", |args: WeatherArgs| async move {
-        let Some(&(city, celsius, conditions)) = CITIES
-            .iter()
-            .find(|(name, _, _)| name.eq_ignore_ascii_case(args.city.trim()))
-        else {
-            let known: Vec<&str> = CITIES.iter().map(|c| c.0).collect();
-            return Err(ToolError::failed(format!(
-                "unknown city `{}`; known cities: {}",
-                args.city,
-                known.join(", ")
-            )));
-        };
-        let unit = args.unit.unwrap_or(Unit::Celsius);
-        let temperature = match unit {
-            Unit::Celsius => celsius,
-            Unit::Fahrenheit => celsius * 9.0 / 5.0 + 32.0,
-        };
-        Ok(Weather {
-            city: city.to_owned(),
-            temperature,
-            unit,
-            conditions,
+pub fn weather() -> BoxTool {
+    BoxTool::new(
+        tool::from_fn("get_weather", |args: WeatherArgs| async move {
+            let Some(&(city, celsius, conditions)) = CITIES
+                .iter()
+                .find(|(name, _, _)| name.eq_ignore_ascii_case(args.city.trim()))
+            else {
+                let known: Vec<&str> = CITIES.iter().map(|c| c.0).collect();
+                return Err(ToolError::failed(format!(
+                    "unknown city `{}`; known cities: {}",
+                    args.city,
+                    known.join(", ")
+                )));
+            };
+            let unit = args.unit.unwrap_or(Unit::Celsius);
+            let temperature = match unit {
+                Unit::Celsius => celsius,
+                Unit::Fahrenheit => celsius * 9.0 / 5.0 + 32.0,
+            };
+            Ok(Weather {
+                city: city.to_owned(),
+                temperature,
+                unit,
+                conditions,
+            })
         })
-    })
-    .description("Current weather for a city")
-    .annotations(ToolAnnotations::new().read_only())
-    .output_schema_for::<Weather>()
+        .description("Current weather for a city")
+        .annotations(ToolAnnotations::new().read_only())
+        .output_schema_for::<Weather>(),
+    )
 }
 
 /// Arguments of the calculator.
@@ -141,16 +134,15 @@ pub fn calculate(args: CalcArgs) -> Result<f64, ToolError> {
     Ok(value)
 }
 
-pub fn calculator() -> FnTool<
-    AsyncFn<fn(CalcArgs) -> std::future::Ready<Result<f64, ToolError>>>,
-    CalcArgs,
-> {
-    tool::from_fn(
-        "calculator",
-        (|args| std::future::ready(calculate(args))) as fn(_) -> _,
+pub fn calculator() -> BoxTool {
+    BoxTool::new(
+        tool::from_fn(
+            "calculator",
+            (|args| std::future::ready(calculate(args))) as fn(_) -> _,
+        )
+        .description("Arithmetic: add, subtract, multiply, divide, sqrt, power")
+        .annotations(ToolAnnotations::new().read_only()),
     )
-    .description("Arithmetic: add, subtract, multiply, divide, sqrt, power")
-    .annotations(ToolAnnotations::new().read_only())
 }
 
 #[derive(Debug, Deserialize)]
@@ -203,12 +195,7 @@ pub fn format_time(unix: i64, offset: i64) -> String {
 }
 
 /// The clock tool: a hand-written schema, and a clock that tests can fix.
-pub fn clock(
-    now: fn() -> SystemTime,
-) -> FnTool<
-    AsyncFn<impl Fn(TimeArgs) -> std::future::Ready<Result<String, ToolError>> + Clone>,
-    TimeArgs,
-> {
+pub fn clock(now: fn() -> SystemTime) -> BoxTool {
     let info = ToolInfo::new("current_time")
         .with_description("The current time in a timezone")
         .with_input_schema(serde_json::json!({
@@ -222,7 +209,7 @@ pub fn clock(
             "required": ["timezone"],
             "additionalProperties": false
         }));
-    FnTool::with_info(
+    BoxTool::new(FnTool::with_info(
         info,
         AsyncFn(move |args: TimeArgs| {
             std::future::ready(match parse_offset(&args.timezone) {
@@ -239,7 +226,7 @@ pub fn clock(
                 }
             })
         }),
-    )
+    ))
 }
 
 /// Arguments of `read_lines`.
@@ -250,35 +237,28 @@ pub struct ReadLines {
 }
 
 /// Streams a file's lines, one text item each, as they are read.
-pub fn read_lines() -> impl tower::Service<
-    toolstack::ToolRequest,
-    Response = impl Stream<Item = toolstack::ToolItem> + Send,
-    Error = ToolError,
-    Future = impl Send,
-> + toolstack::Describe
-       + Clone
-       + Send
-       + Sync
-       + 'static {
-    tool::from_stream("read_lines", |args: ReadLines| {
-        let path = args.path;
-        stream::once(async move {
-            match tokio::fs::File::open(&path).await {
-                Ok(file) => {
-                    let lines = tokio::io::BufReader::new(file).lines();
-                    tokio_stream::wrappers::LinesStream::new(lines)
-                        .map(|line| line.map_err(ToolError::from))
-                        .left_stream()
+pub fn read_lines() -> BoxTool {
+    BoxTool::new(
+        tool::from_stream("read_lines", |args: ReadLines| {
+            let path = args.path;
+            stream::once(async move {
+                match tokio::fs::File::open(&path).await {
+                    Ok(file) => {
+                        let lines = tokio::io::BufReader::new(file).lines();
+                        tokio_stream::wrappers::LinesStream::new(lines)
+                            .map(|line| line.map_err(ToolError::from))
+                            .left_stream()
+                    }
+                    Err(err) => stream::iter([Err(ToolError::failed(format!(
+                        "cannot open `{path}`: {err}"
+                    )))])
+                    .right_stream(),
                 }
-                Err(err) => stream::iter([Err(ToolError::failed(format!(
-                    "cannot open `{path}`: {err}"
-                )))])
-                .right_stream(),
-            }
+            })
+            .flatten()
         })
-        .flatten()
-    })
-    .description("Reads a text file, streaming its lines")
+        .description("Reads a text file, streaming its lines"),
+    )
 }
 
 /// Arguments of `count`.
@@ -292,30 +272,23 @@ pub struct Count {
 }
 
 /// Counts, reporting progress before each number.
-pub fn count() -> impl tower::Service<
-    toolstack::ToolRequest,
-    Response = impl Stream<Item = toolstack::ToolItem> + Send,
-    Error = ToolError,
-    Future = impl Send,
-> + toolstack::Describe
-       + Clone
-       + Send
-       + Sync
-       + 'static {
-    tool::from_stream_with_context("count", |args: Count, ctx: ToolContext| {
-        let total = args.to;
-        stream::iter(1..=total).then(move |n| {
-            let report = Progress::new(f64::from(n))
-                .total(f64::from(total))
-                .message(format!("counted {n} of {total}"));
-            ctx.report(report);
-            async move {
-                if args.delay_ms > 0 {
-                    tokio::time::sleep(Duration::from_millis(args.delay_ms)).await;
+pub fn count() -> BoxTool {
+    BoxTool::new(
+        tool::from_stream_with_context("count", |args: Count, ctx: ToolContext| {
+            let total = args.to;
+            stream::iter(1..=total).then(move |n| {
+                let report = Progress::new(f64::from(n))
+                    .total(f64::from(total))
+                    .message(format!("counted {n} of {total}"));
+                ctx.report(report);
+                async move {
+                    if args.delay_ms > 0 {
+                        tokio::time::sleep(Duration::from_millis(args.delay_ms)).await;
+                    }
+                    Ok::<_, ToolError>(n)
                 }
-                Ok::<_, ToolError>(n)
-            }
+            })
         })
-    })
-    .description("Counts up to a number, with progress")
+        .description("Counts up to a number, with progress"),
+    )
 }
