@@ -5,7 +5,7 @@
 //! A tool's response is a stream, and its work goes on after the response
 //! future resolves; the layers here watch the stream, not only the future.
 //! This crate is being built up layer by layer; today it offers the shared
-//! plumbing every layer uses: [`Describe`](toolstack::Describe) forwarding,
+//! plumbing every layer uses: [`Describe`] forwarding,
 //! so that a layered tool still carries its own description.
 //!
 //! ```
