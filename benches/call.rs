@@ -153,32 +153,27 @@ fn summary() {
         "{:<12} {:>9.1} {:>7.2} {:>12.1}",
         "direct", base, 1.0, base_allocs
     );
-    let t = ns_per_call(|| {
-        black_box(typed(black_box(&req)));
-    });
-    let ta = allocations_per_call(|| {
-        black_box(typed(black_box(&req)));
-    });
-    println!(
-        "{:<12} {:>9.1} {:>7.2} {:>12.1}",
-        "typed_tool",
-        t,
-        t / base,
-        ta
-    );
-    let b = ns_per_call(|| {
-        black_box(toolbox(black_box(&req)));
-    });
-    let ba = allocations_per_call(|| {
-        black_box(toolbox(black_box(&req)));
-    });
-    println!(
-        "{:<12} {:>9.1} {:>7.2} {:>12.1}",
-        "toolbox",
-        b,
-        b / base,
-        ba
-    );
+    for (name, f) in [
+        (
+            "typed_tool",
+            &mut typed as &mut dyn FnMut(&ToolRequest) -> String,
+        ),
+        ("toolbox", &mut toolbox),
+    ] {
+        let ns = ns_per_call(|| {
+            black_box(f(black_box(&req)));
+        });
+        let allocs = allocations_per_call(|| {
+            black_box(f(black_box(&req)));
+        });
+        println!(
+            "{:<12} {:>9.1} {:>7.2} {:>12.1}",
+            name,
+            ns,
+            ns / base,
+            allocs
+        );
+    }
 }
 
 criterion_group!(benches, bench);
