@@ -3,10 +3,14 @@
 //! Stream-aware tower middleware for [`toolstack`] tools.
 //!
 //! A tool's response is a stream, and its work goes on after the response
-//! future resolves; the layers here watch the stream, not only the future.
-//! This crate is being built up layer by layer; today it offers the shared
-//! plumbing every layer uses: [`Describe`] forwarding,
-//! so that a layered tool still carries its own description.
+//! future resolves; the layers here watch the stream, not only the future:
+//! a timeout can fire between items, a retry never duplicates an emitted
+//! item, a concurrency permit lives as long as the stream.
+//!
+//! Every layer is an ordinary [`tower_layer::Layer`]: it stacks in a
+//! `tower::ServiceBuilder` (also through [`ServiceBuilderExt`]), is `Clone`
+//! when the inner service is, answers with [`ToolError`](toolstack::ToolError)
+//! and forwards [`Describe`], so a layered tool keeps its description.
 //!
 //! ```
 //! use toolstack::{tool, Describe, ToolError};
@@ -23,6 +27,16 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+
+pub mod catch_panic;
+pub mod concurrency;
+#[cfg(feature = "rate-limit")]
+pub mod rate_limit;
+pub mod retry;
+pub mod timeout;
+pub mod trace;
+#[cfg(feature = "validate")]
+pub mod validate;
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
