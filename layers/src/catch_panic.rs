@@ -1,1 +1,261 @@
-//! (being written)
+//! Turns a panicking tool into a failed call.
+//!
+//! A panic in the tool's `call`, in its response future or in any poll of
+//! its response stream becomes a [`ToolError`] of kind
+//! [`ErrorKind::Panicked`]; the toolbox, other calls and the runtime are
+//! unaffected. After a panic the tool's future or stream is dropped and
+//! never polled again: the stream yields the error as its last item, then
+//! ends.
+//!
+//! ```
+//! use futures_util::StreamExt;
+//! use tower::{ServiceBuilder, ServiceExt};
+//! use toolstack::{tool, ErrorKind, ToolError, ToolRequest};
+//! use toolstack_layers::catch_panic::CatchPanicLayer;
+//!
+//! # futures_util::FutureExt::now_or_never(async {
+//! let boom = tool::from_fn("boom", |_: serde_json::Value| async {
+//!     if true {
+//!         panic!("out of cheese");
+//!     }
+//!     Ok::<_, ToolError>("unreachable")
+//! });
+//! let tool = ServiceBuilder::new().layer(CatchPanicLayer::new()).service(boom);
+//! let mut stream = Box::pin(tool.oneshot(ToolRequest::new("boom", "{}")).await?);
+//! let err = stream.next().await.unwrap().unwrap_err();
+//! assert_eq!(err.kind(), ErrorKind::Panicked);
+//! assert_eq!(err.message(), "the tool panicked: out of cheese");
+//! assert!(stream.next().await.is_none());
+//! # Ok::<_, ToolError>(())
+//! # }).unwrap().unwrap();
+//! ```
+//!
+//! The default panic hook still prints the panic; install a quieter hook
+//! with [`std::panic::set_hook`] if that is unwanted. A panic while the
+//! tool's stream is *dropped* by its consumer is not caught.
+
+use std::any::Any;
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures_core::Stream;
+use pin_project_lite::pin_project;
+use toolstack::{Describe, ErrorKind, ToolError, ToolInfo, ToolItem, ToolRequest};
+use tower_layer::Layer;
+use tower_service::Service;
+
+/// Wraps a tool in [`CatchPanic`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CatchPanicLayer {
+    _priv: (),
+}
+
+impl CatchPanicLayer {
+    /// A layer that catches the panics of the tool it wraps.
+    pub fn new() -> Self {
+        CatchPanicLayer { _priv: () }
+    }
+}
+
+impl<S> Layer<S> for CatchPanicLayer {
+    type Service = CatchPanic<S>;
+
+    fn layer(&self, inner: S) -> CatchPanic<S> {
+        CatchPanic::new(inner)
+    }
+}
+
+/// A tool whose panics become [`ErrorKind::Panicked`] errors; see the
+/// [module docs](self).
+#[derive(Clone, Debug)]
+pub struct CatchPanic<S> {
+    inner: S,
+}
+
+impl<S> CatchPanic<S> {
+    /// Wraps `inner`.
+    pub fn new(inner: S) -> Self {
+        CatchPanic { inner }
+    }
+
+    /// The wrapped tool.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped tool, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the tool.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Describe> Describe for CatchPanic<S> {
+    fn info(&self) -> &ToolInfo {
+        self.inner.info()
+    }
+}
+
+impl<S, St> Service<ToolRequest> for CatchPanic<S>
+where
+    S: Service<ToolRequest, Response = St>,
+    S::Error: Into<ToolError>,
+    St: Stream<Item = ToolItem>,
+{
+    type Response = ResponseStream<St>;
+    type Error = ToolError;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        // A panic here fails the service, as any `poll_ready` error does; a
+        // toolbox polls a fresh clone per call, so other calls go on.
+        match catch_unwind(AssertUnwindSafe(|| self.inner.poll_ready(cx))) {
+            Ok(poll) => poll.map_err(Into::into),
+            Err(payload) => Poll::Ready(Err(panicked(payload))),
+        }
+    }
+
+    fn call(&mut self, request: ToolRequest) -> Self::Future {
+        let kind = match catch_unwind(AssertUnwindSafe(|| self.inner.call(request))) {
+            Ok(future) => Kind::Calling { future },
+            Err(payload) => Kind::Done {
+                error: Some(panicked(payload)),
+            },
+        };
+        ResponseFuture { kind }
+    }
+}
+
+pin_project! {
+    /// The response future of [`CatchPanic`]: the tool's future, with a
+    /// panic (in `call` or in a poll) turned into a [`ErrorKind::Panicked`]
+    /// error.
+    pub struct ResponseFuture<F> {
+        #[pin]
+        kind: Kind<F>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<F> {
+        Calling { #[pin] future: F },
+        // The call panicked (the error is waiting) or the future is finished.
+        Done { error: Option<ToolError> },
+    }
+}
+
+impl<F, St, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<St, E>>,
+    E: Into<ToolError>,
+    St: Stream<Item = ToolItem>,
+{
+    type Output = Result<ResponseStream<St>, ToolError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut kind = self.project().kind;
+        let result = match kind.as_mut().project() {
+            KindProj::Calling { future } => {
+                match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
+                    Ok(Poll::Pending) => return Poll::Pending,
+                    Ok(Poll::Ready(Ok(stream))) => Ok(ResponseStream::new(stream)),
+                    Ok(Poll::Ready(Err(err))) => Err(err.into()),
+                    Err(payload) => Err(panicked(payload)),
+                }
+            }
+            KindProj::Done { error } => {
+                return Poll::Ready(Err(error.take().unwrap_or_else(|| {
+                    ToolError::cancelled("response future polled after completion")
+                })))
+            }
+        };
+        drop_quietly(|| kind.set(Kind::Done { error: None }));
+        Poll::Ready(result)
+    }
+}
+
+pin_project! {
+    /// The response stream of [`CatchPanic`]: the tool's stream until it
+    /// panics, then one [`ErrorKind::Panicked`] error, then the end.
+    pub struct ResponseStream<St> {
+        #[pin]
+        inner: Option<St>,
+    }
+}
+
+impl<St> ResponseStream<St> {
+    fn new(stream: St) -> Self {
+        ResponseStream {
+            inner: Some(stream),
+        }
+    }
+}
+
+impl<St> Stream for ResponseStream<St>
+where
+    St: Stream<Item = ToolItem>,
+{
+    type Item = ToolItem;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToolItem>> {
+        let mut inner = self.project().inner;
+        let Some(stream) = inner.as_mut().as_pin_mut() else {
+            return Poll::Ready(None);
+        };
+        match catch_unwind(AssertUnwindSafe(|| stream.poll_next(cx))) {
+            Ok(Poll::Ready(None)) => {
+                // An ended stream may panic if polled again; never poll it.
+                drop_quietly(|| inner.set(None));
+                Poll::Ready(None)
+            }
+            Ok(poll) => poll,
+            Err(payload) => {
+                let err = panicked(payload);
+                drop_quietly(|| inner.set(None));
+                Poll::Ready(Some(Err(err)))
+            }
+        }
+    }
+}
+
+impl<St> std::fmt::Debug for ResponseStream<St> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseStream")
+            .field("done", &self.inner.is_none())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<F> std::fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+/// Drops a tool's state that was left behind by a panic: its destructor may
+/// panic as well, and that must not escape either. (An assignment whose drop
+/// unwinds still stores the new value, so the slot is left empty.)
+fn drop_quietly(drop: impl FnOnce()) {
+    if catch_unwind(AssertUnwindSafe(drop)).is_err() {
+        tracing::error!("a tool panicked while its state was dropped");
+    }
+}
+
+fn panicked(payload: Box<dyn Any + Send>) -> ToolError {
+    let message = if let Some(s) = payload.downcast_ref::<&'static str>() {
+        format!("the tool panicked: {s}")
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        format!("the tool panicked: {s}")
+    } else {
+        "the tool panicked".to_owned()
+    };
+    tracing::error!(%message, "caught a tool panic");
+    ToolError::new(ErrorKind::Panicked, message)
+}

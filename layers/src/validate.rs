@@ -1,1 +1,404 @@
-//! (being written)
+//! Checks a call's arguments against the tool's input schema before the
+//! tool runs.
+//!
+//! [`Validate`] compiles the tool's JSON Schema once (with the
+//! [`jsonschema`] crate), checks every call's arguments against it, and
+//! answers a call that does not match with an
+//! [`ErrorKind::InvalidArguments`](toolstack::ErrorKind::InvalidArguments)
+//! error *without calling the tool*. The message lists each violation on a
+//! line of its own — the JSON pointer of the offending value and what was
+//! expected — so a model can correct its call; the error's source is a
+//! [`ValidationError`] holding the same [`Violation`]s for code.
+//!
+//! ```
+//! use serde_json::json;
+//! use tower::{ServiceBuilder, ServiceExt};
+//! use toolstack::{tool, ErrorKind, ToolInfo, ToolRequest};
+//! use toolstack_layers::validate::{ValidateLayer, ValidationError};
+//!
+//! # futures_util::FutureExt::now_or_never(async {
+//! let info = ToolInfo::new("forecast").with_input_schema(json!({
+//!     "type": "object",
+//!     "properties": {"days": {"type": "integer"}},
+//!     "required": ["days"]
+//! }));
+//! let forecast = tool::raw(info, |_| futures_util::stream::empty());
+//! let tool = ServiceBuilder::new().layer(ValidateLayer::new()).service(forecast);
+//!
+//! let err = tool.oneshot(ToolRequest::new("forecast", r#"{"days":"x"}"#)).await.unwrap_err();
+//! assert_eq!(err.kind(), ErrorKind::InvalidArguments);
+//! assert_eq!(err.message(), r#"invalid arguments: /days: "x" is not of type "integer""#);
+//!
+//! let source = std::error::Error::source(&err).unwrap();
+//! let violations = source.downcast_ref::<ValidationError>().unwrap().violations();
+//! assert_eq!(violations[0].pointer(), "/days");
+//! # }).unwrap();
+//! ```
+//!
+//! Arguments are parsed as the default decoder does: empty arguments are
+//! read as `{}`. A tool whose described schema does not compile is not
+//! validated at all (see [`ValidateLayer`]); use [`Validate::try_new`] or
+//! [`Validate::with_schema`] to get the [`SchemaError`] instead.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures_core::Stream;
+use pin_project_lite::pin_project;
+use serde_json::Value;
+use toolstack::{Describe, ToolError, ToolInfo, ToolItem, ToolRequest};
+use tower_layer::Layer;
+use tower_service::Service;
+
+/// The model-facing message lists at most this many violations.
+const MAX_LISTED: usize = 10;
+/// A violation's line in the model-facing message is cut after this many
+/// bytes: jsonschema quotes the offending value, which may be large.
+const MAX_LINE: usize = 240;
+
+/// Wraps a described tool in [`Validate`], compiling its input schema once,
+/// when the layer is applied.
+///
+/// If the tool's schema does not compile, the layer logs a warning (through
+/// `tracing`) and the wrapped tool validates nothing: a schema may come
+/// from a remote server, and a bad one must not bring the process down.
+/// The tool still checks its own arguments. Use [`Validate::try_new`] to
+/// treat a bad schema as an error.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ValidateLayer {
+    _priv: (),
+}
+
+impl ValidateLayer {
+    /// A layer that validates arguments against the wrapped tool's input
+    /// schema.
+    pub fn new() -> Self {
+        ValidateLayer { _priv: () }
+    }
+}
+
+impl<S: Describe> Layer<S> for ValidateLayer {
+    type Service = Validate<S>;
+
+    fn layer(&self, inner: S) -> Validate<S> {
+        match compile(inner.info().input_schema()) {
+            Ok(validator) => Validate {
+                inner,
+                validator: Some(validator),
+            },
+            Err(err) => {
+                tracing::warn!(
+                    tool = inner.info().name(),
+                    error = %err,
+                    "the tool's input schema does not compile; its arguments are not validated",
+                );
+                Validate {
+                    inner,
+                    validator: None,
+                }
+            }
+        }
+    }
+}
+
+/// A tool whose arguments are checked against a JSON Schema before it is
+/// called; see the [module docs](self).
+///
+/// Cloning shares the compiled schema.
+#[derive(Clone)]
+pub struct Validate<S> {
+    inner: S,
+    validator: Option<Arc<jsonschema::Validator>>,
+}
+
+impl<S: Describe> Validate<S> {
+    /// Wraps a described tool, compiling its input schema.
+    pub fn try_new(inner: S) -> Result<Self, SchemaError> {
+        let validator = compile(inner.info().input_schema())?;
+        Ok(Validate {
+            inner,
+            validator: Some(validator),
+        })
+    }
+}
+
+impl<S> Validate<S> {
+    /// Wraps any tool service, validating against `schema` (for services
+    /// that carry no description, or to check against another schema than
+    /// the one shown to the model).
+    pub fn with_schema(inner: S, schema: &Value) -> Result<Self, SchemaError> {
+        let validator = compile(schema)?;
+        Ok(Validate {
+            inner,
+            validator: Some(validator),
+        })
+    }
+
+    /// Whether arguments are checked: `false` only when [`ValidateLayer`]
+    /// met a schema that does not compile.
+    pub fn is_validating(&self) -> bool {
+        self.validator.is_some()
+    }
+
+    /// The wrapped tool.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped tool, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the tool.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Describe> Describe for Validate<S> {
+    fn info(&self) -> &ToolInfo {
+        self.inner.info()
+    }
+}
+
+impl<S, St> Service<ToolRequest> for Validate<S>
+where
+    S: Service<ToolRequest, Response = St>,
+    S::Error: Into<ToolError>,
+    St: Stream<Item = ToolItem>,
+{
+    type Response = St;
+    type Error = ToolError;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: ToolRequest) -> Self::Future {
+        if let Some(validator) = &self.validator {
+            if let Err(err) = check(validator, request.arguments()) {
+                return ResponseFuture {
+                    kind: Kind::Rejected { error: Some(err) },
+                };
+            }
+        }
+        ResponseFuture {
+            kind: Kind::Called {
+                future: self.inner.call(request),
+            },
+        }
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for Validate<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The compiled schema's own `Debug` is a large tree.
+        f.debug_struct("Validate")
+            .field("inner", &self.inner)
+            .field("validating", &self.is_validating())
+            .finish()
+    }
+}
+
+pin_project! {
+    /// The response future of [`Validate`]: the tool's own future, or an
+    /// invalid-arguments error when the arguments did not match.
+    pub struct ResponseFuture<F> {
+        #[pin]
+        kind: Kind<F>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<F> {
+        Called { #[pin] future: F },
+        Rejected { error: Option<ToolError> },
+    }
+}
+
+impl<F, St, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<St, E>>,
+    E: Into<ToolError>,
+{
+    type Output = Result<St, ToolError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().kind.project() {
+            KindProj::Called { future } => future.poll(cx).map_err(Into::into),
+            KindProj::Rejected { error } => Poll::Ready(Err(error.take().unwrap_or_else(|| {
+                ToolError::cancelled("response future polled after completion")
+            }))),
+        }
+    }
+}
+
+impl<F> fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+/// The arguments of a call did not match the tool's input schema: the
+/// source of the [`ToolError`] that [`Validate`] answers with.
+///
+/// Reach it with [`std::error::Error::source`] and `downcast_ref`.
+#[derive(Clone, Debug)]
+pub struct ValidationError {
+    violations: Vec<Violation>,
+}
+
+impl ValidationError {
+    /// Every violation found, in the order jsonschema reported them.
+    pub fn violations(&self) -> &[Violation] {
+        &self.violations
+    }
+}
+
+impl fmt::Display for ValidationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut lines = self.violations.iter();
+        if let Some(first) = lines.next() {
+            write!(f, "{first}")?;
+        }
+        for violation in lines {
+            write!(f, "; {violation}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ValidationError {}
+
+/// One place where the arguments break the schema.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    pointer: String,
+    schema_path: String,
+    keyword: String,
+    message: String,
+}
+
+impl Violation {
+    /// The JSON pointer of the offending value within the arguments
+    /// (`/items/2/name`); empty for the arguments object itself.
+    pub fn pointer(&self) -> &str {
+        &self.pointer
+    }
+
+    /// The JSON pointer of the schema keyword that failed
+    /// (`/properties/days/type`).
+    pub fn schema_path(&self) -> &str {
+        &self.schema_path
+    }
+
+    /// The schema keyword that failed (`type`, `required`, `enum`, …).
+    pub fn keyword(&self) -> &str {
+        &self.keyword
+    }
+
+    /// What is wrong and what was expected, as jsonschema says it
+    /// (`"x" is not of type "integer"`).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+/// Shows the pointer as `(root)` for the arguments object itself.
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let pointer = if self.pointer.is_empty() {
+            "(root)"
+        } else {
+            &self.pointer
+        };
+        write!(f, "{pointer}: {}", self.message)
+    }
+}
+
+/// A JSON Schema that cannot be compiled into a validator.
+#[derive(Clone, Debug)]
+pub struct SchemaError {
+    message: String,
+}
+
+impl fmt::Display for SchemaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid input schema: {}", self.message)
+    }
+}
+
+impl std::error::Error for SchemaError {}
+
+fn compile(schema: &Value) -> Result<Arc<jsonschema::Validator>, SchemaError> {
+    jsonschema::validator_for(schema)
+        .map(Arc::new)
+        .map_err(|err| {
+            let at = err.instance_path();
+            let message = if at.is_empty() {
+                err.to_string()
+            } else {
+                format!("{at}: {err}")
+            };
+            SchemaError { message }
+        })
+}
+
+fn check(validator: &jsonschema::Validator, arguments: &str) -> Result<(), ToolError> {
+    let text = if arguments.trim().is_empty() {
+        "{}"
+    } else {
+        arguments
+    };
+    let instance: Value = serde_json::from_str(text).map_err(|err| {
+        ToolError::invalid_arguments(format!("arguments are not valid JSON: {err}"))
+            .with_source(err)
+    })?;
+    let mut errors = validator.iter_errors(&instance).peekable();
+    if errors.peek().is_none() {
+        return Ok(());
+    }
+    let violations: Vec<Violation> = errors
+        .map(|err| Violation {
+            pointer: err.instance_path().as_str().to_owned(),
+            schema_path: err.schema_path().as_str().to_owned(),
+            keyword: err.kind().keyword().to_owned(),
+            message: err.to_string(),
+        })
+        .collect();
+    Err(ToolError::invalid_arguments(model_message(&violations))
+        .with_source(ValidationError { violations }))
+}
+
+/// One line per violation, after a header; a single violation fits on the
+/// header line.
+fn model_message(violations: &[Violation]) -> String {
+    use std::fmt::Write;
+
+    let mut out = String::from("invalid arguments:");
+    let one = violations.len() == 1;
+    for violation in violations.iter().take(MAX_LISTED) {
+        out.push(if one { ' ' } else { '\n' });
+        let start = out.len();
+        // Writing to a `String` cannot fail.
+        let _ = write!(out, "{violation}");
+        if out.len() - start > MAX_LINE {
+            let mut cut = start + MAX_LINE;
+            while !out.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            out.truncate(cut);
+            out.push('…');
+        }
+    }
+    if violations.len() > MAX_LISTED {
+        let _ = write!(out, "\n… and {} more", violations.len() - MAX_LISTED);
+    }
+    out
+}

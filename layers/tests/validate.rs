@@ -1,0 +1,332 @@
+//! Validate: arguments are checked against the input schema before the
+//! call; a mismatch names each JSON pointer and what was expected, and the
+//! tool is not called.
+#![cfg(feature = "validate")]
+
+use std::error::Error as _;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use futures_util::{stream, StreamExt};
+use serde_json::{json, Value};
+use toolstack::{
+    tool, Describe, ErrorKind, ToolError, ToolInfo, ToolItem, ToolOutput, ToolRequest, Toolbox,
+};
+use toolstack_layers::validate::{Validate, ValidateLayer, ValidationError};
+use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+
+fn forecast_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"},
+            "days": {"type": "integer", "minimum": 1},
+            "items": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"name": {"type": "string"}},
+                    "required": ["name"]
+                }
+            }
+        },
+        "required": ["city"],
+        "additionalProperties": false
+    })
+}
+
+type Echo = stream::Iter<std::array::IntoIter<ToolItem, 1>>;
+
+/// A tool that echoes its raw arguments and counts its calls.
+fn echo(calls: &Arc<AtomicUsize>) -> tool::RawTool<impl Fn(ToolRequest) -> Echo + Clone> {
+    let calls = calls.clone();
+    tool::raw(
+        ToolInfo::new("forecast").with_input_schema(forecast_schema()),
+        move |req| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            stream::iter([Ok(ToolOutput::text(req.arguments()))])
+        },
+    )
+}
+
+async fn call_echo(arguments: &str) -> (Result<String, ToolError>, usize) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = ValidateLayer::new().layer_on(echo(&calls));
+    let result = match svc.oneshot(ToolRequest::new("forecast", arguments)).await {
+        Ok(s) => {
+            let items: Vec<_> = s.collect().await;
+            Ok(items[0].as_ref().unwrap().as_text().unwrap().to_owned())
+        }
+        Err(e) => Err(e),
+    };
+    (result, calls.load(Ordering::SeqCst))
+}
+
+/// `Layer::layer`, named so the tests read left to right.
+trait LayerOn {
+    fn layer_on<S: Describe>(&self, s: S) -> Validate<S>;
+}
+
+impl LayerOn for ValidateLayer {
+    fn layer_on<S: Describe>(&self, s: S) -> Validate<S> {
+        tower_layer::Layer::layer(self, s)
+    }
+}
+
+fn violations(err: &ToolError) -> &ValidationError {
+    err.source()
+        .and_then(|s| s.downcast_ref::<ValidationError>())
+        .expect("the source is a ValidationError")
+}
+
+#[tokio::test]
+async fn valid_arguments_reach_the_tool_unchanged() {
+    let args = r#"{ "city": "Paris",  "days": 3, "items": [{"name": "a"}] }"#;
+    let (result, calls) = call_echo(args).await;
+    assert_eq!(result.unwrap(), args);
+    assert_eq!(calls, 1);
+}
+
+#[tokio::test]
+async fn a_wrong_type_names_the_pointer_and_the_expected_type() {
+    let (result, calls) = call_echo(r#"{"city": "Paris", "days": "x"}"#).await;
+    let err = result.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArguments);
+    assert_eq!(
+        err.message(),
+        r#"invalid arguments: /days: "x" is not of type "integer""#
+    );
+    let v = &violations(&err).violations()[0];
+    assert_eq!(v.pointer(), "/days");
+    assert_eq!(v.keyword(), "type");
+    assert_eq!(v.schema_path(), "/properties/days/type");
+    assert_eq!(v.message(), r#""x" is not of type "integer""#);
+    assert_eq!(calls, 0);
+}
+
+#[tokio::test]
+async fn a_missing_required_field_is_reported_at_the_root() {
+    let (result, calls) = call_echo(r#"{"days": 2}"#).await;
+    let err = result.unwrap_err();
+    assert_eq!(
+        err.message(),
+        r#"invalid arguments: (root): "city" is a required property"#
+    );
+    let v = &violations(&err).violations()[0];
+    assert_eq!(v.pointer(), "");
+    assert_eq!(v.keyword(), "required");
+    assert_eq!(calls, 0);
+}
+
+#[tokio::test]
+async fn empty_arguments_are_read_as_an_empty_object() {
+    let (result, _) = call_echo("  ").await;
+    assert_eq!(
+        result.unwrap_err().message(),
+        r#"invalid arguments: (root): "city" is a required property"#
+    );
+}
+
+#[tokio::test]
+async fn every_violation_is_listed_on_its_own_line() {
+    let (result, calls) = call_echo(r#"{"days": 0, "items": [{"name": "a"}, {"name": 5}]}"#).await;
+    let err = result.unwrap_err();
+    let lines: Vec<&str> = err.message().lines().collect();
+    assert_eq!(lines[0], "invalid arguments:");
+    let mut rest = lines[1..].to_vec();
+    rest.sort_unstable();
+    assert_eq!(
+        rest,
+        [
+            r#"(root): "city" is a required property"#,
+            "/days: 0 is less than the minimum of 1",
+            r#"/items/1/name: 5 is not of type "string""#,
+        ]
+    );
+    let mut pointers: Vec<&str> = violations(&err)
+        .violations()
+        .iter()
+        .map(|v| v.pointer())
+        .collect();
+    pointers.sort_unstable();
+    assert_eq!(pointers, ["", "/days", "/items/1/name"]);
+    assert_eq!(calls, 0);
+}
+
+#[tokio::test]
+async fn an_unexpected_property_is_named() {
+    let (result, calls) = call_echo(r#"{"city": "Paris", "colour": "red"}"#).await;
+    let err = result.unwrap_err();
+    assert_eq!(
+        err.message(),
+        "invalid arguments: (root): Additional properties are not allowed ('colour' was unexpected)"
+    );
+    assert_eq!(
+        violations(&err).violations()[0].keyword(),
+        "additionalProperties"
+    );
+    assert_eq!(calls, 0);
+}
+
+#[tokio::test]
+async fn malformed_json_is_invalid_arguments_with_the_parser_message() {
+    let (result, calls) = call_echo(r#"{"city": "Par"#).await;
+    let err = result.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArguments);
+    assert!(
+        err.message()
+            .starts_with("arguments are not valid JSON: EOF while parsing"),
+        "{}",
+        err.message()
+    );
+    assert!(err
+        .source()
+        .is_some_and(|s| s.downcast_ref::<serde_json::Error>().is_some()));
+    assert_eq!(calls, 0);
+}
+
+#[tokio::test]
+async fn a_long_list_of_violations_is_capped_in_the_message_but_kept_in_the_source() {
+    let schema = json!({"type": "array", "items": {"type": "string"}});
+    let svc = Validate::with_schema(
+        service_fn(|_: ToolRequest| async { Ok::<_, ToolError>(stream::empty::<ToolItem>()) }),
+        &schema,
+    )
+    .unwrap();
+    let args = serde_json::to_string(&(0..12).collect::<Vec<_>>()).unwrap();
+    let err = svc.oneshot(ToolRequest::new("t", args)).await.unwrap_err();
+    assert_eq!(err.message().lines().count(), 1 + 10 + 1);
+    assert!(err.message().ends_with("… and 2 more"));
+    assert_eq!(violations(&err).violations().len(), 12);
+}
+
+#[tokio::test]
+async fn a_huge_offending_value_is_cut_in_the_message() {
+    let big = "é".repeat(1000);
+    let (result, _) = call_echo(&json!({"city": "Paris", "days": big}).to_string()).await;
+    let err = result.unwrap_err();
+    assert!(err.message().len() < 400, "{}", err.message().len());
+    assert!(err.message().ends_with('…'));
+    assert!(violations(&err).violations()[0].message().len() > 2000);
+}
+
+#[derive(serde::Deserialize, toolstack::schemars::JsonSchema)]
+#[schemars(crate = "toolstack::schemars")]
+struct WeatherArgs {
+    city: String,
+    days: Option<u8>,
+}
+
+#[tokio::test]
+async fn works_for_a_function_tool_in_a_service_builder_and_a_toolbox() {
+    let weather = tool::from_fn("weather", |args: WeatherArgs| async move {
+        Ok::<_, ToolError>(format!("{} for {} days", args.city, args.days.unwrap_or(1)))
+    });
+    let svc = ServiceBuilder::new()
+        .layer(ValidateLayer::new())
+        .service(weather);
+    assert!(svc.is_validating());
+    assert_eq!(svc.info().name(), "weather");
+
+    let tb = Toolbox::new().tool(svc);
+    let ok = tb
+        .clone()
+        .oneshot(ToolRequest::new("weather", r#"{"city":"Oslo","days":2}"#))
+        .await
+        .unwrap();
+    let items: Vec<_> = ok.collect().await;
+    assert_eq!(
+        items[0].as_ref().unwrap().as_text(),
+        Some("Oslo for 2 days")
+    );
+
+    let err = tb
+        .oneshot(ToolRequest::new(
+            "weather",
+            r#"{"city":"Oslo","days":"two"}"#,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArguments);
+    assert!(
+        err.message()
+            .starts_with(r#"invalid arguments: /days: "two" is not of type"#),
+        "{}",
+        err.message()
+    );
+}
+
+#[tokio::test]
+async fn with_schema_validates_an_undescribed_service() {
+    let (mock, mut handle) = tower_test::mock::pair::<ToolRequest, stream::Empty<ToolItem>>();
+    let schema = json!({"type": "object", "required": ["q"]});
+    let mut svc = Validate::with_schema(mock, &schema).unwrap();
+    handle.allow(1);
+
+    let err = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(ToolRequest::new("search", "{}"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.message(),
+        r#"invalid arguments: (root): "q" is a required property"#
+    );
+
+    let call = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(ToolRequest::new("search", r#"{"q":"rust"}"#));
+    // Only the valid call reached the service.
+    let (req, send) = handle.next_request().await.unwrap();
+    assert_eq!(req.arguments(), r#"{"q":"rust"}"#);
+    send.send_response(stream::empty());
+    assert!(call.await.is_ok());
+}
+
+#[test]
+fn an_invalid_schema_is_a_typed_error() {
+    let svc =
+        service_fn(|_: ToolRequest| async { Ok::<_, ToolError>(stream::empty::<ToolItem>()) });
+    let err = Validate::with_schema(svc, &json!({"type": 5})).unwrap_err();
+    assert!(
+        err.to_string().starts_with("invalid input schema: "),
+        "{err}"
+    );
+
+    let info = ToolInfo::new("bad").with_input_schema(json!({"type": "objekt"}));
+    let bad = tool::raw(info, |_| stream::empty::<ToolItem>());
+    assert!(Validate::try_new(bad).is_err());
+}
+
+#[tokio::test]
+async fn the_layer_passes_calls_through_when_the_schema_does_not_compile() {
+    let info = ToolInfo::new("bad").with_input_schema(json!({"type": "objekt"}));
+    let bad = tool::raw(info, |_| stream::iter([Ok(ToolOutput::text("ran"))]));
+    let svc = ValidateLayer::new().layer_on(bad);
+    assert!(!svc.is_validating());
+    let items: Vec<_> = svc
+        .oneshot(ToolRequest::new("bad", "[1]"))
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    assert_eq!(items[0].as_ref().unwrap().as_text(), Some("ran"));
+}
+
+#[tokio::test]
+async fn a_clone_keeps_validating_after_the_original_is_dropped() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = ValidateLayer::new().layer_on(echo(&calls));
+    let copy = svc.clone();
+    drop(svc);
+    let err = copy
+        .oneshot(ToolRequest::new("forecast", "{}"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArguments);
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
