@@ -1,0 +1,138 @@
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use pin_project_lite::pin_project;
+use tokio::time::{Instant, Sleep};
+use toolstack::{ToolError, ToolRequest};
+use tower_service::Service;
+
+use super::limiter::Limiter;
+
+pin_project! {
+    /// Response future of [`RateLimit`](super::RateLimit).
+    ///
+    /// Resolves to the inner service's response when the call was within
+    /// the limit; to a [`RateLimited`](toolstack::ErrorKind::RateLimited)
+    /// error when it was not and the layer rejects; and, when the layer
+    /// waits, sleeps until the call's bucket allows it, then gets a clone
+    /// of the inner service ready and calls it.
+    #[derive(Debug)]
+    pub struct ResponseFuture<S, F> {
+        #[pin]
+        state: State<S, F>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    #[derive(Debug)]
+    enum State<S, F> {
+        Called {
+            #[pin]
+            future: F,
+        },
+        Rejected {
+            error: Option<ToolError>,
+        },
+        Waiting {
+            // Boxed: waiting is the slow path, and the common `Called`
+            // future should not carry a timer's size.
+            sleep: Pin<Box<Sleep>>,
+            allowed: bool,
+            service: S,
+            request: Option<ToolRequest>,
+            limiter: Arc<dyn Limiter>,
+        },
+        Done,
+    }
+}
+
+impl<S, F> ResponseFuture<S, F> {
+    pub(super) fn called(future: F) -> Self {
+        ResponseFuture {
+            state: State::Called { future },
+        }
+    }
+
+    pub(super) fn rejected(error: ToolError) -> Self {
+        ResponseFuture {
+            state: State::Rejected { error: Some(error) },
+        }
+    }
+
+    pub(super) fn waiting(
+        service: S,
+        request: ToolRequest,
+        limiter: Arc<dyn Limiter>,
+        until: Instant,
+    ) -> Self {
+        ResponseFuture {
+            state: State::Waiting {
+                sleep: Box::pin(tokio::time::sleep_until(until)),
+                allowed: false,
+                service,
+                request: Some(request),
+                limiter,
+            },
+        }
+    }
+}
+
+impl<S, F, St> Future for ResponseFuture<S, F>
+where
+    S: Service<ToolRequest, Response = St, Future = F>,
+    S::Error: Into<ToolError>,
+    F: Future<Output = Result<St, S::Error>>,
+{
+    type Output = Result<St, ToolError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = self.project().state;
+        loop {
+            let future = match state.as_mut().project() {
+                StateProj::Called { future } => return future.poll(cx).map_err(Into::into),
+                StateProj::Rejected { error } => {
+                    let error = error.take().unwrap_or_else(polled_after_completion);
+                    state.set(State::Done);
+                    return Poll::Ready(Err(error));
+                }
+                StateProj::Done => return Poll::Ready(Err(polled_after_completion())),
+                StateProj::Waiting {
+                    sleep,
+                    allowed,
+                    service,
+                    request,
+                    limiter,
+                } => {
+                    let Some(req) = request.as_ref() else {
+                        return Poll::Ready(Err(polled_after_completion()));
+                    };
+                    while !*allowed {
+                        ready!(sleep.as_mut().poll(cx));
+                        // Another call may have taken the cell this one woke
+                        // up for; then sleep again until the next one.
+                        match limiter.check(req) {
+                            Ok(()) => *allowed = true,
+                            Err(earliest) => sleep.as_mut().reset(Instant::from_std(earliest)),
+                        }
+                    }
+                    if let Err(err) = ready!(service.poll_ready(cx)) {
+                        state.set(State::Done);
+                        return Poll::Ready(Err(err.into()));
+                    }
+                    let Some(req) = request.take() else {
+                        return Poll::Ready(Err(polled_after_completion()));
+                    };
+                    service.call(req)
+                }
+            };
+            state.set(State::Called { future });
+        }
+    }
+}
+
+fn polled_after_completion() -> ToolError {
+    ToolError::cancelled("rate-limited call polled after completion")
+}

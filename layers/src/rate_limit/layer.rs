@@ -1,0 +1,127 @@
+use std::fmt;
+use std::hash::Hash;
+use std::sync::Arc;
+
+use governor::Quota;
+use tower_layer::Layer;
+
+use super::limiter::{Global, Limiter, PerCaller, PerTool};
+use super::RateLimit;
+
+/// What a call over the limit does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// Sleep until the bucket allows the call, then make it.
+    Wait,
+    /// Fail at once with [`ErrorKind::RateLimited`](toolstack::ErrorKind).
+    Reject,
+}
+
+/// Applies a shared, keyed rate limit to tool calls; see the
+/// [module docs](super).
+///
+/// The quota's state is created with the layer: every [`RateLimit`] this
+/// layer produces, every clone of those services and every clone of the
+/// layer draws from the same buckets. For independent quotas, build
+/// independent layers.
+///
+/// Calls over the limit wait by default; [`reject`](Self::reject) makes
+/// them fail fast instead.
+#[derive(Clone)]
+pub struct RateLimitLayer {
+    limiter: Arc<dyn Limiter>,
+    quota: Quota,
+    mode: Mode,
+}
+
+impl RateLimitLayer {
+    fn with(limiter: impl Limiter + 'static, quota: Quota) -> Self {
+        RateLimitLayer {
+            limiter: Arc::new(limiter),
+            quota,
+            mode: Mode::Wait,
+        }
+    }
+
+    /// One quota for all calls, whatever the tool or caller.
+    pub fn global(quota: Quota) -> Self {
+        Self::with(Global::new(quota), quota)
+    }
+
+    /// One quota per tool name (the name in the request), so that a busy
+    /// tool does not use up the quota of the others when the layer wraps a
+    /// whole [`Toolbox`](toolstack::Toolbox).
+    ///
+    /// Over a toolbox, names the model made up get buckets too (the call
+    /// then fails as not found); see [`retain_recent`](Self::retain_recent).
+    pub fn per_tool(quota: Quota) -> Self {
+        Self::with(PerTool::new(quota), quota)
+    }
+
+    /// One quota per caller, the caller being the value of type `K` in the
+    /// request's extensions (say, a user id put there by an auth layer).
+    ///
+    /// Requests without a `K` all share one more bucket, the "anonymous"
+    /// one, with the same quota.
+    pub fn per_caller<K>(quota: Quota) -> Self
+    where
+        K: Clone + Hash + Eq + Send + Sync + 'static,
+    {
+        Self::with(PerCaller::<K>::new(quota), quota)
+    }
+
+    /// Calls over the limit wait until their bucket allows them (the
+    /// default).
+    ///
+    /// Waiting calls are not queued: each one checks its bucket again when
+    /// its wait is over, and the first to check goes first. A call dropped
+    /// while it waits has taken nothing from the quota.
+    pub fn wait(mut self) -> Self {
+        self.mode = Mode::Wait;
+        self
+    }
+
+    /// Calls over the limit fail at once with
+    /// [`ErrorKind::RateLimited`](toolstack::ErrorKind::RateLimited), whose
+    /// `retry_after` says when the bucket will allow a call again.
+    ///
+    /// The mode belongs to this layer value; a clone set to the other mode
+    /// still shares the quota.
+    pub fn reject(mut self) -> Self {
+        self.mode = Mode::Reject;
+        self
+    }
+
+    /// The quota of each bucket.
+    pub fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    /// Forgets the buckets of tools or callers that have been idle long
+    /// enough to be full again, which is the same as never having been seen.
+    ///
+    /// Buckets are otherwise kept for as long as the layer lives, one small
+    /// entry per distinct tool name or caller; when names or callers come
+    /// from an open set, call this now and then (say, from a timer). It does
+    /// nothing for a [`global`](Self::global) limit.
+    pub fn retain_recent(&self) {
+        self.limiter.retain_recent();
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> RateLimit<S> {
+        RateLimit::from_parts(inner, Arc::clone(&self.limiter), self.mode)
+    }
+}
+
+impl fmt::Debug for RateLimitLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("limiter", &self.limiter)
+            .field("mode", &self.mode)
+            .finish()
+    }
+}

@@ -1,0 +1,166 @@
+//! The shared quota state: which bucket a request draws from, and the
+//! buckets themselves (governor's limiters).
+
+use std::any::type_name;
+use std::fmt;
+use std::hash::{BuildHasher, Hash, RandomState};
+use std::time::Instant;
+
+use governor::state::keyed::HashMapStateStore;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
+use toolstack::ToolRequest;
+
+use super::clock::TokioClock;
+
+type Direct = RateLimiter<NotKeyed, InMemoryState, TokioClock>;
+type Keyed<K> = RateLimiter<K, HashMapStateStore<K>, TokioClock>;
+
+/// How a [`RateLimitLayer`](super::RateLimitLayer) splits its quota between
+/// requests.
+pub(super) trait Limiter: fmt::Debug + Send + Sync {
+    /// Takes one cell from the request's bucket, or returns the earliest
+    /// instant at which one could be taken. A refusal takes nothing.
+    fn check(&self, request: &ToolRequest) -> Result<(), Instant>;
+
+    /// Names the request's bucket in a refusal message, e.g. "tool `search`".
+    fn bucket_name(&self, request: &ToolRequest) -> String;
+
+    /// Forgets buckets that are full again (indistinguishable from new).
+    fn retain_recent(&self);
+}
+
+/// One bucket for every request.
+pub(super) struct Global {
+    bucket: Direct,
+    quota: Quota,
+}
+
+impl Global {
+    pub(super) fn new(quota: Quota) -> Self {
+        Global {
+            bucket: RateLimiter::direct_with_clock(quota, TokioClock),
+            quota,
+        }
+    }
+}
+
+impl Limiter for Global {
+    fn check(&self, _: &ToolRequest) -> Result<(), Instant> {
+        self.bucket.check().map_err(|not| not.earliest_possible())
+    }
+
+    fn bucket_name(&self, _: &ToolRequest) -> String {
+        "all tool calls".to_owned()
+    }
+
+    fn retain_recent(&self) {}
+}
+
+impl fmt::Debug for Global {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Global")
+            .field("quota", &self.quota)
+            .finish()
+    }
+}
+
+/// One bucket per tool name.
+///
+/// governor's keyed store wants an owned key, and turning the request's
+/// `&str` name into an owned string would allocate on every call; a 64-bit
+/// hash of the name, seeded at random per layer, is an owned key that
+/// costs nothing and that a caller cannot steer into another tool's bucket.
+pub(super) struct PerTool {
+    buckets: Keyed<u64>,
+    seed: RandomState,
+    quota: Quota,
+}
+
+impl PerTool {
+    pub(super) fn new(quota: Quota) -> Self {
+        PerTool {
+            buckets: RateLimiter::hashmap_with_clock(quota, TokioClock),
+            seed: RandomState::new(),
+            quota,
+        }
+    }
+}
+
+impl Limiter for PerTool {
+    fn check(&self, request: &ToolRequest) -> Result<(), Instant> {
+        let key = self.seed.hash_one(request.name());
+        self.buckets
+            .check_key(&key)
+            .map_err(|not| not.earliest_possible())
+    }
+
+    fn bucket_name(&self, request: &ToolRequest) -> String {
+        format!("tool `{}`", request.name())
+    }
+
+    fn retain_recent(&self) {
+        self.buckets.retain_recent();
+    }
+}
+
+impl fmt::Debug for PerTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PerTool")
+            .field("quota", &self.quota)
+            .field("tools", &self.buckets.len())
+            .finish()
+    }
+}
+
+/// One bucket per caller key `K` found in the request's extensions, and one
+/// shared by all requests without it.
+pub(super) struct PerCaller<K: Hash + Eq + Clone> {
+    buckets: Keyed<K>,
+    anonymous: Direct,
+    quota: Quota,
+}
+
+impl<K: Hash + Eq + Clone> PerCaller<K> {
+    pub(super) fn new(quota: Quota) -> Self {
+        PerCaller {
+            buckets: RateLimiter::hashmap_with_clock(quota, TokioClock),
+            anonymous: RateLimiter::direct_with_clock(quota, TokioClock),
+            quota,
+        }
+    }
+}
+
+impl<K> Limiter for PerCaller<K>
+where
+    K: Clone + Hash + Eq + Send + Sync + 'static,
+{
+    fn check(&self, request: &ToolRequest) -> Result<(), Instant> {
+        let outcome = match request.extensions().get::<K>() {
+            Some(key) => self.buckets.check_key(key),
+            None => self.anonymous.check(),
+        };
+        outcome.map_err(|not| not.earliest_possible())
+    }
+
+    fn bucket_name(&self, request: &ToolRequest) -> String {
+        match request.extensions().get::<K>() {
+            Some(_) => "this caller".to_owned(),
+            None => "anonymous callers".to_owned(),
+        }
+    }
+
+    fn retain_recent(&self) {
+        self.buckets.retain_recent();
+    }
+}
+
+impl<K: Hash + Eq + Clone> fmt::Debug for PerCaller<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PerCaller")
+            .field("key", &type_name::<K>())
+            .field("quota", &self.quota)
+            .field("callers", &self.buckets.len())
+            .finish()
+    }
+}

@@ -1,0 +1,126 @@
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_core::Stream;
+use toolstack::{Describe, ErrorKind, ToolError, ToolInfo, ToolItem, ToolRequest};
+use tower_service::Service;
+
+use super::layer::Mode;
+use super::limiter::Limiter;
+use super::ResponseFuture;
+
+/// Rate-limits calls to the inner tool service; built by
+/// [`RateLimitLayer`](super::RateLimitLayer).
+///
+/// Clones share the quota of the layer that built them. The response
+/// stream is the inner one, untouched: the limit counts calls, not items.
+///
+/// The inner service must be `Clone`: a call that has to wait gets its own
+/// clone, made ready when the wait is over.
+#[derive(Clone, Debug)]
+pub struct RateLimit<S> {
+    inner: S,
+    limiter: Arc<dyn Limiter>,
+    mode: Mode,
+}
+
+impl<S> RateLimit<S> {
+    pub(super) fn from_parts(inner: S, limiter: Arc<dyn Limiter>, mode: Mode) -> Self {
+        RateLimit {
+            inner,
+            limiter,
+            mode,
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Describe> Describe for RateLimit<S> {
+    fn info(&self) -> &ToolInfo {
+        self.inner.info()
+    }
+}
+
+impl<S, St> Service<ToolRequest> for RateLimit<S>
+where
+    S: Service<ToolRequest, Response = St> + Clone,
+    S::Error: Into<ToolError>,
+    St: Stream<Item = ToolItem>,
+{
+    type Response = St;
+    type Error = ToolError;
+    type Future = ResponseFuture<S, S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: ToolRequest) -> Self::Future {
+        let earliest = match self.limiter.check(&request) {
+            Ok(()) => return ResponseFuture::called(self.inner.call(request)),
+            Err(earliest) => earliest,
+        };
+        let retry_after =
+            earliest.saturating_duration_since(tokio::time::Instant::now().into_std());
+        match self.mode {
+            Mode::Reject => {
+                tracing::debug!(
+                    tool = request.name(),
+                    retry_after_ms = millis_ceil(retry_after),
+                    "rate limited; refusing the call"
+                );
+                let message = format!(
+                    "rate limit for {} reached; retry after {} ms",
+                    self.limiter.bucket_name(&request),
+                    millis_ceil(retry_after)
+                );
+                ResponseFuture::rejected(ToolError::new(
+                    ErrorKind::RateLimited {
+                        retry_after: Some(retry_after),
+                    },
+                    message,
+                ))
+            }
+            Mode::Wait => {
+                tracing::debug!(
+                    tool = request.name(),
+                    wait_ms = millis_ceil(retry_after),
+                    "rate limited; waiting"
+                );
+                // `self.inner` was made ready for this call, but the call has
+                // to wait. A fresh clone goes into the future and gets ready
+                // only once the wait is over, so that a waiting call holds no
+                // capacity of the inner service (a concurrency permit, a
+                // buffer slot) that calls to other buckets could use; the
+                // readiness already acquired stays here for the next call.
+                ResponseFuture::waiting(
+                    self.inner.clone(),
+                    request,
+                    Arc::clone(&self.limiter),
+                    tokio::time::Instant::from_std(earliest),
+                )
+            }
+        }
+    }
+}
+
+/// Whole milliseconds, rounded up: a caller told "retry after 999 ms" when
+/// 999.5 ms are needed would be refused again.
+fn millis_ceil(d: Duration) -> u128 {
+    d.as_nanos().div_ceil(1_000_000)
+}
