@@ -1,0 +1,89 @@
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use futures_core::Stream;
+use pin_project_lite::pin_project;
+use tokio::sync::OwnedSemaphorePermit;
+use toolstack::{ToolError, ToolItem};
+
+pin_project! {
+    /// The response future of [`ConcurrencyLimit`](super::ConcurrencyLimit):
+    /// holds the permit while the stream opens.
+    #[derive(Debug)]
+    pub struct ResponseFuture<F> {
+        #[pin]
+        inner: F,
+        permit: Option<OwnedSemaphorePermit>,
+    }
+}
+
+impl<F> ResponseFuture<F> {
+    pub(super) fn new(inner: F, permit: OwnedSemaphorePermit) -> Self {
+        ResponseFuture {
+            inner,
+            permit: Some(permit),
+        }
+    }
+}
+
+impl<F, St, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<St, E>>,
+    E: Into<ToolError>,
+{
+    type Output = Result<ResponseStream<St>, ToolError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        match ready!(this.inner.poll(cx)) {
+            Ok(inner) => Poll::Ready(Ok(ResponseStream {
+                inner,
+                permit: this.permit.take(),
+            })),
+            Err(err) => {
+                this.permit.take();
+                Poll::Ready(Err(err.into()))
+            }
+        }
+    }
+}
+
+pin_project! {
+    /// The response stream of [`ConcurrencyLimit`](super::ConcurrencyLimit):
+    /// holds the permit until the stream ends, yields an error (the last
+    /// item of a tool's stream) or is dropped.
+    #[derive(Debug)]
+    pub struct ResponseStream<St> {
+        #[pin]
+        inner: St,
+        permit: Option<OwnedSemaphorePermit>,
+    }
+}
+
+impl<St> ResponseStream<St> {
+    /// Whether this stream still holds its permit.
+    pub fn holds_permit(&self) -> bool {
+        self.permit.is_some()
+    }
+}
+
+impl<St> Stream for ResponseStream<St>
+where
+    St: Stream<Item = ToolItem>,
+{
+    type Item = ToolItem;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToolItem>> {
+        let this = self.project();
+        let item = ready!(this.inner.poll_next(cx));
+        if !matches!(item, Some(Ok(_))) {
+            this.permit.take();
+        }
+        Poll::Ready(item)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,53 @@
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+use tower_layer::Layer;
+
+use super::ConcurrencyLimit;
+
+/// Applies a [`ConcurrencyLimit`] to a tool.
+#[derive(Debug, Clone)]
+pub struct ConcurrencyLimitLayer {
+    limit: Limit,
+}
+
+#[derive(Debug, Clone)]
+enum Limit {
+    PerService(usize),
+    Shared(Arc<Semaphore>),
+}
+
+impl ConcurrencyLimitLayer {
+    /// At most `max` calls in flight per wrapped service (its clones
+    /// included); each service the layer wraps has its own count.
+    pub fn new(max: usize) -> Self {
+        ConcurrencyLimitLayer {
+            limit: Limit::PerService(max),
+        }
+    }
+
+    /// At most `max` calls in flight across *every* service this layer (or a
+    /// clone of it) wraps.
+    pub fn shared(max: usize) -> Self {
+        Self::with_semaphore(Arc::new(Semaphore::new(max)))
+    }
+
+    /// Draws permits from `semaphore`, which the caller may share with other
+    /// limits or close to refuse further calls.
+    pub fn with_semaphore(semaphore: Arc<Semaphore>) -> Self {
+        ConcurrencyLimitLayer {
+            limit: Limit::Shared(semaphore),
+        }
+    }
+}
+
+impl<S> Layer<S> for ConcurrencyLimitLayer {
+    type Service = ConcurrencyLimit<S>;
+
+    fn layer(&self, inner: S) -> ConcurrencyLimit<S> {
+        match &self.limit {
+            Limit::PerService(max) => ConcurrencyLimit::new(inner, *max),
+            Limit::Shared(semaphore) => ConcurrencyLimit::with_semaphore(inner, semaphore.clone()),
+        }
+    }
+}

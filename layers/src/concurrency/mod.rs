@@ -1,0 +1,44 @@
+//! A concurrency limit whose permit lives as long as the response stream.
+//!
+//! tower's `ConcurrencyLimit` releases its permit when the response future
+//! resolves; for a tool that is when the stream *opens*, while the work goes
+//! on until the stream ends. [`ConcurrencyLimit`] reserves a permit in
+//! `poll_ready`, moves it into the future and then into the stream, and
+//! releases it only when the stream ends, yields its (terminal) error, or is
+//! dropped.
+//!
+//! Clones of a service share its semaphore (a clone starts without a
+//! reserved permit); services made by one [`ConcurrencyLimitLayer::new`] each
+//! get their own semaphore, while [`ConcurrencyLimitLayer::shared`] makes
+//! every service it wraps draw from one.
+//!
+//! ```
+//! use futures_util::StreamExt;
+//! use toolstack::{tool, ToolError, ToolRequest};
+//! use toolstack_layers::concurrency::ConcurrencyLimitLayer;
+//! use tower::{Service, ServiceBuilder, ServiceExt};
+//!
+//! #[derive(serde::Deserialize, toolstack::schemars::JsonSchema)]
+//! #[schemars(crate = "toolstack::schemars")]
+//! struct Args {}
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let mut tool = ServiceBuilder::new()
+//!     .layer(ConcurrencyLimitLayer::new(2))
+//!     .service(tool::from_fn("ping", |_: Args| async { Ok::<_, ToolError>("pong") }));
+//!
+//! let stream = tool.ready().await.unwrap().call(ToolRequest::new("ping", "{}")).await.unwrap();
+//! // The permit is held here, until the stream is drained or dropped.
+//! let items: Vec<_> = stream.collect().await;
+//! assert_eq!(items.len(), 1);
+//! # }
+//! ```
+
+mod future;
+mod layer;
+mod service;
+
+pub use self::future::{ResponseFuture, ResponseStream};
+pub use self::layer::ConcurrencyLimitLayer;
+pub use self::service::ConcurrencyLimit;

@@ -1,0 +1,199 @@
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_core::Stream;
+use pin_project_lite::pin_project;
+use tokio::time::{sleep_until, Instant, Sleep};
+use toolstack::{TimeoutPhase, ToolError, ToolItem};
+
+use super::TimeoutLayer;
+
+/// How many items a stream that never pauses may yield between two looks
+/// at the clock for its deadline.
+const DEADLINE_CHECK_EVERY: u8 = 64;
+
+/// The absolute bounds of one call.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Bounds {
+    pub(super) deadline: Option<Instant>,
+    /// Cleared when the first item arrives.
+    pub(super) first_item: Option<Instant>,
+    pub(super) idle: Option<Duration>,
+    pub(super) limits: TimeoutLayer,
+}
+
+impl Bounds {
+    /// The bound that expires first, preferring the deadline on a tie.
+    fn next_expiry(&self, idle_at: Option<Instant>) -> Option<(Instant, TimeoutPhase)> {
+        let candidates = [
+            self.deadline.map(|at| (at, TimeoutPhase::Deadline)),
+            self.first_item.map(|at| (at, TimeoutPhase::FirstItem)),
+            idle_at.map(|at| (at, TimeoutPhase::Idle)),
+        ];
+        candidates
+            .into_iter()
+            .flatten()
+            .reduce(|best, next| if next.0 < best.0 { next } else { best })
+    }
+
+    fn error(&self, phase: TimeoutPhase) -> ToolError {
+        let limits = &self.limits;
+        let message = match phase {
+            TimeoutPhase::Deadline => format!(
+                "the tool did not finish within its deadline of {:?}",
+                limits.deadline.unwrap_or_default()
+            ),
+            TimeoutPhase::FirstItem => format!(
+                "the tool produced no output within {:?}",
+                limits.first_item.unwrap_or_default()
+            ),
+            TimeoutPhase::Idle => format!(
+                "the tool produced no further output for {:?}",
+                limits.idle.unwrap_or_default()
+            ),
+            _ => "the tool did not open its response in time".to_owned(),
+        };
+        ToolError::timeout(phase, message)
+    }
+}
+
+/// Arms (or re-arms) the lazily created timer for `at` and polls it.
+fn poll_timer(timer: &mut Option<Pin<Box<Sleep>>>, at: Instant, cx: &mut Context<'_>) -> Poll<()> {
+    let sleep = match timer {
+        Some(sleep) => {
+            if sleep.deadline() != at {
+                sleep.as_mut().reset(at);
+            }
+            sleep
+        }
+        None => timer.insert(Box::pin(sleep_until(at))),
+    };
+    sleep.as_mut().poll(cx)
+}
+
+pin_project! {
+    /// The response future of [`Timeout`](super::Timeout): the stream opens
+    /// within the deadline and the first-item bound, or the call fails with
+    /// the bound that expired.
+    #[derive(Debug)]
+    pub struct ResponseFuture<F> {
+        #[pin]
+        inner: F,
+        bounds: Bounds,
+        timer: Option<Pin<Box<Sleep>>>,
+    }
+}
+
+impl<F> ResponseFuture<F> {
+    pub(super) fn new(inner: F, bounds: Bounds) -> Self {
+        ResponseFuture {
+            inner,
+            bounds,
+            timer: None,
+        }
+    }
+}
+
+impl<F, St, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<St, E>>,
+    E: Into<ToolError>,
+{
+    type Output = Result<ResponseStream<St>, ToolError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(result) = this.inner.poll(cx) {
+            return Poll::Ready(match result {
+                Ok(inner) => Ok(ResponseStream {
+                    inner: Some(inner),
+                    bounds: *this.bounds,
+                    timer: this.timer.take(),
+                    idle_at: None,
+                    seen_item: false,
+                    countdown: DEADLINE_CHECK_EVERY,
+                }),
+                Err(err) => Err(err.into()),
+            });
+        }
+        match this.bounds.next_expiry(None) {
+            Some((at, phase)) if poll_timer(this.timer, at, cx).is_ready() => {
+                Poll::Ready(Err(this.bounds.error(phase)))
+            }
+            _ => Poll::Pending,
+        }
+    }
+}
+
+pin_project! {
+    /// The response stream of [`Timeout`](super::Timeout): the inner stream
+    /// until it ends, or until a bound expires, which yields one timeout
+    /// error, drops the inner stream and ends.
+    #[derive(Debug)]
+    pub struct ResponseStream<St> {
+        #[pin]
+        inner: Option<St>,
+        bounds: Bounds,
+        timer: Option<Pin<Box<Sleep>>>,
+        // When the current quiet gap expires; armed when the tool first
+        // has nothing ready after an item, cleared by the next item.
+        idle_at: Option<Instant>,
+        seen_item: bool,
+        countdown: u8,
+    }
+}
+
+impl<St> Stream for ResponseStream<St>
+where
+    St: Stream<Item = ToolItem>,
+{
+    type Item = ToolItem;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToolItem>> {
+        let mut this = self.project();
+        let Some(inner) = this.inner.as_mut().as_pin_mut() else {
+            return Poll::Ready(None);
+        };
+        if let Some(deadline) = this.bounds.deadline {
+            if *this.countdown == 0 {
+                *this.countdown = DEADLINE_CHECK_EVERY;
+                if Instant::now() >= deadline {
+                    this.inner.set(None);
+                    *this.timer = None;
+                    return Poll::Ready(Some(Err(this.bounds.error(TimeoutPhase::Deadline))));
+                }
+            } else {
+                *this.countdown -= 1;
+            }
+        }
+        match inner.poll_next(cx) {
+            Poll::Ready(Some(item)) => {
+                this.bounds.first_item = None;
+                *this.idle_at = None;
+                *this.seen_item = true;
+                Poll::Ready(Some(item))
+            }
+            Poll::Ready(None) => {
+                this.inner.set(None);
+                *this.timer = None;
+                Poll::Ready(None)
+            }
+            Poll::Pending => {
+                if let (Some(idle), true, None) = (this.bounds.idle, *this.seen_item, *this.idle_at)
+                {
+                    *this.idle_at = Some(Instant::now() + idle);
+                }
+                match this.bounds.next_expiry(*this.idle_at) {
+                    Some((at, phase)) if poll_timer(this.timer, at, cx).is_ready() => {
+                        this.inner.set(None);
+                        *this.timer = None;
+                        Poll::Ready(Some(Err(this.bounds.error(phase))))
+                    }
+                    _ => Poll::Pending,
+                }
+            }
+        }
+    }
+}

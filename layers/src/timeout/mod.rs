@@ -1,0 +1,63 @@
+//! Time bounds for a tool call that understand streams.
+//!
+//! [`TimeoutLayer`] sets up to three independent bounds:
+//!
+//! * **deadline** — the whole call, from `call` to the end of the stream
+//!   (phase [`TimeoutPhase::Deadline`]);
+//! * **first item** — from `call` to the first item, opening included
+//!   (phase [`TimeoutPhase::FirstItem`]);
+//! * **idle** — the gap between one item and the next, counted from the
+//!   moment the tool has nothing ready (phase [`TimeoutPhase::Idle`]). The
+//!   wait for the first item is the first-item bound's business, not this
+//!   one's.
+//!
+//! On expiry while the stream opens, the future fails with a timeout error.
+//! On expiry later, the stream yields exactly one terminal
+//! [`ToolError`](toolstack::ToolError) of kind timeout naming the phase and
+//! then ends; the inner stream is dropped at once, which cancels the tool.
+//! A tool that finishes in time is untouched.
+//!
+//! Timers are lazy: nothing is armed while the tool has items ready, so a
+//! fast stream pays for no timer at all, and the idle bound is re-armed only
+//! when the tool goes quiet, not on every item. The deadline is still
+//! checked against the clock every few dozen items, so a stream that never
+//! pauses cannot outlive it by more than that.
+//!
+//! ```
+//! use std::time::Duration;
+//! use futures_util::StreamExt;
+//! use toolstack::{tool, ErrorKind, TimeoutPhase, ToolError, ToolRequest};
+//! use toolstack_layers::timeout::TimeoutLayer;
+//! use tower::{Service, ServiceBuilder, ServiceExt};
+//!
+//! #[derive(serde::Deserialize, toolstack::schemars::JsonSchema)]
+//! #[schemars(crate = "toolstack::schemars")]
+//! struct Args {}
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! tokio::time::pause();
+//! let slow = tool::from_fn("slow", |_: Args| async {
+//!     tokio::time::sleep(Duration::from_secs(60)).await;
+//!     Ok::<_, ToolError>("done")
+//! });
+//! let mut tool = ServiceBuilder::new()
+//!     .layer(TimeoutLayer::new().first_item(Duration::from_secs(5)))
+//!     .service(slow);
+//!
+//! let stream = tool.ready().await.unwrap().call(ToolRequest::new("slow", "{}")).await.unwrap();
+//! let items: Vec<_> = stream.collect().await;
+//! assert_eq!(items.len(), 1);
+//! let err = items[0].as_ref().unwrap_err();
+//! assert_eq!(err.kind(), ErrorKind::Timeout { phase: TimeoutPhase::FirstItem });
+//! # }
+//! ```
+
+mod future;
+mod layer;
+mod service;
+
+pub use self::future::{ResponseFuture, ResponseStream};
+pub use self::layer::TimeoutLayer;
+pub use self::service::Timeout;
+pub use toolstack::TimeoutPhase;
