@@ -1,0 +1,68 @@
+//! Retries that never duplicate an emitted item.
+//!
+//! [`Retry`] tries a call again when it fails to open, or when its stream
+//! fails **before its first item**. Once an item (progress included) has
+//! reached the consumer, a later error passes through untouched: retrying
+//! then would emit that item twice.
+//!
+//! What is retried is set by a [`RetryPolicy`]: at most `max_attempts`
+//! attempts, only retryable errors by default, exponential backoff with
+//! jitter, a rate limit's retry-after honoured, and an optional shared
+//! [`Budget`] (tower's [`TpsBudget`]) that keeps retries a bounded fraction
+//! of the calls. A tool whose annotations do not say it is idempotent is not
+//! retried once the call reached it — only when the error shows the call
+//! was refused before the tool ran (rate limited, overloaded, or the inner
+//! service failing `poll_ready`) — unless the policy allows it.
+//!
+//! The first attempt goes to the service made ready by `poll_ready`; each
+//! retry goes to a clone, made ready again after the backoff.
+//!
+//! ```
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use futures_util::StreamExt;
+//! use toolstack::{tool, ToolAnnotations, ToolError, ToolRequest, TimeoutPhase};
+//! use toolstack_layers::retry::{RetryLayer, RetryPolicy};
+//! use tower::{Service, ServiceBuilder, ServiceExt};
+//!
+//! #[derive(serde::Deserialize, toolstack::schemars::JsonSchema)]
+//! #[schemars(crate = "toolstack::schemars")]
+//! struct Args {}
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! tokio::time::pause();
+//! let calls = Arc::new(AtomicUsize::new(0));
+//! let counter = calls.clone();
+//! let flaky = tool::from_fn("flaky", move |_: Args| {
+//!     let n = counter.fetch_add(1, Ordering::SeqCst);
+//!     async move {
+//!         if n == 0 {
+//!             Err(ToolError::timeout(TimeoutPhase::FirstItem, "upstream was slow"))
+//!         } else {
+//!             Ok("fine")
+//!         }
+//!     }
+//! })
+//! .annotations(ToolAnnotations::new().read_only());
+//!
+//! let mut tool = ServiceBuilder::new()
+//!     .layer(RetryLayer::new(RetryPolicy::new().backoff(Duration::from_millis(10), Duration::from_secs(1))))
+//!     .service(flaky);
+//! let stream = tool.ready().await.unwrap().call(ToolRequest::new("flaky", "{}")).await.unwrap();
+//! let items: Vec<_> = stream.collect().await;
+//! assert!(items[0].is_ok());
+//! assert_eq!(calls.load(Ordering::SeqCst), 2);
+//! # }
+//! ```
+
+mod future;
+mod layer;
+mod policy;
+mod service;
+
+pub use self::future::{ResponseFuture, ResponseStream};
+pub use self::layer::RetryLayer;
+pub use self::policy::{Budget, RetryPolicy, TpsBudget};
+pub use self::service::Retry;

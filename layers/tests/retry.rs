@@ -1,0 +1,256 @@
+//! The retry layer: retries before the first item only, never duplicates.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use support::{texts, Scripted, Step};
+use tokio::time::Instant;
+use toolstack::{ErrorKind, TimeoutPhase, ToolAnnotations, ToolError, ToolRequest};
+use toolstack_layers::retry::{Retry, RetryLayer, RetryPolicy, TpsBudget};
+use tower::{Layer, Service, ServiceExt};
+
+fn request() -> ToolRequest {
+    ToolRequest::new("scripted", "{}")
+}
+
+fn slow() -> ToolError {
+    ToolError::timeout(TimeoutPhase::FirstItem, "slow")
+}
+
+fn policy() -> RetryPolicy {
+    RetryPolicy::new()
+        .jitter(false)
+        .backoff(Duration::from_millis(100), Duration::from_secs(10))
+}
+
+async fn run<S>(svc: &mut S) -> Vec<String>
+where
+    S: Service<ToolRequest, Error = ToolError>,
+    S::Response: futures_util::Stream<Item = toolstack::ToolItem>,
+{
+    match svc.ready().await.unwrap().call(request()).await {
+        Ok(stream) => texts(stream).await,
+        Err(err) => vec![format!("OPEN ERR({})", err.kind())],
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_leaves_a_successful_call_untouched() {
+    let tool = Scripted::new(vec![vec![Step::Text(1, "a"), Step::Text(1, "b")]]);
+    let mut svc = Retry::with_idempotency(tool.clone(), policy(), true);
+    assert_eq!(run(&mut svc).await, ["a", "b"]);
+    assert_eq!(tool.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_retries_an_error_before_the_first_item() {
+    let tool = Scripted::new(vec![
+        vec![Step::Fail(1, slow())],
+        vec![Step::Fail(1, slow())],
+        vec![Step::Text(1, "ok")],
+    ]);
+    let mut svc = Retry::with_idempotency(tool.clone(), policy(), true);
+    let start = Instant::now();
+    assert_eq!(run(&mut svc).await, ["ok"]);
+    assert_eq!(tool.calls(), 3);
+    // Exponential backoff without jitter: 100 ms, then 200 ms, plus 1 ms per attempt.
+    assert_eq!(start.elapsed(), Duration::from_millis(303));
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_never_duplicates_emitted_items() {
+    let tool = Scripted::new(vec![
+        vec![Step::Text(1, "first"), Step::Fail(1, slow())],
+        vec![Step::Text(1, "first"), Step::Text(1, "second")],
+    ]);
+    let mut svc = Retry::with_idempotency(tool.clone(), policy(), true);
+    assert_eq!(run(&mut svc).await, ["first", "ERR(timeout)"]);
+    assert_eq!(
+        tool.calls(),
+        1,
+        "an error after an item is passed through, not retried"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_stops_after_max_attempts_with_the_last_error() {
+    let tool = Scripted::new(vec![vec![Step::Fail(1, slow())]]);
+    let mut svc = Retry::with_idempotency(tool.clone(), policy().max_attempts(4), true);
+    assert_eq!(run(&mut svc).await, ["ERR(timeout)"]);
+    assert_eq!(tool.calls(), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_does_not_retry_errors_that_are_not_retryable() {
+    let tool = Scripted::new(vec![vec![Step::Fail(
+        1,
+        ToolError::invalid_arguments("bad"),
+    )]]);
+    let mut svc = Retry::with_idempotency(tool.clone(), policy(), true);
+    assert_eq!(run(&mut svc).await, ["ERR(invalid_arguments)"]);
+    assert_eq!(tool.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_if_replaces_the_retryable_check() {
+    let tool = Scripted::new(vec![
+        vec![Step::Fail(1, ToolError::failed("flaky"))],
+        vec![Step::Text(1, "ok")],
+    ]);
+    let policy = policy().retry_if(|err| err.kind() == ErrorKind::Failed);
+    let mut svc = Retry::with_idempotency(tool.clone(), policy, true);
+    assert_eq!(run(&mut svc).await, ["ok"]);
+    assert_eq!(tool.calls(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_skips_non_idempotent_tools_once_the_call_reached_them() {
+    let tool = Scripted::new(vec![vec![Step::Fail(1, slow())], vec![Step::Text(1, "ok")]]);
+    let mut svc = Retry::with_idempotency(tool.clone(), policy(), false);
+    assert_eq!(run(&mut svc).await, ["ERR(timeout)"]);
+    assert_eq!(tool.calls(), 1);
+
+    let tool = Scripted::new(vec![vec![Step::Fail(1, slow())], vec![Step::Text(1, "ok")]]);
+    let mut svc = Retry::with_idempotency(tool.clone(), policy().retry_non_idempotent(true), false);
+    assert_eq!(run(&mut svc).await, ["ok"], "unless the policy allows it");
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_retries_non_idempotent_tools_when_the_call_was_refused() {
+    let refused = ToolError::new(ErrorKind::Overloaded, "busy");
+    let tool = Scripted::new(vec![
+        vec![Step::Fail(0, refused)],
+        vec![Step::Text(1, "ok")],
+    ]);
+    let mut svc = Retry::with_idempotency(tool.clone(), policy(), false);
+    assert_eq!(run(&mut svc).await, ["ok"]);
+    assert_eq!(tool.calls(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_honours_retry_after() {
+    let limited = ToolError::rate_limited(Some(Duration::from_secs(3)));
+    let tool = Scripted::new(vec![
+        vec![Step::Fail(0, limited)],
+        vec![Step::Text(0, "ok")],
+    ]);
+    let mut svc = Retry::with_idempotency(tool.clone(), policy(), false);
+    let start = Instant::now();
+    assert_eq!(run(&mut svc).await, ["ok"]);
+    assert_eq!(start.elapsed(), Duration::from_secs(3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_jitter_keeps_delays_between_half_and_full_backoff() {
+    for _ in 0..20 {
+        let tool = Scripted::new(vec![vec![Step::Fail(0, slow())], vec![Step::Text(0, "ok")]]);
+        let jittered =
+            RetryPolicy::new().backoff(Duration::from_millis(100), Duration::from_secs(1));
+        let mut svc = Retry::with_idempotency(tool, jittered, true);
+        let start = Instant::now();
+        assert_eq!(run(&mut svc).await, ["ok"]);
+        let waited = start.elapsed();
+        assert!(
+            waited >= Duration::from_millis(50) && waited <= Duration::from_millis(100),
+            "{waited:?}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_budget_limits_retries_across_calls() {
+    // No reserve and 0% of deposits: no retry is ever allowed.
+    let budget = Arc::new(TpsBudget::new(Duration::from_secs(10), 0, 0.0));
+    let tool = Scripted::new(vec![vec![Step::Fail(0, slow())], vec![Step::Text(0, "ok")]]);
+    let mut svc = Retry::with_idempotency(tool.clone(), policy().budget(budget), true);
+    assert_eq!(run(&mut svc).await, ["ERR(timeout)"]);
+    assert_eq!(tool.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_retries_failures_to_open() {
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = calls.clone();
+    let svc = tower::service_fn(move |_: ToolRequest| {
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async move {
+            if n < 2 {
+                Err(ToolError::new(ErrorKind::Unavailable, "down"))
+            } else {
+                Ok(toolstack::ToolStream::new(futures_util::stream::iter([
+                    Ok(toolstack::ToolOutput::text("up")),
+                ])))
+            }
+        }
+    });
+    let mut svc = Retry::with_idempotency(svc, policy(), true);
+    assert_eq!(run(&mut svc).await, ["up"]);
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_drives_readiness_of_the_clone_before_each_retry() {
+    let (mock, mut handle) = tower_test::mock::pair::<ToolRequest, toolstack::ToolStream>();
+    let mut svc = Retry::with_idempotency(mock, policy(), true);
+    handle.allow(1);
+    let fut = svc.ready().await.unwrap().call(request());
+    let task = tokio::spawn(fut);
+    let (_, send) = handle.next_request().await.unwrap();
+    send.send_error(slow());
+    // The retry waits for readiness: nothing is called until it is allowed.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!task.is_finished());
+    handle.allow(1);
+    let (req, send) = handle.next_request().await.unwrap();
+    assert_eq!(req.name(), "scripted");
+    send.send_response(toolstack::ToolStream::new(futures_util::stream::iter([
+        Ok(toolstack::ToolOutput::text("second")),
+    ])));
+    let stream = task.await.unwrap().unwrap();
+    assert_eq!(texts(stream).await, ["second"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_dropping_the_stream_cancels_the_attempt() {
+    let tool = Scripted::new(vec![vec![Step::Hang]]);
+    let mut svc = Retry::with_idempotency(tool.clone(), policy(), true);
+    let stream = svc.ready().await.unwrap().call(request()).await.unwrap();
+    let mut stream = Box::pin(stream);
+    assert!(tokio::time::timeout(Duration::from_secs(1), stream.next())
+        .await
+        .is_err());
+    drop(stream);
+    assert!(tool.was_dropped());
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_layer_reads_idempotency_from_the_tool_annotations() {
+    #[derive(serde::Deserialize, toolstack::schemars::JsonSchema)]
+    #[schemars(crate = "toolstack::schemars")]
+    struct Args {}
+    let make = |read_only: bool| {
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = calls.clone();
+        let t = toolstack::tool::from_fn("t", move |_: Args| {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async { Err::<String, _>(slow()) }
+        });
+        let t = if read_only {
+            t.annotations(ToolAnnotations::new().read_only())
+        } else {
+            t
+        };
+        (RetryLayer::new(policy()).layer(t), calls)
+    };
+    let (mut idempotent, calls) = make(true);
+    run(&mut idempotent).await;
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
+    let (mut unsafe_to_repeat, calls) = make(false);
+    run(&mut unsafe_to_repeat).await;
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    use toolstack::Describe;
+    assert_eq!(idempotent.info().name(), "t");
+}
