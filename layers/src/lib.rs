@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
+mod builder;
 pub mod catch_panic;
 pub mod concurrency;
 #[cfg(feature = "rate-limit")]
@@ -37,6 +38,8 @@ pub mod timeout;
 pub mod trace;
 #[cfg(feature = "validate")]
 pub mod validate;
+
+pub use builder::ServiceBuilderExt;
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
