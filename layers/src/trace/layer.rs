@@ -1,0 +1,149 @@
+use tower_layer::Layer;
+
+use super::callbacks::{
+    DefaultMakeSpan, DefaultOnEarlyDrop, DefaultOnEnd, DefaultOnFailure, DefaultOnOpen,
+};
+use super::Trace;
+
+/// Applies [`Trace`] to a tool; the builder methods replace one hook each.
+#[derive(Debug, Clone)]
+pub struct TraceLayer<
+    M = DefaultMakeSpan,
+    OO = DefaultOnOpen,
+    OE = DefaultOnEnd,
+    OF = DefaultOnFailure,
+    OD = DefaultOnEarlyDrop,
+> {
+    pub(super) make_span: M,
+    pub(super) on_open: OO,
+    pub(super) on_end: OE,
+    pub(super) on_failure: OF,
+    pub(super) on_early_drop: OD,
+    pub(super) record_arguments: Option<usize>,
+    pub(super) record_output: Option<usize>,
+}
+
+impl TraceLayer {
+    /// The default span and events; arguments and output not recorded.
+    pub fn new() -> Self {
+        TraceLayer {
+            make_span: DefaultMakeSpan::new(),
+            on_open: DefaultOnOpen::new(),
+            on_end: DefaultOnEnd::new(),
+            on_failure: DefaultOnFailure::new(),
+            on_early_drop: DefaultOnEarlyDrop::new(),
+            record_arguments: None,
+            record_output: None,
+        }
+    }
+}
+
+impl Default for TraceLayer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<M, OO, OE, OF, OD> TraceLayer<M, OO, OE, OF, OD> {
+    /// Makes each call's span with `make_span` (a
+    /// [`MakeSpan`](super::MakeSpan) or a closure `Fn(&ToolRequest) -> Span`).
+    pub fn make_span_with<T>(self, make_span: T) -> TraceLayer<T, OO, OE, OF, OD> {
+        TraceLayer {
+            make_span,
+            on_open: self.on_open,
+            on_end: self.on_end,
+            on_failure: self.on_failure,
+            on_early_drop: self.on_early_drop,
+            record_arguments: self.record_arguments,
+            record_output: self.record_output,
+        }
+    }
+
+    /// Calls `on_open` when the stream opens; `()` turns it off.
+    pub fn on_open<T>(self, on_open: T) -> TraceLayer<M, T, OE, OF, OD> {
+        TraceLayer {
+            make_span: self.make_span,
+            on_open,
+            on_end: self.on_end,
+            on_failure: self.on_failure,
+            on_early_drop: self.on_early_drop,
+            record_arguments: self.record_arguments,
+            record_output: self.record_output,
+        }
+    }
+
+    /// Calls `on_end` when the call ends (completed or failed); `()` turns
+    /// it off.
+    pub fn on_end<T>(self, on_end: T) -> TraceLayer<M, OO, T, OF, OD> {
+        TraceLayer {
+            make_span: self.make_span,
+            on_open: self.on_open,
+            on_end,
+            on_failure: self.on_failure,
+            on_early_drop: self.on_early_drop,
+            record_arguments: self.record_arguments,
+            record_output: self.record_output,
+        }
+    }
+
+    /// Calls `on_failure` when the call fails; `()` turns it off.
+    pub fn on_failure<T>(self, on_failure: T) -> TraceLayer<M, OO, OE, T, OD> {
+        TraceLayer {
+            make_span: self.make_span,
+            on_open: self.on_open,
+            on_end: self.on_end,
+            on_failure,
+            on_early_drop: self.on_early_drop,
+            record_arguments: self.record_arguments,
+            record_output: self.record_output,
+        }
+    }
+
+    /// Calls `on_early_drop` when the consumer drops the call before its
+    /// end; `()` turns it off.
+    pub fn on_early_drop<T>(self, on_early_drop: T) -> TraceLayer<M, OO, OE, OF, T> {
+        TraceLayer {
+            make_span: self.make_span,
+            on_open: self.on_open,
+            on_end: self.on_end,
+            on_failure: self.on_failure,
+            on_early_drop,
+            record_arguments: self.record_arguments,
+            record_output: self.record_output,
+        }
+    }
+
+    /// Records the arguments as `gen_ai.tool.call.arguments` on the span,
+    /// cut to `max_len` bytes (at a character boundary, marked by `…`).
+    ///
+    /// Off by default: arguments may carry personal data.
+    pub fn record_arguments(mut self, max_len: usize) -> Self {
+        self.record_arguments = Some(max_len);
+        self
+    }
+
+    /// Records the start of the output — text items, and JSON items
+    /// serialized — as `gen_ai.tool.call.result` on the span when the call
+    /// ends, cut to `max_len` bytes (marked by `…`).
+    ///
+    /// Off by default: outputs may carry personal data.
+    pub fn record_output(mut self, max_len: usize) -> Self {
+        self.record_output = Some(max_len);
+        self
+    }
+}
+
+impl<S, M, OO, OE, OF, OD> Layer<S> for TraceLayer<M, OO, OE, OF, OD>
+where
+    M: Clone,
+    OO: Clone,
+    OE: Clone,
+    OF: Clone,
+    OD: Clone,
+{
+    type Service = Trace<S, M, OO, OE, OF, OD>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Trace::new(inner, self.clone())
+    }
+}
