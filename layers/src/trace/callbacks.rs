@@ -8,7 +8,7 @@ use std::fmt;
 use std::time::Duration;
 
 use toolstack::{ToolError, ToolRequest};
-use tracing::level_filters::LevelFilter;
+use tracing::level_filters::{LevelFilter, STATIC_MAX_LEVEL};
 use tracing::{Level, Span};
 
 // `tracing`'s macros need a level known at compile time; these pick one of
@@ -37,9 +37,10 @@ macro_rules! span_dynamic_lvl {
     };
 }
 
-/// Whether some subscriber may want events at `level`: one atomic load.
+/// Whether some subscriber may want events at `level`: a compile-time
+/// bound, then one atomic load.
 fn level_enabled(level: Level) -> bool {
-    LevelFilter::current() >= level
+    STATIC_MAX_LEVEL >= level && LevelFilter::current() >= level
 }
 
 fn millis(duration: Duration) -> u64 {
