@@ -159,6 +159,8 @@ where
 {
     type Output = Result<ResponseStream<St>, ToolError>;
 
+    #[inline]
+
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut kind = self.project().kind;
         let result = match kind.as_mut().project() {
@@ -203,6 +205,8 @@ where
     St: Stream<Item = ToolItem>,
 {
     type Item = ToolItem;
+
+    #[inline]
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToolItem>> {
         let mut inner = self.project().inner;

@@ -34,6 +34,8 @@ where
 {
     type Output = Result<ResponseStream<St>, ToolError>;
 
+    #[inline]
+
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         match ready!(this.inner.poll(cx)) {
@@ -73,6 +75,8 @@ where
     St: Stream<Item = ToolItem>,
 {
     type Item = ToolItem;
+
+    #[inline]
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToolItem>> {
         let this = self.project();

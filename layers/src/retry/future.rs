@@ -144,6 +144,8 @@ where
 {
     type Output = Result<ResponseStream<S>, ToolError>;
 
+    #[inline]
+
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let Some(attempts) = this.attempts.as_mut() else {
@@ -186,6 +188,8 @@ where
     S::Response: Stream<Item = ToolItem>,
 {
     type Item = ToolItem;
+
+    #[inline]
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToolItem>> {
         let mut this = self.project();

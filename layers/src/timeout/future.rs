@@ -103,6 +103,8 @@ where
 {
     type Output = Result<ResponseStream<St>, ToolError>;
 
+    #[inline]
+
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         if let Poll::Ready(result) = this.inner.poll(cx) {
@@ -150,6 +152,8 @@ where
     St: Stream<Item = ToolItem>,
 {
     type Item = ToolItem;
+
+    #[inline]
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToolItem>> {
         let mut this = self.project();

@@ -58,6 +58,8 @@ where
 {
     type Output = Result<ResponseStream<St, OE, OF, OD>, ToolError>;
 
+    #[inline]
+
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let EndGuard { span, state } = this
@@ -120,6 +122,8 @@ where
     OD: OnEarlyDrop,
 {
     type Item = ToolItem;
+
+    #[inline]
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToolItem>> {
         let this = self.project();
