@@ -60,7 +60,8 @@ pin_project! {
     #[project = StateProj]
     enum State<F, St> {
         Calling { #[pin] future: F },
-        Backoff { #[pin] sleep: Sleep },
+        // Boxed: a timer is large, and only a retry needs one.
+        Backoff { sleep: Pin<Box<Sleep>> },
         Readying,
         Streaming { #[pin] stream: St, emitted: bool },
         Done,
@@ -87,7 +88,7 @@ where
                 Err(err) => (err.into(), true),
             },
             StateProj::Backoff { sleep } => {
-                ready!(sleep.poll(cx));
+                ready!(sleep.as_mut().poll(cx));
                 state.set(State::Readying);
                 continue;
             }
@@ -105,7 +106,7 @@ where
         };
         match attempts.retry_delay(&err, reached) {
             Some(delay) => state.set(State::Backoff {
-                sleep: sleep(delay),
+                sleep: Box::pin(sleep(delay)),
             }),
             None => {
                 state.set(State::Done);
@@ -209,7 +210,7 @@ where
                         match delay {
                             // Dropping the failed stream here ends that attempt.
                             Some(delay) => this.state.set(State::Backoff {
-                                sleep: sleep(delay),
+                                sleep: Box::pin(sleep(delay)),
                             }),
                             None => return Poll::Ready(Some(Err(err))),
                         }
