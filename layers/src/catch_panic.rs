@@ -160,7 +160,6 @@ where
     type Output = Result<ResponseStream<St>, ToolError>;
 
     #[inline]
-
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut kind = self.project().kind;
         let result = match kind.as_mut().project() {
@@ -207,7 +206,6 @@ where
     type Item = ToolItem;
 
     #[inline]
-
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToolItem>> {
         let mut inner = self.project().inner;
         let Some(stream) = inner.as_mut().as_pin_mut() else {

@@ -230,7 +230,6 @@ where
     type Output = Result<St, ToolError>;
 
     #[inline]
-
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
             KindProj::Called { future } => future.poll(cx).map_err(Into::into),

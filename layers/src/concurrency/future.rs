@@ -35,7 +35,6 @@ where
     type Output = Result<ResponseStream<St>, ToolError>;
 
     #[inline]
-
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         match ready!(this.inner.poll(cx)) {
@@ -77,7 +76,6 @@ where
     type Item = ToolItem;
 
     #[inline]
-
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToolItem>> {
         let this = self.project();
         let item = ready!(this.inner.poll_next(cx));

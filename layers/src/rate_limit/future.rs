@@ -89,7 +89,6 @@ where
     type Output = Result<St, ToolError>;
 
     #[inline]
-
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut state = self.project().state;
         loop {

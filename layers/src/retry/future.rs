@@ -146,7 +146,6 @@ where
     type Output = Result<ResponseStream<S>, ToolError>;
 
     #[inline]
-
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let Some(attempts) = this.attempts.as_mut() else {
@@ -191,7 +190,6 @@ where
     type Item = ToolItem;
 
     #[inline]
-
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToolItem>> {
         let mut this = self.project();
         loop {

@@ -104,7 +104,6 @@ where
     type Output = Result<ResponseStream<St>, ToolError>;
 
     #[inline]
-
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         if let Poll::Ready(result) = this.inner.poll(cx) {
@@ -154,7 +153,6 @@ where
     type Item = ToolItem;
 
     #[inline]
-
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToolItem>> {
         let mut this = self.project();
         let Some(inner) = this.inner.as_mut().as_pin_mut() else {

@@ -59,7 +59,6 @@ where
     type Output = Result<ResponseStream<St, OE, OF, OD>, ToolError>;
 
     #[inline]
-
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let EndGuard { span, state } = this
@@ -124,7 +123,6 @@ where
     type Item = ToolItem;
 
     #[inline]
-
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToolItem>> {
         let this = self.project();
         let EndGuard { span, state } = this.guard;
