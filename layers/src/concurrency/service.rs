@@ -2,7 +2,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use futures_core::Stream;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use tokio_util::sync::PollSemaphore;
 use toolstack::{Describe, ErrorKind, ToolError, ToolInfo, ToolItem, ToolRequest};
 use tower_service::Service;
@@ -14,7 +14,10 @@ use super::ResponseFuture;
 #[derive(Debug)]
 pub struct ConcurrencyLimit<S> {
     inner: S,
-    semaphore: PollSemaphore,
+    semaphore: Arc<Semaphore>,
+    // Made only when no permit is free: creating one allocates, and a
+    // clone is made per call by the toolbox and by retry.
+    waiting: Option<PollSemaphore>,
     // Reserved by `poll_ready`, spent by `call`.
     permit: Option<OwnedSemaphorePermit>,
 }
@@ -29,7 +32,8 @@ impl<S> ConcurrencyLimit<S> {
     pub fn with_semaphore(inner: S, semaphore: Arc<Semaphore>) -> Self {
         ConcurrencyLimit {
             inner,
-            semaphore: PollSemaphore::new(semaphore),
+            semaphore,
+            waiting: None,
             permit: None,
         }
     }
@@ -53,6 +57,7 @@ impl<S: Clone> Clone for ConcurrencyLimit<S> {
         ConcurrencyLimit {
             inner: self.inner.clone(),
             semaphore: self.semaphore.clone(),
+            waiting: None,
             permit: None,
         }
     }
@@ -62,6 +67,13 @@ impl<S: Describe> Describe for ConcurrencyLimit<S> {
     fn info(&self) -> &ToolInfo {
         self.inner.info()
     }
+}
+
+fn closed() -> ToolError {
+    ToolError::new(
+        ErrorKind::Unavailable,
+        "the concurrency limit's semaphore was closed",
+    )
 }
 
 impl<S, St> Service<ToolRequest> for ConcurrencyLimit<S>
@@ -76,13 +88,23 @@ where
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
         if self.permit.is_none() {
-            match ready!(self.semaphore.poll_acquire(cx)) {
-                Some(permit) => self.permit = Some(permit),
-                None => {
-                    return Poll::Ready(Err(ToolError::new(
-                        ErrorKind::Unavailable,
-                        "the concurrency limit's semaphore was closed",
-                    )))
+            if self.waiting.is_none() {
+                match self.semaphore.clone().try_acquire_owned() {
+                    Ok(permit) => self.permit = Some(permit),
+                    Err(TryAcquireError::Closed) => return Poll::Ready(Err(closed())),
+                    // Queue up (in FIFO order) and keep the place until served.
+                    Err(TryAcquireError::NoPermits) => {
+                        self.waiting = Some(PollSemaphore::new(self.semaphore.clone()))
+                    }
+                }
+            }
+            if let Some(waiting) = &mut self.waiting {
+                match ready!(waiting.poll_acquire(cx)) {
+                    Some(permit) => {
+                        self.permit = Some(permit);
+                        self.waiting = None;
+                    }
+                    None => return Poll::Ready(Err(closed())),
                 }
             }
         }
