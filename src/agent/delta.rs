@@ -1,0 +1,104 @@
+use serde::{Deserialize, Serialize};
+
+/// One piece of a model's streamed answer.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ModelDelta {
+    /// Text, as it is written.
+    Text(String),
+    /// A fragment of a tool call.
+    ToolCall(ToolCallDelta),
+    /// Why the model stopped.
+    Finish(FinishReason),
+    /// Token usage (usually in the last chunk).
+    Usage(Usage),
+}
+
+/// A fragment of a tool call, as OpenAI-style streams send them in
+/// `delta.tool_calls[i]`: the index says which call; the id and name come
+/// (usually) only in the first fragment; the argument text is split
+/// anywhere.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolCallDelta {
+    /// Which call of the response this fragment belongs to.
+    pub index: u32,
+    /// The call id, when this fragment carries it.
+    pub id: Option<String>,
+    /// The tool name, when this fragment carries it.
+    pub name: Option<String>,
+    /// A piece of the argument text (JSON, possibly cut anywhere).
+    pub arguments: String,
+}
+
+impl ToolCallDelta {
+    /// An empty fragment of call `index`.
+    pub fn new(index: u32) -> Self {
+        ToolCallDelta {
+            index,
+            ..Self::default()
+        }
+    }
+
+    /// Sets the call id.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// Sets the tool name.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Sets the argument fragment.
+    pub fn arguments(mut self, fragment: impl Into<String>) -> Self {
+        self.arguments = fragment.into();
+        self
+    }
+}
+
+/// A complete tool call requested by the model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The call id, echoed in the tool result.
+    pub id: String,
+    /// The tool name.
+    pub name: String,
+    /// The argument text exactly as the model wrote it.
+    pub arguments: String,
+}
+
+/// Why a model stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum FinishReason {
+    /// The answer is complete.
+    Stop,
+    /// The model asked for tool calls.
+    ToolCalls,
+    /// The token limit was reached.
+    Length,
+    /// Content was filtered.
+    ContentFilter,
+    /// Any other reason, as sent.
+    #[serde(untagged)]
+    Other(String),
+}
+
+/// Token usage of one model call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Tokens in the prompt.
+    pub prompt_tokens: u64,
+    /// Tokens generated.
+    pub completion_tokens: u64,
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, other: Usage) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+    }
+}
