@@ -58,8 +58,10 @@ impl ToolCallDelta {
     }
 }
 
-/// A complete tool call requested by the model.
+/// A complete tool call requested by the model. Serializes in the OpenAI
+/// shape (`{"id", "type": "function", "function": {"name", "arguments"}}`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "WireToolCall", from = "WireToolCall")]
 pub struct ToolCall {
     /// The call id, echoed in the tool result.
     pub id: String,
@@ -100,5 +102,47 @@ impl std::ops::AddAssign for Usage {
     fn add_assign(&mut self, other: Usage) {
         self.prompt_tokens += other.prompt_tokens;
         self.completion_tokens += other.completion_tokens;
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct WireToolCall {
+    id: String,
+    #[serde(rename = "type", default = "function_type")]
+    kind: String,
+    function: WireFunction,
+}
+
+#[derive(Serialize, Deserialize)]
+struct WireFunction {
+    name: String,
+    #[serde(default)]
+    arguments: String,
+}
+
+fn function_type() -> String {
+    "function".to_owned()
+}
+
+impl From<ToolCall> for WireToolCall {
+    fn from(call: ToolCall) -> Self {
+        WireToolCall {
+            id: call.id,
+            kind: function_type(),
+            function: WireFunction {
+                name: call.name,
+                arguments: call.arguments,
+            },
+        }
+    }
+}
+
+impl From<WireToolCall> for ToolCall {
+    fn from(wire: WireToolCall) -> Self {
+        ToolCall {
+            id: wire.id,
+            name: wire.function.name,
+            arguments: wire.function.arguments,
+        }
     }
 }

@@ -22,6 +22,10 @@
 
 mod accumulate;
 mod delta;
+mod message;
+mod scripted;
 
 pub use self::accumulate::{AccumulateError, Accumulator, Pushed};
 pub use self::delta::{FinishReason, ModelDelta, ToolCall, ToolCallDelta, Usage};
+pub use self::message::{ChatRequest, Message};
+pub use self::scripted::{ScriptedModel, ScriptedStream, Turn};

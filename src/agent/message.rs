@@ -1,0 +1,97 @@
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::ToolCall;
+use crate::ToolInfo;
+
+/// One message of a chat, in the OpenAI chat-completions shape.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub enum Message {
+    /// Instructions for the model.
+    System {
+        /// The text.
+        content: String,
+    },
+    /// What the user said.
+    User {
+        /// The text.
+        content: String,
+    },
+    /// What the model answered: text, tool calls, or both.
+    Assistant {
+        /// The text, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content: Option<String>,
+        /// The tool calls, if any.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+    },
+    /// The result of one tool call, for the model.
+    Tool {
+        /// The id of the call this answers.
+        tool_call_id: String,
+        /// The result as text (JSON for structured results and errors).
+        content: String,
+    },
+}
+
+impl Message {
+    /// A system message.
+    pub fn system(content: impl Into<String>) -> Self {
+        Message::System {
+            content: content.into(),
+        }
+    }
+
+    /// A user message.
+    pub fn user(content: impl Into<String>) -> Self {
+        Message::User {
+            content: content.into(),
+        }
+    }
+
+    /// An assistant message with text only.
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Message::Assistant {
+            content: Some(content.into()),
+            tool_calls: Vec::new(),
+        }
+    }
+
+    /// A tool result.
+    pub fn tool(tool_call_id: impl Into<String>, content: impl Into<String>) -> Self {
+        Message::Tool {
+            tool_call_id: tool_call_id.into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// A request to a model: the conversation so far and the tools it may call.
+///
+/// Cheap to clone where it matters: the tool definitions are shared.
+#[derive(Debug, Clone, Default)]
+pub struct ChatRequest {
+    /// The conversation.
+    pub messages: Vec<Message>,
+    /// The tools the model may call.
+    pub tools: Arc<[ToolInfo]>,
+}
+
+impl ChatRequest {
+    /// A request with these messages and no tools.
+    pub fn new(messages: Vec<Message>) -> Self {
+        ChatRequest {
+            messages,
+            tools: Arc::from(Vec::new()),
+        }
+    }
+
+    /// Offers these tools to the model.
+    pub fn with_tools(mut self, tools: impl Into<Arc<[ToolInfo]>>) -> Self {
+        self.tools = tools.into();
+        self
+    }
+}
