@@ -23,9 +23,11 @@
 mod accumulate;
 mod delta;
 mod message;
+mod run;
 mod scripted;
 
 pub use self::accumulate::{AccumulateError, Accumulator, Pushed};
 pub use self::delta::{FinishReason, ModelDelta, ToolCall, ToolCallDelta, Usage};
 pub use self::message::{ChatRequest, Message};
+pub use self::run::{Agent, AgentDone, AgentEvent, AgentStream, StopReason};
 pub use self::scripted::{ScriptedModel, ScriptedStream, Turn};

@@ -1,0 +1,386 @@
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures_core::Stream;
+use futures_util::future::{ready, Ready};
+use futures_util::{stream, StreamExt};
+use tokio::sync::mpsc;
+use tower::ServiceExt;
+use tower_service::Service;
+
+use super::{Accumulator, ChatRequest, Message, ModelDelta, Pushed, ToolCall, Usage};
+use crate::{
+    ErrorKind, Progress, ToolError, ToolInfo, ToolOutput, ToolRequest, ToolResult, Toolbox,
+};
+
+/// What an agent run streams, as it happens.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum AgentEvent {
+    /// Text from the model.
+    TextDelta(String),
+    /// The model started writing a tool call (for a UI that shows the
+    /// arguments being written).
+    ToolCallStarted {
+        /// The call's index in this model answer.
+        index: u32,
+        /// The call id, if the first fragment carried it.
+        id: Option<String>,
+        /// The tool name so far.
+        name: String,
+    },
+    /// More argument text of a call being written.
+    ToolCallInputDelta {
+        /// The call's index in this model answer.
+        index: u32,
+        /// The new argument text.
+        arguments: String,
+    },
+    /// A complete tool call, about to run.
+    ToolCall(ToolCall),
+    /// One item streamed by a running tool.
+    ToolOutput {
+        /// The call it belongs to.
+        call_id: String,
+        /// The item.
+        output: ToolOutput,
+    },
+    /// Progress reported by a running tool.
+    Progress {
+        /// The call it belongs to.
+        call_id: String,
+        /// The report.
+        progress: Progress,
+    },
+    /// A tool call finished; this is what the model will read.
+    ToolResult {
+        /// The call.
+        call_id: String,
+        /// The tool name.
+        name: String,
+        /// The collected result (`is_error` for failures).
+        result: ToolResult,
+    },
+    /// The model failed; the run ends.
+    Error(ToolError),
+    /// The run ended.
+    Done(AgentDone),
+}
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub struct AgentDone {
+    /// The whole conversation, the new messages included.
+    pub messages: Vec<Message>,
+    /// Tokens used by all model calls.
+    pub usage: Usage,
+    /// Model calls made.
+    pub steps: usize,
+    /// Why the run stopped.
+    pub stop: StopReason,
+}
+
+/// Why a run stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StopReason {
+    /// The model answered without calling a tool.
+    Finished,
+    /// The run reached its limit of model calls.
+    MaxSteps,
+    /// The model asked for more tool calls than the run allows.
+    MaxToolCalls,
+    /// The model call failed (see the [`AgentEvent::Error`] before).
+    ModelError,
+}
+
+/// Drives a model and a toolbox: calls the model, runs the tool calls it
+/// asks for (concurrently, up to a bound), feeds the results back, and
+/// repeats until the model answers without a tool call or a limit is hit.
+///
+/// Tool failures, invalid arguments and unknown tools go back to the model
+/// as tool results (the model-facing JSON of the [`ToolError`]), and the
+/// loop goes on. Dropping the event stream cancels the model call and the
+/// running tools. An `Agent` is a `Service<Vec<Message>>` answering with
+/// its event stream.
+#[derive(Debug, Clone)]
+pub struct Agent<M> {
+    model: M,
+    toolbox: Toolbox,
+    max_steps: usize,
+    max_tool_calls: usize,
+    parallel: usize,
+}
+
+impl<M> Agent<M> {
+    /// An agent over `model` and `toolbox`: at most 10 model calls, 32 tool
+    /// calls, 4 tools at once.
+    pub fn new(model: M, toolbox: Toolbox) -> Self {
+        Agent {
+            model,
+            toolbox,
+            max_steps: 10,
+            max_tool_calls: 32,
+            parallel: 4,
+        }
+    }
+
+    /// At most `steps` model calls per run.
+    pub fn max_steps(mut self, steps: usize) -> Self {
+        self.max_steps = steps;
+        self
+    }
+
+    /// At most `calls` tool calls per run.
+    pub fn max_tool_calls(mut self, calls: usize) -> Self {
+        self.max_tool_calls = calls;
+        self
+    }
+
+    /// At most `tools` tool calls of one step running at once.
+    pub fn parallel_tools(mut self, tools: usize) -> Self {
+        self.parallel = tools.max(1);
+        self
+    }
+}
+
+impl<M, St> Agent<M>
+where
+    M: Service<ChatRequest, Response = St> + Clone + Send + 'static,
+    M::Error: Into<ToolError>,
+    M::Future: Send + 'static,
+    St: Stream<Item = Result<ModelDelta, ToolError>> + Send + 'static,
+{
+    /// Runs the agent on a conversation.
+    pub fn run(&self, messages: Vec<Message>) -> AgentStream {
+        // The driver runs inside the stream's own polls (nothing is
+        // spawned), so dropping the stream drops the model call and tools.
+        let (tx, rx) = mpsc::channel(32);
+        let agent = self.clone();
+        AgentStream {
+            driver: Some(Box::pin(agent.drive(messages, tx))),
+            events: rx,
+        }
+    }
+
+    async fn drive(self, mut messages: Vec<Message>, tx: mpsc::Sender<AgentEvent>) {
+        let tools: Arc<[ToolInfo]> = self.toolbox.infos().cloned().collect();
+        let mut usage = Usage::default();
+        let mut steps = 0;
+        let mut tool_calls = 0;
+        let stop = loop {
+            if steps >= self.max_steps {
+                break StopReason::MaxSteps;
+            }
+            steps += 1;
+            let request = ChatRequest {
+                messages: messages.clone(),
+                tools: tools.clone(),
+            };
+            let model = self.model.clone();
+            let opened: Result<St, ToolError> = model.oneshot(request).await.map_err(Into::into);
+            let answer = match opened {
+                Ok(answer) => answer,
+                Err(err) => {
+                    let _ = tx.send(AgentEvent::Error(err)).await;
+                    break StopReason::ModelError;
+                }
+            };
+            let mut answer = pin!(answer);
+            let mut text = String::new();
+            let mut calls = Accumulator::new();
+            let mut failed = None;
+            while let Some(delta) = answer.next().await {
+                let event = match delta {
+                    Err(err) => {
+                        failed = Some(err);
+                        break;
+                    }
+                    Ok(ModelDelta::Text(piece)) => {
+                        text.push_str(&piece);
+                        AgentEvent::TextDelta(piece)
+                    }
+                    Ok(ModelDelta::ToolCall(fragment)) => {
+                        if calls.push(&fragment) == Pushed::Started {
+                            let (id, name) = calls.get(fragment.index).unwrap_or_default();
+                            let started = AgentEvent::ToolCallStarted {
+                                index: fragment.index,
+                                id: id.map(str::to_owned),
+                                name: name.to_owned(),
+                            };
+                            let _ = tx.send(started).await;
+                        }
+                        if fragment.arguments.is_empty() {
+                            continue;
+                        }
+                        AgentEvent::ToolCallInputDelta {
+                            index: fragment.index,
+                            arguments: fragment.arguments,
+                        }
+                    }
+                    Ok(ModelDelta::Usage(used)) => {
+                        usage += used;
+                        continue;
+                    }
+                    Ok(_) => continue,
+                };
+                let _ = tx.send(event).await;
+            }
+            let calls = match (failed, calls.finish()) {
+                (Some(err), _) => {
+                    let _ = tx.send(AgentEvent::Error(err)).await;
+                    break StopReason::ModelError;
+                }
+                (None, Err(err)) => {
+                    let err = ToolError::failed(format!("the model's answer was malformed: {err}"))
+                        .with_source(err);
+                    let _ = tx.send(AgentEvent::Error(err)).await;
+                    break StopReason::ModelError;
+                }
+                (None, Ok(calls)) => calls,
+            };
+            messages.push(Message::Assistant {
+                content: (!text.is_empty()).then_some(text),
+                tool_calls: calls.clone(),
+            });
+            if calls.is_empty() {
+                break StopReason::Finished;
+            }
+            if tool_calls + calls.len() > self.max_tool_calls {
+                // Answer every call, so the history stays well-formed.
+                let limit = self.max_tool_calls;
+                for call in calls {
+                    let err = ToolError::new(
+                        ErrorKind::Denied,
+                        format!("not run: this run's limit of {limit} tool calls was reached"),
+                    );
+                    let result = ToolResult::from_error(err);
+                    messages.push(Message::tool(call.id.clone(), result.text()));
+                    let _ = tx
+                        .send(AgentEvent::ToolResult {
+                            call_id: call.id,
+                            name: call.name,
+                            result,
+                        })
+                        .await;
+                }
+                break StopReason::MaxToolCalls;
+            }
+            tool_calls += calls.len();
+            for call in &calls {
+                let _ = tx.send(AgentEvent::ToolCall(call.clone())).await;
+            }
+            let results: Vec<ToolResult> = stream::iter(calls.clone())
+                .map(|call| {
+                    let (toolbox, tx) = (self.toolbox.clone(), tx.clone());
+                    async move { run_tool(&toolbox, &call, &tx).await }
+                })
+                .buffered(self.parallel)
+                .collect()
+                .await;
+            for (call, result) in calls.iter().zip(results) {
+                messages.push(Message::tool(call.id.clone(), result.text()));
+            }
+        };
+        let done = AgentDone {
+            messages,
+            usage,
+            steps,
+            stop,
+        };
+        let _ = tx.send(AgentEvent::Done(done)).await;
+    }
+}
+
+/// Runs one call, streaming its items as events; returns its result.
+async fn run_tool(toolbox: &Toolbox, call: &ToolCall, tx: &mpsc::Sender<AgentEvent>) -> ToolResult {
+    let request =
+        ToolRequest::new(call.name.clone(), call.arguments.clone()).with_id(call.id.clone());
+    let mut result = ToolResult::default();
+    match toolbox.dispatch(request).await {
+        Err(err) => result.push_error(err),
+        Ok(mut items) => {
+            while let Some(item) = items.next().await {
+                match item {
+                    Ok(ToolOutput::Progress(progress)) => {
+                        let event = AgentEvent::Progress {
+                            call_id: call.id.clone(),
+                            progress,
+                        };
+                        let _ = tx.send(event).await;
+                    }
+                    Ok(output) => {
+                        let event = AgentEvent::ToolOutput {
+                            call_id: call.id.clone(),
+                            output: output.clone(),
+                        };
+                        let _ = tx.send(event).await;
+                        result.push(output);
+                    }
+                    Err(err) => {
+                        result.push_error(err);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    let event = AgentEvent::ToolResult {
+        call_id: call.id.clone(),
+        name: call.name.clone(),
+        result: result.clone(),
+    };
+    let _ = tx.send(event).await;
+    result
+}
+
+/// The event stream of one agent run. Dropping it cancels the run.
+pub struct AgentStream {
+    driver: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    events: mpsc::Receiver<AgentEvent>,
+}
+
+impl Stream for AgentStream {
+    type Item = AgentEvent;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<AgentEvent>> {
+        if let Some(driver) = &mut self.driver {
+            if driver.as_mut().poll(cx).is_ready() {
+                self.driver = None;
+            }
+        }
+        // The driver holds the only sender: once it is done and the queue
+        // drained, this yields `None`.
+        self.events.poll_recv(cx)
+    }
+}
+
+impl std::fmt::Debug for AgentStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentStream")
+            .field("running", &self.driver.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M, St> Service<Vec<Message>> for Agent<M>
+where
+    M: Service<ChatRequest, Response = St> + Clone + Send + 'static,
+    M::Error: Into<ToolError>,
+    M::Future: Send + 'static,
+    St: Stream<Item = Result<ModelDelta, ToolError>> + Send + 'static,
+{
+    type Response = AgentStream;
+    type Error = ToolError;
+    type Future = Ready<Result<AgentStream, ToolError>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, messages: Vec<Message>) -> Self::Future {
+        ready(Ok(self.run(messages)))
+    }
+}

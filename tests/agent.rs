@@ -1,0 +1,249 @@
+//! The agent loop against the scripted model.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use toolstack::agent::{Agent, AgentDone, AgentEvent, Message, ScriptedModel, StopReason, Turn};
+use toolstack::{tool, ToolError, Toolbox};
+
+#[derive(Deserialize, JsonSchema)]
+struct Add {
+    a: i64,
+    b: i64,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Nap {
+    ms: u64,
+}
+
+fn toolbox() -> Toolbox {
+    Toolbox::new().tool(tool::from_fn("add", |Add { a, b }| async move {
+        Ok::<_, ToolError>(a + b)
+    }))
+}
+
+async fn events(agent: &Agent<ScriptedModel>, prompt: &str) -> (Vec<AgentEvent>, AgentDone) {
+    let mut all: Vec<AgentEvent> = agent.run(vec![Message::user(prompt)]).collect().await;
+    match all.pop() {
+        Some(AgentEvent::Done(done)) => (all, done),
+        other => panic!("the run did not end with Done: {other:?}"),
+    }
+}
+
+fn tool_messages(done: &AgentDone) -> Vec<(String, String)> {
+    done.messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool {
+                tool_call_id,
+                content,
+            } => Some((tool_call_id.clone(), content.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn text_only_answer_ends_the_run_in_one_step() {
+    let agent = Agent::new(
+        ScriptedModel::new([Turn::new().text("Hello there")]),
+        toolbox(),
+    );
+    let (events, done) = events(&agent, "hi").await;
+    let text: String = events
+        .iter()
+        .map(|e| match e {
+            AgentEvent::TextDelta(t) => t.as_str(),
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(text, "Hello there");
+    assert_eq!((done.stop, done.steps), (StopReason::Finished, 1));
+    assert_eq!(
+        done.messages.last(),
+        Some(&Message::assistant("Hello there"))
+    );
+}
+
+#[tokio::test]
+async fn one_tool_call_runs_and_its_result_goes_back_to_the_model() {
+    let model = ScriptedModel::new([
+        Turn::new().tool_call("add", r#"{"a":2,"b":40}"#),
+        Turn::new().text("It is 42."),
+    ]);
+    let agent = Agent::new(model, toolbox());
+    let (events, done) = events(&agent, "2+40?").await;
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| match e {
+            AgentEvent::ToolCallStarted { .. } => "started",
+            AgentEvent::ToolCallInputDelta { .. } => "input",
+            AgentEvent::ToolCall(_) => "call",
+            AgentEvent::ToolOutput { .. } => "output",
+            AgentEvent::ToolResult { .. } => "result",
+            AgentEvent::TextDelta(_) => "text",
+            _ => "other",
+        })
+        .collect();
+    let mut dedup = kinds.clone();
+    dedup.dedup();
+    assert_eq!(
+        dedup,
+        ["started", "input", "call", "output", "result", "text"]
+    );
+    assert_eq!(
+        tool_messages(&done),
+        [("call_0_0".to_owned(), "42".to_owned())]
+    );
+    assert_eq!((done.stop, done.steps), (StopReason::Finished, 2));
+    assert!(done.usage.completion_tokens > 0);
+}
+
+#[tokio::test]
+async fn tool_errors_unknown_tools_and_bad_arguments_go_back_to_the_model() {
+    let model = ScriptedModel::new([
+        Turn::new()
+            .tool_call("ad", r#"{"a":1,"b":2}"#)
+            .tool_call("add", r#"{"a":"one","b":2}"#)
+            .tool_call("add", "not json"),
+        Turn::new().text("Sorry."),
+    ]);
+    let agent = Agent::new(model, toolbox());
+    let (events, done) = events(&agent, "?").await;
+    let results: Vec<bool> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolResult { result, .. } => Some(result.is_error),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results, [true, true, true]);
+    let fed_back = tool_messages(&done);
+    assert!(
+        fed_back[0].1.contains("unknown tool") && fed_back[0].1.contains("did you mean `add`"),
+        "{}",
+        fed_back[0].1
+    );
+    assert!(
+        fed_back[1].1.contains("invalid_arguments") && fed_back[1].1.contains('a'),
+        "{}",
+        fed_back[1].1
+    );
+    assert!(
+        fed_back[2].1.contains("invalid_arguments"),
+        "{}",
+        fed_back[2].1
+    );
+    assert_eq!(
+        done.stop,
+        StopReason::Finished,
+        "the loop went on after the failures"
+    );
+}
+
+#[tokio::test]
+async fn max_steps_ends_the_run_with_its_reason() {
+    let again = || Turn::new().tool_call("add", r#"{"a":1,"b":1}"#);
+    let agent = Agent::new(ScriptedModel::new([again(), again(), again()]), toolbox()).max_steps(2);
+    let (_, done) = events(&agent, "loop").await;
+    assert_eq!((done.stop, done.steps), (StopReason::MaxSteps, 2));
+}
+
+#[tokio::test]
+async fn max_tool_calls_ends_the_run_and_answers_every_call() {
+    let three = Turn::new()
+        .tool_call("add", r#"{"a":1,"b":1}"#)
+        .tool_call("add", r#"{"a":1,"b":2}"#)
+        .tool_call("add", r#"{"a":1,"b":3}"#);
+    let agent = Agent::new(ScriptedModel::new([three.clone(), three]), toolbox()).max_tool_calls(4);
+    let (_, done) = events(&agent, "many").await;
+    assert_eq!(done.stop, StopReason::MaxToolCalls);
+    let fed_back = tool_messages(&done);
+    assert_eq!(fed_back.len(), 6, "every call has a result, run or refused");
+    assert!(
+        fed_back[3].1.contains("limit of 4 tool calls"),
+        "{}",
+        fed_back[3].1
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn parallel_calls_respect_the_bound_and_keep_call_order() {
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let (r, p) = (running.clone(), peak.clone());
+    let nap = tool::from_fn("nap", move |Nap { ms }| {
+        let (r, p) = (r.clone(), p.clone());
+        async move {
+            let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+            p.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            r.fetch_sub(1, Ordering::SeqCst);
+            Ok::<_, ToolError>(format!("slept {ms}"))
+        }
+    });
+    let model = ScriptedModel::new([
+        Turn::new()
+            .tool_call("nap", r#"{"ms":40}"#)
+            .tool_call("nap", r#"{"ms":10}"#)
+            .tool_call("nap", r#"{"ms":30}"#)
+            .tool_call("nap", r#"{"ms":20}"#),
+        Turn::new().text("done"),
+    ]);
+    let agent = Agent::new(model, Toolbox::new().tool(nap)).parallel_tools(2);
+    let (_, done) = events(&agent, "nap").await;
+    assert_eq!(peak.load(Ordering::SeqCst), 2);
+    let order: Vec<String> = tool_messages(&done).into_iter().map(|(_, c)| c).collect();
+    assert_eq!(order, ["slept 40", "slept 10", "slept 30", "slept 20"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_event_stream_cancels_a_running_tool() {
+    struct Flag(Arc<AtomicBool>);
+    impl Drop for Flag {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let c = cancelled.clone();
+    let slow = tool::from_fn("slow", move |_: Nap| {
+        let flag = Flag(c.clone());
+        async move {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            drop(flag);
+            Ok::<_, ToolError>("never")
+        }
+    });
+    let model = ScriptedModel::new([
+        Turn::new().tool_call("slow", r#"{"ms":0}"#),
+        Turn::new().text("x"),
+    ]);
+    let agent = Agent::new(model, Toolbox::new().tool(slow));
+    let mut run = agent.run(vec![Message::user("go")]);
+    while let Some(event) = run.next().await {
+        if matches!(event, AgentEvent::ToolCall(_)) {
+            break;
+        }
+    }
+    // Let the tool start.
+    assert!(tokio::time::timeout(Duration::from_secs(1), run.next())
+        .await
+        .is_err());
+    assert!(!cancelled.load(Ordering::SeqCst));
+    drop(run);
+    assert!(cancelled.load(Ordering::SeqCst));
+}
+
+#[tokio::test]
+async fn a_model_failure_ends_the_run_with_an_error_event() {
+    let agent = Agent::new(ScriptedModel::new([]), toolbox());
+    let (events, done) = events(&agent, "hi").await;
+    assert!(matches!(events.as_slice(), [AgentEvent::Error(_)]));
+    assert_eq!(done.stop, StopReason::ModelError);
+}
