@@ -247,3 +247,80 @@ async fn a_model_failure_ends_the_run_with_an_error_event() {
     assert!(matches!(events.as_slice(), [AgentEvent::Error(_)]));
     assert_eq!(done.stop, StopReason::ModelError);
 }
+
+fn specialist(turns: Vec<Turn>) -> toolstack::agent::AgentTool<ScriptedModel> {
+    let agent = Agent::new(ScriptedModel::new(turns), toolbox());
+    toolstack::agent::AgentTool::new("math", "A specialist in arithmetic.", agent)
+}
+
+#[tokio::test]
+async fn an_agent_as_a_tool_streams_its_activity_and_answers_with_its_final_text() {
+    let math = specialist(vec![
+        Turn::new()
+            .text("Adding.")
+            .tool_call("add", r#"{"a":2,"b":3}"#),
+        Turn::new().text("The sum is 5."),
+    ]);
+    let supervisor = ScriptedModel::new([
+        Turn::new().tool_call("math", r#"{"message":"what is 2+3?"}"#),
+        Turn::new().text("Math says 5."),
+    ]);
+    let agent = Agent::new(supervisor, Toolbox::new().tool(math));
+    let (events, done) = events(&agent, "2+3?").await;
+    let activity: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::Progress { call_id, progress } => {
+                assert_eq!(call_id, "call_0_0");
+                progress.message.clone()
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        activity.iter().any(|m| m.contains("calling `add`")),
+        "{activity:?}"
+    );
+    assert!(
+        activity.iter().any(|m| m.contains("`add` done")),
+        "{activity:?}"
+    );
+    assert_eq!(
+        tool_messages(&done),
+        [("call_0_0".to_owned(), "The sum is 5.".to_owned())]
+    );
+    assert_eq!(done.stop, StopReason::Finished);
+}
+
+#[tokio::test]
+async fn an_agent_tool_takes_plain_text_and_refuses_an_empty_message() {
+    use tower::ServiceExt;
+    let math = specialist(vec![Turn::new().text("Plain question, plain answer.")]);
+    let result = toolstack::ToolResult::collect(
+        math.clone()
+            .oneshot(toolstack::ToolRequest::new("math", "what is one plus one"))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(result.text(), "Plain question, plain answer.");
+    let err = math
+        .oneshot(toolstack::ToolRequest::new("math", r#"{"message":"  "}"#))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), toolstack::ErrorKind::InvalidArguments);
+}
+
+#[tokio::test]
+async fn a_sub_agent_that_stops_on_a_limit_fails_the_tool_call() {
+    let looping = specialist(vec![Turn::new().tool_call("add", r#"{"a":1,"b":1}"#)]);
+    use tower::ServiceExt;
+    let stream = looping
+        .oneshot(toolstack::ToolRequest::new("math", "loop"))
+        .await
+        .unwrap();
+    let result = toolstack::ToolResult::collect(stream).await;
+    assert!(result.is_error);
+    // The script has one turn: the second model call fails.
+    assert!(result.text().contains("no turn left"), "{}", result.text());
+}

@@ -21,12 +21,14 @@
 //! ```
 
 mod accumulate;
+mod as_tool;
 mod delta;
 mod message;
 mod run;
 mod scripted;
 
 pub use self::accumulate::{AccumulateError, Accumulator, Pushed};
+pub use self::as_tool::{AgentTool, AgentToolStream};
 pub use self::delta::{FinishReason, ModelDelta, ToolCall, ToolCallDelta, Usage};
 pub use self::message::{ChatRequest, Message};
 pub use self::run::{Agent, AgentDone, AgentEvent, AgentStream, StopReason};

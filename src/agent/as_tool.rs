@@ -1,0 +1,161 @@
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use futures_core::Stream;
+use futures_util::future::{ready as ready_future, Ready};
+use tower_service::Service;
+
+use super::{Agent, AgentEvent, AgentStream, ChatRequest, Message, ModelDelta, StopReason};
+use crate::{Describe, Progress, ToolError, ToolInfo, ToolItem, ToolOutput, ToolRequest};
+
+/// An [`Agent`] wrapped as a tool: a supervisor agent can delegate to it.
+///
+/// Input: `{"message": "..."}`; plain text that is not such an object is
+/// taken as the message itself. While the sub-agent works, its activity
+/// streams out as progress items (its text as it is written, each tool call
+/// and result); its final answer is the tool's one text item, so the
+/// collected [`ToolResult`](crate::ToolResult) is that answer. A sub-agent
+/// that fails or stops on a limit ends the stream with an error.
+#[derive(Debug, Clone)]
+pub struct AgentTool<M> {
+    info: Arc<ToolInfo>,
+    agent: Agent<M>,
+}
+
+impl<M> AgentTool<M> {
+    /// Wraps `agent` as the tool `name`, described to the model by
+    /// `description`.
+    pub fn new(name: impl Into<String>, description: impl Into<String>, agent: Agent<M>) -> Self {
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": {"message": {"type": "string", "description": "What to ask the agent."}},
+            "required": ["message"]
+        });
+        let info = ToolInfo::new(name.into())
+            .with_description(description)
+            .with_input_schema(schema);
+        AgentTool {
+            info: Arc::new(info),
+            agent,
+        }
+    }
+}
+
+impl<M> Describe for AgentTool<M> {
+    fn info(&self) -> &ToolInfo {
+        &self.info
+    }
+}
+
+/// The message in a call's arguments: `{"message": ...}`, a JSON string, or
+/// the text itself.
+fn message_of(arguments: &str) -> String {
+    match serde_json::from_str::<serde_json::Value>(arguments) {
+        Ok(serde_json::Value::Object(mut map)) => match map.remove("message") {
+            Some(serde_json::Value::String(message)) => message,
+            _ => arguments.to_owned(),
+        },
+        Ok(serde_json::Value::String(message)) => message,
+        _ => arguments.to_owned(),
+    }
+}
+
+impl<M, St> Service<ToolRequest> for AgentTool<M>
+where
+    M: Service<ChatRequest, Response = St> + Clone + Send + 'static,
+    M::Error: Into<ToolError>,
+    M::Future: Send + 'static,
+    St: Stream<Item = Result<ModelDelta, ToolError>> + Send + 'static,
+{
+    type Response = AgentToolStream;
+    type Error = ToolError;
+    type Future = Ready<Result<AgentToolStream, ToolError>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: ToolRequest) -> Self::Future {
+        let message = message_of(request.arguments());
+        if message.trim().is_empty() {
+            return ready_future(Err(ToolError::invalid_arguments(
+                "`message` is required: what to ask the agent",
+            )));
+        }
+        ready_future(Ok(AgentToolStream {
+            events: self.agent.run(vec![Message::user(message)]),
+            reports: 0,
+            done: false,
+        }))
+    }
+}
+
+/// The response stream of an [`AgentTool`].
+#[derive(Debug)]
+pub struct AgentToolStream {
+    events: AgentStream,
+    reports: u64,
+    done: bool,
+}
+
+impl AgentToolStream {
+    fn progress(&mut self, message: String) -> ToolItem {
+        self.reports += 1;
+        let mut progress = Progress::new(self.reports as f64);
+        progress.message = Some(message);
+        Ok(ToolOutput::Progress(progress))
+    }
+}
+
+impl Stream for AgentToolStream {
+    type Item = ToolItem;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToolItem>> {
+        loop {
+            if self.done {
+                return Poll::Ready(None);
+            }
+            let Some(event) = ready!(Pin::new(&mut self.events).poll_next(cx)) else {
+                self.done = true;
+                return Poll::Ready(Some(Err(ToolError::failed(
+                    "the agent ended without an answer",
+                ))));
+            };
+            let item = match event {
+                AgentEvent::TextDelta(text) => self.progress(text),
+                AgentEvent::ToolCall(call) => {
+                    self.progress(format!("calling `{}` {}", call.name, call.arguments))
+                }
+                AgentEvent::ToolResult { name, result, .. } => {
+                    let outcome = if result.is_error { "failed" } else { "done" };
+                    self.progress(format!("`{name}` {outcome}"))
+                }
+                AgentEvent::Error(err) => {
+                    self.done = true;
+                    Err(err)
+                }
+                AgentEvent::Done(done) => {
+                    self.done = true;
+                    if done.stop != StopReason::Finished {
+                        Err(ToolError::failed(format!(
+                            "the agent stopped before answering: {:?}",
+                            done.stop
+                        )))
+                    } else {
+                        let answer = match done.messages.last() {
+                            Some(Message::Assistant {
+                                content: Some(text),
+                                ..
+                            }) => text.clone(),
+                            _ => String::new(),
+                        };
+                        Ok(ToolOutput::text(answer))
+                    }
+                }
+                _ => continue,
+            };
+            return Poll::Ready(Some(item));
+        }
+    }
+}
