@@ -1,0 +1,330 @@
+//! An offline data-analysis assistant over a real embedded SQLite database.
+//!
+//! `cargo run --example assistant` creates and fills an in-memory SQLite
+//! database, gives an agent three tools — search the schema, show a table,
+//! execute SQL (rows stream out as they are read, with progress every 250
+//! rows) — each stacked with trace, timeout, retry and rate-limit layers,
+//! and prints the agent's event stream live. The model is the scripted one,
+//! so it runs with no network and no key.
+
+use std::io::Write;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use rusqlite::types::ValueRef;
+use rusqlite::Connection;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use toolstack::agent::{Agent, AgentEvent, Message, ScriptedModel, Turn};
+use toolstack::{tool, Progress, ToolAnnotations, ToolContext, ToolError, ToolOutput, Toolbox};
+use toolstack_layers::rate_limit::{Quota, RateLimitLayer};
+use toolstack_layers::retry::RetryPolicy;
+use toolstack_layers::timeout::TimeoutLayer;
+use toolstack_layers::ServiceBuilderExt;
+use tower::ServiceBuilder;
+
+type Db = Arc<Mutex<Connection>>;
+
+const PROGRESS_EVERY: u64 = 250;
+
+fn database() -> rusqlite::Result<Connection> {
+    let db = Connection::open_in_memory()?;
+    db.execute_batch(
+        "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT NOT NULL, country TEXT NOT NULL);
+         CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER NOT NULL REFERENCES customers(id),
+                              amount REAL NOT NULL, placed_on TEXT NOT NULL);",
+    )?;
+    let countries = ["France", "Japan", "Brazil", "Kenya", "Canada"];
+    for id in 1..=200 {
+        db.execute(
+            "INSERT INTO customers VALUES (?1, ?2, ?3)",
+            (
+                id,
+                format!("customer {id}"),
+                countries[id as usize % countries.len()],
+            ),
+        )?;
+    }
+    // Deterministic "random" orders.
+    let mut seed: u64 = 42;
+    for id in 1..=3_000 {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let customer = 1 + (seed >> 33) % 200;
+        let amount = ((seed >> 20) % 50_000) as f64 / 100.0;
+        let day = 1 + (seed >> 45) % 28;
+        db.execute(
+            "INSERT INTO orders VALUES (?1, ?2, ?3, ?4)",
+            (id, customer as i64, amount, format!("2026-11-{day:02}")),
+        )?;
+    }
+    Ok(db)
+}
+
+fn sql_error(err: rusqlite::Error) -> ToolError {
+    ToolError::failed(format!("SQL error: {err}"))
+}
+
+fn cell(value: ValueRef<'_>) -> Value {
+    match value {
+        ValueRef::Null => Value::Null,
+        ValueRef::Integer(i) => i.into(),
+        ValueRef::Real(f) => f.into(),
+        ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned().into(),
+        ValueRef::Blob(b) => format!("<{} bytes>", b.len()).into(),
+    }
+}
+
+/// Search the database schema: tables and columns whose names contain the query.
+#[derive(Deserialize, JsonSchema)]
+struct SearchSchema {
+    /// Part of a table or column name; empty lists everything.
+    #[serde(default)]
+    query: String,
+}
+
+/// Show the first rows of a table.
+#[derive(Deserialize, JsonSchema)]
+struct ShowTable {
+    /// The table's name.
+    table: String,
+    /// How many rows (default 5, at most 50).
+    limit: Option<u32>,
+}
+
+/// Run one read-only SQL query; rows stream out as they are read.
+#[derive(Deserialize, JsonSchema)]
+struct ExecuteSql {
+    /// A single SELECT statement.
+    sql: String,
+}
+
+fn search_schema(db: &Db, query: &str) -> Result<Value, ToolError> {
+    let db = db
+        .lock()
+        .map_err(|_| ToolError::failed("the database lock was poisoned"))?;
+    let mut tables = db
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .map_err(sql_error)?;
+    let names: Vec<String> = tables
+        .query_map([], |row| row.get(0))
+        .map_err(sql_error)?
+        .collect::<Result<_, _>>()
+        .map_err(sql_error)?;
+    let query = query.to_lowercase();
+    let mut found = Map::new();
+    for table in names {
+        let mut columns = db
+            .prepare(&format!("PRAGMA table_info({table})"))
+            .map_err(sql_error)?;
+        let columns: Vec<String> = columns
+            .query_map([], |row| {
+                Ok(format!(
+                    "{} {}",
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?
+                ))
+            })
+            .map_err(sql_error)?
+            .collect::<Result<_, _>>()
+            .map_err(sql_error)?;
+        if table.contains(&query) || columns.iter().any(|c| c.to_lowercase().contains(&query)) {
+            found.insert(table, columns.into());
+        }
+    }
+    Ok(Value::Object(found))
+}
+
+fn show_table(db: &Db, table: &str, limit: u32) -> Result<Value, ToolError> {
+    if !table.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(ToolError::invalid_arguments(format!(
+            "`{table}` is not a table name"
+        )));
+    }
+    let db = db
+        .lock()
+        .map_err(|_| ToolError::failed("the database lock was poisoned"))?;
+    let mut stmt = db
+        .prepare(&format!("SELECT * FROM {table} LIMIT {}", limit.min(50)))
+        .map_err(sql_error)?;
+    let columns: Vec<String> = stmt.column_names().map(str::to_owned).collect();
+    let mut rows = stmt.query([]).map_err(sql_error)?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(sql_error)? {
+        let mut object = Map::new();
+        for (i, name) in columns.iter().enumerate() {
+            object.insert(name.clone(), cell(row.get_ref(i).map_err(sql_error)?));
+        }
+        out.push(Value::Object(object));
+    }
+    Ok(json!({ "table": table, "rows": out }))
+}
+
+/// Reads the query's rows on a blocking thread and sends them one by one;
+/// stops when the receiver (the tool's stream) is dropped.
+fn execute_sql(
+    db: Db,
+    sql: String,
+    ctx: ToolContext,
+) -> tokio::sync::mpsc::Receiver<Result<Value, ToolError>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::task::spawn_blocking(move || {
+        let run = || -> Result<u64, ToolError> {
+            let trimmed = sql.trim_start().to_lowercase();
+            if !(trimmed.starts_with("select") || trimmed.starts_with("with")) {
+                return Err(ToolError::new(
+                    toolstack::ErrorKind::Denied,
+                    "only SELECT queries may run",
+                ));
+            }
+            let db = db
+                .lock()
+                .map_err(|_| ToolError::failed("the database lock was poisoned"))?;
+            let mut stmt = db.prepare(&sql).map_err(sql_error)?;
+            let columns: Vec<String> = stmt.column_names().map(str::to_owned).collect();
+            let mut rows = stmt.query([]).map_err(sql_error)?;
+            let mut n = 0u64;
+            while let Some(row) = rows.next().map_err(sql_error)? {
+                let mut object = Map::new();
+                for (i, name) in columns.iter().enumerate() {
+                    object.insert(name.clone(), cell(row.get_ref(i).map_err(sql_error)?));
+                }
+                if tx.blocking_send(Ok(Value::Object(object))).is_err() {
+                    return Ok(n); // the consumer walked away
+                }
+                n += 1;
+                if n % PROGRESS_EVERY == 0 {
+                    ctx.report(Progress::new(n as f64).message(format!("{n} rows read")));
+                }
+            }
+            Ok(n)
+        };
+        if let Err(err) = run() {
+            let _ = tx.blocking_send(Err(err));
+        }
+    });
+    rx
+}
+
+fn toolbox(db: Db) -> Toolbox {
+    let layers = || {
+        ServiceBuilder::new()
+            .trace_tool()
+            .tool_timeout(
+                TimeoutLayer::new()
+                    .deadline(Duration::from_secs(30))
+                    .idle(Duration::from_secs(5)),
+            )
+            .tool_retry(RetryPolicy::new().max_attempts(3))
+            .tool_rate_limit(RateLimitLayer::per_tool(Quota::per_second(
+                NonZeroU32::new(20).expect("non-zero"),
+            )))
+    };
+    let schema_db = db.clone();
+    let search = tool::from_fn("search_schema", move |args: SearchSchema| {
+        let db = schema_db.clone();
+        async move { search_schema(&db, &args.query) }
+    })
+    .description("Search the database schema: tables and columns matching a name.")
+    .annotations(ToolAnnotations::new().read_only());
+    let table_db = db.clone();
+    let show = tool::from_fn("show_table", move |args: ShowTable| {
+        let db = table_db.clone();
+        async move { show_table(&db, &args.table, args.limit.unwrap_or(5)) }
+    })
+    .description("Show the first rows of a table.")
+    .annotations(ToolAnnotations::new().read_only());
+    let sql =
+        tool::from_stream_with_context("execute_sql", move |args: ExecuteSql, ctx: ToolContext| {
+            tokio_stream::wrappers::ReceiverStream::new(execute_sql(db.clone(), args.sql, ctx))
+        })
+        .description("Run one read-only SQL query; rows stream out as they are read.")
+        .annotations(ToolAnnotations::new().read_only());
+    Toolbox::new()
+        .layered(search, layers())
+        .layered(show, layers())
+        .layered(sql, layers())
+}
+
+fn script() -> ScriptedModel {
+    ScriptedModel::new([
+        Turn::new()
+            .text("Let me find where the orders live.")
+            .tool_call("search_schema", r#"{"query":"order"}"#),
+        Turn::new().text("A quick look at the data first.").tool_call("show_table", r#"{"table":"orders","limit":3}"#),
+        Turn::new().text("Now every order with its customer's country.").tool_call(
+            "execute_sql",
+            r#"{"sql":"SELECT o.id, c.country, o.amount FROM orders o JOIN customers c ON c.id = o.customer_id ORDER BY o.id"}"#,
+        ),
+        Turn::new().text("And the revenue per country.").tool_call(
+            "execute_sql",
+            r#"{"sql":"SELECT c.country, COUNT(*) AS orders, ROUND(SUM(o.amount), 2) AS revenue FROM orders o JOIN customers c ON c.id = o.customer_id GROUP BY c.country ORDER BY revenue DESC"}"#,
+        ),
+        Turn::new().text("Brazil leads on revenue; the per-country totals are in the last result."),
+    ])
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let db: Db = Arc::new(Mutex::new(database()?));
+    if std::env::var_os("OPENAI_API_KEY").is_some() {
+        println!(
+            "(OPENAI_* is set, but the OpenAI client is not built yet: using the scripted model)"
+        );
+    }
+    let agent = Agent::new(script(), toolbox(db))
+        .max_steps(8)
+        .parallel_tools(2);
+    let question = "Which country brings the most revenue?";
+    println!("user: {question}\n");
+    let mut events = agent.run(vec![
+        Message::system("You are a careful data analyst."),
+        Message::user(question),
+    ]);
+    let mut out = std::io::stdout();
+    let mut streamed_rows = 0u64;
+    while let Some(event) = events.next().await {
+        match event {
+            AgentEvent::TextDelta(text) => {
+                print!("{text}");
+                out.flush()?;
+            }
+            AgentEvent::ToolCall(call) => println!("\n  → {}({})", call.name, call.arguments),
+            AgentEvent::Progress { progress, .. } => {
+                let filled = ((progress.progress / 3_000.0) * 30.0).min(30.0) as usize;
+                print!(
+                    "\r    [{}{}] {}",
+                    "#".repeat(filled),
+                    ".".repeat(30 - filled),
+                    progress.message.unwrap_or_default()
+                );
+                out.flush()?;
+            }
+            AgentEvent::ToolOutput {
+                output: ToolOutput::Json { .. },
+                ..
+            } => streamed_rows += 1,
+            AgentEvent::ToolResult { name, result, .. } => {
+                let text = result.text().replace('\n', " | ");
+                let shown: String = text.chars().take(160).collect();
+                let more = if text.len() > shown.len() { " …" } else { "" };
+                let status = if result.is_error { "error" } else { "ok" };
+                println!(
+                    "\n  ← {name} [{status}, {} items]: {shown}{more}",
+                    result.content.len()
+                );
+            }
+            AgentEvent::Error(err) => println!("\nmodel error: {err}"),
+            AgentEvent::Done(done) => println!(
+                "\n\ndone: {:?} after {} model calls; {} rows streamed; usage {:?}",
+                done.stop, done.steps, streamed_rows, done.usage
+            ),
+            _ => {}
+        }
+    }
+    Ok(())
+}
