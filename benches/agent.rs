@@ -1,0 +1,140 @@
+//! Agent throughput: folding a recorded stream of 10,000 tool-call
+//! fragments (four parallel calls, interleaved) into calls, and running
+//! scripted agent turns with a trivial tool.
+//!
+//! `cargo bench --bench agent` runs criterion, then prints chunks/s and
+//! turns/s.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use criterion::{criterion_group, Criterion};
+use futures_util::StreamExt;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use toolstack::agent::{
+    Accumulator, Agent, AgentEvent, Message, ScriptedModel, ToolCallDelta, Turn,
+};
+use toolstack::{tool, ToolError, Toolbox};
+
+const CHUNKS: usize = 10_000;
+const TURNS: usize = 1_000;
+
+/// Four calls whose argument text arrives in interleaved 8-byte fragments.
+fn recorded() -> Vec<ToolCallDelta> {
+    let mut out = Vec::with_capacity(CHUNKS);
+    for i in 0..CHUNKS {
+        let index = (i % 4) as u32;
+        let delta = if i < 4 {
+            ToolCallDelta::new(index)
+                .id(format!("call_{index}"))
+                .name("search")
+                .arguments("{\"q\":\"")
+        } else {
+            ToolCallDelta::new(index).arguments("abcdéfgh")
+        };
+        out.push(delta);
+    }
+    out
+}
+
+fn accumulate(chunks: &[ToolCallDelta]) -> usize {
+    let mut acc = Accumulator::new();
+    for chunk in chunks {
+        acc.push(chunk);
+    }
+    acc.finish().expect("well-formed").len()
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Add {
+    a: i64,
+    b: i64,
+}
+
+/// `TURNS` model turns: every other one calls the add tool.
+fn turns_run(runtime: &tokio::runtime::Runtime) -> usize {
+    let mut turns = Vec::with_capacity(TURNS);
+    for _ in 0..TURNS / 2 {
+        turns.push(
+            Turn::new()
+                .text("adding")
+                .tool_call("add", r#"{"a":1,"b":2}"#),
+        );
+    }
+    turns.push(Turn::new().text("done"));
+    let toolbox = Toolbox::new().tool(tool::from_fn("add", |Add { a, b }| async move {
+        Ok::<_, ToolError>(a + b)
+    }));
+    let agent = Agent::new(ScriptedModel::new(turns), toolbox)
+        .max_steps(TURNS + 1)
+        .max_tool_calls(TURNS);
+    runtime.block_on(async {
+        let mut events = agent.run(vec![Message::user("go")]);
+        let mut steps = 0;
+        while let Some(event) = events.next().await {
+            if let AgentEvent::Done(done) = event {
+                steps = done.steps;
+            }
+        }
+        steps
+    })
+}
+
+fn bench(c: &mut Criterion) {
+    let chunks = recorded();
+    assert_eq!(accumulate(&chunks), 4);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    c.bench_function("accumulate_10k_chunks", |b| {
+        b.iter(|| accumulate(black_box(&chunks)))
+    });
+    let mut group = c.benchmark_group("agent");
+    group.sample_size(10);
+    group.bench_function("501_scripted_turns", |b| b.iter(|| turns_run(&runtime)));
+    group.finish();
+}
+
+fn summary() {
+    let chunks = recorded();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let best = |f: &mut dyn FnMut() -> usize, rounds: usize| {
+        (0..rounds)
+            .map(|_| {
+                let start = Instant::now();
+                black_box(f());
+                start.elapsed().as_secs_f64()
+            })
+            .fold(f64::MAX, f64::min)
+    };
+    let acc = best(&mut || accumulate(&chunks), 50);
+    let steps = turns_run(&runtime);
+    let run = best(&mut || turns_run(&runtime), 5);
+    println!("\nsummary (best of several rounds)");
+    println!(
+        "accumulate: {CHUNKS} chunks in {:.1} µs = {:.1} M chunks/s",
+        acc * 1e6,
+        CHUNKS as f64 / acc / 1e6
+    );
+    println!(
+        "agent: {steps} scripted model turns ({} tool calls) in {:.2} ms = {:.0} turns/s",
+        TURNS / 2,
+        run * 1e3,
+        steps as f64 / run
+    );
+}
+
+criterion_group!(benches, bench);
+
+fn main() {
+    benches();
+    criterion::Criterion::default()
+        .configure_from_args()
+        .final_summary();
+    summary();
+}
