@@ -5,7 +5,9 @@
 //! execute SQL (rows stream out as they are read, with progress every 250
 //! rows) — each stacked with trace, timeout, retry and rate-limit layers,
 //! and prints the agent's event stream live. The model is the scripted one,
-//! so it runs with no network and no key.
+//! so it runs with no network and no key; with `--features openai` and
+//! `OPENAI_BASE_URL`, `OPENAI_MODEL` (and `OPENAI_API_KEY`) set, a real
+//! OpenAI-compatible endpoint answers instead.
 
 use std::io::Write;
 use std::num::NonZeroU32;
@@ -268,23 +270,44 @@ fn script() -> ScriptedModel {
     ])
 }
 
+/// A real endpoint when `OPENAI_BASE_URL` and `OPENAI_MODEL` are set (and
+/// the `openai` feature is on).
+#[cfg(feature = "openai")]
+fn endpoint() -> Option<toolstack::agent::OpenAiModel> {
+    toolstack::agent::OpenAiModel::from_env()
+}
+
+#[cfg(not(feature = "openai"))]
+fn endpoint() -> Option<std::convert::Infallible> {
+    if std::env::var_os("OPENAI_BASE_URL").is_some() {
+        println!("(OPENAI_BASE_URL is set: build with `--features openai` to use it; using the scripted model)");
+    }
+    None
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let db: Db = Arc::new(Mutex::new(database()?));
-    if std::env::var_os("OPENAI_API_KEY").is_some() {
-        println!(
-            "(OPENAI_* is set, but the OpenAI client is not built yet: using the scripted model)"
-        );
-    }
-    let agent = Agent::new(script(), toolbox(db))
-        .max_steps(8)
-        .parallel_tools(2);
     let question = "Which country brings the most revenue?";
-    println!("user: {question}\n");
-    let mut events = agent.run(vec![
-        Message::system("You are a careful data analyst."),
+    let conversation = vec![
+        Message::system("You are a careful data analyst with a SQLite database. Use the tools."),
         Message::user(question),
-    ]);
+    ];
+    println!("user: {question}\n");
+    let mut events = match endpoint() {
+        #[cfg(feature = "openai")]
+        Some(model) => {
+            println!("(model: the OpenAI-compatible endpoint in OPENAI_BASE_URL)\n");
+            Agent::new(model, toolbox(db))
+                .max_steps(8)
+                .parallel_tools(2)
+                .run(conversation)
+        }
+        _ => Agent::new(script(), toolbox(db))
+            .max_steps(8)
+            .parallel_tools(2)
+            .run(conversation),
+    };
     let mut out = std::io::stdout();
     let mut streamed_rows = 0u64;
     while let Some(event) = events.next().await {

@@ -24,6 +24,8 @@ mod accumulate;
 mod as_tool;
 mod delta;
 mod message;
+#[cfg(feature = "openai")]
+mod openai;
 mod run;
 mod scripted;
 
@@ -31,5 +33,7 @@ pub use self::accumulate::{AccumulateError, Accumulator, Pushed};
 pub use self::as_tool::{AgentTool, AgentToolStream};
 pub use self::delta::{FinishReason, ModelDelta, ToolCall, ToolCallDelta, Usage};
 pub use self::message::{ChatRequest, Message};
+#[cfg(feature = "openai")]
+pub use self::openai::{OpenAiModel, OpenAiStream};
 pub use self::run::{Agent, AgentDone, AgentEvent, AgentStream, StopReason};
 pub use self::scripted::{ScriptedModel, ScriptedStream, Turn};
