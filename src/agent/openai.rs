@@ -141,6 +141,47 @@ fn deltas_of(chunk: &Value) -> Vec<ModelDelta> {
     out
 }
 
+/// Parses a chat-completions SSE body, however its bytes are split, into
+/// deltas; the stream ends at `[DONE]`, or with one error.
+fn deltas_from_sse<S, B, E>(bytes: S) -> impl Stream<Item = Result<ModelDelta, ToolError>> + Send
+where
+    S: Stream<Item = Result<B, E>> + Send + 'static,
+    B: AsRef<[u8]> + Send,
+    E: std::fmt::Display + Send,
+{
+    let events = bytes.eventsource();
+    stream::unfold((Box::pin(events), false), |(mut events, done)| async move {
+        if done {
+            return None;
+        }
+        let batch: Vec<Result<ModelDelta, ToolError>> = match events.next().await {
+            None => vec![Err(ToolError::new(
+                ErrorKind::Unavailable,
+                "the model's stream ended before [DONE]",
+            ))],
+            Some(Err(err)) => vec![Err(ToolError::new(
+                ErrorKind::Unavailable,
+                format!("the model's stream broke off: {err}"),
+            ))],
+            Some(Ok(event)) if event.data.trim() == "[DONE]" => return None,
+            Some(Ok(event)) => match serde_json::from_str::<Value>(&event.data) {
+                Ok(chunk) if chunk.get("error").is_some() => vec![Err(ToolError::failed(format!(
+                    "the model reported an error mid-stream: {}",
+                    chunk["error"]
+                )))],
+                Ok(chunk) => deltas_of(&chunk).into_iter().map(Ok).collect(),
+                Err(err) => vec![Err(ToolError::failed(format!(
+                    "malformed chunk from the model: {err}: {}",
+                    event.data.chars().take(200).collect::<String>()
+                )))],
+            },
+        };
+        let failed = batch.iter().any(Result::is_err);
+        Some((stream::iter(batch), (events, failed)))
+    })
+    .flatten()
+}
+
 impl Service<ChatRequest> for OpenAiModel {
     type Response = OpenAiStream;
     type Error = ToolError;
@@ -181,41 +222,87 @@ impl Service<ChatRequest> for OpenAiModel {
                 let text = response.text().await.unwrap_or_default();
                 return Err(status_error(status, retry_after, &text));
             }
-            let events = response.bytes_stream().eventsource();
-            let deltas =
-                stream::unfold((Box::pin(events), false), |(mut events, done)| async move {
-                    if done {
-                        return None;
-                    }
-                    let batch: Vec<Result<ModelDelta, ToolError>> = match events.next().await {
-                        None => vec![Err(ToolError::new(
-                            ErrorKind::Unavailable,
-                            "the model's stream ended before [DONE]",
-                        ))],
-                        Some(Err(err)) => vec![Err(ToolError::new(
-                            ErrorKind::Unavailable,
-                            format!("the model's stream broke off: {err}"),
-                        ))],
-                        Some(Ok(event)) if event.data.trim() == "[DONE]" => return None,
-                        Some(Ok(event)) => match serde_json::from_str::<Value>(&event.data) {
-                            Ok(chunk) if chunk.get("error").is_some() => {
-                                vec![Err(ToolError::failed(format!(
-                                    "the model reported an error mid-stream: {}",
-                                    chunk["error"]
-                                )))]
-                            }
-                            Ok(chunk) => deltas_of(&chunk).into_iter().map(Ok).collect(),
-                            Err(err) => vec![Err(ToolError::failed(format!(
-                                "malformed chunk from the model: {err}: {}",
-                                event.data.chars().take(200).collect::<String>()
-                            )))],
-                        },
-                    };
-                    let failed = batch.iter().any(Result::is_err);
-                    Some((stream::iter(batch), (events, failed)))
-                })
-                .flatten();
+            let deltas = deltas_from_sse(response.bytes_stream());
             Ok(Box::pin(deltas) as OpenAiStream)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::FutureExt;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::agent::Accumulator;
+
+    /// A recorded answer: text with multi-byte characters, then two
+    /// parallel calls whose arguments hold escapes and non-ASCII text.
+    fn recorded() -> Vec<u8> {
+        let chunks = [
+            json!({"choices": [{"index": 0, "delta": {"content": "Grüße, "}}]}),
+            json!({"choices": [{"index": 0, "delta": {"content": "漢字 🦀"}}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": 0, "id": "call_a", "type": "function", "function": {"name": "search", "arguments": "{\"q\":\"caf"}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": 1, "id": "call_b", "type": "function", "function": {"name": "note", "arguments": "{\"t\":\"a\\\"b"}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": 0, "function": {"arguments": "é ☕\"}"}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": 1, "function": {"arguments": "\\n\"}"}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+            json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 9}}),
+        ];
+        let mut body = String::new();
+        for chunk in chunks {
+            body.push_str(&format!("data: {chunk}\n\n"));
+        }
+        body.push_str("data: [DONE]\n\n");
+        body.into_bytes()
+    }
+
+    fn fold(bytes: Vec<Vec<u8>>) -> (String, Vec<crate::agent::ToolCall>, usize) {
+        let stream = stream::iter(bytes.into_iter().map(Ok::<_, std::convert::Infallible>));
+        // Every piece is ready, so the whole parse completes in one poll.
+        let deltas: Vec<_> = deltas_from_sse(stream)
+            .collect()
+            .now_or_never()
+            .expect("ready");
+        let mut text = String::new();
+        let mut acc = Accumulator::new();
+        let mut errors = 0;
+        for delta in deltas {
+            match delta {
+                Ok(ModelDelta::Text(t)) => text.push_str(&t),
+                Ok(ModelDelta::ToolCall(f)) => {
+                    acc.push(&f);
+                }
+                Ok(_) => {}
+                Err(_) => errors += 1,
+            }
+        }
+        (text, acc.finish().expect("named calls"), errors)
+    }
+
+    proptest! {
+        #[test]
+        fn any_byte_split_of_a_recorded_stream_gives_the_same_text_and_calls(
+            mut cuts in proptest::collection::vec(0usize..2000, 0..40),
+        ) {
+            let body = recorded();
+            let whole = fold(vec![body.clone()]);
+            prop_assert_eq!(whole.2, 0);
+            prop_assert_eq!(whole.1.len(), 2);
+            prop_assert_eq!(&whole.1[1].arguments, "{\"t\":\"a\\\"b\\n\"}");
+            cuts.iter_mut().for_each(|c| *c %= body.len() + 1);
+            cuts.sort_unstable();
+            let mut pieces = Vec::new();
+            let mut start = 0;
+            for cut in cuts.into_iter().chain([body.len()]) {
+                pieces.push(body[start..cut].to_vec());
+                start = cut;
+            }
+            prop_assert_eq!(fold(pieces), whole);
+        }
     }
 }
