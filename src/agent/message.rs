@@ -71,11 +71,12 @@ impl Message {
 
 /// A request to a model: the conversation so far and the tools it may call.
 ///
-/// Cheap to clone where it matters: the tool definitions are shared.
+/// Cheap to clone (a retry clones it): the conversation and the tool
+/// definitions are shared.
 #[derive(Debug, Clone, Default)]
 pub struct ChatRequest {
     /// The conversation.
-    pub messages: Vec<Message>,
+    pub messages: Arc<Vec<Message>>,
     /// The tools the model may call.
     pub tools: Arc<[ToolInfo]>,
 }
@@ -84,7 +85,7 @@ impl ChatRequest {
     /// A request with these messages and no tools.
     pub fn new(messages: Vec<Message>) -> Self {
         ChatRequest {
-            messages,
+            messages: Arc::new(messages),
             tools: Arc::from(Vec::new()),
         }
     }

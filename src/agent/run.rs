@@ -165,7 +165,10 @@ where
         }
     }
 
-    async fn drive(self, mut messages: Vec<Message>, tx: mpsc::Sender<AgentEvent>) {
+    async fn drive(self, messages: Vec<Message>, tx: mpsc::Sender<AgentEvent>) {
+        // Shared with each model request; by the time the history grows the
+        // model has let go of it, so `make_mut` does not copy it.
+        let mut messages = Arc::new(messages);
         let tools: Arc<[ToolInfo]> = self.toolbox.infos().cloned().collect();
         let mut usage = Usage::default();
         let mut steps = 0;
@@ -176,7 +179,7 @@ where
             }
             steps += 1;
             let request = ChatRequest {
-                messages: messages.clone(),
+                messages: Arc::clone(&messages),
                 tools: tools.clone(),
             };
             let model = self.model.clone();
@@ -241,7 +244,7 @@ where
                 }
                 (None, Ok(calls)) => calls,
             };
-            messages.push(Message::Assistant {
+            Arc::make_mut(&mut messages).push(Message::Assistant {
                 content: (!text.is_empty()).then_some(text),
                 tool_calls: calls.clone(),
             });
@@ -257,7 +260,8 @@ where
                         format!("not run: this run's limit of {limit} tool calls was reached"),
                     );
                     let result = ToolResult::from_error(err);
-                    messages.push(Message::tool(call.id.clone(), result.text()));
+                    Arc::make_mut(&mut messages)
+                        .push(Message::tool(call.id.clone(), result.text()));
                     let _ = tx
                         .send(AgentEvent::ToolResult {
                             call_id: call.id,
@@ -281,11 +285,11 @@ where
                 .collect()
                 .await;
             for (call, result) in calls.iter().zip(results) {
-                messages.push(Message::tool(call.id.clone(), result.text()));
+                Arc::make_mut(&mut messages).push(Message::tool(call.id.clone(), result.text()));
             }
         };
         let done = AgentDone {
-            messages,
+            messages: Arc::try_unwrap(messages).unwrap_or_else(|shared| (*shared).clone()),
             usage,
             steps,
             stop,
