@@ -15,8 +15,6 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, Criterion};
 use futures_util::{FutureExt, StreamExt};
-use schemars::JsonSchema;
-use serde::Deserialize;
 use toolstack::{tool, ToolError, ToolOutput, ToolRequest, Toolbox};
 use tower::Service;
 
@@ -41,22 +39,9 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-#[derive(Deserialize, JsonSchema)]
-struct Add {
-    a: i64,
-    b: i64,
-}
-
-fn add(Add { a, b }: Add) -> i64 {
-    a + b
-}
-
-const ARGS: &str = r#"{"a":1,"b":2}"#;
-
-fn direct(args: &str) -> String {
-    let parsed: Add = serde_json::from_str(args).expect("valid arguments");
-    serde_json::to_string(&add(parsed)).expect("serializable")
-}
+#[path = "support/add.rs"]
+mod support;
+use support::{add, direct, Add, ARGS};
 
 fn item_text(item: Option<Result<ToolOutput, ToolError>>) -> String {
     match item {

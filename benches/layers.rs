@@ -20,8 +20,6 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, Criterion};
 use futures_util::{stream, FutureExt, Stream, StreamExt};
-use schemars::JsonSchema;
-use serde::Deserialize;
 use toolstack::{
     tool, Describe, ToolAnnotations, ToolError, ToolInfo, ToolItem, ToolOutput, ToolRequest,
 };
@@ -31,23 +29,11 @@ use toolstack_layers::timeout::TimeoutLayer;
 use toolstack_layers::ServiceBuilderExt;
 use tower::{Service, ServiceBuilder};
 
-#[derive(Deserialize, JsonSchema)]
-struct Add {
-    a: i64,
-    b: i64,
-}
+#[path = "support/add.rs"]
+mod support;
+use support::{add, direct, Add, ARGS};
 
-fn add(Add { a, b }: Add) -> i64 {
-    a + b
-}
-
-const ARGS: &str = r#"{"a":1,"b":2}"#;
 const ITEMS: u64 = 1_000_000;
-
-fn direct(args: &str) -> String {
-    let parsed: Add = serde_json::from_str(args).expect("valid arguments");
-    serde_json::to_string(&add(parsed)).expect("serializable")
-}
 
 /// Wraps a tool in the full stack of this crate's layers.
 macro_rules! full_stack {
@@ -121,19 +107,7 @@ fn tower_stock() -> impl FnMut(&ToolRequest) -> String {
         .concurrency_limit(1024)
         .timeout(Duration::from_secs(30))
         .service(svc);
-    move |req| {
-        ready(&mut svc);
-        let stream = svc
-            .call(req.clone())
-            .now_or_never()
-            .expect("ready")
-            .expect("opened");
-        let mut stream = pin!(stream);
-        match stream.next().now_or_never().expect("ready") {
-            Some(Ok(ToolOutput::Json { value })) => serde_json::to_string(&value).expect("json"),
-            other => panic!("unexpected item {other:?}"),
-        }
-    }
+    move |req| call_once(&mut svc, req)
 }
 
 fn items_tool(

@@ -1,7 +1,6 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use futures_core::Stream;
 use pin_project_lite::pin_project;
@@ -20,7 +19,6 @@ pub(super) struct Bounds {
     pub(super) deadline: Option<Instant>,
     /// Cleared when the first item arrives.
     pub(super) first_item: Option<Instant>,
-    pub(super) idle: Option<Duration>,
     pub(super) limits: TimeoutLayer,
 }
 
@@ -183,7 +181,8 @@ where
                 Poll::Ready(None)
             }
             Poll::Pending => {
-                if let (Some(idle), true, None) = (this.bounds.idle, *this.seen_item, *this.idle_at)
+                if let (Some(idle), true, None) =
+                    (this.bounds.limits.idle, *this.seen_item, *this.idle_at)
                 {
                     *this.idle_at = Some(Instant::now() + idle);
                 }

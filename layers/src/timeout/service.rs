@@ -59,7 +59,6 @@ where
         let bounds = Bounds {
             deadline: start.zip(limits.deadline).map(|(s, d)| s + d),
             first_item: start.zip(limits.first_item).map(|(s, d)| s + d),
-            idle: limits.idle,
             limits,
         };
         ResponseFuture::new(self.inner.call(request), bounds)
