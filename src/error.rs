@@ -258,6 +258,54 @@ impl ToolError {
         serde_json::Value::Object(map)
     }
 
+    /// Reads back the [model-facing form](ToolError::to_model_json), as a
+    /// remote server (MCP, HTTP) sent it: the kind, message, timeout phase
+    /// and retry-after survive the trip. `None` when `value` is not in that
+    /// form; an unknown kind reads as [`ErrorKind::Failed`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use toolstack::{ErrorKind, ToolError};
+    ///
+    /// let sent = ToolError::rate_limited(Some(Duration::from_millis(1500)));
+    /// let back = ToolError::from_model_json(&sent.to_model_json()).unwrap();
+    /// assert_eq!(back.kind(), sent.kind());
+    /// assert_eq!(back.message(), sent.message());
+    /// assert!(ToolError::from_model_json(&serde_json::json!({"oops": 1})).is_none());
+    /// ```
+    pub fn from_model_json(value: &serde_json::Value) -> Option<ToolError> {
+        let message = value.get("error")?.as_str()?.to_owned();
+        let kind = match value
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .unwrap_or("failed")
+        {
+            "invalid_arguments" => ErrorKind::InvalidArguments,
+            "not_found" => ErrorKind::NotFound,
+            "timeout" => ErrorKind::Timeout {
+                phase: match value.get("phase").and_then(|p| p.as_str()) {
+                    Some("deadline") => TimeoutPhase::Deadline,
+                    Some("first_item") => TimeoutPhase::FirstItem,
+                    Some("idle") => TimeoutPhase::Idle,
+                    _ => TimeoutPhase::Open,
+                },
+            },
+            "rate_limited" => ErrorKind::RateLimited {
+                retry_after: value
+                    .get("retry_after_ms")
+                    .and_then(|ms| ms.as_u64())
+                    .map(Duration::from_millis),
+            },
+            "overloaded" => ErrorKind::Overloaded,
+            "unavailable" => ErrorKind::Unavailable,
+            "cancelled" => ErrorKind::Cancelled,
+            "panicked" => ErrorKind::Panicked,
+            "denied" => ErrorKind::Denied,
+            _ => ErrorKind::Failed,
+        };
+        Some(ToolError::new(kind, message))
+    }
+
     /// Classifies a `BoxError` from any tower service.
     ///
     /// A boxed `ToolError` is unwrapped; tower's `Elapsed` becomes a timeout

@@ -57,6 +57,8 @@ pub mod info;
 pub mod output;
 pub mod request;
 pub mod result;
+#[cfg(any(feature = "http", feature = "mcp"))]
+pub mod serve;
 pub mod tool;
 pub mod toolbox;
 

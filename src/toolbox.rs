@@ -195,6 +195,13 @@ impl Toolbox {
         self.inner.index.get(name).map(|&i| &self.inner.tools[i])
     }
 
+    /// The tool of that name if the caller with these extensions may see
+    /// it (what [`Toolbox::dispatch`] would call).
+    pub fn get_for(&self, name: &str, extensions: &Extensions) -> Option<&BoxTool> {
+        self.get(name)
+            .filter(|tool| self.is_visible(tool.info(), extensions))
+    }
+
     /// The number of tools.
     pub fn len(&self) -> usize {
         self.inner.tools.len()
@@ -215,15 +222,15 @@ impl Toolbox {
     /// Starts a call without `&mut self`: looks the tool up, checks it is
     /// visible, and calls it.
     pub fn dispatch(&self, request: ToolRequest) -> ResponseFuture {
-        match self.get(request.name()) {
-            Some(tool) if self.is_visible(tool.info(), request.extensions()) => {
-                tool.call_shared(request)
-            }
-            _ => ResponseFuture::error(self.unknown_tool(&request)),
+        match self.get_for(request.name(), request.extensions()) {
+            Some(tool) => tool.call_shared(request),
+            None => ResponseFuture::error(self.unknown_tool(&request)),
         }
     }
 
-    fn unknown_tool(&self, request: &ToolRequest) -> ToolError {
+    /// The error for a call of a tool that is missing or hidden from this
+    /// caller: the name, the closest visible name, and the visible tools.
+    pub fn unknown_tool(&self, request: &ToolRequest) -> ToolError {
         let wanted = request.name();
         let mut names: Vec<(f64, &str)> = self
             .infos_for(request.extensions())

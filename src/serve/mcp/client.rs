@@ -1,0 +1,422 @@
+//! [`McpClient`] and [`McpTool`]: a remote MCP server's tools as local
+//! tool services.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use futures_util::future::BoxFuture;
+use futures_util::stream;
+use rmcp::model::{
+    CallToolRequestParams, CancelledNotificationParam, ClientCapabilities, ClientConfig,
+    ClientRequest, ErrorCode, Implementation, ProgressNotificationParam, ProgressToken, Request,
+    RequestId, ServerResult,
+};
+use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService, ServiceError};
+use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
+use tokio::sync::{mpsc, oneshot};
+use tower_service::Service;
+
+use super::convert;
+use crate::{
+    Describe, ErrorKind, Progress, ToolError, ToolInfo, ToolItem, ToolOutput, ToolRequest,
+    ToolStream, Toolbox,
+};
+
+/// Tokens whose progress arrived before their call subscribed, kept until
+/// it does (a fast server can report progress before the request's send
+/// has returned here).
+const EARLY_TOKENS: usize = 64;
+const EARLY_PER_TOKEN: usize = 64;
+
+/// Routes `notifications/progress` to the call that owns the token.
+#[derive(Clone, Default)]
+struct ProgressRouter {
+    inner: Arc<Mutex<Routes>>,
+}
+
+#[derive(Default)]
+struct Routes {
+    calls: HashMap<ProgressToken, mpsc::UnboundedSender<ProgressNotificationParam>>,
+    early: HashMap<ProgressToken, Vec<ProgressNotificationParam>>,
+    early_order: VecDeque<ProgressToken>,
+}
+
+impl ProgressRouter {
+    fn deliver(&self, param: ProgressNotificationParam) {
+        let mut routes = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(tx) = routes.calls.get(&param.progress_token) {
+            // A closed receiver means the call ended; its entry goes with it.
+            let _ = tx.send(param);
+            return;
+        }
+        let token = param.progress_token.clone();
+        if !routes.early.contains_key(&token) {
+            if routes.early_order.len() == EARLY_TOKENS {
+                if let Some(oldest) = routes.early_order.pop_front() {
+                    routes.early.remove(&oldest);
+                }
+            }
+            routes.early_order.push_back(token.clone());
+        }
+        let queue = routes.early.entry(token).or_default();
+        if queue.len() < EARLY_PER_TOKEN {
+            queue.push(param);
+        }
+    }
+
+    fn subscribe(
+        &self,
+        token: ProgressToken,
+    ) -> mpsc::UnboundedReceiver<ProgressNotificationParam> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut routes = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(early) = routes.early.remove(&token) {
+            routes.early_order.retain(|t| t != &token);
+            for param in early {
+                let _ = tx.send(param);
+            }
+        }
+        routes.calls.insert(token, tx);
+        rx
+    }
+
+    fn unsubscribe(&self, token: &ProgressToken) {
+        let mut routes = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        routes.calls.remove(token);
+    }
+}
+
+/// The client side of the connection: answers the server's notifications.
+struct Handler {
+    progress: ProgressRouter,
+    info: ClientConfig,
+}
+
+impl ClientHandler for Handler {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.progress.deliver(params);
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        self.info.clone()
+    }
+}
+
+type Running = RunningService<RoleClient, Handler>;
+
+/// A connection to an MCP server, whose tools become local tool services.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), toolstack::ToolError> {
+/// use toolstack::serve::mcp::McpClient;
+///
+/// let client = McpClient::connect_http("http://127.0.0.1:8000/mcp").await?;
+/// let toolbox = client.toolbox().await?; // every remote tool, callable locally
+/// # let _ = toolbox; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct McpClient {
+    running: Arc<Running>,
+    progress: ProgressRouter,
+}
+
+fn client_info() -> ClientConfig {
+    ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("toolstack", env!("CARGO_PKG_VERSION")),
+    )
+}
+
+impl McpClient {
+    /// Connects over any rmcp client transport (a child process, streamable
+    /// HTTP, an in-memory duplex…) and completes the `initialize` handshake.
+    pub async fn connect<T, E, A>(transport: T) -> Result<Self, ToolError>
+    where
+        T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let progress = ProgressRouter::default();
+        let handler = Handler {
+            progress: progress.clone(),
+            info: client_info(),
+        };
+        let running = handler.serve(transport).await.map_err(|err| {
+            ToolError::new(
+                ErrorKind::Unavailable,
+                format!("could not connect to the MCP server: {err}"),
+            )
+            .with_source(err)
+        })?;
+        Ok(McpClient {
+            running: Arc::new(running),
+            progress,
+        })
+    }
+
+    /// Starts `command` as a child process and talks MCP over its stdio.
+    pub async fn connect_stdio(command: tokio::process::Command) -> Result<Self, ToolError> {
+        let child = rmcp::transport::TokioChildProcess::new(command).map_err(|err| {
+            ToolError::new(
+                ErrorKind::Unavailable,
+                format!("could not start the MCP server process: {err}"),
+            )
+            .with_source(err)
+        })?;
+        Self::connect(child).await
+    }
+
+    /// Connects to a streamable HTTP endpoint such as `http://host/mcp`.
+    pub async fn connect_http(url: &str) -> Result<Self, ToolError> {
+        let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.to_owned());
+        Self::connect(transport).await
+    }
+
+    /// The server's tools, each a local tool service.
+    pub async fn tools(&self) -> Result<Vec<McpTool>, ToolError> {
+        let tools = self.running.list_all_tools().await.map_err(service_error)?;
+        Ok(tools
+            .iter()
+            .map(|tool| McpTool {
+                info: Arc::new(convert::tool_from_mcp(tool)),
+                client: self.clone(),
+            })
+            .collect())
+    }
+
+    /// The server's tools in a [`Toolbox`] (add a resolver to it to decide
+    /// per caller which remote tools are visible).
+    pub async fn toolbox(&self) -> Result<Toolbox, ToolError> {
+        let mut toolbox = Toolbox::new();
+        for tool in self.tools().await? {
+            if let Err(dup) = toolbox.try_insert(crate::BoxTool::new(tool)) {
+                tracing::warn!(tool = dup.name(), "the MCP server listed a tool twice");
+            }
+        }
+        Ok(toolbox)
+    }
+
+    /// The underlying rmcp peer, for requests beyond tools.
+    pub fn peer(&self) -> &Peer<RoleClient> {
+        self.running.peer()
+    }
+}
+
+impl fmt::Debug for McpClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("McpClient")
+            .field(
+                "server",
+                &self
+                    .running
+                    .peer_info()
+                    .and_then(|i| i.server_info.as_ref().map(|s| s.name.clone())),
+            )
+            .finish()
+    }
+}
+
+/// Classifies an rmcp error.
+fn service_error(err: ServiceError) -> ToolError {
+    match err {
+        ServiceError::McpError(data) => {
+            let kind = if data.code == ErrorCode::METHOD_NOT_FOUND
+                || data.message.starts_with("unknown tool")
+            {
+                ErrorKind::NotFound
+            } else if data.code == ErrorCode::INVALID_PARAMS {
+                ErrorKind::InvalidArguments
+            } else {
+                ErrorKind::Failed
+            };
+            ToolError::new(kind, data.message.to_string())
+        }
+        ServiceError::TransportClosed | ServiceError::TransportSend(_) => ToolError::new(
+            ErrorKind::Unavailable,
+            format!("the MCP connection is closed: {err}"),
+        )
+        .with_source(err),
+        ServiceError::Timeout { .. } => {
+            ToolError::timeout(crate::TimeoutPhase::Open, err.to_string()).with_source(err)
+        }
+        ServiceError::Cancelled { .. } => ToolError::cancelled(err.to_string()).with_source(err),
+        other => ToolError::failed(other.to_string()).with_source(other),
+    }
+}
+
+/// One tool of a remote MCP server as a local tool service.
+///
+/// A call sends `tools/call`; the server's progress notifications arrive
+/// as progress items while it runs, then the result's content (and its
+/// structured value) as items, or an error. Dropping the stream before the
+/// result sends `notifications/cancelled`.
+#[derive(Clone)]
+pub struct McpTool {
+    info: Arc<ToolInfo>,
+    client: McpClient,
+}
+
+impl Describe for McpTool {
+    fn info(&self) -> &ToolInfo {
+        &self.info
+    }
+}
+
+impl fmt::Debug for McpTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("McpTool")
+            .field("name", &self.info.name())
+            .finish()
+    }
+}
+
+impl Service<ToolRequest> for McpTool {
+    type Response = ToolStream;
+    type Error = ToolError;
+    type Future = BoxFuture<'static, Result<ToolStream, ToolError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: ToolRequest) -> Self::Future {
+        let client = self.client.clone();
+        let name = self.info.name_shared().clone();
+        Box::pin(async move {
+            let arguments = parse_arguments(request.arguments())?;
+            let mut params = CallToolRequestParams::new(name.to_string());
+            if let Some(arguments) = arguments {
+                params = params.with_arguments(arguments);
+            }
+            let peer = client.running.peer().clone();
+            let handle = peer
+                .send_cancellable_request(
+                    ClientRequest::CallToolRequest(Request::new(params)),
+                    PeerRequestOptions::no_options(),
+                )
+                .await
+                .map_err(service_error)?;
+            let progress = client.progress.subscribe(handle.progress_token.clone());
+            let call = Call {
+                guard: CancelGuard {
+                    peer,
+                    id: Some(handle.id.clone()),
+                    router: client.progress.clone(),
+                    token: handle.progress_token.clone(),
+                },
+                progress,
+                response: Some(handle.rx),
+                pending: VecDeque::new(),
+            };
+            Ok(ToolStream::new(stream::unfold(call, Call::next)))
+        })
+    }
+}
+
+fn parse_arguments(raw: &str) -> Result<Option<rmcp::model::JsonObject>, ToolError> {
+    if raw.trim().is_empty() {
+        return Ok(None);
+    }
+    match serde_json::from_str::<serde_json::Value>(raw) {
+        Ok(serde_json::Value::Object(map)) => Ok(Some(map)),
+        Ok(other) => Err(ToolError::invalid_arguments(format!(
+            "the arguments must be a JSON object, not {}",
+            match other {
+                serde_json::Value::Null => "null",
+                serde_json::Value::Bool(_) => "a boolean",
+                serde_json::Value::Number(_) => "a number",
+                serde_json::Value::String(_) => "a string",
+                serde_json::Value::Array(_) => "an array",
+                serde_json::Value::Object(_) => unreachable!(),
+            }
+        ))),
+        Err(err) => Err(ToolError::invalid_arguments(format!(
+            "the arguments are not valid JSON: {err}"
+        ))),
+    }
+}
+
+/// Sends `notifications/cancelled` when a call is dropped before its
+/// result, and stops routing its progress.
+struct CancelGuard {
+    peer: Peer<RoleClient>,
+    id: Option<RequestId>,
+    router: ProgressRouter,
+    token: ProgressToken,
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        self.router.unsubscribe(&self.token);
+        let Some(id) = self.id.take() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let peer = self.peer.clone();
+        runtime.spawn(async move {
+            let param = CancelledNotificationParam::new(
+                Some(id),
+                Some("the caller dropped the response stream".to_owned()),
+            );
+            if let Err(err) = peer.notify_cancelled(param).await {
+                tracing::debug!(%err, "cancellation not sent");
+            }
+        });
+    }
+}
+
+type Response = Result<ServerResult, ServiceError>;
+
+/// The state of one remote call, unfolded into its item stream.
+struct Call {
+    guard: CancelGuard,
+    progress: mpsc::UnboundedReceiver<ProgressNotificationParam>,
+    response: Option<oneshot::Receiver<Response>>,
+    pending: VecDeque<ToolItem>,
+}
+
+fn progress_item(param: ProgressNotificationParam) -> ToolItem {
+    let mut progress = Progress::new(param.progress);
+    progress.total = param.total;
+    progress.message = param.message;
+    Ok(ToolOutput::Progress(progress))
+}
+
+impl Call {
+    async fn next(mut self) -> Option<(ToolItem, Call)> {
+        loop {
+            if let Some(item) = self.pending.pop_front() {
+                return Some((item, self));
+            }
+            let response = self.response.as_mut()?;
+            let outcome = tokio::select! {
+                biased;
+                Some(param) = self.progress.recv() => return Some((progress_item(param), self)),
+                outcome = response => outcome,
+            };
+            self.response = None;
+            self.guard.id = None;
+            // Progress sent before the result is routed before it.
+            while let Ok(param) = self.progress.try_recv() {
+                self.pending.push_back(progress_item(param));
+            }
+            let items = match outcome {
+                Err(_) => vec![Err(ToolError::new(
+                    ErrorKind::Unavailable,
+                    "the MCP connection closed before the tool answered",
+                ))],
+                Ok(Err(err)) => vec![Err(service_error(err))],
+                Ok(Ok(ServerResult::CallToolResult(result))) => convert::result_items(result),
+                Ok(Ok(other)) => vec![Err(ToolError::failed(format!(
+                    "the MCP server answered tools/call with an unexpected result: {other:?}"
+                )))],
+            };
+            self.pending.extend(items);
+        }
+    }
+}

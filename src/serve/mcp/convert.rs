@@ -1,0 +1,197 @@
+//! Conversions between toolstack's vocabulary and rmcp's model types.
+
+use rmcp::model::{CallToolResult, ContentBlock, ResourceContents, Tool};
+use serde_json::Value;
+
+use crate::{Media, Resource, ToolError, ToolInfo, ToolItem, ToolOutput, ToolResult};
+
+/// A [`ToolInfo`] as an MCP tool definition (name, description, input and
+/// output schema, annotations).
+///
+/// `ToolInfo` serializes in the MCP shape already; a schema that is not a
+/// JSON object (MCP requires one) is replaced by `{"type": "object"}`.
+pub fn tool_to_mcp(info: &ToolInfo) -> Tool {
+    let mut value = serde_json::to_value(info).expect("a ToolInfo always serializes");
+    for key in ["inputSchema", "outputSchema"] {
+        if let Some(schema) = value.get_mut(key) {
+            if !schema.is_object() {
+                *schema = serde_json::json!({ "type": "object" });
+            }
+        }
+    }
+    serde_json::from_value(value).unwrap_or_else(|err| {
+        // Only reachable if rmcp's model stops accepting the MCP shape.
+        tracing::warn!(tool = info.name(), %err, "tool definition not accepted by rmcp");
+        let schema = serde_json::Map::from_iter([("type".to_owned(), Value::from("object"))]);
+        Tool::new_with_raw(info.name().to_owned(), None, schema)
+    })
+}
+
+/// A remote MCP tool definition as a [`ToolInfo`].
+pub fn tool_from_mcp(tool: &Tool) -> ToolInfo {
+    let mut info = ToolInfo::new(tool.name.as_ref())
+        .with_input_schema(Value::Object((*tool.input_schema).clone()));
+    if let Some(description) = &tool.description {
+        info = info.with_description(description.as_ref());
+    }
+    if let Some(schema) = &tool.output_schema {
+        info = info.with_output_schema(Value::Object((**schema).clone()));
+    }
+    if let Some(annotations) = &tool.annotations {
+        if let Ok(value) = serde_json::to_value(annotations) {
+            if let Ok(ours) = serde_json::from_value(value) {
+                info = info.with_annotations(ours);
+            }
+        }
+    }
+    info
+}
+
+/// One output item as an MCP content block; progress has none.
+///
+/// A JSON item becomes its text copy (the structured value travels in
+/// `structuredContent`, see [`call_result`]).
+pub fn content_block(output: &ToolOutput) -> Option<ContentBlock> {
+    Some(match output {
+        ToolOutput::Text { text } => ContentBlock::text(text.as_str()),
+        ToolOutput::Json { value } => ContentBlock::text(value.to_string()),
+        ToolOutput::Image(Media { data, mime_type }) => {
+            ContentBlock::image(data.as_str(), mime_type.as_str())
+        }
+        ToolOutput::Audio(Media { data, mime_type }) => {
+            ContentBlock::audio(data.as_str(), mime_type.as_str())
+        }
+        ToolOutput::Resource(resource) => ContentBlock::resource(resource_contents(resource)),
+        ToolOutput::Progress(_) => return None,
+    })
+}
+
+fn resource_contents(resource: &Resource) -> ResourceContents {
+    match (&resource.text, &resource.blob) {
+        (_, Some(blob)) => ResourceContents::BlobResourceContents {
+            uri: resource.uri.clone(),
+            mime_type: resource.mime_type.clone(),
+            blob: blob.clone(),
+            meta: None,
+        },
+        (text, None) => ResourceContents::TextResourceContents {
+            uri: resource.uri.clone(),
+            mime_type: resource.mime_type.clone(),
+            text: text.clone().unwrap_or_default(),
+            meta: None,
+        },
+    }
+}
+
+/// A collected [`ToolResult`] as an MCP `CallToolResult`: content blocks in
+/// order, the structured value, and `isError` with the model-facing error
+/// text when the call failed.
+pub fn call_result(result: ToolResult) -> CallToolResult {
+    let content = result.content.iter().filter_map(content_block).collect();
+    let mut out = if result.is_error {
+        CallToolResult::error(content)
+    } else {
+        CallToolResult::success(content)
+    };
+    out.structured_content = result.structured_content;
+    out
+}
+
+/// An MCP `CallToolResult` as the items of a local tool's stream.
+///
+/// Content blocks become items in order; `structuredContent` becomes a JSON
+/// item (replacing the text block that merely copies it); `isError` ends
+/// the stream with a [`ToolError`] read back from the model-facing JSON
+/// when the server is toolstack, or `failed` with the text otherwise.
+pub fn result_items(result: CallToolResult) -> Vec<ToolItem> {
+    let mut items = Vec::with_capacity(result.content.len() + 1);
+    let is_error = result.is_error == Some(true);
+    let mut structured = result.structured_content;
+    for block in result.content {
+        let output = match block {
+            ContentBlock::Text(text) => match &structured {
+                Some(value)
+                    if serde_json::from_str::<Value>(&text.text).ok().as_ref() == Some(value) =>
+                {
+                    ToolOutput::json(structured.take().expect("checked above"))
+                }
+                _ => ToolOutput::text(text.text),
+            },
+            ContentBlock::Image(image) => ToolOutput::image(image.data, image.mime_type),
+            ContentBlock::Audio(audio) => ToolOutput::audio(audio.data, audio.mime_type),
+            ContentBlock::Resource(embedded) => ToolOutput::resource(match embedded.resource {
+                ResourceContents::TextResourceContents {
+                    uri,
+                    mime_type,
+                    text,
+                    ..
+                } => Resource {
+                    uri,
+                    mime_type,
+                    text: Some(text),
+                    blob: None,
+                },
+                ResourceContents::BlobResourceContents {
+                    uri,
+                    mime_type,
+                    blob,
+                    ..
+                } => Resource {
+                    uri,
+                    mime_type,
+                    text: None,
+                    blob: Some(blob),
+                },
+                #[allow(unreachable_patterns)]
+                _ => continue,
+            }),
+            ContentBlock::ResourceLink(link) => ToolOutput::resource(Resource {
+                uri: link.uri.clone(),
+                mime_type: link.mime_type.clone(),
+                text: None,
+                blob: None,
+            }),
+            #[allow(unreachable_patterns)]
+            _ => continue,
+        };
+        items.push(Ok(output));
+    }
+    if let Some(value) = structured {
+        items.push(Ok(ToolOutput::json(value)));
+    }
+    if is_error {
+        let err = error_from_items(&mut items);
+        items.push(Err(err));
+    }
+    items
+}
+
+/// The error of an `isError` result: a toolstack server sends the
+/// model-facing JSON as the last text block (after any partial output);
+/// any other server's text blocks are the message.
+fn error_from_items(items: &mut Vec<ToolItem>) -> ToolError {
+    if let Some(Ok(ToolOutput::Text { text })) = items.last() {
+        if let Some(err) = serde_json::from_str::<Value>(text)
+            .ok()
+            .and_then(|value| ToolError::from_model_json(&value))
+        {
+            items.pop();
+            return err;
+        }
+    }
+    let mut message = String::new();
+    items.retain(|item| match item {
+        Ok(ToolOutput::Text { text }) => {
+            if !message.is_empty() {
+                message.push('\n');
+            }
+            message.push_str(text);
+            false
+        }
+        _ => true,
+    });
+    if message.is_empty() {
+        message.push_str("the remote tool reported an error without a message");
+    }
+    ToolError::failed(message)
+}

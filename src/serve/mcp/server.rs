@@ -1,0 +1,234 @@
+//! [`McpServer`]: a toolbox served over MCP with rmcp.
+
+use std::future::Future;
+use std::sync::atomic::AtomicU8;
+use std::sync::Arc;
+
+use futures_util::future::{self, Either};
+use futures_util::StreamExt;
+use http::Extensions;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
+use serde_json::Value;
+
+use super::convert;
+use super::log::{ClientLog, LEVEL_UNSET};
+use crate::{ToolOutput, ToolRequest, ToolResult, Toolbox};
+
+/// Serves a [`Toolbox`] over MCP: `tools/list` from the tools'
+/// [`ToolInfo`](crate::ToolInfo)s (filtered by the toolbox's resolver),
+/// `tools/call` streamed into a `CallToolResult`, progress items as
+/// `notifications/progress`, cancellation as dropping the stream. See the
+/// [module docs](super).
+#[derive(Clone)]
+pub struct McpServer {
+    toolbox: Toolbox,
+    // The MCP definitions, converted once.
+    tools: Arc<[Tool]>,
+    info: Arc<ServerConfig>,
+    // The session's `logging/setLevel`; fresh for each HTTP session.
+    log_level: Arc<AtomicU8>,
+}
+
+impl McpServer {
+    /// A server for `toolbox`, announcing itself as `toolstack`.
+    pub fn new(toolbox: Toolbox) -> Self {
+        let tools = toolbox.infos().map(convert::tool_to_mcp).collect();
+        let info = ServerConfig::new(super::log::capabilities())
+            .with_server_info(Implementation::new("toolstack", env!("CARGO_PKG_VERSION")));
+        McpServer {
+            toolbox,
+            tools,
+            info: Arc::new(info),
+            log_level: Arc::new(AtomicU8::new(LEVEL_UNSET)),
+        }
+    }
+
+    /// Sets the name and version announced in `initialize`.
+    pub fn with_server_info(mut self, name: impl Into<String>, version: impl Into<String>) -> Self {
+        Arc::make_mut(&mut self.info).server_info = Implementation::new(name, version);
+        self
+    }
+
+    /// Sets the instructions announced in `initialize`.
+    pub fn with_instructions(mut self, instructions: impl Into<String>) -> Self {
+        Arc::make_mut(&mut self.info).instructions = Some(instructions.into());
+        self
+    }
+
+    /// The served toolbox.
+    pub fn toolbox(&self) -> &Toolbox {
+        &self.toolbox
+    }
+
+    /// A copy for a new session: same tools, its own logging level.
+    fn session(&self) -> Self {
+        McpServer {
+            log_level: Arc::new(AtomicU8::new(LEVEL_UNSET)),
+            ..self.clone()
+        }
+    }
+
+    /// Serves one client over stdin/stdout until it disconnects.
+    pub async fn serve_stdio(self) -> Result<(), rmcp::RmcpError> {
+        let running = self
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(rmcp::RmcpError::from)?;
+        running.waiting().await.map_err(rmcp::RmcpError::from)?;
+        Ok(())
+    }
+
+    /// The streamable HTTP transport as a tower service (one MCP session per
+    /// client, kept in memory), to mount in an axum app with
+    /// `Router::new().nest_service("/mcp", server.into_http_service(config))`.
+    ///
+    /// The HTTP request's extensions (what an auth layer put there) reach
+    /// the toolbox's resolver and the tools.
+    pub fn into_http_service(
+        self,
+        config: StreamableHttpServerConfig,
+    ) -> StreamableHttpService<McpServer, LocalSessionManager> {
+        StreamableHttpService::new(
+            move || Ok(self.session()),
+            Arc::new(LocalSessionManager::default()),
+            config,
+        )
+    }
+
+    /// The caller's extensions: those of the HTTP request that carried the
+    /// message (streamable HTTP), or none (stdio).
+    fn caller_extensions(context: &RequestContext<RoleServer>) -> Extensions {
+        context
+            .extensions
+            .get::<http::request::Parts>()
+            .map(|parts| parts.extensions.clone())
+            .unwrap_or_default()
+    }
+
+    fn run_call(
+        &self,
+        params: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<impl Future<Output = ToolResult> + Send + 'static, ErrorData> {
+        let extensions = Self::caller_extensions(&context);
+        let arguments = match params.arguments {
+            Some(map) => Value::Object(map).to_string(),
+            None => "{}".to_owned(),
+        };
+        let mut request =
+            ToolRequest::new(params.name.into_owned(), arguments).with_id(context.id.to_string());
+        *request.extensions_mut() = extensions;
+        let Some(tool) = self.toolbox.get_for(request.name(), request.extensions()) else {
+            // An unknown tool is a protocol error (MCP spec, tools/call).
+            let err = self.toolbox.unknown_tool(&request);
+            return Err(ErrorData::invalid_params(err.message().to_owned(), None));
+        };
+        let log = ClientLog::new(context.peer.clone(), self.log_level.clone());
+        request.extensions_mut().insert(log);
+        let opened = tool.call_shared(request);
+        let peer = context.peer;
+        let progress_token = context.meta.get_progress_token();
+        Ok(async move {
+            let stream = match opened.await {
+                Ok(stream) => stream,
+                Err(err) => return ToolResult::from_error(err),
+            };
+            collect(stream, &peer, progress_token).await
+        })
+    }
+}
+
+/// Collects a tool's stream, sending progress items to the client as they
+/// come (when it asked for them with a progress token).
+async fn collect(
+    stream: crate::ToolStream,
+    peer: &Peer<RoleServer>,
+    progress_token: Option<ProgressToken>,
+) -> ToolResult {
+    let mut stream = std::pin::pin!(stream);
+    let mut result = ToolResult::default();
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(ToolOutput::Progress(progress)) => {
+                let Some(token) = &progress_token else {
+                    continue;
+                };
+                let mut param = ProgressNotificationParam::new(token.clone(), progress.progress);
+                if let Some(total) = progress.total {
+                    param = param.with_total(total);
+                }
+                if let Some(message) = progress.message {
+                    param = param.with_message(message);
+                }
+                if let Err(err) = peer.notify_progress(param).await {
+                    tracing::debug!(%err, "progress notification not sent");
+                }
+            }
+            Ok(output) => result.push(output),
+            Err(err) => {
+                result.push_error(err);
+                break;
+            }
+        }
+    }
+    result
+}
+
+impl ServerHandler for McpServer {
+    fn get_info(&self) -> ServerConfig {
+        (*self.info).clone()
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let extensions = Self::caller_extensions(&context);
+        let tools = self
+            .toolbox
+            .infos()
+            .zip(self.tools.iter())
+            .filter(|(info, _)| self.toolbox.get_for(info.name(), &extensions).is_some())
+            .map(|(_, tool)| tool.clone())
+            .collect();
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        params: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let cancelled = context.ct.clone();
+        let run = self.run_call(params, context)?;
+        // `notifications/cancelled` (or the session closing) drops the
+        // stream, which cancels the tool.
+        let cancelled = std::pin::pin!(cancelled.cancelled());
+        match future::select(std::pin::pin!(run), cancelled).await {
+            Either::Left((result, _)) => Ok(convert::call_result(result).into()),
+            Either::Right(((), _)) => Err(ErrorData::internal_error(
+                "the call was cancelled by the client",
+                None,
+            )),
+        }
+    }
+
+    super::log::set_level_method!();
+}
+
+impl std::fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpServer")
+            .field("toolbox", &self.toolbox)
+            .field("server_info", &self.info.server_info)
+            .finish()
+    }
+}
