@@ -1,1 +1,471 @@
+//! MCP: our client against our server — in memory, over streamable HTTP on
+//! 127.0.0.1, and over stdio with a child process — plus the protocol's
+//! bad-input cases on the wire.
 
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use futures_util::{stream, StreamExt};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use toolstack::serve::mcp::rmcp::model::{CallToolRequestParams, ErrorCode};
+use toolstack::serve::mcp::rmcp::service::ServiceError;
+use toolstack::serve::mcp::rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use toolstack::serve::mcp::rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
+use toolstack::serve::mcp::rmcp::transport::StreamableHttpClientTransport;
+use toolstack::serve::mcp::rmcp::ServiceExt as _;
+use toolstack::serve::mcp::{McpClient, McpServer};
+use toolstack::{
+    tool, Describe, ErrorKind, Progress, Resource, ToolAnnotations, ToolContext, ToolError,
+    ToolOutput, ToolRequest, ToolResult, Toolbox,
+};
+use tower::ServiceExt;
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Add {
+    /// The first addend.
+    a: i64,
+    /// The second addend.
+    b: i64,
+}
+
+#[derive(serde::Serialize, schemars::JsonSchema)]
+struct Sum {
+    sum: i64,
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct NoArgs {}
+
+fn add_tool() -> impl toolstack::Describe
+       + tower::Service<
+    ToolRequest,
+    Response = impl futures_core::Stream<Item = toolstack::ToolItem> + Send + 'static,
+    Error = ToolError,
+    Future = impl Send + 'static,
+> + Clone
+       + Send
+       + Sync
+       + 'static {
+    tool::from_fn("add", |Add { a, b }| async move { Ok::<_, ToolError>(Sum { sum: a + b }) })
+        .description("Adds two integers")
+        .output_schema_for::<Sum>()
+        .annotations(ToolAnnotations::new().read_only().title("Adder"))
+}
+
+/// Text, JSON, an image and a resource, with progress in between.
+fn mixed_tool() -> Toolbox {
+    Toolbox::new().tool(tool::from_stream("mixed", |_: NoArgs| {
+        stream::iter([
+            Ok::<_, ToolError>(ToolOutput::progress(Progress::new(1.0).total(2.0).message("half"))),
+            Ok(ToolOutput::text("hello")),
+            Ok(ToolOutput::json(json!({"rows": 3}))),
+            Ok(ToolOutput::progress(Progress::new(2.0).total(2.0))),
+            Ok(ToolOutput::image("aGk=", "image/png")),
+            Ok(ToolOutput::resource(
+                Resource::text("mem://notes", "a note").mime_type("text/plain"),
+            )),
+        ])
+    }))
+}
+
+fn toolbox() -> Toolbox {
+    let mixed = mixed_tool();
+    Toolbox::new()
+        .tool(add_tool())
+        .boxed(mixed.get("mixed").unwrap().clone())
+        .tool(tool::from_stream("fails_midway", |_: NoArgs| {
+            stream::iter([
+                Ok(ToolOutput::text("partial")),
+                Err(ToolError::rate_limited(Some(Duration::from_secs(2)))),
+            ])
+        }))
+}
+
+/// Our server on one end of an in-memory pipe, our client on the other.
+async fn in_memory(toolbox: Toolbox) -> McpClient {
+    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        let running = McpServer::new(toolbox).serve(server_io).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    McpClient::connect(client_io).await.unwrap()
+}
+
+async fn items(client: &McpClient, name: &str, args: &str) -> Vec<toolstack::ToolItem> {
+    let toolbox = client.toolbox().await.unwrap();
+    let stream = toolbox.oneshot(ToolRequest::new(name, args)).await.unwrap();
+    stream.collect().await
+}
+
+#[tokio::test]
+async fn remote_tool_keeps_its_definition() {
+    let local = add_tool();
+    let client = in_memory(toolbox()).await;
+    let tools = client.tools().await.unwrap();
+    let names: Vec<_> = tools.iter().map(|t| t.info().name().to_owned()).collect();
+    assert_eq!(names, ["add", "mixed", "fails_midway"]);
+    let remote = tools[0].info();
+    assert_eq!(remote, local.info());
+    assert_eq!(remote.input_schema()["properties"]["a"]["description"], "The first addend.");
+    assert!(remote.annotations().is_idempotent());
+}
+
+#[tokio::test]
+async fn remote_call_returns_structured_output() {
+    let client = in_memory(toolbox()).await;
+    let out = items(&client, "add", r#"{"a": 2, "b": 40}"#).await;
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0].as_ref().unwrap().as_json(), Some(&json!({"sum": 42})));
+}
+
+#[tokio::test]
+async fn remote_stream_carries_progress_then_content_in_order() {
+    let client = in_memory(toolbox()).await;
+    let out: Vec<ToolOutput> = items(&client, "mixed", "{}")
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let progress: Vec<_> = out.iter().filter_map(ToolOutput::as_progress).collect();
+    assert_eq!(progress.len(), 2, "{out:?}");
+    assert_eq!(progress[0].message.as_deref(), Some("half"));
+    assert_eq!(progress[1].progress, 2.0);
+    let content: Vec<_> = out.iter().filter(|o| !o.is_progress()).cloned().collect();
+    assert_eq!(
+        content,
+        [
+            ToolOutput::text("hello"),
+            ToolOutput::json(json!({"rows": 3})),
+            ToolOutput::image("aGk=", "image/png"),
+            ToolOutput::resource(Resource::text("mem://notes", "a note").mime_type("text/plain")),
+        ]
+    );
+    // Progress arrives while the call runs, before the result's content.
+    assert!(out[0].is_progress() && out[1].is_progress(), "{out:?}");
+}
+
+#[tokio::test]
+async fn tool_error_is_an_error_result_and_reads_back_typed() {
+    let client = in_memory(toolbox()).await;
+    // On the wire: isError with the partial output and the model-facing JSON.
+    let raw = client
+        .peer()
+        .call_tool(CallToolRequestParams::new("fails_midway"))
+        .await
+        .unwrap();
+    assert_eq!(raw.is_error, Some(true));
+    let texts: Vec<_> = raw
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect();
+    assert_eq!(texts[0], "partial");
+    let model: serde_json::Value = serde_json::from_str(&texts[1]).unwrap();
+    assert_eq!(model["kind"], "rate_limited");
+    assert_eq!(model["retry_after_ms"], 2000);
+
+    // Through the client: the items, then the same typed error.
+    let out = items(&client, "fails_midway", "{}").await;
+    assert_eq!(out.len(), 2, "{out:?}");
+    assert_eq!(out[0].as_ref().unwrap().as_text(), Some("partial"));
+    let err = out[1].as_ref().unwrap_err();
+    assert_eq!(
+        err.kind(),
+        ErrorKind::RateLimited {
+            retry_after: Some(Duration::from_secs(2))
+        }
+    );
+}
+
+#[tokio::test]
+async fn unknown_tool_is_a_protocol_error_and_the_server_goes_on() {
+    let client = in_memory(toolbox()).await;
+    let err = client
+        .peer()
+        .call_tool(CallToolRequestParams::new("ad"))
+        .await
+        .unwrap_err();
+    match err {
+        ServiceError::McpError(data) => {
+            assert_eq!(data.code, ErrorCode::INVALID_PARAMS);
+            assert!(data.message.starts_with("unknown tool `ad`; did you mean `add`?"), "{}", data.message);
+        }
+        other => panic!("expected a protocol error, got {other:?}"),
+    }
+    let out = items(&client, "add", r#"{"a": 1, "b": 1}"#).await;
+    assert_eq!(out[0].as_ref().unwrap().as_json(), Some(&json!({"sum": 2})));
+}
+
+#[tokio::test]
+async fn wrong_arguments_name_the_field() {
+    let client = in_memory(toolbox()).await;
+    let out = items(&client, "add", r#"{"a": "two", "b": 1}"#).await;
+    let err = out.last().unwrap().as_ref().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArguments);
+    assert!(err.message().contains("`a`") || err.message().contains("a:"), "{}", err.message());
+
+    // Arguments that are not a JSON object never leave the client.
+    let tool = client.tools().await.unwrap().remove(0);
+    let err = tool.oneshot(ToolRequest::new("add", "[1, 2]")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArguments);
+    assert!(err.message().contains("must be a JSON object"), "{}", err.message());
+}
+
+#[tokio::test]
+async fn dropping_the_stream_cancels_the_remote_tool() {
+    struct SetOnDrop(Arc<AtomicBool>, Option<tokio::sync::oneshot::Sender<()>>);
+    impl Drop for SetOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+            if let Some(tx) = self.1.take() {
+                let _ = tx.send(());
+            }
+        }
+    }
+    let dropped = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let slot = Arc::new(std::sync::Mutex::new(Some(tx)));
+    let flag = dropped.clone();
+    let slow = tool::from_fn_with_context("slow", move |_: NoArgs, ctx: ToolContext| {
+        let guard = SetOnDrop(flag.clone(), slot.lock().unwrap().take());
+        async move {
+            let _guard = guard;
+            ctx.report(Progress::new(0.0).message("started"));
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok::<_, ToolError>("never")
+        }
+    });
+    let client = in_memory(Toolbox::new().tool(slow)).await;
+    let toolbox = client.toolbox().await.unwrap();
+    let mut stream = toolbox.oneshot(ToolRequest::new("slow", "{}")).await.unwrap();
+    let first = stream.next().await.unwrap().unwrap();
+    assert!(first.is_progress(), "the tool is running");
+    assert!(!dropped.load(Ordering::SeqCst));
+    drop(stream);
+    tokio::time::timeout(Duration::from_secs(10), rx)
+        .await
+        .expect("the server dropped the tool after notifications/cancelled")
+        .unwrap();
+    assert!(dropped.load(Ordering::SeqCst));
+}
+
+#[tokio::test]
+async fn a_remote_toolbox_can_take_a_resolver() {
+    let client = in_memory(toolbox()).await;
+    let toolbox = client
+        .toolbox()
+        .await
+        .unwrap()
+        .resolver(|info: &toolstack::ToolInfo, _: &http::Extensions| info.name() != "mixed");
+    let nobody = http::Extensions::new();
+    let visible: Vec<_> = toolbox.infos_for(&nobody).map(|i| i.name()).collect();
+    assert_eq!(visible, ["add", "fails_midway"]);
+    let err = toolbox.oneshot(ToolRequest::new("mixed", "{}")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+}
+
+// ---- streamable HTTP on 127.0.0.1 ----
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Caller {
+    Guest,
+    Admin,
+}
+
+async fn bearer(mut request: Request, next: Next) -> Response {
+    let caller = match request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    {
+        Some("Bearer admin") => Caller::Admin,
+        Some("Bearer guest") => Caller::Guest,
+        _ => {
+            return (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                "missing or unknown bearer token",
+            )
+                .into_response()
+        }
+    };
+    request.extensions_mut().insert(caller);
+    next.run(request).await
+}
+
+async fn http_server() -> SocketAddr {
+    let toolbox = toolbox()
+        .tool(tool::from_fn("admin_only", |_: NoArgs| async { Ok::<_, ToolError>("done") }))
+        .resolver(|info: &toolstack::ToolInfo, ext: &http::Extensions| {
+            info.name() != "admin_only" || ext.get::<Caller>() == Some(&Caller::Admin)
+        });
+    let config = StreamableHttpServerConfig::default().with_max_request_body_bytes(16 * 1024);
+    let app = axum::Router::new()
+        .nest_service("/mcp", McpServer::new(toolbox).into_http_service(config))
+        .layer(middleware::from_fn(bearer));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+async fn http_client(addr: SocketAddr, token: &str) -> McpClient {
+    let config = StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp"))
+        .auth_header(token);
+    McpClient::connect(StreamableHttpClientTransport::from_config(config))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_each_caller_sees_and_calls_its_own_tools() {
+    let addr = http_server().await;
+    let guest = http_client(addr, "guest").await;
+    let admin = http_client(addr, "admin").await;
+
+    let guest_tools: Vec<_> = guest.tools().await.unwrap().iter().map(|t| t.info().name().to_owned()).collect();
+    let admin_tools: Vec<_> = admin.tools().await.unwrap().iter().map(|t| t.info().name().to_owned()).collect();
+    assert_eq!(guest_tools, ["add", "mixed", "fails_midway"]);
+    assert_eq!(admin_tools, ["add", "mixed", "fails_midway", "admin_only"]);
+
+    let err = guest
+        .peer()
+        .call_tool(CallToolRequestParams::new("admin_only"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ServiceError::McpError(ref d) if d.code == ErrorCode::INVALID_PARAMS), "{err:?}");
+    let out = items(&admin, "admin_only", "{}").await;
+    assert_eq!(out[0].as_ref().unwrap().as_text(), Some("done"));
+
+    // Progress over HTTP too.
+    let out = items(&guest, "mixed", "{}").await;
+    assert_eq!(out.iter().filter(|i| i.as_ref().unwrap().is_progress()).count(), 2);
+    let result = ToolResult::collect(stream::iter(out)).await;
+    assert_eq!(result.structured_content, Some(json!({"rows": 3})));
+}
+
+/// One HTTP/1.1 exchange on a fresh connection: (status, head, body).
+async fn post(addr: SocketAddr, headers: &[(&str, &str)], body: &str) -> (u16, String, String) {
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    conn.write_all(head.as_bytes()).await.unwrap();
+    conn.write_all(body.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), conn.read_to_end(&mut raw))
+        .await
+        .expect("the server answered")
+        .unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, head.to_ascii_lowercase(), body.to_owned())
+}
+
+const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+
+/// Initializes a session over raw HTTP and returns its id.
+async fn raw_session(addr: SocketAddr) -> String {
+    let (status, head, body) = post(addr, &[("authorization", "Bearer guest")], INIT).await;
+    assert_eq!(status, 200, "{head}\n{body}");
+    assert!(body.contains(r#""serverInfo""#), "{body}");
+    let session = head
+        .lines()
+        .find_map(|l| l.strip_prefix("mcp-session-id: "))
+        .expect("a session id")
+        .trim()
+        .to_owned();
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let (status, _, _) = post(
+        addr,
+        &[("authorization", "Bearer guest"), ("mcp-session-id", &session), ("mcp-protocol-version", "2025-06-18")],
+        initialized,
+    )
+    .await;
+    assert_eq!(status, 202);
+    session
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_bad_input_gets_clear_errors_and_the_server_keeps_serving() {
+    let addr = http_server().await;
+
+    // No token, wrong token: 401 with a Bearer challenge.
+    for headers in [&[][..], &[("authorization", "Bearer nope")][..]] {
+        let (status, head, body) = post(addr, headers, INIT).await;
+        assert_eq!(status, 401);
+        assert!(head.contains("www-authenticate: bearer"), "{head}");
+        assert!(body.contains("bearer token"), "{body}");
+    }
+
+    // An oversized body: 413, before any JSON is read.
+    let big = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#, "x".repeat(20 * 1024));
+    let (status, _, _) = post(addr, &[("authorization", "Bearer guest")], &big).await;
+    assert_eq!(status, 413);
+
+    let session = raw_session(addr).await;
+    let auth = [
+        ("authorization", "Bearer guest"),
+        ("mcp-session-id", session.as_str()),
+        ("mcp-protocol-version", "2025-06-18"),
+    ];
+
+    // Malformed JSON-RPC: rmcp answers 415 with the parser's message.
+    let (status, _, body) = post(addr, &auth, r#"{"jsonrpc":"2.0","id":2,"method":"#).await;
+    assert_eq!(status, 415, "{body}");
+    assert!(body.contains("fail to deserialize request body"), "{body}");
+
+    // An unknown method: JSON-RPC "method not found".
+    let (status, _, body) = post(addr, &auth, r#"{"jsonrpc":"2.0","id":3,"method":"tools/explode","params":{}}"#).await;
+    assert!(body.contains("-32601"), "{status} {body}");
+
+    // An unknown tool: a protocol error naming it.
+    let (_, _, body) = post(addr, &auth, r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"nope","arguments":{}}}"#).await;
+    assert!(body.contains("-32602") && body.contains("unknown tool `nope`"), "{body}");
+
+    // Arguments of the wrong shape: a tool error result naming the field.
+    let (_, _, body) = post(addr, &auth, r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"add","arguments":{"a":"x","b":1}}}"#).await;
+    assert!(body.contains(r#""isError":true"#) && body.contains("invalid_arguments"), "{body}");
+
+    // And the session still works.
+    let (status, _, body) = post(addr, &auth, r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"add","arguments":{"a":20,"b":22}}}"#).await;
+    assert_eq!(status, 200);
+    assert!(body.contains(r#""structuredContent":{"sum":42}"#), "{body}");
+}
+
+// ---- stdio, with the example server as a child process ----
+
+#[tokio::test]
+async fn stdio_child_process_serves_the_example_toolbox() {
+    // `cargo test` builds the examples next to the test binaries.
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap().join("examples");
+    let server = dir.join(format!("mcp_server{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        server.exists(),
+        "{} is missing: run the tests with `cargo test --features mcp` (which builds examples)",
+        server.display()
+    );
+    let mut command = tokio::process::Command::new(server);
+    command.arg("--stdio");
+    let client = McpClient::connect_stdio(command).await.unwrap();
+    let names: Vec<_> = client.tools().await.unwrap().iter().map(|t| t.info().name().to_owned()).collect();
+    assert_eq!(names, ["add", "count", "shutdown_reactor"]);
+    let out = items(&client, "count", r#"{"to": 3}"#).await;
+    let progress = out.iter().filter(|i| i.as_ref().unwrap().is_progress()).count();
+    assert_eq!(progress, 2, "{out:?}");
+    assert_eq!(out.last().unwrap().as_ref().unwrap().as_text(), Some("counted to 3"));
+}

@@ -10,10 +10,14 @@ use futures_util::future::BoxFuture;
 use futures_util::stream;
 use rmcp::model::{
     CallToolRequestParams, CancelledNotificationParam, ClientCapabilities, ClientConfig,
-    ClientRequest, ErrorCode, Implementation, ProgressNotificationParam, ProgressToken, Request,
-    RequestId, ServerResult,
+    ClientRequest, ErrorCode, Implementation, JsonRpcMessage, JsonRpcNotification,
+    ProgressNotificationParam, ProgressToken, Request, RequestId, ServerNotification,
+    ServerResult,
 };
-use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService, ServiceError};
+use rmcp::service::{
+    PeerRequestOptions, RunningService, RxJsonRpcMessage, ServiceError, TxJsonRpcMessage,
+};
+use rmcp::transport::{IntoTransport, Transport};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use tokio::sync::{mpsc, oneshot};
 use tower_service::Service;
@@ -88,23 +92,51 @@ impl ProgressRouter {
     }
 }
 
-/// The client side of the connection: answers the server's notifications.
+/// The client side of the connection.
 struct Handler {
-    progress: ProgressRouter,
     info: ClientConfig,
 }
 
 impl ClientHandler for Handler {
-    async fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        self.progress.deliver(params);
-    }
-
     fn get_info(&self) -> ClientConfig {
         self.info.clone()
+    }
+}
+
+/// Routes progress notifications as the transport reads them.
+///
+/// rmcp runs each notification's handler in its own task, so a handler
+/// may see a call's last progress after the call's result; reading them
+/// here, in transport order, keeps every progress item before the result.
+struct ProgressTap<T> {
+    inner: T,
+    router: ProgressRouter,
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for ProgressTap<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let message = self.inner.receive().await;
+        if let Some(JsonRpcMessage::Notification(JsonRpcNotification {
+            notification: ServerNotification::ProgressNotification(progress),
+            ..
+        })) = &message
+        {
+            self.router.deliver(progress.params.clone());
+        }
+        message
+    }
+
+    fn close(&mut self) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
     }
 }
 
@@ -138,15 +170,18 @@ impl McpClient {
     /// HTTP, an in-memory duplex…) and completes the `initialize` handshake.
     pub async fn connect<T, E, A>(transport: T) -> Result<Self, ToolError>
     where
-        T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+        T: IntoTransport<RoleClient, E, A>,
         E: std::error::Error + Send + Sync + 'static,
     {
         let progress = ProgressRouter::default();
         let handler = Handler {
-            progress: progress.clone(),
             info: client_info(),
         };
-        let running = handler.serve(transport).await.map_err(|err| {
+        let tap = ProgressTap {
+            inner: transport.into_transport(),
+            router: progress.clone(),
+        };
+        let running = handler.serve(tap).await.map_err(|err| {
             ToolError::new(
                 ErrorKind::Unavailable,
                 format!("could not connect to the MCP server: {err}"),
