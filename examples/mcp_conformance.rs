@@ -13,6 +13,7 @@ use std::time::Duration;
 use futures_util::stream;
 use serde_json::json;
 use toolstack::serve::mcp::rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
+use toolstack::serve::mcp::rmcp::{Peer, RoleServer};
 use toolstack::serve::mcp::{ClientLog, McpServer};
 use toolstack::{tool, Progress, Resource, ToolContext, ToolError, ToolInfo, ToolOutput, Toolbox};
 
@@ -21,9 +22,29 @@ const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z
 /// A WAV file with a header and no samples.
 const WAV: &str = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YQAAAAA=";
 
-/// The fixtures take no arguments.
+/// Most fixtures take no arguments.
 #[derive(serde::Deserialize, schemars::JsonSchema)]
 struct NoArgs {}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Prompt {
+    /// The prompt to send to the client's model.
+    prompt: String,
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Ask {
+    /// The message to show the user.
+    message: String,
+}
+
+/// The MCP session that called the tool, to ask the client back.
+fn client_peer(ctx: &ToolContext) -> Result<Peer<RoleServer>, ToolError> {
+    ctx.extensions()
+        .get::<Peer<RoleServer>>()
+        .cloned()
+        .ok_or_else(|| ToolError::failed("this tool needs to be called over MCP"))
+}
 
 fn toolbox() -> Toolbox {
     Toolbox::new()
@@ -123,6 +144,38 @@ fn toolbox() -> Toolbox {
             )
             .description("Reports progress 0, 50 and 100 out of 100"),
         )
+        .boxed(sampling_tool())
+        .tool(
+            tool::from_fn_with_context(
+                "test_elicitation",
+                |args: Ask, ctx: ToolContext| async move {
+                    let peer = client_peer(&ctx)?;
+                    let params = serde_json::from_value(json!({
+                        "mode": "form",
+                        "message": args.message,
+                        "requestedSchema": {
+                            "type": "object",
+                            "properties": {
+                                "username": { "type": "string", "description": "User's response" },
+                                "email": { "type": "string", "description": "User's email address" }
+                            },
+                            "required": ["username", "email"]
+                        }
+                    }))
+                    .map_err(|e| ToolError::failed(format!("bad elicitation request: {e}")))?;
+                    let answer = peer
+                        .create_elicitation(params)
+                        .await
+                        .map_err(|e| ToolError::failed(format!("elicitation failed: {e}")))?;
+                    Ok::<_, ToolError>(format!(
+                        "User response: action={:?}, content={}",
+                        answer.action,
+                        answer.content.unwrap_or_default()
+                    ))
+                },
+            )
+            .description("Asks the client's user (elicitation/create)"),
+        )
         .tool(tool::raw(
             ToolInfo::new("json_schema_2020_12_tool")
                 .with_description("Tool with JSON Schema 2020-12 features")
@@ -146,6 +199,39 @@ fn toolbox() -> Toolbox {
                 })),
             |request| stream::iter([Ok(ToolOutput::text(request.arguments().to_owned()))]),
         ))
+}
+
+/// `test_sampling`: asks the client's model. rmcp marks sampling
+/// deprecated (SEP-2577 replaces it in a future revision); clients of the
+/// current ones still offer it.
+#[allow(deprecated)]
+fn sampling_tool() -> toolstack::BoxTool {
+    use toolstack::serve::mcp::rmcp::model;
+    toolstack::BoxTool::new(
+        tool::from_fn_with_context(
+            "test_sampling",
+            |args: Prompt, ctx: ToolContext| async move {
+                let peer = client_peer(&ctx)?;
+                let reply = peer
+                    .create_message(model::CreateMessageRequestParams::new(
+                        vec![model::SamplingMessage::user_text(args.prompt)],
+                        100,
+                    ))
+                    .await
+                    .map_err(|e| ToolError::failed(format!("sampling failed: {e}")))?;
+                let text = reply
+                    .message
+                    .content
+                    .into_vec()
+                    .into_iter()
+                    .filter_map(|block| block.as_text().map(|t| t.text.clone()))
+                    .collect::<Vec<_>>()
+                    .join("");
+                Ok::<_, ToolError>(format!("LLM response: {text}"))
+            },
+        )
+        .description("Asks the client's model (sampling/createMessage)"),
+    )
 }
 
 #[tokio::main]

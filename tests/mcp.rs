@@ -43,27 +43,24 @@ struct Sum {
 #[derive(serde::Deserialize, schemars::JsonSchema)]
 struct NoArgs {}
 
-fn add_tool() -> impl toolstack::Describe
-       + tower::Service<
-    ToolRequest,
-    Response = impl futures_core::Stream<Item = toolstack::ToolItem> + Send + 'static,
-    Error = ToolError,
-    Future = impl Send + 'static,
-> + Clone
-       + Send
-       + Sync
-       + 'static {
-    tool::from_fn("add", |Add { a, b }| async move { Ok::<_, ToolError>(Sum { sum: a + b }) })
+fn add_tool() -> toolstack::BoxTool {
+    toolstack::BoxTool::new(
+        tool::from_fn("add", |Add { a, b }| async move {
+            Ok::<_, ToolError>(Sum { sum: a + b })
+        })
         .description("Adds two integers")
         .output_schema_for::<Sum>()
-        .annotations(ToolAnnotations::new().read_only().title("Adder"))
+        .annotations(ToolAnnotations::new().read_only().title("Adder")),
+    )
 }
 
 /// Text, JSON, an image and a resource, with progress in between.
 fn mixed_tool() -> Toolbox {
     Toolbox::new().tool(tool::from_stream("mixed", |_: NoArgs| {
         stream::iter([
-            Ok::<_, ToolError>(ToolOutput::progress(Progress::new(1.0).total(2.0).message("half"))),
+            Ok::<_, ToolError>(ToolOutput::progress(
+                Progress::new(1.0).total(2.0).message("half"),
+            )),
             Ok(ToolOutput::text("hello")),
             Ok(ToolOutput::json(json!({"rows": 3}))),
             Ok(ToolOutput::progress(Progress::new(2.0).total(2.0))),
@@ -78,7 +75,7 @@ fn mixed_tool() -> Toolbox {
 fn toolbox() -> Toolbox {
     let mixed = mixed_tool();
     Toolbox::new()
-        .tool(add_tool())
+        .boxed(add_tool())
         .boxed(mixed.get("mixed").unwrap().clone())
         .tool(tool::from_stream("fails_midway", |_: NoArgs| {
             stream::iter([
@@ -113,7 +110,10 @@ async fn remote_tool_keeps_its_definition() {
     assert_eq!(names, ["add", "mixed", "fails_midway"]);
     let remote = tools[0].info();
     assert_eq!(remote, local.info());
-    assert_eq!(remote.input_schema()["properties"]["a"]["description"], "The first addend.");
+    assert_eq!(
+        remote.input_schema()["properties"]["a"]["description"],
+        "The first addend."
+    );
     assert!(remote.annotations().is_idempotent());
 }
 
@@ -122,7 +122,10 @@ async fn remote_call_returns_structured_output() {
     let client = in_memory(toolbox()).await;
     let out = items(&client, "add", r#"{"a": 2, "b": 40}"#).await;
     assert_eq!(out.len(), 1, "{out:?}");
-    assert_eq!(out[0].as_ref().unwrap().as_json(), Some(&json!({"sum": 42})));
+    assert_eq!(
+        out[0].as_ref().unwrap().as_json(),
+        Some(&json!({"sum": 42}))
+    );
 }
 
 #[tokio::test]
@@ -195,7 +198,12 @@ async fn unknown_tool_is_a_protocol_error_and_the_server_goes_on() {
     match err {
         ServiceError::McpError(data) => {
             assert_eq!(data.code, ErrorCode::INVALID_PARAMS);
-            assert!(data.message.starts_with("unknown tool `ad`; did you mean `add`?"), "{}", data.message);
+            assert!(
+                data.message
+                    .starts_with("unknown tool `ad`; did you mean `add`?"),
+                "{}",
+                data.message
+            );
         }
         other => panic!("expected a protocol error, got {other:?}"),
     }
@@ -209,13 +217,24 @@ async fn wrong_arguments_name_the_field() {
     let out = items(&client, "add", r#"{"a": "two", "b": 1}"#).await;
     let err = out.last().unwrap().as_ref().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArguments);
-    assert!(err.message().contains("`a`") || err.message().contains("a:"), "{}", err.message());
+    assert!(
+        err.message().contains("`a`") || err.message().contains("a:"),
+        "{}",
+        err.message()
+    );
 
     // Arguments that are not a JSON object never leave the client.
     let tool = client.tools().await.unwrap().remove(0);
-    let err = tool.oneshot(ToolRequest::new("add", "[1, 2]")).await.unwrap_err();
+    let err = tool
+        .oneshot(ToolRequest::new("add", "[1, 2]"))
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArguments);
-    assert!(err.message().contains("must be a JSON object"), "{}", err.message());
+    assert!(
+        err.message().contains("must be a JSON object"),
+        "{}",
+        err.message()
+    );
 }
 
 #[tokio::test]
@@ -244,7 +263,10 @@ async fn dropping_the_stream_cancels_the_remote_tool() {
     });
     let client = in_memory(Toolbox::new().tool(slow)).await;
     let toolbox = client.toolbox().await.unwrap();
-    let mut stream = toolbox.oneshot(ToolRequest::new("slow", "{}")).await.unwrap();
+    let mut stream = toolbox
+        .oneshot(ToolRequest::new("slow", "{}"))
+        .await
+        .unwrap();
     let first = stream.next().await.unwrap().unwrap();
     assert!(first.is_progress(), "the tool is running");
     assert!(!dropped.load(Ordering::SeqCst));
@@ -267,7 +289,10 @@ async fn a_remote_toolbox_can_take_a_resolver() {
     let nobody = http::Extensions::new();
     let visible: Vec<_> = toolbox.infos_for(&nobody).map(|i| i.name()).collect();
     assert_eq!(visible, ["add", "fails_midway"]);
-    let err = toolbox.oneshot(ToolRequest::new("mixed", "{}")).await.unwrap_err();
+    let err = toolbox
+        .oneshot(ToolRequest::new("mixed", "{}"))
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound);
 }
 
@@ -302,7 +327,9 @@ async fn bearer(mut request: Request, next: Next) -> Response {
 
 async fn http_server() -> SocketAddr {
     let toolbox = toolbox()
-        .tool(tool::from_fn("admin_only", |_: NoArgs| async { Ok::<_, ToolError>("done") }))
+        .tool(tool::from_fn("admin_only", |_: NoArgs| async {
+            Ok::<_, ToolError>("done")
+        }))
         .resolver(|info: &toolstack::ToolInfo, ext: &http::Extensions| {
             info.name() != "admin_only" || ext.get::<Caller>() == Some(&Caller::Admin)
         });
@@ -330,8 +357,20 @@ async fn http_each_caller_sees_and_calls_its_own_tools() {
     let guest = http_client(addr, "guest").await;
     let admin = http_client(addr, "admin").await;
 
-    let guest_tools: Vec<_> = guest.tools().await.unwrap().iter().map(|t| t.info().name().to_owned()).collect();
-    let admin_tools: Vec<_> = admin.tools().await.unwrap().iter().map(|t| t.info().name().to_owned()).collect();
+    let guest_tools: Vec<_> = guest
+        .tools()
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.info().name().to_owned())
+        .collect();
+    let admin_tools: Vec<_> = admin
+        .tools()
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.info().name().to_owned())
+        .collect();
     assert_eq!(guest_tools, ["add", "mixed", "fails_midway"]);
     assert_eq!(admin_tools, ["add", "mixed", "fails_midway", "admin_only"]);
 
@@ -340,13 +379,21 @@ async fn http_each_caller_sees_and_calls_its_own_tools() {
         .call_tool(CallToolRequestParams::new("admin_only"))
         .await
         .unwrap_err();
-    assert!(matches!(err, ServiceError::McpError(ref d) if d.code == ErrorCode::INVALID_PARAMS), "{err:?}");
+    assert!(
+        matches!(err, ServiceError::McpError(ref d) if d.code == ErrorCode::INVALID_PARAMS),
+        "{err:?}"
+    );
     let out = items(&admin, "admin_only", "{}").await;
     assert_eq!(out[0].as_ref().unwrap().as_text(), Some("done"));
 
     // Progress over HTTP too.
     let out = items(&guest, "mixed", "{}").await;
-    assert_eq!(out.iter().filter(|i| i.as_ref().unwrap().is_progress()).count(), 2);
+    assert_eq!(
+        out.iter()
+            .filter(|i| i.as_ref().unwrap().is_progress())
+            .count(),
+        2
+    );
     let result = ToolResult::collect(stream::iter(out)).await;
     assert_eq!(result.structured_content, Some(json!({"rows": 3})));
 }
@@ -391,7 +438,11 @@ async fn raw_session(addr: SocketAddr) -> String {
     let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
     let (status, _, _) = post(
         addr,
-        &[("authorization", "Bearer guest"), ("mcp-session-id", &session), ("mcp-protocol-version", "2025-06-18")],
+        &[
+            ("authorization", "Bearer guest"),
+            ("mcp-session-id", &session),
+            ("mcp-protocol-version", "2025-06-18"),
+        ],
         initialized,
     )
     .await;
@@ -412,7 +463,10 @@ async fn http_bad_input_gets_clear_errors_and_the_server_keeps_serving() {
     }
 
     // An oversized body: 413, before any JSON is read.
-    let big = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#, "x".repeat(20 * 1024));
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#,
+        "x".repeat(20 * 1024)
+    );
     let (status, _, _) = post(addr, &[("authorization", "Bearer guest")], &big).await;
     assert_eq!(status, 413);
 
@@ -429,16 +483,32 @@ async fn http_bad_input_gets_clear_errors_and_the_server_keeps_serving() {
     assert!(body.contains("fail to deserialize request body"), "{body}");
 
     // An unknown method: JSON-RPC "method not found".
-    let (status, _, body) = post(addr, &auth, r#"{"jsonrpc":"2.0","id":3,"method":"tools/explode","params":{}}"#).await;
+    let (status, _, body) = post(
+        addr,
+        &auth,
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/explode","params":{}}"#,
+    )
+    .await;
     assert!(body.contains("-32601"), "{status} {body}");
 
     // An unknown tool: a protocol error naming it.
-    let (_, _, body) = post(addr, &auth, r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"nope","arguments":{}}}"#).await;
-    assert!(body.contains("-32602") && body.contains("unknown tool `nope`"), "{body}");
+    let (_, _, body) = post(
+        addr,
+        &auth,
+        r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"nope","arguments":{}}}"#,
+    )
+    .await;
+    assert!(
+        body.contains("-32602") && body.contains("unknown tool `nope`"),
+        "{body}"
+    );
 
     // Arguments of the wrong shape: a tool error result naming the field.
     let (_, _, body) = post(addr, &auth, r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"add","arguments":{"a":"x","b":1}}}"#).await;
-    assert!(body.contains(r#""isError":true"#) && body.contains("invalid_arguments"), "{body}");
+    assert!(
+        body.contains(r#""isError":true"#) && body.contains("invalid_arguments"),
+        "{body}"
+    );
 
     // And the session still works.
     let (status, _, body) = post(addr, &auth, r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"add","arguments":{"a":20,"b":22}}}"#).await;
@@ -462,10 +532,22 @@ async fn stdio_child_process_serves_the_example_toolbox() {
     let mut command = tokio::process::Command::new(server);
     command.arg("--stdio");
     let client = McpClient::connect_stdio(command).await.unwrap();
-    let names: Vec<_> = client.tools().await.unwrap().iter().map(|t| t.info().name().to_owned()).collect();
+    let names: Vec<_> = client
+        .tools()
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.info().name().to_owned())
+        .collect();
     assert_eq!(names, ["add", "count", "shutdown_reactor"]);
     let out = items(&client, "count", r#"{"to": 3}"#).await;
-    let progress = out.iter().filter(|i| i.as_ref().unwrap().is_progress()).count();
+    let progress = out
+        .iter()
+        .filter(|i| i.as_ref().unwrap().is_progress())
+        .count();
     assert_eq!(progress, 2, "{out:?}");
-    assert_eq!(out.last().unwrap().as_ref().unwrap().as_text(), Some("counted to 3"));
+    assert_eq!(
+        out.last().unwrap().as_ref().unwrap().as_text(),
+        Some("counted to 3")
+    );
 }

@@ -11,8 +11,7 @@ use futures_util::stream;
 use rmcp::model::{
     CallToolRequestParams, CancelledNotificationParam, ClientCapabilities, ClientConfig,
     ClientRequest, ErrorCode, Implementation, JsonRpcMessage, JsonRpcNotification,
-    ProgressNotificationParam, ProgressToken, Request, RequestId, ServerNotification,
-    ServerResult,
+    ProgressNotificationParam, ProgressToken, Request, RequestId, ServerNotification, ServerResult,
 };
 use rmcp::service::{
     PeerRequestOptions, RunningService, RxJsonRpcMessage, ServiceError, TxJsonRpcMessage,

@@ -17,7 +17,8 @@
 //! | `notifications/cancelled` | the stream is dropped, which cancels the tool |
 //!
 //! Tools that want to log to the client find a [`ClientLog`] in their
-//! request's extensions. Transports: stdio ([`McpServer::serve_stdio`]) and
+//! request's extensions, and tools that ask the client back (sampling,
+//! elicitation) find the session's `rmcp::Peer<RoleServer>` there. Transports: stdio ([`McpServer::serve_stdio`]) and
 //! streamable HTTP ([`McpServer::into_http_service`], a tower service to
 //! mount in an axum app); the HTTP request's extensions reach the resolver.
 //!

@@ -132,6 +132,8 @@ impl McpServer {
         };
         let log = ClientLog::new(context.peer.clone(), self.log_level.clone());
         request.extensions_mut().insert(log);
+        // For tools that ask the client back (sampling, elicitation, roots).
+        request.extensions_mut().insert(context.peer.clone());
         let opened = tool.call_shared(request);
         let peer = context.peer;
         let progress_token = context.meta.get_progress_token();
