@@ -551,3 +551,38 @@ async fn stdio_child_process_serves_the_example_toolbox() {
         Some("counted to 3")
     );
 }
+
+#[tokio::test]
+async fn a_call_keeps_the_connection_open_after_every_handle_is_dropped() {
+    let remote = in_memory(toolbox()).await.toolbox().await.unwrap();
+    // `oneshot` drops the toolbox (the last handle) once the call started.
+    let stream = remote
+        .oneshot(ToolRequest::new("add", r#"{"a": 2, "b": 3}"#))
+        .await
+        .unwrap();
+    let result = ToolResult::collect(stream).await;
+    assert_eq!(
+        result.structured_content,
+        Some(json!({"sum": 5})),
+        "{result:?}"
+    );
+}
+
+#[tokio::test]
+async fn non_object_json_travels_as_text() {
+    let tb = Toolbox::new().tool(tool::from_fn("five", |_: NoArgs| async {
+        Ok::<_, ToolError>(5)
+    }));
+    let client = in_memory(tb).await;
+    let raw = client
+        .peer()
+        .call_tool(CallToolRequestParams::new("five"))
+        .await
+        .unwrap();
+    assert_eq!(
+        raw.structured_content, None,
+        "MCP structuredContent is an object"
+    );
+    let out = items(&client, "five", "{}").await;
+    assert_eq!(out[0].as_ref().unwrap().as_text(), Some("5"));
+}

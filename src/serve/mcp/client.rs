@@ -346,6 +346,7 @@ impl Service<ToolRequest> for McpTool {
                 progress,
                 response: Some(handle.rx),
                 pending: VecDeque::new(),
+                _connection: client,
             };
             Ok(ToolStream::new(stream::unfold(call, Call::next)))
         })
@@ -412,6 +413,9 @@ struct Call {
     progress: mpsc::UnboundedReceiver<ProgressNotificationParam>,
     response: Option<oneshot::Receiver<Response>>,
     pending: VecDeque<ToolItem>,
+    // Keeps the connection open while the call runs, even if every tool
+    // and client handle was dropped after the call started.
+    _connection: McpClient,
 }
 
 fn progress_item(param: ProgressNotificationParam) -> ToolItem {

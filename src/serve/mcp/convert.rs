@@ -84,8 +84,8 @@ fn resource_contents(resource: &Resource) -> ResourceContents {
 }
 
 /// A collected [`ToolResult`] as an MCP `CallToolResult`: content blocks in
-/// order, the structured value, and `isError` with the model-facing error
-/// text when the call failed.
+/// order, the structured value (when it is a JSON object, as MCP requires),
+/// and `isError` with the model-facing error text when the call failed.
 pub fn call_result(result: ToolResult) -> CallToolResult {
     let content = result.content.iter().filter_map(content_block).collect();
     let mut out = if result.is_error {
@@ -93,7 +93,9 @@ pub fn call_result(result: ToolResult) -> CallToolResult {
     } else {
         CallToolResult::success(content)
     };
-    out.structured_content = result.structured_content;
+    // MCP's `structuredContent` is a JSON object; any other value is
+    // delivered as its text copy only.
+    out.structured_content = result.structured_content.filter(Value::is_object);
     out
 }
 

@@ -10,7 +10,7 @@
 //! | tool stream | MCP |
 //! |---|---|
 //! | text, image, audio, resource items | content blocks, in order |
-//! | a JSON item | `structuredContent` (and a text copy in `content`) |
+//! | a JSON object item | `structuredContent` (and a text copy in `content`); other JSON values as text |
 //! | progress items | `notifications/progress`, when the request has a progress token |
 //! | a [`ToolError`](crate::ToolError) | a result with `isError: true` and the model-facing error JSON |
 //! | an unknown or hidden tool | a protocol error (`-32602`), as the spec says |
@@ -35,9 +35,12 @@
 //! #[derive(serde::Deserialize, schemars::JsonSchema)]
 //! struct Add { a: i64, b: i64 }
 //!
+//! #[derive(serde::Serialize)]
+//! struct Sum { sum: i64 }
+//!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let toolbox = Toolbox::new()
-//!     .tool(tool::from_fn("add", |Add { a, b }| async move { Ok::<_, ToolError>(a + b) }));
+//!     .tool(tool::from_fn("add", |Add { a, b }| async move { Ok::<_, ToolError>(Sum { sum: a + b }) }));
 //!
 //! // An in-memory connection; stdio and streamable HTTP work the same way.
 //! let (server_io, client_io) = tokio::io::duplex(4096);
@@ -52,7 +55,7 @@
 //! let result = toolstack::ToolResult::collect(
 //!     tower::ServiceExt::oneshot(remote, toolstack::ToolRequest::new("add", r#"{"a":2,"b":3}"#)).await?,
 //! ).await;
-//! assert_eq!(result.structured_content, Some(serde_json::json!(5)));
+//! assert_eq!(result.structured_content, Some(serde_json::json!({"sum": 5})), "{result:?}");
 //! # Ok::<_, ToolError>(()) }).unwrap();
 //! ```
 
