@@ -11,6 +11,8 @@
 //! * [`tool`] — tools from typed async functions and from functions that
 //!   return streams; the input JSON Schema comes from the argument type.
 //! * [`Toolbox`] — tools by name, itself a tool; per-caller visibility.
+//! * `serve::http` (feature `http`) — a toolbox as an axum router: list the
+//!   tools, call one with its output streamed as server-sent events.
 //!
 //! Because a tool is a tower service, tower's `ServiceBuilder` and layers
 //! apply to it; the stream-aware layers (timeout between items, retry that

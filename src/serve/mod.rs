@@ -1,5 +1,13 @@
-//! Serving tools to other programs, and using theirs: MCP (feature `mcp`)
-//! and HTTP (feature `http`).
+//! Serving a [`Toolbox`](crate::Toolbox) to clients outside the process,
+//! and using other servers' tools, each transport behind its own feature.
+//!
+//! * `http` (feature `http`) — an axum router: list the tools, call one with
+//!   its output streamed as server-sent events.
+//! * `mcp` (feature `mcp`) — the Model Context Protocol with rmcp: a toolbox
+//!   as an MCP server (stdio, streamable HTTP), remote MCP tools as local
+//!   tool services.
 
+#[cfg(feature = "http")]
+pub mod http;
 #[cfg(feature = "mcp")]
 pub mod mcp;

@@ -1,0 +1,570 @@
+//! Serving a [`Toolbox`] over HTTP with axum: list the tools, call one with
+//! its output streamed as server-sent events (SSE).
+//!
+//! [`HttpTools`] (or the shorthand [`router`]) turns a toolbox into an
+//! ordinary [`axum::Router`] — `Clone + Send + Sync`, a tower service — to
+//! serve on its own or to [`nest`](axum::Router::nest) under a prefix in an
+//! existing app, behind whatever auth layer that app already has.
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /tools` | `200`, `{"tools": [ToolInfo…]}` — only the tools the [resolver](Toolbox::resolver) lets this caller see |
+//! | `POST /tools/{name}` | `200`, `text/event-stream`: the tool's items as they come, then one `result` or `error` event |
+//!
+//! # The caller
+//!
+//! The HTTP request's extensions are moved into the [`ToolRequest`]: what
+//! an auth layer in front of the router put there (a user id, a role) is
+//! what the toolbox's resolver, a per-caller rate limit and the tool itself
+//! see. The call id is taken from the [`CALL_ID_HEADER`] header, or made
+//! up; either way the response carries it in the same header.
+//!
+//! # The call
+//!
+//! The body is the tool's arguments as JSON text, passed on untouched; an
+//! empty (or all-whitespace) body means `{}`. The body must be at most
+//! [`body_limit`](HttpTools::body_limit) bytes and must parse as JSON (the
+//! content type is not checked, so `curl -d` works); the tool's own
+//! decoding then names any field of the wrong shape.
+//!
+//! A call that fails **before** its stream opens — the tool is unknown or
+//! hidden from this caller, the arguments are refused, a rate limit or a
+//! load shedder turns it away — is an ordinary HTTP error with a JSON body,
+//! the [model-facing form](ToolError::to_model_json) of the error
+//! (`{"error": message, "kind": kind, …}`), and a status from
+//! [`status_for`]:
+//!
+//! | error | status |
+//! |---|---|
+//! | body over the limit | `413` |
+//! | body not UTF-8, not JSON; `invalid_arguments` | `400` |
+//! | `not_found` (unknown or hidden tool) | `404` |
+//! | `denied` | `403` |
+//! | `rate_limited` | `429`, with `Retry-After` (seconds, rounded up) when known |
+//! | `overloaded`, `unavailable` | `503` |
+//! | `timeout` | `504` |
+//! | `failed`, `panicked`, `cancelled` | `500` |
+//!
+//! A malformed HTTP request that is no tool's business (a call id header
+//! that is not visible ASCII, a tool name that does not decode) is a `400`
+//! of kind `invalid_request`.
+//!
+//! Once the stream is open the status is `200` and every item is one SSE
+//! event, its data the item's JSON on one line:
+//!
+//! ```text
+//! event: progress
+//! data: {"type":"progress","progress":1.0,"total":2.0}
+//!
+//! event: output
+//! data: {"type":"json","value":1}
+//!
+//! event: result
+//! data: {"content":[{"type":"text","text":"1"}],"structuredContent":1,"isError":false}
+//! ```
+//!
+//! Progress items are `progress` events, every other item an `output`
+//! event. The stream ends with exactly one `result` event — the items
+//! collected as a [`ToolResult`] in MCP's shape (`content`,
+//! `structuredContent`, `isError`) — or, if the tool fails after it
+//! started, exactly one `error` event whose data is the error's
+//! model-facing JSON. A client that disconnects drops the response stream,
+//! and with it the tool's stream: the tool is cancelled.
+//!
+//! No keep-alive comments are sent between events; a tool that may be
+//! silent for longer than a proxy's idle timeout should report progress.
+//! A panicking tool takes its connection down with it, as any panicking
+//! handler does; `toolstack-layers`' `CatchPanicLayer` turns the panic
+//! into an `error` event instead.
+//!
+//! # Example
+//!
+//! ```
+//! use axum::body::Body;
+//! use axum::http::{Request, StatusCode};
+//! use tower::ServiceExt;
+//! use toolstack::serve::http::HttpTools;
+//! use toolstack::{tool, ToolError, Toolbox};
+//!
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! struct Add { a: i64, b: i64 }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let toolbox = Toolbox::new()
+//!     .tool(tool::from_fn("add", |Add { a, b }| async move { Ok::<_, ToolError>(a + b) }));
+//!
+//! // Nested under `/api` next to the app's own routes.
+//! let app = axum::Router::new()
+//!     .route("/health", axum::routing::get(|| async { "ok" }))
+//!     .nest("/api", HttpTools::new(toolbox).body_limit(64 * 1024).into_router());
+//!
+//! let call = Request::post("/api/tools/add").body(Body::from(r#"{"a":1,"b":2}"#)).unwrap();
+//! let response = app.oneshot(call).await.unwrap();
+//! assert_eq!(response.status(), StatusCode::OK);
+//! assert_eq!(response.headers()["content-type"], "text/event-stream");
+//!
+//! let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+//! assert_eq!(
+//!     std::str::from_utf8(&body).unwrap(),
+//!     "event: output\ndata: {\"type\":\"json\",\"value\":3}\n\n\
+//!      event: result\ndata: {\"content\":[{\"type\":\"text\",\"text\":\"3\"}],\"structuredContent\":3,\"isError\":false}\n\n",
+//! );
+//!
+//! // To serve it: axum::serve(tokio::net::TcpListener::bind(addr).await?, app).await?
+//! # }
+//! ```
+
+use std::convert::Infallible;
+use std::fmt;
+use std::hash::BuildHasher;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{ready, Context, Poll};
+
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, Request, State};
+use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
+use axum::http::{Extensions, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures_core::Stream;
+use futures_util::StreamExt;
+use serde::ser::{Serialize, SerializeStruct, Serializer};
+
+use crate::{ErrorKind, ToolError, ToolOutput, ToolRequest, ToolResult, ToolStream, Toolbox};
+
+/// The default limit on a call's body: 1 MiB.
+pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+
+/// The header that carries the call id: read from the request when
+/// present (the caller's own id, say the model's `tool_call_id`), made up
+/// otherwise, and always set on the response to a call.
+pub const CALL_ID_HEADER: &str = "x-tool-call-id";
+
+/// Builds the HTTP routes that serve a [`Toolbox`]; see the
+/// [module docs](self) for the routes, the event format and the statuses.
+///
+/// ```
+/// use toolstack::serve::http::HttpTools;
+/// use toolstack::Toolbox;
+///
+/// let tools: axum::Router = HttpTools::new(Toolbox::new()).body_limit(16 * 1024).into_router();
+/// let app: axum::Router = axum::Router::new().nest("/api", tools);
+/// ```
+#[derive(Clone, Debug)]
+pub struct HttpTools {
+    toolbox: Toolbox,
+    body_limit: usize,
+}
+
+impl HttpTools {
+    /// Routes for `toolbox`, with a body limit of [`DEFAULT_BODY_LIMIT`].
+    pub fn new(toolbox: Toolbox) -> Self {
+        HttpTools {
+            toolbox,
+            body_limit: DEFAULT_BODY_LIMIT,
+        }
+    }
+
+    /// Refuses a call whose body is longer than `bytes` with `413 Payload
+    /// Too Large`, without reading more of it than that.
+    pub fn body_limit(mut self, bytes: usize) -> Self {
+        self.body_limit = bytes;
+        self
+    }
+
+    /// The router: `GET /tools` and `POST /tools/{name}`.
+    ///
+    /// Generic over the state type of the app it will be nested in (it
+    /// carries its own state), so it nests into any `Router<S>`.
+    pub fn into_router<S>(self) -> Router<S>
+    where
+        S: Clone + Send + Sync + 'static,
+    {
+        Router::new()
+            .route("/tools", get(list_tools))
+            .route("/tools/{name}", post(call_tool))
+            .with_state(Arc::new(self))
+    }
+}
+
+/// `HttpTools::new(toolbox).into_router()`: the routes with the default
+/// body limit.
+///
+/// ```
+/// let app = toolstack::serve::http::router(toolstack::Toolbox::new());
+/// # let _: axum::Router = app;
+/// ```
+pub fn router(toolbox: Toolbox) -> Router {
+    HttpTools::new(toolbox).into_router()
+}
+
+/// The HTTP status for a call that failed with an error of this kind before
+/// its stream opened (see the table in the [module docs](self)).
+///
+/// ```
+/// use axum::http::StatusCode;
+/// use toolstack::serve::http::status_for;
+/// use toolstack::ErrorKind;
+///
+/// assert_eq!(status_for(ErrorKind::NotFound), StatusCode::NOT_FOUND);
+/// assert_eq!(status_for(ErrorKind::RateLimited { retry_after: None }), StatusCode::TOO_MANY_REQUESTS);
+/// ```
+pub fn status_for(kind: ErrorKind) -> StatusCode {
+    match kind {
+        ErrorKind::InvalidArguments => StatusCode::BAD_REQUEST,
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::Denied => StatusCode::FORBIDDEN,
+        ErrorKind::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+        ErrorKind::Overloaded | ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+        ErrorKind::Failed | ErrorKind::Panicked | ErrorKind::Cancelled => {
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
+    }
+}
+
+async fn list_tools(State(tools): State<Arc<HttpTools>>, request: Request) -> Response {
+    Json(ToolList {
+        toolbox: &tools.toolbox,
+        extensions: request.extensions(),
+    })
+    .into_response()
+}
+
+/// `{"tools": [...]}`, written straight from the toolbox.
+struct ToolList<'a> {
+    toolbox: &'a Toolbox,
+    extensions: &'a Extensions,
+}
+
+impl Serialize for ToolList<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        struct Infos<'a>(&'a ToolList<'a>);
+        impl Serialize for Infos<'_> {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_seq(self.0.toolbox.infos_for(self.0.extensions))
+            }
+        }
+        let mut list = serializer.serialize_struct("ToolList", 1)?;
+        list.serialize_field("tools", &Infos(self))?;
+        list.end()
+    }
+}
+
+async fn call_tool(
+    State(tools): State<Arc<HttpTools>>,
+    name: Result<Path<String>, PathRejection>,
+    request: Request,
+) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let (id, id_header) = match call_id(&mut parts.headers) {
+        Ok(id) => id,
+        Err(rejection) => return rejection.into_response(),
+    };
+    let mut response = match name {
+        Err(rejection) => Rejection::Path(rejection).into_response(),
+        Ok(Path(name)) => match tools.open(name, id, parts.extensions, body).await {
+            Ok(stream) => event_stream(stream),
+            Err(rejection) => rejection.into_response(),
+        },
+    };
+    response.headers_mut().insert(CALL_ID_HEADER, id_header);
+    response
+}
+
+impl HttpTools {
+    /// Reads the arguments and opens the call; everything that can make a
+    /// call fail before its first event.
+    async fn open(
+        &self,
+        name: String,
+        id: String,
+        extensions: Extensions,
+        body: Body,
+    ) -> Result<ToolStream, Rejection> {
+        let arguments = read_arguments(body, self.body_limit).await?;
+        let mut request = ToolRequest::new(name, arguments).with_id(id);
+        *request.extensions_mut() = extensions;
+        self.toolbox
+            .dispatch(request)
+            .await
+            .map_err(Rejection::Tool)
+    }
+}
+
+/// The caller's call id, or a new one; with the header value to echo.
+fn call_id(headers: &mut HeaderMap) -> Result<(String, HeaderValue), Rejection> {
+    if let Some(value) = headers.remove(CALL_ID_HEADER) {
+        if !value.is_empty() {
+            let id = value.to_str().map_err(|_| Rejection::CallId)?.to_owned();
+            return Ok((id, value));
+        }
+    }
+    let id = new_call_id();
+    let value = HeaderValue::from_str(&id).expect("`http_` and hex digits make a header value");
+    Ok((id, value))
+}
+
+/// `http_` + a per-process random salt + a counter: unique in the process,
+/// and unlikely to repeat across restarts.
+fn new_call_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    static SALT: OnceLock<u32> = OnceLock::new();
+    let salt = *SALT.get_or_init(|| {
+        std::collections::hash_map::RandomState::new().hash_one(std::process::id()) as u32
+    });
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("http_{salt:08x}{n:08x}")
+}
+
+const PREALLOCATE_MAX: usize = 64 * 1024;
+
+/// Reads at most `limit` bytes of body and checks that they are JSON text.
+async fn read_arguments(body: Body, limit: usize) -> Result<String, Rejection> {
+    // A declared length over the limit is refused before reading anything.
+    let declared = body.size_hint().lower();
+    if declared > limit as u64 {
+        return Err(Rejection::BodyTooLarge { limit });
+    }
+    // Trust a declared length only so far: a client that declares a
+    // megabyte and sends nothing should not cost a megabyte.
+    let mut bytes = Vec::with_capacity((declared as usize).min(PREALLOCATE_MAX));
+    let mut chunks = body.into_data_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk: Bytes = chunk.map_err(Rejection::BodyUnreadable)?;
+        if bytes.len() + chunk.len() > limit {
+            return Err(Rejection::BodyTooLarge { limit });
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    let text = String::from_utf8(bytes).map_err(Rejection::BodyNotUtf8)?;
+    if text.trim_ascii().is_empty() {
+        return Ok("{}".to_owned());
+    }
+    // Syntax only, without building a value: the tool decodes the text
+    // itself, and its errors name the fields.
+    serde_json::from_str::<serde::de::IgnoredAny>(&text).map_err(Rejection::BodyNotJson)?;
+    Ok(text)
+}
+
+/// Why a call was answered with an HTTP error instead of an event stream.
+enum Rejection {
+    Path(PathRejection),
+    CallId,
+    BodyTooLarge { limit: usize },
+    BodyUnreadable(axum::Error),
+    BodyNotUtf8(std::string::FromUtf8Error),
+    BodyNotJson(serde_json::Error),
+    Tool(ToolError),
+}
+
+impl Rejection {
+    fn status(&self) -> StatusCode {
+        match self {
+            Rejection::Path(rejection) => rejection.status(),
+            Rejection::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Rejection::CallId
+            | Rejection::BodyUnreadable(_)
+            | Rejection::BodyNotUtf8(_)
+            | Rejection::BodyNotJson(_) => StatusCode::BAD_REQUEST,
+            Rejection::Tool(err) => status_for(err.kind()),
+        }
+    }
+
+    /// The body's `kind`: the tool error's kind, `invalid_arguments` for a
+    /// body that cannot be arguments, `invalid_request` for the rest.
+    fn kind(&self) -> &'static str {
+        match self {
+            Rejection::Path(_) | Rejection::CallId | Rejection::BodyUnreadable(_) => {
+                "invalid_request"
+            }
+            Rejection::BodyTooLarge { .. }
+            | Rejection::BodyNotUtf8(_)
+            | Rejection::BodyNotJson(_) => ErrorKind::InvalidArguments.as_str(),
+            Rejection::Tool(err) => err.kind().as_str(),
+        }
+    }
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rejection::Path(rejection) => {
+                write!(f, "the tool name in the path: {}", rejection.body_text())
+            }
+            Rejection::CallId => write!(f, "the {CALL_ID_HEADER} header must be visible ASCII"),
+            Rejection::BodyTooLarge { limit } => {
+                write!(f, "the request body is larger than the limit of {limit} bytes")
+            }
+            Rejection::BodyUnreadable(err) => write!(f, "could not read the request body: {err}"),
+            Rejection::BodyNotUtf8(err) => write!(f, "the request body is not UTF-8 text: {err}"),
+            Rejection::BodyNotJson(err) => write!(
+                f,
+                "the request body is not valid JSON: {err}; send the tool's arguments as a JSON object"
+            ),
+            Rejection::Tool(err) => f.write_str(err.message()),
+        }
+    }
+}
+
+impl IntoResponse for Rejection {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let body = match &self {
+            Rejection::Tool(err) => err.to_model_json(),
+            other => serde_json::json!({"error": other.to_string(), "kind": other.kind()}),
+        };
+        let mut response = (status, Json(body)).into_response();
+        if let Rejection::Tool(err) = &self {
+            if let Some(after) = err.retry_after() {
+                let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+                response.headers_mut().insert(RETRY_AFTER, secs.into());
+            }
+        }
+        response
+    }
+}
+
+fn event_stream(stream: ToolStream) -> Response {
+    let events = EventStream {
+        tool: Some(stream),
+        content: Vec::new(),
+    };
+    (
+        [
+            (CONTENT_TYPE, HeaderValue::from_static("text/event-stream")),
+            (CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+        ],
+        Body::from_stream(events),
+    )
+        .into_response()
+}
+
+/// A tool's response stream as SSE: one event per item, then `result` or
+/// `error`. Dropping it drops the tool's stream.
+struct EventStream {
+    // `None` once the final event is out.
+    tool: Option<ToolStream>,
+    // The items for the `result` event; folded into a `ToolResult` only at
+    // the end, so that an item costs one serialization on its way out.
+    content: Vec<ToolOutput>,
+}
+
+impl Stream for EventStream {
+    type Item = Result<Bytes, Infallible>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        let Some(tool) = this.tool.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let event = match ready!(tool.poll_next_unpin(cx)) {
+            Some(Ok(output)) => this.item(output),
+            Some(Err(err)) => Err(err),
+            None => {
+                this.tool = None;
+                this.result()
+            }
+        };
+        let event = event.unwrap_or_else(|err| {
+            // An error ends the call: the tool's stream is dropped now.
+            this.tool = None;
+            error_event(&err)
+        });
+        Poll::Ready(Some(Ok(event)))
+    }
+}
+
+impl EventStream {
+    fn item(&mut self, output: ToolOutput) -> Result<Bytes, ToolError> {
+        let name = if output.is_progress() {
+            "progress"
+        } else {
+            "output"
+        };
+        let event = encode(name, &output, capacity_hint(&output)).map_err(|err| {
+            ToolError::failed(format!("could not encode an output item as JSON: {err}"))
+                .with_source(err)
+        })?;
+        if !output.is_progress() {
+            self.content.push(output);
+        }
+        Ok(event)
+    }
+
+    fn result(&mut self) -> Result<Bytes, ToolError> {
+        let mut result = ToolResult::default();
+        for output in std::mem::take(&mut self.content) {
+            result.push(output);
+        }
+        encode("result", &ResultEvent(&result), 256).map_err(|err| {
+            ToolError::failed(format!("could not encode the result as JSON: {err}"))
+                .with_source(err)
+        })
+    }
+}
+
+/// The error's model-facing JSON as an `error` event.
+fn error_event(err: &ToolError) -> Bytes {
+    // A `Value` of strings and numbers always serializes.
+    encode("error", &err.to_model_json(), 128).unwrap_or_else(|_| {
+        Bytes::from_static(b"event: error\ndata: {\"error\":\"unknown\",\"kind\":\"failed\"}\n\n")
+    })
+}
+
+/// One SSE event, `event: {name}\ndata: {json}\n\n`, serialized straight
+/// into its buffer. Compact JSON escapes every line break, so the data is
+/// always one line.
+fn encode<T: Serialize + ?Sized>(
+    name: &str,
+    data: &T,
+    capacity: usize,
+) -> Result<Bytes, serde_json::Error> {
+    let mut buf = Vec::with_capacity(capacity + name.len() + 16);
+    buf.extend_from_slice(b"event: ");
+    buf.extend_from_slice(name.as_bytes());
+    buf.extend_from_slice(b"\ndata: ");
+    serde_json::to_writer(&mut buf, data)?;
+    buf.extend_from_slice(b"\n\n");
+    Ok(Bytes::from(buf))
+}
+
+/// A guess at an item's JSON length, without serializing it.
+fn capacity_hint(output: &ToolOutput) -> usize {
+    const ENVELOPE: usize = 48;
+    ENVELOPE
+        + match output {
+            ToolOutput::Text { text } => text.len(),
+            ToolOutput::Json { .. } => 80,
+            ToolOutput::Image(media) | ToolOutput::Audio(media) => {
+                media.data.len() + media.mime_type.len()
+            }
+            ToolOutput::Resource(resource) => {
+                resource.uri.len()
+                    + resource.text.as_ref().map_or(0, String::len)
+                    + resource.blob.as_ref().map_or(0, String::len)
+            }
+            ToolOutput::Progress(progress) => progress.message.as_ref().map_or(0, String::len),
+        }
+}
+
+/// A [`ToolResult`] in MCP's `CallToolResult` shape.
+struct ResultEvent<'a>(&'a ToolResult);
+
+impl Serialize for ResultEvent<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let result = self.0;
+        let mut event = serializer.serialize_struct("CallToolResult", 3)?;
+        event.serialize_field("content", &result.content)?;
+        if let Some(structured) = &result.structured_content {
+            event.serialize_field("structuredContent", structured)?;
+        }
+        event.serialize_field("isError", &result.is_error)?;
+        event.end()
+    }
+}
