@@ -29,6 +29,7 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 mod builder;
+mod call;
 pub mod catch_panic;
 pub mod concurrency;
 #[cfg(feature = "rate-limit")]
@@ -40,6 +41,7 @@ pub mod trace;
 pub mod validate;
 
 pub use builder::ServiceBuilderExt;
+pub use call::{Call, CallOutput};
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
