@@ -3,9 +3,9 @@
 //! A panic in the tool's `call`, in its response future or in any poll of
 //! its response stream becomes a [`ToolError`] of kind
 //! [`ErrorKind::Panicked`] ("the tool panicked: …", "the model panicked: …");
-//! the toolbox, other calls and the runtime are unaffected. After a panic the tool's future or stream is dropped and
-//! never polled again: the stream yields the error as its last item, then
-//! ends.
+//! the toolbox, other calls and the runtime are unaffected. After a panic
+//! the tool's future or stream is dropped and never polled again: the
+//! stream yields the error as its last item, then ends.
 //!
 //! ```
 //! use futures_util::StreamExt;

@@ -13,7 +13,8 @@ use crate::Call;
 ///
 /// `I` says whether a call may be repeated once it may have reached the
 /// service ([`Idempotency`]): a `bool` given when the `Retry` is made, or
-/// [`Inferred`](super::Inferred) from the call, as [`RetryLayer`](super::RetryLayer) does.
+/// [`Inferred`](super::Inferred) from the call, as
+/// [`RetryLayer`](super::RetryLayer) does.
 #[derive(Debug, Clone)]
 pub struct Retry<S, I = bool> {
     inner: S,
