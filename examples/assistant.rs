@@ -4,7 +4,9 @@
 //! database, gives an agent three tools — search the schema, show a table,
 //! execute SQL (rows stream out as they are read, with progress every 250
 //! rows) — each stacked with trace, timeout, retry and rate-limit layers,
-//! and prints the agent's event stream live. The model is the scripted one,
+//! and prints the agent's event stream live. The model is stacked too
+//! (trace, retry before its first delta, timeouts to the first delta and
+//! between deltas). It is the scripted one,
 //! so it runs with no network and no key; with `--features openai` and
 //! `OPENAI_BASE_URL`, `OPENAI_MODEL` (and `OPENAI_API_KEY`) set, a real
 //! OpenAI-compatible endpoint answers instead.
@@ -294,16 +296,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Message::user(question),
     ];
     println!("user: {question}\n");
+    // The same stream-aware layers as the tools', on model calls.
+    let model_layers = ServiceBuilder::new()
+        .trace_tool()
+        .tool_retry(RetryPolicy::new().max_attempts(3))
+        .tool_timeout(
+            TimeoutLayer::new()
+                .first_item(Duration::from_secs(60))
+                .idle(Duration::from_secs(20)),
+        );
     let mut events = match endpoint() {
         #[cfg(feature = "openai")]
         Some(model) => {
             println!("(model: the OpenAI-compatible endpoint in OPENAI_BASE_URL)\n");
-            Agent::new(model, toolbox(db))
+            Agent::new(model_layers.service(model), toolbox(db))
                 .max_steps(8)
                 .parallel_tools(2)
                 .run(conversation)
         }
-        _ => Agent::new(script(), toolbox(db))
+        _ => Agent::new(model_layers.service(script()), toolbox(db))
             .max_steps(8)
             .parallel_tools(2)
             .run(conversation),

@@ -139,6 +139,17 @@ async fn streams_text_then_finish_and_a_usage_only_final_chunk() {
 }
 
 #[tokio::test]
+async fn the_request_model_overrides_the_client_model() {
+    let (url, mut bodies) = server(vec![sse(&[text_chunk("ok")], true)]).await;
+    let model = OpenAiModel::new(&url, "test-model");
+    let request = ChatRequest::new(vec![Message::user("hi")]).with_model("other-model");
+    let stream = model.oneshot(request).await.unwrap();
+    let _: Vec<_> = stream.collect().await;
+    let body = bodies.recv().await.unwrap();
+    assert_eq!(body["model"], "other-model");
+}
+
+#[tokio::test]
 async fn parallel_tool_calls_fold_into_complete_calls() {
     let chunks = [
         call_chunk(0, Some("call_a"), Some("get_weather"), ""),

@@ -18,7 +18,8 @@ use crate::validate::ValidateLayer;
 ///
 /// The names say "tool" so that they do not collide with tower's own
 /// `timeout`, `retry`, `rate_limit` and `concurrency_limit`, which are not
-/// stream-aware.
+/// stream-aware. All but `validate_tool_arguments` apply to a model as
+/// well (see the [crate docs](crate#tools-and-models)).
 ///
 /// ```
 /// use std::time::Duration;
@@ -46,7 +47,8 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed {
     fn trace_tool(self) -> ServiceBuilder<Stack<TraceLayer, L>>;
     /// Adds a stream-aware [`TimeoutLayer`].
     fn tool_timeout(self, limits: TimeoutLayer) -> ServiceBuilder<Stack<TimeoutLayer, L>>;
-    /// Adds a [`RetryLayer`] (the tool below must carry its description).
+    /// Adds a [`RetryLayer`] (a tool below must carry its description,
+    /// which says whether it is idempotent; a model needs none).
     fn tool_retry(self, policy: RetryPolicy) -> ServiceBuilder<Stack<RetryLayer, L>>;
     /// Adds a [`RateLimitLayer`].
     #[cfg(feature = "rate-limit")]

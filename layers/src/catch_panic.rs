@@ -1,11 +1,11 @@
-//! Turns a panicking tool into a failed call.
+//! Turns a panicking tool (or model) into a failed call.
 //!
 //! A panic in the tool's `call`, in its response future or in any poll of
 //! its response stream becomes a [`ToolError`] of kind
-//! [`ErrorKind::Panicked`]; the toolbox, other calls and the runtime are
-//! unaffected. After a panic the tool's future or stream is dropped and
-//! never polled again: the stream yields the error as its last item, then
-//! ends.
+//! [`ErrorKind::Panicked`] ("the tool panicked: …", "the model panicked: …");
+//! the toolbox, other calls and the runtime are unaffected. After a panic
+//! the tool's future or stream is dropped and never polled again: the
+//! stream yields the error as its last item, then ends.
 //!
 //! ```
 //! use futures_util::StreamExt;
@@ -42,11 +42,13 @@ use std::task::{Context, Poll};
 
 use futures_core::Stream;
 use pin_project_lite::pin_project;
-use toolstack::{Describe, ErrorKind, ToolError, ToolInfo, ToolItem, ToolRequest};
+use toolstack::{Describe, ErrorKind, ToolError, ToolInfo};
 use tower_layer::Layer;
 use tower_service::Service;
 
-/// Wraps a tool in [`CatchPanic`].
+use crate::Call;
+
+/// Wraps a tool or a model in [`CatchPanic`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CatchPanicLayer {
     _priv: (),
@@ -67,8 +69,8 @@ impl<S> Layer<S> for CatchPanicLayer {
     }
 }
 
-/// A tool whose panics become [`ErrorKind::Panicked`] errors; see the
-/// [module docs](self).
+/// A tool or a model whose panics become [`ErrorKind::Panicked`] errors;
+/// see the [module docs](self).
 #[derive(Clone, Debug)]
 pub struct CatchPanic<S> {
     inner: S,
@@ -102,11 +104,12 @@ impl<S: Describe> Describe for CatchPanic<S> {
     }
 }
 
-impl<S, St> Service<ToolRequest> for CatchPanic<S>
+impl<S, R, St, T> Service<R> for CatchPanic<S>
 where
-    S: Service<ToolRequest, Response = St>,
+    R: Call,
+    S: Service<R, Response = St>,
     S::Error: Into<ToolError>,
-    St: Stream<Item = ToolItem>,
+    St: Stream<Item = Result<T, ToolError>>,
 {
     type Response = ResponseStream<St>;
     type Error = ToolError;
@@ -117,18 +120,21 @@ where
         // toolbox polls a fresh clone per call, so other calls go on.
         match catch_unwind(AssertUnwindSafe(|| self.inner.poll_ready(cx))) {
             Ok(poll) => poll.map_err(Into::into),
-            Err(payload) => Poll::Ready(Err(panicked(payload))),
+            Err(payload) => Poll::Ready(Err(panicked(R::SUBJECT, payload))),
         }
     }
 
-    fn call(&mut self, request: ToolRequest) -> Self::Future {
+    fn call(&mut self, request: R) -> Self::Future {
         let kind = match catch_unwind(AssertUnwindSafe(|| self.inner.call(request))) {
             Ok(future) => Kind::Calling { future },
             Err(payload) => Kind::Done {
-                error: Some(panicked(payload)),
+                error: Some(panicked(R::SUBJECT, payload)),
             },
         };
-        ResponseFuture { kind }
+        ResponseFuture {
+            kind,
+            subject: R::SUBJECT,
+        }
     }
 }
 
@@ -139,6 +145,8 @@ pin_project! {
     pub struct ResponseFuture<F> {
         #[pin]
         kind: Kind<F>,
+        // What the panic message calls the callee (`Call::SUBJECT`).
+        subject: &'static str,
     }
 }
 
@@ -151,24 +159,25 @@ pin_project! {
     }
 }
 
-impl<F, St, E> Future for ResponseFuture<F>
+impl<F, St, E, T> Future for ResponseFuture<F>
 where
     F: Future<Output = Result<St, E>>,
     E: Into<ToolError>,
-    St: Stream<Item = ToolItem>,
+    St: Stream<Item = Result<T, ToolError>>,
 {
     type Output = Result<ResponseStream<St>, ToolError>;
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut kind = self.project().kind;
+        let this = self.project();
+        let (mut kind, subject) = (this.kind, *this.subject);
         let result = match kind.as_mut().project() {
             KindProj::Calling { future } => {
                 match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
                     Ok(Poll::Pending) => return Poll::Pending,
-                    Ok(Poll::Ready(Ok(stream))) => Ok(ResponseStream::new(stream)),
+                    Ok(Poll::Ready(Ok(stream))) => Ok(ResponseStream::new(stream, subject)),
                     Ok(Poll::Ready(Err(err))) => Err(err.into()),
-                    Err(payload) => Err(panicked(payload)),
+                    Err(payload) => Err(panicked(subject, payload)),
                 }
             }
             KindProj::Done { error } => {
@@ -188,26 +197,29 @@ pin_project! {
     pub struct ResponseStream<St> {
         #[pin]
         inner: Option<St>,
+        subject: &'static str,
     }
 }
 
 impl<St> ResponseStream<St> {
-    fn new(stream: St) -> Self {
+    fn new(stream: St, subject: &'static str) -> Self {
         ResponseStream {
             inner: Some(stream),
+            subject,
         }
     }
 }
 
-impl<St> Stream for ResponseStream<St>
+impl<St, T> Stream for ResponseStream<St>
 where
-    St: Stream<Item = ToolItem>,
+    St: Stream<Item = Result<T, ToolError>>,
 {
-    type Item = ToolItem;
+    type Item = Result<T, ToolError>;
 
     #[inline]
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToolItem>> {
-        let mut inner = self.project().inner;
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.project();
+        let (mut inner, subject) = (this.inner, *this.subject);
         let Some(stream) = inner.as_mut().as_pin_mut() else {
             return Poll::Ready(None);
         };
@@ -219,7 +231,7 @@ where
             }
             Ok(poll) => poll,
             Err(payload) => {
-                let err = panicked(payload);
+                let err = panicked(subject, payload);
                 drop_quietly(|| inner.set(None));
                 Poll::Ready(Some(Err(err)))
             }
@@ -250,14 +262,14 @@ fn drop_quietly(drop: impl FnOnce()) {
     }
 }
 
-fn panicked(payload: Box<dyn Any + Send>) -> ToolError {
+fn panicked(subject: &'static str, payload: Box<dyn Any + Send>) -> ToolError {
     let message = if let Some(s) = payload.downcast_ref::<&'static str>() {
-        format!("the tool panicked: {s}")
+        format!("the {subject} panicked: {s}")
     } else if let Some(s) = payload.downcast_ref::<String>() {
-        format!("the tool panicked: {s}")
+        format!("the {subject} panicked: {s}")
     } else {
-        "the tool panicked".to_owned()
+        format!("the {subject} panicked")
     };
-    tracing::error!(%message, "caught a tool panic");
+    tracing::error!(%message, "caught a {subject} panic");
     ToolError::new(ErrorKind::Panicked, message)
 }

@@ -1,6 +1,6 @@
 //! # toolstack-layers
 //!
-//! Stream-aware tower middleware for [`toolstack`] tools.
+//! Stream-aware tower middleware for [`toolstack`] tools and models.
 //!
 //! A tool's response is a stream, and its work goes on after the response
 //! future resolves; the layers here watch the stream, not only the future:
@@ -11,6 +11,49 @@
 //! `tower::ServiceBuilder` (also through [`ServiceBuilderExt`]), is `Clone`
 //! when the inner service is, answers with [`ToolError`](toolstack::ToolError)
 //! and forwards [`Describe`], so a layered tool keeps its description.
+//!
+//! ## Tools and models
+//!
+//! A model is a service too — `Service<ChatRequest>` answering with a
+//! stream of `Result<ModelDelta, ToolError>` (see [`toolstack::agent`]) —
+//! and the trace, timeout, retry, rate-limit, concurrency-limit and
+//! catch-panic layers apply to it as they do to tools: the deltas are the
+//! items. What a layer needs of a request or an item comes through
+//! [`Call`] and [`CallOutput`], implemented for [`ToolRequest`] /
+//! [`ToolOutput`](toolstack::ToolOutput) and for
+//! [`ChatRequest`](toolstack::agent::ChatRequest) /
+//! [`ModelDelta`](toolstack::agent::ModelDelta). Validation is for tools
+//! only.
+//!
+//! ```
+//! use std::time::Duration;
+//! use futures_util::StreamExt;
+//! use toolstack::agent::{Agent, AgentEvent, Message, ScriptedModel, Turn};
+//! use toolstack::Toolbox;
+//! use toolstack_layers::retry::RetryPolicy;
+//! use toolstack_layers::timeout::TimeoutLayer;
+//! use toolstack_layers::ServiceBuilderExt;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let model = tower::ServiceBuilder::new()
+//!     .trace_tool()                        // span `chat {model}`, gen_ai.operation.name = chat
+//!     .tool_retry(RetryPolicy::default())  // only before the first delta
+//!     .tool_timeout(TimeoutLayer::new()
+//!         .first_item(Duration::from_secs(30))
+//!         .idle(Duration::from_secs(10)))  // between deltas
+//!     .tool_concurrency_limit(4)           // permit held while the answer streams
+//!     .service(ScriptedModel::new([Turn::new().text("Hello!")]));
+//! let agent = Agent::new(model, Toolbox::new()).model_name("scripted");
+//! let events: Vec<AgentEvent> = agent.run(vec![Message::user("hi")]).collect().await;
+//! assert!(matches!(events.last(), Some(AgentEvent::Done(_))));
+//! # }
+//! ```
+//!
+//! ## Keeping a tool's description
+//!
+//! [`Layered`] wraps a tool in any tower layer — tower's own do not forward
+//! [`Describe`] — and keeps its description:
 //!
 //! ```
 //! use toolstack::{tool, Describe, ToolError};
@@ -29,6 +72,7 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 mod builder;
+mod call;
 pub mod catch_panic;
 pub mod concurrency;
 #[cfg(feature = "rate-limit")]
@@ -40,6 +84,7 @@ pub mod trace;
 pub mod validate;
 
 pub use builder::ServiceBuilderExt;
+pub use call::{Call, CallOutput};
 
 use std::sync::Arc;
 use std::task::{Context, Poll};

@@ -1,5 +1,6 @@
 use std::sync::Arc;
 
+use http::Extensions;
 use serde::{Deserialize, Serialize};
 
 use super::ToolCall;
@@ -69,16 +70,27 @@ impl Message {
     }
 }
 
-/// A request to a model: the conversation so far and the tools it may call.
+/// A request to a model: the conversation so far, the tools it may call,
+/// optionally which model to ask, and per-call data.
 ///
-/// Cheap to clone (a retry clones it): the conversation and the tool
-/// definitions are shared.
+/// Cheap to clone (a retry clones it): the conversation, the tool
+/// definitions and the model name are shared, and the extension map is
+/// free to clone when empty.
 #[derive(Debug, Clone, Default)]
 pub struct ChatRequest {
     /// The conversation.
     pub messages: Arc<Vec<Message>>,
     /// The tools the model may call.
     pub tools: Arc<[ToolInfo]>,
+    /// The model to ask, when the caller chooses it; `None` leaves the
+    /// choice to the model service (the OpenAI-compatible client then asks
+    /// for the model it was made with). A trace layer names the call's span
+    /// after it (`chat {model}`).
+    pub model: Option<Arc<str>>,
+    /// Per-call data that is not part of the conversation — the caller's
+    /// identity (for a per-caller rate limit), options — as in a
+    /// [`ToolRequest`](crate::ToolRequest).
+    pub extensions: Extensions,
 }
 
 impl ChatRequest {
@@ -86,13 +98,25 @@ impl ChatRequest {
     pub fn new(messages: Vec<Message>) -> Self {
         ChatRequest {
             messages: Arc::new(messages),
-            tools: Arc::from(Vec::new()),
+            ..Self::default()
         }
     }
 
     /// Offers these tools to the model.
     pub fn with_tools(mut self, tools: impl Into<Arc<[ToolInfo]>>) -> Self {
         self.tools = tools.into();
+        self
+    }
+
+    /// Asks for the model `model`.
+    pub fn with_model(mut self, model: impl Into<Arc<str>>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// Inserts a per-call value into the extensions.
+    pub fn with_extension<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.extensions.insert(value);
         self
     }
 }

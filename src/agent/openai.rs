@@ -23,6 +23,9 @@ pub type OpenAiStream = Pin<Box<dyn Stream<Item = Result<ModelDelta, ToolError>>
 /// `retry-after` header), 401/403 denied, 5xx and connection failures
 /// unavailable, other statuses failed; a stream that ends without `[DONE]`
 /// ends with an unavailable error.
+///
+/// A request's [`model`](ChatRequest::model), when set, is asked for
+/// instead of the model the client was made with.
 #[derive(Debug, Clone)]
 pub struct OpenAiModel {
     client: reqwest::Client,
@@ -62,7 +65,7 @@ impl OpenAiModel {
 
     fn body(&self, request: &ChatRequest) -> Value {
         let mut body = json!({
-            "model": self.model,
+            "model": request.model.as_deref().unwrap_or(&self.model),
             "messages": request.messages,
             "stream": true,
             "stream_options": {"include_usage": true},

@@ -108,6 +108,7 @@ pub enum StopReason {
 #[derive(Debug, Clone)]
 pub struct Agent<M> {
     model: M,
+    model_name: Option<Arc<str>>,
     toolbox: Toolbox,
     max_steps: usize,
     max_tool_calls: usize,
@@ -120,11 +121,20 @@ impl<M> Agent<M> {
     pub fn new(model: M, toolbox: Toolbox) -> Self {
         Agent {
             model,
+            model_name: None,
             toolbox,
             max_steps: 10,
             max_tool_calls: 32,
             parallel: 4,
         }
+    }
+
+    /// Asks for the model `name` in every model request
+    /// ([`ChatRequest::model`]): the OpenAI-compatible client sends it
+    /// instead of its own, and a trace layer names the span `chat {name}`.
+    pub fn model_name(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.model_name = Some(name.into());
+        self
     }
 
     /// At most `steps` model calls per run.
@@ -181,6 +191,8 @@ where
             let request = ChatRequest {
                 messages: Arc::clone(&messages),
                 tools: tools.clone(),
+                model: self.model_name.clone(),
+                extensions: Default::default(),
             };
             let model = self.model.clone();
             let opened: Result<St, ToolError> = model.oneshot(request).await.map_err(Into::into);

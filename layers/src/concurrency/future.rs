@@ -5,7 +5,7 @@ use std::task::{ready, Context, Poll};
 use futures_core::Stream;
 use pin_project_lite::pin_project;
 use tokio::sync::OwnedSemaphorePermit;
-use toolstack::{ToolError, ToolItem};
+use toolstack::ToolError;
 
 pin_project! {
     /// The response future of [`ConcurrencyLimit`](super::ConcurrencyLimit):
@@ -53,7 +53,7 @@ where
 pin_project! {
     /// The response stream of [`ConcurrencyLimit`](super::ConcurrencyLimit):
     /// holds the permit until the stream ends, yields an error (the last
-    /// item of a tool's stream) or is dropped.
+    /// item of a stream) or is dropped.
     #[derive(Debug)]
     pub struct ResponseStream<St> {
         #[pin]
@@ -69,14 +69,14 @@ impl<St> ResponseStream<St> {
     }
 }
 
-impl<St> Stream for ResponseStream<St>
+impl<St, T> Stream for ResponseStream<St>
 where
-    St: Stream<Item = ToolItem>,
+    St: Stream<Item = Result<T, ToolError>>,
 {
-    type Item = ToolItem;
+    type Item = Result<T, ToolError>;
 
     #[inline]
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToolItem>> {
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.project();
         let item = ready!(this.inner.poll_next(cx));
         if !matches!(item, Some(Ok(_))) {

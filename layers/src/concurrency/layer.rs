@@ -5,7 +5,7 @@ use tower_layer::Layer;
 
 use super::ConcurrencyLimit;
 
-/// Applies a [`ConcurrencyLimit`] to a tool.
+/// Applies a [`ConcurrencyLimit`] to a tool or a model.
 #[derive(Debug, Clone)]
 pub struct ConcurrencyLimitLayer {
     limit: Limit,

@@ -2,10 +2,10 @@
 //!
 //! tower's `ConcurrencyLimit` releases its permit when the response future
 //! resolves; for a tool that is when the stream *opens*, while the work goes
-//! on until the stream ends. [`ConcurrencyLimit`] reserves a permit in
-//! `poll_ready`, moves it into the future and then into the stream, and
-//! releases it only when the stream ends, yields its (terminal) error, or is
-//! dropped.
+//! on until the stream ends — and a model is still writing its answer.
+//! [`ConcurrencyLimit`] reserves a permit in `poll_ready`, moves it into the
+//! future and then into the stream, and releases it only when the stream
+//! ends, yields its (terminal) error, or is dropped.
 //!
 //! Clones of a service share its semaphore (a clone starts without a
 //! reserved permit); services made by one [`ConcurrencyLimitLayer::new`] each

@@ -4,13 +4,14 @@ use std::task::{ready, Context, Poll};
 use futures_core::Stream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use tokio_util::sync::PollSemaphore;
-use toolstack::{Describe, ErrorKind, ToolError, ToolInfo, ToolItem, ToolRequest};
+use toolstack::{Describe, ErrorKind, ToolError, ToolInfo};
 use tower_service::Service;
 
 use super::ResponseFuture;
 
-/// Limits the calls of a tool in flight, counting a call until its response
-/// stream ends, errors or is dropped. See the [module docs](super).
+/// Limits the calls of a service — a tool or a model — in flight, counting a
+/// call until its response stream ends, errors or is dropped. See the
+/// [module docs](super).
 #[derive(Debug)]
 pub struct ConcurrencyLimit<S> {
     inner: S,
@@ -76,11 +77,11 @@ fn closed() -> ToolError {
     )
 }
 
-impl<S, St> Service<ToolRequest> for ConcurrencyLimit<S>
+impl<S, R, St, T> Service<R> for ConcurrencyLimit<S>
 where
-    S: Service<ToolRequest, Response = St>,
+    S: Service<R, Response = St>,
     S::Error: Into<ToolError>,
-    St: Stream<Item = ToolItem>,
+    St: Stream<Item = Result<T, ToolError>>,
 {
     type Response = super::ResponseStream<St>;
     type Error = ToolError;
@@ -111,7 +112,7 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, request: ToolRequest) -> Self::Future {
+    fn call(&mut self, request: R) -> Self::Future {
         let permit = self
             .permit
             .take()

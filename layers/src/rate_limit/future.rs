@@ -8,7 +8,8 @@ use tokio::time::{Instant, Sleep};
 use toolstack::{ToolError, ToolRequest};
 use tower_service::Service;
 
-use super::limiter::Limiter;
+use super::limiter::{CallKey, Limiter};
+use crate::Call;
 
 pin_project! {
     /// Response future of [`RateLimit`](super::RateLimit).
@@ -19,16 +20,16 @@ pin_project! {
     /// waits, sleeps until the call's bucket allows it, then gets a clone
     /// of the inner service ready and calls it.
     #[derive(Debug)]
-    pub struct ResponseFuture<S, F> {
+    pub struct ResponseFuture<S, F, R = ToolRequest> {
         #[pin]
-        state: State<S, F>,
+        state: State<S, F, R>,
     }
 }
 
 pin_project! {
     #[project = StateProj]
     #[derive(Debug)]
-    enum State<S, F> {
+    enum State<S, F, R> {
         Called {
             #[pin]
             future: F,
@@ -42,14 +43,14 @@ pin_project! {
             sleep: Pin<Box<Sleep>>,
             allowed: bool,
             service: S,
-            request: Option<ToolRequest>,
+            request: Option<R>,
             limiter: Arc<dyn Limiter>,
         },
         Done,
     }
 }
 
-impl<S, F> ResponseFuture<S, F> {
+impl<S, F, R> ResponseFuture<S, F, R> {
     pub(super) fn called(future: F) -> Self {
         ResponseFuture {
             state: State::Called { future },
@@ -64,7 +65,7 @@ impl<S, F> ResponseFuture<S, F> {
 
     pub(super) fn waiting(
         service: S,
-        request: ToolRequest,
+        request: R,
         limiter: Arc<dyn Limiter>,
         until: Instant,
     ) -> Self {
@@ -80,9 +81,10 @@ impl<S, F> ResponseFuture<S, F> {
     }
 }
 
-impl<S, F, St> Future for ResponseFuture<S, F>
+impl<S, F, R, St> Future for ResponseFuture<S, F, R>
 where
-    S: Service<ToolRequest, Response = St, Future = F>,
+    R: Call,
+    S: Service<R, Response = St, Future = F>,
     S::Error: Into<ToolError>,
     F: Future<Output = Result<St, S::Error>>,
 {
@@ -114,7 +116,7 @@ where
                         ready!(sleep.as_mut().poll(cx));
                         // Another call may have taken the cell this one woke
                         // up for; then sleep again until the next one.
-                        match limiter.check(req) {
+                        match limiter.check(CallKey::of(req)) {
                             Ok(()) => *allowed = true,
                             Err(earliest) => sleep.as_mut().reset(Instant::from_std(earliest)),
                         }

@@ -17,7 +17,7 @@ pub(super) enum Mode {
     Reject,
 }
 
-/// Applies a shared, keyed rate limit to tool calls; see the
+/// Applies a shared, keyed rate limit to tool or model calls; see the
 /// [module docs](super).
 ///
 /// The quota's state is created with the layer: every [`RateLimit`] this
@@ -43,14 +43,16 @@ impl RateLimitLayer {
         }
     }
 
-    /// One quota for all calls, whatever the tool or caller.
+    /// One quota for all calls, whatever the tool (or model) or caller.
     pub fn global(quota: Quota) -> Self {
         Self::with(Global::new(quota), quota)
     }
 
     /// One quota per tool name (the name in the request), so that a busy
     /// tool does not use up the quota of the others when the layer wraps a
-    /// whole [`Toolbox`](toolstack::Toolbox).
+    /// whole [`Toolbox`](toolstack::Toolbox). Over a model, one quota per
+    /// model named in the request ([`Call::target`](crate::Call::target);
+    /// requests that name none share one).
     ///
     /// Over a toolbox, names the model made up get buckets too (the call
     /// then fails as not found); see [`retain_recent`](Self::retain_recent).

@@ -1,5 +1,5 @@
-//! The shared quota state: which bucket a request draws from, and the
-//! buckets themselves (governor's limiters).
+//! The shared quota state: which bucket a call draws from, and the buckets
+//! themselves (governor's limiters).
 
 use std::any::type_name;
 use std::fmt;
@@ -9,22 +9,42 @@ use std::time::Instant;
 use governor::state::keyed::HashMapStateStore;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
-use toolstack::ToolRequest;
+use http::Extensions;
 
 use super::clock::TokioClock;
+use crate::Call;
 
 type Direct = RateLimiter<NotKeyed, InMemoryState, TokioClock>;
 type Keyed<K> = RateLimiter<K, HashMapStateStore<K>, TokioClock>;
 
-/// How a [`RateLimitLayer`](super::RateLimitLayer) splits its quota between
-/// requests.
-pub(super) trait Limiter: fmt::Debug + Send + Sync {
-    /// Takes one cell from the request's bucket, or returns the earliest
-    /// instant at which one could be taken. A refusal takes nothing.
-    fn check(&self, request: &ToolRequest) -> Result<(), Instant>;
+/// What a limiter reads of a call, whatever its request type.
+#[derive(Clone, Copy)]
+pub(super) struct CallKey<'a> {
+    subject: &'static str,
+    target: &'a str,
+    extensions: &'a Extensions,
+}
 
-    /// Names the request's bucket in a refusal message, e.g. "tool `search`".
-    fn bucket_name(&self, request: &ToolRequest) -> String;
+impl<'a> CallKey<'a> {
+    #[inline]
+    pub(super) fn of<R: Call>(request: &'a R) -> Self {
+        CallKey {
+            subject: R::SUBJECT,
+            target: request.target(),
+            extensions: request.extensions(),
+        }
+    }
+}
+
+/// How a [`RateLimitLayer`](super::RateLimitLayer) splits its quota between
+/// calls.
+pub(super) trait Limiter: fmt::Debug + Send + Sync {
+    /// Takes one cell from the call's bucket, or returns the earliest
+    /// instant at which one could be taken. A refusal takes nothing.
+    fn check(&self, call: CallKey<'_>) -> Result<(), Instant>;
+
+    /// Names the call's bucket in a refusal message, e.g. "tool `search`".
+    fn bucket_name(&self, call: CallKey<'_>) -> String;
 
     /// Forgets buckets that are full again (indistinguishable from new).
     fn retain_recent(&self);
@@ -46,12 +66,12 @@ impl Global {
 }
 
 impl Limiter for Global {
-    fn check(&self, _: &ToolRequest) -> Result<(), Instant> {
+    fn check(&self, _: CallKey<'_>) -> Result<(), Instant> {
         self.bucket.check().map_err(|not| not.earliest_possible())
     }
 
-    fn bucket_name(&self, _: &ToolRequest) -> String {
-        "all tool calls".to_owned()
+    fn bucket_name(&self, call: CallKey<'_>) -> String {
+        format!("all {} calls", call.subject)
     }
 
     fn retain_recent(&self) {}
@@ -65,7 +85,8 @@ impl fmt::Debug for Global {
     }
 }
 
-/// One bucket per tool name.
+/// One bucket per target: the tool's name, or the model named in a model
+/// request (requests that name none share one bucket).
 ///
 /// governor's keyed store wants an owned key, and turning the request's
 /// `&str` name into an owned string would allocate on every call; a 64-bit
@@ -88,15 +109,18 @@ impl PerTool {
 }
 
 impl Limiter for PerTool {
-    fn check(&self, request: &ToolRequest) -> Result<(), Instant> {
-        let key = self.seed.hash_one(request.name());
+    fn check(&self, call: CallKey<'_>) -> Result<(), Instant> {
+        let key = self.seed.hash_one(call.target);
         self.buckets
             .check_key(&key)
             .map_err(|not| not.earliest_possible())
     }
 
-    fn bucket_name(&self, request: &ToolRequest) -> String {
-        format!("tool `{}`", request.name())
+    fn bucket_name(&self, call: CallKey<'_>) -> String {
+        match call.target {
+            "" => format!("{} calls that name no {}", call.subject, call.subject),
+            target => format!("{} `{target}`", call.subject),
+        }
     }
 
     fn retain_recent(&self) {
@@ -135,16 +159,16 @@ impl<K> Limiter for PerCaller<K>
 where
     K: Clone + Hash + Eq + Send + Sync + 'static,
 {
-    fn check(&self, request: &ToolRequest) -> Result<(), Instant> {
-        let outcome = match request.extensions().get::<K>() {
+    fn check(&self, call: CallKey<'_>) -> Result<(), Instant> {
+        let outcome = match call.extensions.get::<K>() {
             Some(key) => self.buckets.check_key(key),
             None => self.anonymous.check(),
         };
         outcome.map_err(|not| not.earliest_possible())
     }
 
-    fn bucket_name(&self, request: &ToolRequest) -> String {
-        match request.extensions().get::<K>() {
+    fn bucket_name(&self, call: CallKey<'_>) -> String {
+        match call.extensions.get::<K>() {
             Some(_) => "this caller".to_owned(),
             None => "anonymous callers".to_owned(),
         }

@@ -1,5 +1,5 @@
-//! Rate limiting of tool calls, shared between clones and keyed by tool,
-//! by caller or global.
+//! Rate limiting of tool and model calls, shared between clones and keyed
+//! by tool (or model), by caller or global.
 //!
 //! ```
 //! use std::num::NonZeroU32;
@@ -37,7 +37,9 @@
 //! # Keys
 //!
 //! * [`global`](RateLimitLayer::global): one bucket for all calls.
-//! * [`per_tool`](RateLimitLayer::per_tool): one bucket per tool name.
+//! * [`per_tool`](RateLimitLayer::per_tool): one bucket per tool name —
+//!   over a model, per model named in the request
+//!   ([`ChatRequest::model`](toolstack::agent::ChatRequest::model)).
 //! * [`per_caller::<K>`](RateLimitLayer::per_caller): one bucket per value
 //!   of `K` in the request's extensions; requests without a `K` share one
 //!   "anonymous" bucket.
@@ -56,6 +58,14 @@
 //!
 //! Time is tokio's clock, so `tokio::time::pause` makes the limiter
 //! deterministic in tests.
+//!
+//! # Models
+//!
+//! Over a model service (`Service<ChatRequest>`) the layer counts model
+//! calls — say, to stay under a provider's requests per minute across every
+//! agent run that shares the model: the extensions are the
+//! [`ChatRequest`](toolstack::agent::ChatRequest)'s, and a refusal message
+//! names model calls ("rate limit for all model calls reached").
 
 mod clock;
 mod future;

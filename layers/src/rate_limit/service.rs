@@ -3,14 +3,15 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_core::Stream;
-use toolstack::{Describe, ErrorKind, ToolError, ToolInfo, ToolItem, ToolRequest};
+use toolstack::{Describe, ErrorKind, ToolError, ToolInfo};
 use tower_service::Service;
 
 use super::layer::Mode;
-use super::limiter::Limiter;
+use super::limiter::{CallKey, Limiter};
 use super::ResponseFuture;
+use crate::Call;
 
-/// Rate-limits calls to the inner tool service; built by
+/// Rate-limits calls to the inner service — a tool or a model; built by
 /// [`RateLimitLayer`](super::RateLimitLayer).
 ///
 /// Clones share the quota of the layer that built them. The response
@@ -56,22 +57,23 @@ impl<S: Describe> Describe for RateLimit<S> {
     }
 }
 
-impl<S, St> Service<ToolRequest> for RateLimit<S>
+impl<S, R, St, T> Service<R> for RateLimit<S>
 where
-    S: Service<ToolRequest, Response = St> + Clone,
+    R: Call,
+    S: Service<R, Response = St> + Clone,
     S::Error: Into<ToolError>,
-    St: Stream<Item = ToolItem>,
+    St: Stream<Item = Result<T, ToolError>>,
 {
     type Response = St;
     type Error = ToolError;
-    type Future = ResponseFuture<S, S::Future>;
+    type Future = ResponseFuture<S, S::Future, R>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, request: ToolRequest) -> Self::Future {
-        let earliest = match self.limiter.check(&request) {
+    fn call(&mut self, request: R) -> Self::Future {
+        let earliest = match self.limiter.check(CallKey::of(&request)) {
             Ok(()) => return ResponseFuture::called(self.inner.call(request)),
             Err(earliest) => earliest,
         };
@@ -80,13 +82,14 @@ where
         match self.mode {
             Mode::Reject => {
                 tracing::debug!(
-                    tool = request.name(),
+                    operation = R::OPERATION,
+                    target = request.target(),
                     retry_after_ms = millis_ceil(retry_after),
                     "rate limited; refusing the call"
                 );
                 let message = format!(
                     "rate limit for {} reached; retry after {} ms",
-                    self.limiter.bucket_name(&request),
+                    self.limiter.bucket_name(CallKey::of(&request)),
                     millis_ceil(retry_after)
                 );
                 ResponseFuture::rejected(ToolError::new(
@@ -98,7 +101,8 @@ where
             }
             Mode::Wait => {
                 tracing::debug!(
-                    tool = request.name(),
+                    operation = R::OPERATION,
+                    target = request.target(),
                     wait_ms = millis_ceil(retry_after),
                     "rate limited; waiting"
                 );

@@ -7,34 +7,38 @@ use std::time::Duration;
 use futures_core::Stream;
 use pin_project_lite::pin_project;
 use tokio::time::{sleep, Sleep};
-use toolstack::{ToolError, ToolItem, ToolRequest};
+use toolstack::{ToolError, ToolRequest};
 use tower_service::Service;
 
 use super::policy::refused_before_running;
-use super::RetryPolicy;
+use super::{Idempotency, RetryPolicy};
+use crate::Call;
 
 /// What a call needs to be tried again.
-pub(super) struct Attempts<S> {
+pub(super) struct Attempts<S, R, I> {
     pub(super) service: S,
-    pub(super) request: ToolRequest,
+    pub(super) request: R,
     pub(super) policy: RetryPolicy,
-    pub(super) idempotent: bool,
+    pub(super) idempotency: I,
     /// Attempts made so far.
     pub(super) attempt: u32,
 }
 
-impl<S> Attempts<S> {
+impl<S, R: Call, I: Idempotency<S, R>> Attempts<S, R, I> {
     /// The delay before the next attempt after `err`, or `None` when `err`
-    /// is final. `reached` says whether the call may have reached the tool.
+    /// is final. `reached` says whether the call may have reached the
+    /// service.
     fn retry_delay(&mut self, err: &ToolError, reached: bool) -> Option<Duration> {
         let policy = &self.policy;
         if self.attempt >= policy.max_attempts || !policy.is_retryable(err) {
             return None;
         }
+        // Asked only now, on the failure path: a call that succeeds pays
+        // nothing for it.
         if reached
-            && !self.idempotent
             && !policy.retry_non_idempotent
             && !refused_before_running(err)
+            && !self.idempotency.is_idempotent(&self.service, &self.request)
         {
             return None;
         }
@@ -46,11 +50,12 @@ impl<S> Attempts<S> {
         let delay = policy.delay(self.attempt, err);
         self.attempt += 1;
         tracing::debug!(
-            tool = self.request.name(),
+            operation = R::OPERATION,
+            target = self.request.target(),
             attempt = self.attempt,
             delay_ms = delay.as_millis() as u64,
             error = %err,
-            "retrying tool call"
+            "retrying the call"
         );
         Some(delay)
     }
@@ -69,14 +74,16 @@ pin_project! {
 }
 
 /// Drives the attempts until one opens a stream or the error is final.
-fn poll_open<S>(
+fn poll_open<S, R, I>(
     mut state: Pin<&mut State<S::Future, S::Response>>,
-    attempts: &mut Attempts<S>,
+    attempts: &mut Attempts<S, R, I>,
     cx: &mut Context<'_>,
 ) -> Poll<Result<S::Response, ToolError>>
 where
-    S: Service<ToolRequest>,
+    R: Call + Clone,
+    S: Service<R>,
     S::Error: Into<ToolError>,
+    I: Idempotency<S, R>,
 {
     loop {
         let (err, reached) = match state.as_mut().project() {
@@ -119,18 +126,18 @@ where
 pin_project! {
     /// The response future of [`Retry`](super::Retry): retries failures to
     /// open the stream.
-    pub struct ResponseFuture<S>
+    pub struct ResponseFuture<S, R = ToolRequest, I = bool>
     where
-        S: Service<ToolRequest>,
+        S: Service<R>,
     {
         #[pin]
         state: State<S::Future, S::Response>,
-        attempts: Option<Attempts<S>>,
+        attempts: Option<Attempts<S, R, I>>,
     }
 }
 
-impl<S: Service<ToolRequest>> ResponseFuture<S> {
-    pub(super) fn new(first: S::Future, attempts: Attempts<S>) -> Self {
+impl<S: Service<R>, R, I> ResponseFuture<S, R, I> {
+    pub(super) fn new(first: S::Future, attempts: Attempts<S, R, I>) -> Self {
         ResponseFuture {
             state: State::Calling { future: first },
             attempts: Some(attempts),
@@ -138,12 +145,14 @@ impl<S: Service<ToolRequest>> ResponseFuture<S> {
     }
 }
 
-impl<S> Future for ResponseFuture<S>
+impl<S, R, I> Future for ResponseFuture<S, R, I>
 where
-    S: Service<ToolRequest>,
+    R: Call + Clone,
+    S: Service<R>,
     S::Error: Into<ToolError>,
+    I: Idempotency<S, R>,
 {
-    type Output = Result<ResponseStream<S>, ToolError>;
+    type Output = Result<ResponseStream<S, R, I>, ToolError>;
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -171,26 +180,28 @@ pin_project! {
     /// The response stream of [`Retry`](super::Retry): an error before the
     /// first item starts a new attempt; once an item has been emitted,
     /// errors pass through, so no item is ever duplicated.
-    pub struct ResponseStream<S>
+    pub struct ResponseStream<S, R = ToolRequest, I = bool>
     where
-        S: Service<ToolRequest>,
+        S: Service<R>,
     {
         #[pin]
         state: State<S::Future, S::Response>,
-        attempts: Attempts<S>,
+        attempts: Attempts<S, R, I>,
     }
 }
 
-impl<S> Stream for ResponseStream<S>
+impl<S, R, I, T> Stream for ResponseStream<S, R, I>
 where
-    S: Service<ToolRequest>,
+    R: Call + Clone,
+    S: Service<R>,
     S::Error: Into<ToolError>,
-    S::Response: Stream<Item = ToolItem>,
+    S::Response: Stream<Item = Result<T, ToolError>>,
+    I: Idempotency<S, R>,
 {
-    type Item = ToolItem;
+    type Item = Result<T, ToolError>;
 
     #[inline]
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToolItem>> {
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
@@ -231,14 +242,14 @@ where
     }
 }
 
-impl<S: Service<ToolRequest>> fmt::Debug for ResponseFuture<S> {
+impl<S: Service<R>, R, I> fmt::Debug for ResponseFuture<S, R, I> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("retry::ResponseFuture")
             .finish_non_exhaustive()
     }
 }
 
-impl<S: Service<ToolRequest>> fmt::Debug for ResponseStream<S> {
+impl<S: Service<R>, R, I> fmt::Debug for ResponseStream<S, R, I> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("retry::ResponseStream")
             .field("attempt", &self.attempts.attempt)

@@ -1,11 +1,15 @@
-use toolstack::Describe;
 use tower_layer::Layer;
 
-use super::{Retry, RetryPolicy};
+use super::{Inferred, Retry, RetryPolicy};
 
-/// Applies [`Retry`] with a policy. The wrapped tool must carry its
-/// description ([`Describe`]), which says whether it is idempotent; for a
-/// service without one, use [`Retry::with_idempotency`].
+/// Applies [`Retry`] with a policy, over a tool or a model.
+///
+/// Whether a call may be repeated once it may have reached the service is
+/// [`Inferred`]: from the tool's annotations for a tool call (so the tool
+/// below must carry its description — this crate's layers forward it), and
+/// always for a model call. The bound is checked where the service is used
+/// as a `Service<ToolRequest>`; for a tool service without a description,
+/// use [`Retry::with_idempotency`].
 #[derive(Debug, Clone, Default)]
 pub struct RetryLayer {
     policy: RetryPolicy,
@@ -18,10 +22,10 @@ impl RetryLayer {
     }
 }
 
-impl<S: Describe> Layer<S> for RetryLayer {
-    type Service = Retry<S>;
+impl<S> Layer<S> for RetryLayer {
+    type Service = Retry<S, Inferred>;
 
-    fn layer(&self, inner: S) -> Retry<S> {
-        Retry::new(inner, self.policy.clone())
+    fn layer(&self, inner: S) -> Retry<S, Inferred> {
+        Retry::with_idempotency(inner, self.policy.clone(), Inferred)
     }
 }

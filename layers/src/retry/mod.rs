@@ -14,6 +14,13 @@
 //! was refused before the tool ran (rate limited, overloaded, or the inner
 //! service failing `poll_ready`) — unless the policy allows it.
 //!
+//! Over a model (`Service<ChatRequest>`) the same holds for its deltas: a
+//! call that fails to open, or whose stream fails before the first delta,
+//! is tried again; once a delta has reached the agent, an error passes
+//! through. A model call is idempotent ([`Inferred`]), so it is retried
+//! whenever the error is retryable: an unavailable endpoint, a rate limit
+//! (after its retry-after), a timeout stacked below.
+//!
 //! The first attempt goes to the service made ready by `poll_ready`; each
 //! retry goes to a clone, made ready again after the backoff.
 //!
@@ -58,11 +65,13 @@
 //! ```
 
 mod future;
+mod idempotency;
 mod layer;
 mod policy;
 mod service;
 
 pub use self::future::{ResponseFuture, ResponseStream};
+pub use self::idempotency::{Idempotency, Inferred};
 pub use self::layer::RetryLayer;
 pub use self::policy::{Budget, RetryPolicy, TpsBudget};
 pub use self::service::Retry;

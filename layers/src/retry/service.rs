@@ -1,19 +1,25 @@
 use std::task::{Context, Poll};
 
 use futures_core::Stream;
-use toolstack::{Describe, ToolError, ToolInfo, ToolItem, ToolRequest};
+use toolstack::{Describe, ToolError, ToolInfo};
 use tower_service::Service;
 
 use super::future::Attempts;
-use super::{ResponseFuture, RetryPolicy};
+use super::{Idempotency, ResponseFuture, RetryPolicy};
+use crate::Call;
 
-/// Retries a tool call that fails before its first item. See the
-/// [module docs](super).
+/// Retries a call — of a tool or of a model — that fails before its first
+/// item. See the [module docs](super).
+///
+/// `I` says whether a call may be repeated once it may have reached the
+/// service ([`Idempotency`]): a `bool` given when the `Retry` is made, or
+/// [`Inferred`](super::Inferred) from the call, as
+/// [`RetryLayer`](super::RetryLayer) does.
 #[derive(Debug, Clone)]
-pub struct Retry<S> {
+pub struct Retry<S, I = bool> {
     inner: S,
     policy: RetryPolicy,
-    idempotent: bool,
+    idempotency: I,
 }
 
 impl<S: Describe> Retry<S> {
@@ -21,21 +27,18 @@ impl<S: Describe> Retry<S> {
     /// annotations ([`ToolAnnotations::is_idempotent`](toolstack::ToolAnnotations::is_idempotent)).
     pub fn new(inner: S, policy: RetryPolicy) -> Self {
         let idempotent = inner.info().annotations().is_idempotent();
-        Retry {
-            inner,
-            policy,
-            idempotent,
-        }
+        Retry::with_idempotency(inner, policy, idempotent)
     }
 }
 
-impl<S> Retry<S> {
-    /// Wraps any tool service, saying whether it is idempotent.
-    pub fn with_idempotency(inner: S, policy: RetryPolicy, idempotent: bool) -> Self {
+impl<S, I> Retry<S, I> {
+    /// Wraps any service, saying whether its calls are idempotent: a
+    /// `bool` for every call, or [`Inferred`](super::Inferred).
+    pub fn with_idempotency(inner: S, policy: RetryPolicy, idempotency: I) -> Self {
         Retry {
             inner,
             policy,
-            idempotent,
+            idempotency,
         }
     }
 
@@ -55,27 +58,29 @@ impl<S> Retry<S> {
     }
 }
 
-impl<S: Describe> Describe for Retry<S> {
+impl<S: Describe, I> Describe for Retry<S, I> {
     fn info(&self) -> &ToolInfo {
         self.inner.info()
     }
 }
 
-impl<S, St> Service<ToolRequest> for Retry<S>
+impl<S, R, I, St, T> Service<R> for Retry<S, I>
 where
-    S: Service<ToolRequest, Response = St> + Clone,
+    R: Call + Clone,
+    S: Service<R, Response = St> + Clone,
     S::Error: Into<ToolError>,
-    St: Stream<Item = ToolItem>,
+    St: Stream<Item = Result<T, ToolError>>,
+    I: Idempotency<S, R> + Clone,
 {
-    type Response = super::ResponseStream<S>;
+    type Response = super::ResponseStream<S, R, I>;
     type Error = ToolError;
-    type Future = ResponseFuture<S>;
+    type Future = ResponseFuture<S, R, I>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, request: ToolRequest) -> Self::Future {
+    fn call(&mut self, request: R) -> Self::Future {
         if let Some(budget) = &self.policy.budget {
             budget.deposit();
         }
@@ -86,7 +91,7 @@ where
             service: self.inner.clone(),
             request,
             policy: self.policy.clone(),
-            idempotent: self.idempotent,
+            idempotency: self.idempotency.clone(),
             attempt: 1,
         };
         ResponseFuture::new(first, attempts)

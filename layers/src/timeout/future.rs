@@ -5,7 +5,7 @@ use std::task::{Context, Poll};
 use futures_core::Stream;
 use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
-use toolstack::{TimeoutPhase, ToolError, ToolItem};
+use toolstack::{TimeoutPhase, ToolError};
 
 use super::TimeoutLayer;
 
@@ -20,6 +20,8 @@ pub(super) struct Bounds {
     /// Cleared when the first item arrives.
     pub(super) first_item: Option<Instant>,
     pub(super) limits: TimeoutLayer,
+    /// What the error messages call the callee ([`Call::SUBJECT`](crate::Call::SUBJECT)).
+    pub(super) subject: &'static str,
 }
 
 impl Bounds {
@@ -37,21 +39,21 @@ impl Bounds {
     }
 
     fn error(&self, phase: TimeoutPhase) -> ToolError {
-        let limits = &self.limits;
+        let (limits, subject) = (&self.limits, self.subject);
         let message = match phase {
             TimeoutPhase::Deadline => format!(
-                "the tool did not finish within its deadline of {:?}",
+                "the {subject} did not finish within its deadline of {:?}",
                 limits.deadline.unwrap_or_default()
             ),
             TimeoutPhase::FirstItem => format!(
-                "the tool produced no output within {:?}",
+                "the {subject} produced no output within {:?}",
                 limits.first_item.unwrap_or_default()
             ),
             TimeoutPhase::Idle => format!(
-                "the tool produced no further output for {:?}",
+                "the {subject} produced no further output for {:?}",
                 limits.idle.unwrap_or_default()
             ),
-            _ => "the tool did not open its response in time".to_owned(),
+            _ => format!("the {subject} did not open its response in time"),
         };
         ToolError::timeout(phase, message)
     }
@@ -144,14 +146,14 @@ pin_project! {
     }
 }
 
-impl<St> Stream for ResponseStream<St>
+impl<St, T> Stream for ResponseStream<St>
 where
-    St: Stream<Item = ToolItem>,
+    St: Stream<Item = Result<T, ToolError>>,
 {
-    type Item = ToolItem;
+    type Item = Result<T, ToolError>;
 
     #[inline]
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToolItem>> {
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
         let Some(inner) = this.inner.as_mut().as_pin_mut() else {
             return Poll::Ready(None);

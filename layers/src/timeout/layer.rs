@@ -4,8 +4,8 @@ use tower_layer::Layer;
 
 use super::Timeout;
 
-/// Applies a [`Timeout`]: a deadline, a first-item bound and an idle bound,
-/// each optional. See the [module docs](super).
+/// Applies a [`Timeout`] to a tool or a model: a deadline, a first-item
+/// bound and an idle bound, each optional. See the [module docs](super).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TimeoutLayer {
     pub(super) deadline: Option<Duration>,

@@ -1,6 +1,7 @@
-//! Time bounds for a tool call that understand streams.
+//! Time bounds for a tool or model call that understand streams.
 //!
-//! [`TimeoutLayer`] sets up to three independent bounds:
+//! [`TimeoutLayer`] sets up to three independent bounds (for a model, the
+//! items are its deltas):
 //!
 //! * **deadline** — the whole call, from `call` to the end of the stream
 //!   (phase [`TimeoutPhase::Deadline`]);
@@ -14,8 +15,10 @@
 //! On expiry while the stream opens, the future fails with a timeout error.
 //! On expiry later, the stream yields exactly one terminal
 //! [`ToolError`](toolstack::ToolError) of kind timeout naming the phase and
-//! then ends; the inner stream is dropped at once, which cancels the tool.
-//! A tool that finishes in time is untouched.
+//! then ends; the inner stream is dropped at once, which cancels the tool
+//! (or the model's answer). A call that finishes in time is untouched. The
+//! message names what timed out: "the tool produced no output within 5s",
+//! "the model produced no further output for 10s".
 //!
 //! Timers are lazy: nothing is armed while the tool has items ready, so a
 //! fast stream pays for no timer at all, and the idle bound is re-armed only

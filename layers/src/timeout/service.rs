@@ -2,13 +2,15 @@ use std::task::{Context, Poll};
 
 use futures_core::Stream;
 use tokio::time::Instant;
-use toolstack::{Describe, ToolError, ToolInfo, ToolItem, ToolRequest};
+use toolstack::{Describe, ToolError, ToolInfo};
 use tower_service::Service;
 
 use super::future::Bounds;
 use super::{ResponseFuture, TimeoutLayer};
+use crate::Call;
 
-/// Bounds a tool call in time, stream included. See the [module docs](super).
+/// Bounds a call — of a tool or of a model — in time, stream included. See
+/// the [module docs](super).
 #[derive(Debug, Clone)]
 pub struct Timeout<S> {
     inner: S,
@@ -38,11 +40,12 @@ impl<S: Describe> Describe for Timeout<S> {
     }
 }
 
-impl<S, St> Service<ToolRequest> for Timeout<S>
+impl<S, R, St, T> Service<R> for Timeout<S>
 where
-    S: Service<ToolRequest, Response = St>,
+    R: Call,
+    S: Service<R, Response = St>,
     S::Error: Into<ToolError>,
-    St: Stream<Item = ToolItem>,
+    St: Stream<Item = Result<T, ToolError>>,
 {
     type Response = super::ResponseStream<St>;
     type Error = ToolError;
@@ -52,7 +55,7 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, request: ToolRequest) -> Self::Future {
+    fn call(&mut self, request: R) -> Self::Future {
         let limits = self.limits;
         // Only bounds counted from `call` need the clock now.
         let start = (limits.deadline.is_some() || limits.first_item.is_some()).then(Instant::now);
@@ -60,6 +63,7 @@ where
             deadline: start.zip(limits.deadline).map(|(s, d)| s + d),
             first_item: start.zip(limits.first_item).map(|(s, d)| s + d),
             limits,
+            subject: R::SUBJECT,
         };
         ResponseFuture::new(self.inner.call(request), bounds)
     }

@@ -3,10 +3,18 @@
 //!
 //! Each hook is a trait implemented by a default type, by closures, and by
 //! `()`, which turns the hook off.
+//!
+//! [`Trace`](super::Trace) calls the `*_of` method of each reporting hook,
+//! which also receives what answers the call — `"tool"` or `"model"`
+//! ([`Call::SUBJECT`](crate::Call::SUBJECT)) — and forwards to the plain
+//! method unless overridden. The default hooks override it so that their
+//! messages name the subject (`tool call ended`, `model call ended`);
+//! closures get the plain method.
 
 use std::fmt;
 use std::time::Duration;
 
+use toolstack::agent::ChatRequest;
 use toolstack::{ToolError, ToolRequest};
 use tracing::level_filters::{LevelFilter, STATIC_MAX_LEVEL};
 use tracing::{Level, Span};
@@ -60,28 +68,35 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Makes the span of one call.
+/// Makes the span of one call of request type `R`.
 ///
-/// [`Trace`](super::Trace) records `error.type`, `otel.status_code`,
-/// `gen_ai.tool.call.arguments` and `gen_ai.tool.call.result` on it; a span
-/// that does not declare those fields (as `Empty`) simply does not get them.
-pub trait MakeSpan {
+/// [`Trace`](super::Trace) records `error.type`, `otel.status_code` and the
+/// request's [`INPUT_FIELD`](crate::Call::INPUT_FIELD) and
+/// [`OUTPUT_FIELD`](crate::Call::OUTPUT_FIELD) on it; a span that does not
+/// declare those fields (as `Empty`) simply does not get them.
+pub trait MakeSpan<R> {
     /// The span of the call `request`.
-    fn make_span(&mut self, request: &ToolRequest) -> Span;
+    fn make_span(&mut self, request: &R) -> Span;
 }
 
-impl<F> MakeSpan for F
+impl<R, F> MakeSpan<R> for F
 where
-    F: FnMut(&ToolRequest) -> Span,
+    F: FnMut(&R) -> Span,
 {
-    fn make_span(&mut self, request: &ToolRequest) -> Span {
+    fn make_span(&mut self, request: &R) -> Span {
         self(request)
     }
 }
 
-/// The default [`MakeSpan`]: a span named `execute_tool` whose `otel.name`
-/// is `execute_tool {tool}`, with the OpenTelemetry GenAI attributes
-/// `gen_ai.operation.name`, `gen_ai.tool.name` and `gen_ai.tool.call.id`.
+/// The default [`MakeSpan`], with the OpenTelemetry GenAI attributes:
+///
+/// * for a tool call, a span named `execute_tool` whose `otel.name` is
+///   `execute_tool {tool}`, with `gen_ai.operation.name = "execute_tool"`,
+///   `gen_ai.tool.name` and `gen_ai.tool.call.id`;
+/// * for a model call, a span named `chat` whose `otel.name` is
+///   `chat {model}` (`chat` when the request names no model), with
+///   `gen_ai.operation.name = "chat"` and `gen_ai.request.model` when
+///   known.
 #[derive(Debug, Clone, Copy)]
 pub struct DefaultMakeSpan {
     level: Level,
@@ -106,7 +121,7 @@ impl Default for DefaultMakeSpan {
     }
 }
 
-impl MakeSpan for DefaultMakeSpan {
+impl MakeSpan<ToolRequest> for DefaultMakeSpan {
     fn make_span(&mut self, request: &ToolRequest) -> Span {
         let name = request.name();
         span_dynamic_lvl!(
@@ -121,6 +136,35 @@ impl MakeSpan for DefaultMakeSpan {
             gen_ai.tool.call.arguments = tracing::field::Empty,
             gen_ai.tool.call.result = tracing::field::Empty,
         )
+    }
+}
+
+impl MakeSpan<ChatRequest> for DefaultMakeSpan {
+    fn make_span(&mut self, request: &ChatRequest) -> Span {
+        let model = request.model.as_deref();
+        span_dynamic_lvl!(
+            self.level,
+            "chat",
+            otel.name = %ChatSpanName(model),
+            gen_ai.operation.name = "chat",
+            gen_ai.request.model = model,
+            error.type = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+            gen_ai.input.messages = tracing::field::Empty,
+            gen_ai.output.messages = tracing::field::Empty,
+        )
+    }
+}
+
+/// `chat {model}`, or `chat` when the model is not known.
+struct ChatSpanName<'a>(Option<&'a str>);
+
+impl fmt::Display for ChatSpanName<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(model) => write!(f, "chat {model}"),
+            None => f.write_str("chat"),
+        }
     }
 }
 
@@ -167,7 +211,7 @@ impl StreamSummary {
         self.items
     }
 
-    /// The items' total [`size_hint`](toolstack::ToolOutput::size_hint);
+    /// The items' total [`size_hint`](crate::CallOutput::size_hint);
     /// zero when nothing was listening when the call started, as then the
     /// sizes are not computed.
     pub fn bytes(&self) -> u64 {
@@ -191,6 +235,13 @@ pub trait OnOpen {
     /// `latency` is the time from `call` to the stream opening.
     fn on_open(&mut self, latency: Duration, span: &Span);
 
+    /// What [`Trace`](super::Trace) calls: [`on_open`](Self::on_open) for a
+    /// call answered by a `subject` (`"tool"`, `"model"`).
+    fn on_open_of(&mut self, subject: &'static str, latency: Duration, span: &Span) {
+        let _ = subject;
+        self.on_open(latency, span)
+    }
+
     /// Whether this hook does anything; when no hook and no span is enabled
     /// the layer does not read the clock.
     fn is_enabled(&self) -> bool {
@@ -204,6 +255,13 @@ pub trait OnEnd {
     /// `summary` counts the items and says how the call ended.
     fn on_end(&mut self, summary: &StreamSummary, span: &Span);
 
+    /// What [`Trace`](super::Trace) calls: [`on_end`](Self::on_end) for a
+    /// call answered by a `subject` (`"tool"`, `"model"`).
+    fn on_end_of(&mut self, subject: &'static str, summary: &StreamSummary, span: &Span) {
+        let _ = subject;
+        self.on_end(summary, span)
+    }
+
     /// Whether this hook does anything.
     fn is_enabled(&self) -> bool {
         true
@@ -214,6 +272,19 @@ pub trait OnEnd {
 pub trait OnFailure {
     /// `latency` is the time from `call` to the error.
     fn on_failure(&mut self, error: &ToolError, latency: Duration, span: &Span);
+
+    /// What [`Trace`](super::Trace) calls: [`on_failure`](Self::on_failure)
+    /// for a call answered by a `subject` (`"tool"`, `"model"`).
+    fn on_failure_of(
+        &mut self,
+        subject: &'static str,
+        error: &ToolError,
+        latency: Duration,
+        span: &Span,
+    ) {
+        let _ = subject;
+        self.on_failure(error, latency, span)
+    }
 
     /// Whether this hook does anything.
     fn is_enabled(&self) -> bool {
@@ -226,6 +297,14 @@ pub trait OnFailure {
 pub trait OnEarlyDrop {
     /// `summary` counts the items yielded before the drop.
     fn on_early_drop(&mut self, summary: &StreamSummary, span: &Span);
+
+    /// What [`Trace`](super::Trace) calls:
+    /// [`on_early_drop`](Self::on_early_drop) for a call answered by a
+    /// `subject` (`"tool"`, `"model"`).
+    fn on_early_drop_of(&mut self, subject: &'static str, summary: &StreamSummary, span: &Span) {
+        let _ = subject;
+        self.on_early_drop(summary, span)
+    }
 
     /// Whether this hook does anything.
     fn is_enabled(&self) -> bool {
@@ -319,22 +398,23 @@ macro_rules! default_callback {
 }
 
 default_callback!(
-    /// The default [`OnOpen`]: a `tool call opened` event with `latency_ms`.
+    /// The default [`OnOpen`]: a `tool call opened` (or `model call
+    /// opened`) event with `latency_ms`.
     DefaultOnOpen,
     DEBUG
 );
 
 default_callback!(
-    /// The default [`OnEnd`]: a `tool call ended` event with `items`,
-    /// `bytes`, `duration_ms` and `outcome`.
+    /// The default [`OnEnd`]: a `tool call ended` (or `model call ended`)
+    /// event with `items`, `bytes`, `duration_ms` and `outcome`.
     DefaultOnEnd,
     INFO
 );
 
 default_callback!(
-    /// The default [`OnFailure`]: a `tool call failed` event with
-    /// `error.type` (the [`ErrorKind`](toolstack::ErrorKind)), the message
-    /// and `latency_ms`.
+    /// The default [`OnFailure`]: a `tool call failed` (or `model call
+    /// failed`) event with `error.type` (the
+    /// [`ErrorKind`](toolstack::ErrorKind)), the message and `latency_ms`.
     ///
     /// `WARN` by default, not `ERROR`: most failures are the model's
     /// mistakes (invalid arguments, an unknown tool), not the system's.
@@ -344,14 +424,23 @@ default_callback!(
 
 default_callback!(
     /// The default [`OnEarlyDrop`]: a `tool call dropped before its end`
-    /// event with `items`, `bytes`, `duration_ms` and `outcome = cancelled`.
+    /// (or `model call …`) event with `items`, `bytes`, `duration_ms` and
+    /// `outcome = cancelled`.
     DefaultOnEarlyDrop,
     INFO
 );
 
 impl OnOpen for DefaultOnOpen {
-    fn on_open(&mut self, latency: Duration, _: &Span) {
-        event_dynamic_lvl!(self.level, latency_ms = millis(latency), "tool call opened");
+    fn on_open(&mut self, latency: Duration, span: &Span) {
+        self.on_open_of("tool", latency, span);
+    }
+
+    fn on_open_of(&mut self, subject: &'static str, latency: Duration, _: &Span) {
+        event_dynamic_lvl!(
+            self.level,
+            latency_ms = millis(latency),
+            "{subject} call opened"
+        );
     }
 
     fn is_enabled(&self) -> bool {
@@ -360,14 +449,18 @@ impl OnOpen for DefaultOnOpen {
 }
 
 impl OnEnd for DefaultOnEnd {
-    fn on_end(&mut self, summary: &StreamSummary, _: &Span) {
+    fn on_end(&mut self, summary: &StreamSummary, span: &Span) {
+        self.on_end_of("tool", summary, span);
+    }
+
+    fn on_end_of(&mut self, subject: &'static str, summary: &StreamSummary, _: &Span) {
         event_dynamic_lvl!(
             self.level,
             items = summary.items,
             bytes = summary.bytes,
             duration_ms = millis(summary.duration),
             outcome = summary.outcome.as_str(),
-            "tool call ended"
+            "{subject} call ended"
         );
     }
 
@@ -377,13 +470,23 @@ impl OnEnd for DefaultOnEnd {
 }
 
 impl OnFailure for DefaultOnFailure {
-    fn on_failure(&mut self, error: &ToolError, latency: Duration, _: &Span) {
+    fn on_failure(&mut self, error: &ToolError, latency: Duration, span: &Span) {
+        self.on_failure_of("tool", error, latency, span);
+    }
+
+    fn on_failure_of(
+        &mut self,
+        subject: &'static str,
+        error: &ToolError,
+        latency: Duration,
+        _: &Span,
+    ) {
         event_dynamic_lvl!(
             self.level,
             error.type = error.kind().as_str(),
             error.message = error.message(),
             latency_ms = millis(latency),
-            "tool call failed"
+            "{subject} call failed"
         );
     }
 
@@ -393,14 +496,18 @@ impl OnFailure for DefaultOnFailure {
 }
 
 impl OnEarlyDrop for DefaultOnEarlyDrop {
-    fn on_early_drop(&mut self, summary: &StreamSummary, _: &Span) {
+    fn on_early_drop(&mut self, summary: &StreamSummary, span: &Span) {
+        self.on_early_drop_of("tool", summary, span);
+    }
+
+    fn on_early_drop_of(&mut self, subject: &'static str, summary: &StreamSummary, _: &Span) {
         event_dynamic_lvl!(
             self.level,
             items = summary.items,
             bytes = summary.bytes,
             duration_ms = millis(summary.duration),
             outcome = summary.outcome.as_str(),
-            "tool call dropped before its end"
+            "{subject} call dropped before its end"
         );
     }
 

@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 
 use futures_core::Stream;
 use pin_project_lite::pin_project;
-use toolstack::{ToolError, ToolItem, ToolOutput};
+use toolstack::ToolError;
 use tracing::Span;
 
 use super::callbacks::{OnEarlyDrop, OnEnd, OnFailure, OnOpen, Outcome, StreamSummary};
+use crate::CallOutput;
 
 pin_project! {
     /// The response future of [`Trace`](super::Trace): polls the inner
@@ -68,7 +69,8 @@ where
         let entered = span.enter();
         match ready!(this.inner.poll(cx)) {
             Ok(inner) => {
-                this.on_open.on_open(state.elapsed(), span);
+                this.on_open
+                    .on_open_of(state.subject, state.elapsed(), span);
                 drop(entered);
                 let guard = this.guard.take().expect("checked above");
                 Poll::Ready(Ok(ResponseStream { inner, guard }))
@@ -113,25 +115,26 @@ where
     }
 }
 
-impl<St, OE, OF, OD> Stream for ResponseStream<St, OE, OF, OD>
+impl<St, T, OE, OF, OD> Stream for ResponseStream<St, OE, OF, OD>
 where
-    St: Stream<Item = ToolItem>,
+    St: Stream<Item = Result<T, ToolError>>,
+    T: CallOutput,
     OE: OnEnd,
     OF: OnFailure,
     OD: OnEarlyDrop,
 {
-    type Item = ToolItem;
+    type Item = Result<T, ToolError>;
 
     #[inline]
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToolItem>> {
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.project();
         let EndGuard { span, state } = this.guard;
         let _entered = span.enter();
         let item = ready!(this.inner.poll_next(cx));
         match &item {
             Some(Ok(output)) => state.item(output),
-            // An error is the last item of a tool's stream: the call ends
-            // here, and dropping the stream afterwards is no early drop.
+            // An error is the last item of a stream: the call ends here,
+            // and dropping the stream afterwards is no early drop.
             Some(Err(err)) => state.fail(err, span),
             None => state.end(Outcome::Completed, span),
         }
@@ -155,8 +158,9 @@ pub(super) struct EndGuard<OE: OnEnd, OF: OnFailure, OD: OnEarlyDrop> {
 impl<OE: OnEnd, OF: OnFailure, OD: OnEarlyDrop> EndGuard<OE, OF, OD> {
     pub(super) fn new(
         span: Span,
+        subject: &'static str,
         start: Option<Instant>,
-        output: Option<OutputRecorder>,
+        output: Option<Box<OutputRecorder>>,
         on_end: OE,
         on_failure: OF,
         on_early_drop: OD,
@@ -164,6 +168,7 @@ impl<OE: OnEnd, OF: OnFailure, OD: OnEarlyDrop> EndGuard<OE, OF, OD> {
         EndGuard {
             span,
             state: CallState {
+                subject,
                 start,
                 items: 0,
                 bytes: 0,
@@ -197,11 +202,15 @@ impl<OE: OnEnd, OF: OnFailure, OD: OnEarlyDrop> fmt::Debug for EndGuard<OE, OF, 
 }
 
 struct CallState<OE, OF, OD> {
+    /// What answers the call, for the hooks ([`Call::SUBJECT`](crate::Call::SUBJECT)).
+    subject: &'static str,
     // Read only when something listens: the clock costs more than the rest.
     start: Option<Instant>,
     items: u64,
     bytes: u64,
-    output: Option<OutputRecorder>,
+    // Boxed: recording is opted into, and the common call should not carry
+    // its size.
+    output: Option<Box<OutputRecorder>>,
     on_end: OE,
     on_failure: OF,
     on_early_drop: OD,
@@ -213,7 +222,7 @@ impl<OE: OnEnd, OF: OnFailure, OD: OnEarlyDrop> CallState<OE, OF, OD> {
         self.start.map_or(Duration::ZERO, |start| start.elapsed())
     }
 
-    fn item(&mut self, output: &ToolOutput) {
+    fn item<T: CallOutput>(&mut self, output: &T) {
         self.items += 1;
         // `size_hint` serializes JSON items: only worth it when timed.
         if self.start.is_some() {
@@ -230,7 +239,8 @@ impl<OE: OnEnd, OF: OnFailure, OD: OnEarlyDrop> CallState<OE, OF, OD> {
         }
         span.record("error.type", err.kind().as_str());
         span.record("otel.status_code", "ERROR");
-        self.on_failure.on_failure(err, self.elapsed(), span);
+        self.on_failure
+            .on_failure_of(self.subject, err, self.elapsed(), span);
         self.end(Outcome::Failed, span);
     }
 
@@ -240,7 +250,7 @@ impl<OE: OnEnd, OF: OnFailure, OD: OnEarlyDrop> CallState<OE, OF, OD> {
         }
         self.ended = true;
         if let Some(recorder) = &self.output {
-            span.record("gen_ai.tool.call.result", tracing::field::display(recorder));
+            span.record(recorder.field, tracing::field::display(&recorder.text));
         }
         let summary = StreamSummary {
             items: self.items,
@@ -249,89 +259,67 @@ impl<OE: OnEnd, OF: OnFailure, OD: OnEarlyDrop> CallState<OE, OF, OD> {
             outcome,
         };
         match outcome {
-            Outcome::Cancelled => self.on_early_drop.on_early_drop(&summary, span),
-            Outcome::Completed | Outcome::Failed => self.on_end.on_end(&summary, span),
+            Outcome::Cancelled => self
+                .on_early_drop
+                .on_early_drop_of(self.subject, &summary, span),
+            Outcome::Completed | Outcome::Failed => {
+                self.on_end.on_end_of(self.subject, &summary, span)
+            }
         }
     }
 }
 
-/// The start of a call's output — its text and JSON items — up to a length.
+/// The start of a call's output — what its items write for the record —
+/// up to a length, and the span field it goes to.
 #[derive(Debug)]
 pub(super) struct OutputRecorder {
-    text: String,
-    max_len: usize,
-    truncated: bool,
+    text: Recorded,
+    field: &'static str,
 }
 
 impl OutputRecorder {
-    pub(super) fn new(max_len: usize) -> Self {
+    pub(super) fn new(max_len: usize, field: &'static str) -> Self {
         OutputRecorder {
-            text: String::new(),
-            max_len,
-            truncated: false,
+            text: Recorded::new(max_len),
+            field,
         }
     }
 
-    fn push(&mut self, output: &ToolOutput) {
-        if self.truncated {
-            return;
+    fn push<T: CallOutput>(&mut self, output: &T) {
+        if !self.text.overflowed {
+            // Fails only when the limit is reached, which is the point.
+            let _ = output.write_output(&mut self.text);
         }
-        match output {
-            ToolOutput::Text { text } => self.push_str(text),
-            ToolOutput::Json { value } => {
-                let mut bounded = Bounded {
-                    buf: Vec::new(),
-                    limit: self.max_len - self.text.len(),
-                    overflowed: false,
-                };
-                // Fails only when the limit is reached, which is the point.
-                let _ = serde_json::to_writer(&mut bounded, value);
-                let json = match std::str::from_utf8(&bounded.buf) {
-                    Ok(json) => json,
-                    Err(err) => {
-                        std::str::from_utf8(&bounded.buf[..err.valid_up_to()]).unwrap_or_default()
-                    }
-                };
-                self.push_str(json);
-                self.truncated |= bounded.overflowed;
-            }
-            _ => {}
-        }
-    }
-
-    fn push_str(&mut self, s: &str) {
-        let room = self.max_len - self.text.len();
-        let cut = floor_char_boundary(s, room);
-        self.text.push_str(&s[..cut]);
-        self.truncated |= cut < s.len();
     }
 }
 
-impl fmt::Display for OutputRecorder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.text)?;
-        if self.truncated {
-            f.write_str("…")?;
-        }
-        Ok(())
-    }
-}
-
-/// Collects serialized JSON up to `limit` bytes, then refuses more, which
-/// stops the serializer.
-struct Bounded {
+/// Text written up to `limit` bytes; a write past it keeps what fits and
+/// fails, which stops a serializer. Displays as the valid UTF-8 written,
+/// with `…` when something was cut.
+#[derive(Debug)]
+pub(super) struct Recorded {
     buf: Vec<u8>,
     limit: usize,
     overflowed: bool,
 }
 
-impl io::Write for Bounded {
+impl Recorded {
+    pub(super) fn new(limit: usize) -> Self {
+        Recorded {
+            buf: Vec::new(),
+            limit,
+            overflowed: false,
+        }
+    }
+}
+
+impl io::Write for Recorded {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
         let room = self.limit - self.buf.len();
         if bytes.len() > room {
             self.buf.extend_from_slice(&bytes[..room]);
             self.overflowed = true;
-            return Err(io::Error::new(io::ErrorKind::WriteZero, "output limit"));
+            return Err(io::Error::new(io::ErrorKind::WriteZero, "record limit"));
         }
         self.buf.extend_from_slice(bytes);
         Ok(bytes.len())
@@ -342,31 +330,17 @@ impl io::Write for Bounded {
     }
 }
 
-/// `s` cut to at most `max` bytes, with `…` when cut.
-pub(super) struct Truncated<'a> {
-    pub(super) s: &'a str,
-    pub(super) max: usize,
-}
-
-impl fmt::Display for Truncated<'_> {
+impl fmt::Display for Recorded {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let cut = floor_char_boundary(self.s, self.max);
-        f.write_str(&self.s[..cut])?;
-        if cut < self.s.len() {
+        // Only the cut can leave a character unfinished, at the end.
+        let text = match std::str::from_utf8(&self.buf) {
+            Ok(text) => text,
+            Err(err) => std::str::from_utf8(&self.buf[..err.valid_up_to()]).unwrap_or_default(),
+        };
+        f.write_str(text)?;
+        if self.overflowed {
             f.write_str("…")?;
         }
         Ok(())
     }
-}
-
-// `str::floor_char_boundary` is unstable at our MSRV (1.85).
-fn floor_char_boundary(s: &str, max: usize) -> usize {
-    if max >= s.len() {
-        return s.len();
-    }
-    let mut i = max;
-    while !s.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
 }

@@ -5,7 +5,8 @@ use super::callbacks::{
 };
 use super::Trace;
 
-/// Applies [`Trace`] to a tool; the builder methods replace one hook each.
+/// Applies [`Trace`] to a tool or a model; the builder methods replace one
+/// hook each.
 #[derive(Debug, Clone)]
 pub struct TraceLayer<
     M = DefaultMakeSpan,
@@ -46,7 +47,8 @@ impl Default for TraceLayer {
 
 impl<M, OO, OE, OF, OD> TraceLayer<M, OO, OE, OF, OD> {
     /// Makes each call's span with `make_span` (a
-    /// [`MakeSpan`](super::MakeSpan) or a closure `Fn(&ToolRequest) -> Span`).
+    /// [`MakeSpan`](super::MakeSpan) or a closure `FnMut(&R) -> Span` for
+    /// requests of type `R`: `&ToolRequest`, `&ChatRequest`).
     pub fn make_span_with<T>(self, make_span: T) -> TraceLayer<T, OO, OE, OF, OD> {
         TraceLayer {
             make_span,
@@ -113,18 +115,22 @@ impl<M, OO, OE, OF, OD> TraceLayer<M, OO, OE, OF, OD> {
         }
     }
 
-    /// Records the arguments as `gen_ai.tool.call.arguments` on the span,
-    /// cut to `max_len` bytes (at a character boundary, marked by `…`).
+    /// Records the call's input on the span, cut to `max_len` bytes (at a
+    /// character boundary, marked by `…`): a tool's arguments as
+    /// `gen_ai.tool.call.arguments`, a model's conversation (JSON messages)
+    /// as `gen_ai.input.messages` (see [`Call::write_input`](crate::Call::write_input)).
     ///
-    /// Off by default: arguments may carry personal data.
+    /// Off by default: inputs may carry personal data.
     pub fn record_arguments(mut self, max_len: usize) -> Self {
         self.record_arguments = Some(max_len);
         self
     }
 
-    /// Records the start of the output — text items, and JSON items
-    /// serialized — as `gen_ai.tool.call.result` on the span when the call
-    /// ends, cut to `max_len` bytes (marked by `…`).
+    /// Records the start of the output on the span when the call ends, cut
+    /// to `max_len` bytes (marked by `…`): a tool's text items and JSON
+    /// items serialized as `gen_ai.tool.call.result`, a model's text as
+    /// `gen_ai.output.messages` (see
+    /// [`CallOutput::write_output`](crate::CallOutput::write_output)).
     ///
     /// Off by default: outputs may carry personal data.
     pub fn record_output(mut self, max_len: usize) -> Self {

@@ -1,5 +1,5 @@
-//! Tracing for tool calls: one span per call that lives as long as the
-//! response stream, with the OpenTelemetry GenAI attributes.
+//! Tracing for tool and model calls: one span per call that lives as long
+//! as the response stream, with the OpenTelemetry GenAI attributes.
 //!
 //! [`Trace`] makes a span named `execute_tool` (`otel.name` =
 //! `execute_tool {tool}`) with `gen_ai.operation.name = "execute_tool"`,
@@ -7,6 +7,13 @@
 //! (the [`ErrorKind`](toolstack::ErrorKind)) and `otel.status_code =
 //! "ERROR"`. The tool's `call`, and every poll of its future and of its
 //! stream, runs inside the span, so the tool's own events are its children.
+//!
+//! Over a model (`Service<ChatRequest>`) the span is named `chat`
+//! (`otel.name` = `chat {model}`, or `chat` when the request names no
+//! model; see [`ChatRequest::model`](toolstack::agent::ChatRequest::model))
+//! with `gen_ai.operation.name = "chat"` and `gen_ai.request.model`; the
+//! items counted are the deltas, and the default events say `model call …`
+//! instead of `tool call …`.
 //!
 //! Each call ends exactly once, reported by one hook:
 //!

@@ -2,15 +2,16 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use futures_core::Stream;
-use toolstack::{Describe, ToolError, ToolInfo, ToolItem, ToolRequest};
+use toolstack::{Describe, ToolError, ToolInfo};
 use tower_service::Service;
 
 use super::callbacks::{MakeSpan, OnEarlyDrop, OnEnd, OnFailure, OnOpen};
-use super::future::{EndGuard, OutputRecorder, ResponseFuture, ResponseStream, Truncated};
+use super::future::{EndGuard, OutputRecorder, Recorded, ResponseFuture, ResponseStream};
 use super::TraceLayer;
+use crate::{Call, CallOutput};
 
-/// Traces each call of a tool in a span that lives as long as its stream.
-/// See the [module docs](super).
+/// Traces each call of a tool or a model in a span that lives as long as
+/// its stream. See the [module docs](super).
 #[derive(Debug, Clone)]
 pub struct Trace<S, M, OO, OE, OF, OD> {
     inner: S,
@@ -40,12 +41,14 @@ impl<S: Describe, M, OO, OE, OF, OD> Describe for Trace<S, M, OO, OE, OF, OD> {
     }
 }
 
-impl<S, St, M, OO, OE, OF, OD> Service<ToolRequest> for Trace<S, M, OO, OE, OF, OD>
+impl<S, R, St, T, M, OO, OE, OF, OD> Service<R> for Trace<S, M, OO, OE, OF, OD>
 where
-    S: Service<ToolRequest, Response = St>,
+    R: Call,
+    S: Service<R, Response = St>,
     S::Error: Into<ToolError>,
-    St: Stream<Item = ToolItem>,
-    M: MakeSpan,
+    St: Stream<Item = Result<T, ToolError>>,
+    T: CallOutput,
+    M: MakeSpan<R>,
     OO: OnOpen + Clone,
     OE: OnEnd + Clone,
     OF: OnFailure + Clone,
@@ -59,7 +62,7 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, request: ToolRequest) -> Self::Future {
+    fn call(&mut self, request: R) -> Self::Future {
         let layer = &mut self.layer;
         let span = layer.make_span.make_span(&request);
         let span_enabled = !span.is_disabled();
@@ -70,18 +73,15 @@ where
             || layer.on_early_drop.is_enabled();
         let start = listening.then(Instant::now);
         if let (Some(max), true) = (layer.record_arguments, span_enabled) {
-            span.record(
-                "gen_ai.tool.call.arguments",
-                tracing::field::display(Truncated {
-                    s: request.arguments(),
-                    max,
-                }),
-            );
+            let mut input = Recorded::new(max);
+            // Fails only when the limit is reached, which is the point.
+            let _ = request.write_input(&mut input);
+            span.record(R::INPUT_FIELD, tracing::field::display(&input));
         }
         let output = layer
             .record_output
             .filter(|_| span_enabled)
-            .map(OutputRecorder::new);
+            .map(|max| Box::new(OutputRecorder::new(max, R::OUTPUT_FIELD)));
 
         let inner = {
             let _entered = span.enter();
@@ -89,6 +89,7 @@ where
         };
         let guard = EndGuard::new(
             span,
+            R::SUBJECT,
             start,
             output,
             layer.on_end.clone(),
