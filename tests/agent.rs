@@ -324,3 +324,95 @@ async fn a_sub_agent_that_stops_on_a_limit_fails_the_tool_call() {
     // The script has one turn: the second model call fails.
     assert!(result.text().contains("no turn left"), "{}", result.text());
 }
+
+/// Who is asking, as an auth layer would record it.
+#[derive(Clone, Debug, PartialEq)]
+struct Caller(&'static str);
+
+#[derive(Deserialize, JsonSchema)]
+struct NoArgs {}
+
+/// `whoami` for everyone, `purge` for admins only; both report the caller.
+fn per_caller_toolbox() -> Toolbox {
+    let whoami = |_: NoArgs, ctx: toolstack::ToolContext| async move {
+        let caller = ctx.extensions().get::<Caller>().map_or("nobody", |c| c.0);
+        Ok::<_, ToolError>(format!("you are {caller}"))
+    };
+    Toolbox::new()
+        .tool(tool::from_fn_with_context("whoami", whoami))
+        .tool(tool::from_fn_with_context("purge", whoami))
+        .resolver(|info: &toolstack::ToolInfo, ext: &http::Extensions| {
+            info.name() != "purge" || ext.get::<Caller>() == Some(&Caller("admin"))
+        })
+}
+
+#[tokio::test]
+async fn a_run_for_a_caller_shows_and_runs_only_that_callers_tools() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    // The model records which tools it was shown and for whom.
+    let model = tower::ServiceBuilder::new()
+        .map_request(move |request: toolstack::agent::ChatRequest| {
+            let names: Vec<String> = request.tools.iter().map(|t| t.name().to_owned()).collect();
+            let caller = request.extensions.get::<Caller>().cloned();
+            record.lock().unwrap().push((names, caller));
+            request
+        })
+        .service(ScriptedModel::new([
+            Turn::new()
+                .tool_call("whoami", "{}")
+                .tool_call("purge", "{}"),
+            Turn::new().text("done"),
+        ]));
+    let agent = Agent::new(model, per_caller_toolbox());
+    let request = toolstack::agent::AgentRequest::new(vec![Message::user("go")])
+        .with_extension(Caller("guest"));
+    let all: Vec<AgentEvent> = tower::ServiceExt::oneshot(agent.clone(), request)
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    let Some(AgentEvent::Done(done)) = all.last() else {
+        panic!("no Done: {all:?}")
+    };
+    let results = tool_messages(done);
+    assert_eq!(results[0].1, "you are guest");
+    assert!(
+        results[1].1.contains("unknown tool `purge`"),
+        "{}",
+        results[1].1
+    );
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    assert_eq!(seen.len(), 2, "two model calls");
+    for (names, caller) in seen {
+        assert_eq!(names, ["whoami"], "a guest's model is not shown `purge`");
+        assert_eq!(caller, Some(Caller("guest")));
+    }
+}
+
+#[tokio::test]
+async fn an_agent_tool_passes_its_callers_extensions_to_the_sub_agent() {
+    let sub = Agent::new(
+        ScriptedModel::new([
+            Turn::new().tool_call("purge", "{}"),
+            Turn::new().text("purged"),
+        ]),
+        per_caller_toolbox(),
+    );
+    let as_tool = toolstack::agent::AgentTool::new("ops", "Runs operations", sub);
+    let stream = tower::ServiceExt::oneshot(
+        as_tool,
+        toolstack::ToolRequest::new("ops", "purge it").with_extension(Caller("admin")),
+    )
+    .await
+    .unwrap();
+    let items: Vec<toolstack::ToolItem> = stream.collect().await;
+    let reports: Vec<String> = items
+        .iter()
+        .filter_map(|i| i.as_ref().ok()?.as_progress()?.message.clone())
+        .collect();
+    // Hidden from a caller without the extension, `purge` would have failed.
+    assert!(reports.contains(&"`purge` done".to_owned()), "{reports:?}");
+    let result = toolstack::ToolResult::collect(futures_util::stream::iter(items)).await;
+    assert_eq!(result.text(), "purged");
+}

@@ -84,7 +84,10 @@ where
             )));
         }
         ready_future(Ok(AgentToolStream {
-            events: self.agent.run(vec![Message::user(message)]),
+            // The caller's extensions reach the sub-agent's model and tools.
+            events: self
+                .agent
+                .run_with(vec![Message::user(message)], request.extensions().clone()),
             reports: 0,
             done: false,
         }))

@@ -35,5 +35,5 @@ pub use self::delta::{FinishReason, ModelDelta, ToolCall, ToolCallDelta, Usage};
 pub use self::message::{ChatRequest, Message};
 #[cfg(feature = "openai")]
 pub use self::openai::{OpenAiModel, OpenAiStream};
-pub use self::run::{Agent, AgentDone, AgentEvent, AgentStream, StopReason};
+pub use self::run::{Agent, AgentDone, AgentEvent, AgentRequest, AgentStream, StopReason};
 pub use self::scripted::{ScriptedModel, ScriptedStream, Turn};

@@ -6,6 +6,7 @@ use std::task::{Context, Poll};
 use futures_core::Stream;
 use futures_util::future::{ready, Ready};
 use futures_util::{stream, StreamExt};
+use http::Extensions;
 use tokio::sync::mpsc;
 use tower::ServiceExt;
 use tower_service::Service;
@@ -165,21 +166,35 @@ where
 {
     /// Runs the agent on a conversation.
     pub fn run(&self, messages: Vec<Message>) -> AgentStream {
+        self.run_with(messages, Extensions::new())
+    }
+
+    /// Runs the agent on behalf of a caller: `extensions` (the caller's
+    /// identity, say, as an auth layer found it) go with every model
+    /// request and every tool call of the run, so the toolbox's resolver
+    /// decides which tools the model is shown and may call, and per-caller
+    /// limits and the tools themselves see who is asking.
+    pub fn run_with(&self, messages: Vec<Message>, extensions: Extensions) -> AgentStream {
         // The driver runs inside the stream's own polls (nothing is
         // spawned), so dropping the stream drops the model call and tools.
         let (tx, rx) = mpsc::channel(32);
         let agent = self.clone();
         AgentStream {
-            driver: Some(Box::pin(agent.drive(messages, tx))),
+            driver: Some(Box::pin(agent.drive(messages, extensions, tx))),
             events: rx,
         }
     }
 
-    async fn drive(self, messages: Vec<Message>, tx: mpsc::Sender<AgentEvent>) {
+    async fn drive(
+        self,
+        messages: Vec<Message>,
+        extensions: Extensions,
+        tx: mpsc::Sender<AgentEvent>,
+    ) {
         // Shared with each model request; by the time the history grows the
         // model has let go of it, so `make_mut` does not copy it.
         let mut messages = Arc::new(messages);
-        let tools: Arc<[ToolInfo]> = self.toolbox.infos().cloned().collect();
+        let tools: Arc<[ToolInfo]> = self.toolbox.infos_for(&extensions).cloned().collect();
         let mut usage = Usage::default();
         let mut steps = 0;
         let mut tool_calls = 0;
@@ -192,7 +207,7 @@ where
                 messages: Arc::clone(&messages),
                 tools: tools.clone(),
                 model: self.model_name.clone(),
-                extensions: Default::default(),
+                extensions: extensions.clone(),
             };
             let model = self.model.clone();
             let opened: Result<St, ToolError> = model.oneshot(request).await.map_err(Into::into);
@@ -290,8 +305,9 @@ where
             }
             let results: Vec<ToolResult> = stream::iter(calls.clone())
                 .map(|call| {
-                    let (toolbox, tx) = (self.toolbox.clone(), tx.clone());
-                    async move { run_tool(&toolbox, &call, &tx).await }
+                    let (toolbox, tx, extensions) =
+                        (self.toolbox.clone(), tx.clone(), extensions.clone());
+                    async move { run_tool(&toolbox, &call, extensions, &tx).await }
                 })
                 .buffered(self.parallel)
                 .collect()
@@ -311,9 +327,15 @@ where
 }
 
 /// Runs one call, streaming its items as events; returns its result.
-async fn run_tool(toolbox: &Toolbox, call: &ToolCall, tx: &mpsc::Sender<AgentEvent>) -> ToolResult {
-    let request =
+async fn run_tool(
+    toolbox: &Toolbox,
+    call: &ToolCall,
+    extensions: Extensions,
+    tx: &mpsc::Sender<AgentEvent>,
+) -> ToolResult {
+    let mut request =
         ToolRequest::new(call.name.clone(), call.arguments.clone()).with_id(call.id.clone());
+    *request.extensions_mut() = extensions;
     let mut result = ToolResult::default();
     match toolbox.dispatch(request).await {
         Err(err) => result.push_error(err),
@@ -398,5 +420,57 @@ where
 
     fn call(&mut self, messages: Vec<Message>) -> Self::Future {
         ready(Ok(self.run(messages)))
+    }
+}
+
+/// A conversation and the caller's extensions: the request of
+/// [`Agent`]'s `Service<AgentRequest>` (see [`Agent::run_with`]).
+#[derive(Debug, Clone, Default)]
+pub struct AgentRequest {
+    /// The conversation so far.
+    pub messages: Vec<Message>,
+    /// Per-run data for the model requests and tool calls (caller identity…).
+    pub extensions: Extensions,
+}
+
+impl AgentRequest {
+    /// A request with no extensions.
+    pub fn new(messages: Vec<Message>) -> Self {
+        AgentRequest {
+            messages,
+            extensions: Extensions::new(),
+        }
+    }
+
+    /// Inserts a per-run value into the extensions.
+    pub fn with_extension<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.extensions.insert(value);
+        self
+    }
+}
+
+impl From<Vec<Message>> for AgentRequest {
+    fn from(messages: Vec<Message>) -> Self {
+        AgentRequest::new(messages)
+    }
+}
+
+impl<M, St> Service<AgentRequest> for Agent<M>
+where
+    M: Service<ChatRequest, Response = St> + Clone + Send + 'static,
+    M::Error: Into<ToolError>,
+    M::Future: Send + 'static,
+    St: Stream<Item = Result<ModelDelta, ToolError>> + Send + 'static,
+{
+    type Response = AgentStream;
+    type Error = ToolError;
+    type Future = Ready<Result<AgentStream, ToolError>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: AgentRequest) -> Self::Future {
+        ready(Ok(self.run_with(request.messages, request.extensions)))
     }
 }
