@@ -45,6 +45,14 @@ impl OpenAiModel {
         }
     }
 
+    /// Uses `client` for the requests: its timeouts, proxy, or extra root
+    /// certificates (say, a private endpoint's CA with feature
+    /// `openai-tls`).
+    pub fn with_client(mut self, client: reqwest::Client) -> Self {
+        self.client = client;
+        self
+    }
+
     /// Sends `api_key` as a bearer token.
     pub fn api_key(mut self, api_key: impl Into<String>) -> Self {
         self.api_key = Some(api_key.into());
