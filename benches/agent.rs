@@ -52,10 +52,10 @@ struct Add {
     b: i64,
 }
 
-/// `TURNS` model turns: every other one calls the add tool.
+/// `TURNS` model turns: each but the last calls the add tool.
 fn turns_run(runtime: &tokio::runtime::Runtime) -> usize {
     let mut turns = Vec::with_capacity(TURNS);
-    for _ in 0..TURNS / 2 {
+    for _ in 0..TURNS - 1 {
         turns.push(
             Turn::new()
                 .text("adding")
@@ -93,7 +93,7 @@ fn bench(c: &mut Criterion) {
     });
     let mut group = c.benchmark_group("agent");
     group.sample_size(10);
-    group.bench_function("501_scripted_turns", |b| b.iter(|| turns_run(&runtime)));
+    group.bench_function("1000_scripted_turns", |b| b.iter(|| turns_run(&runtime)));
     group.finish();
 }
 
@@ -123,7 +123,7 @@ fn summary() {
     );
     println!(
         "agent: {steps} scripted model turns ({} tool calls) in {:.2} ms = {:.0} turns/s",
-        TURNS / 2,
+        TURNS - 1,
         run * 1e3,
         steps as f64 / run
     );
