@@ -278,6 +278,38 @@ async fn dropping_the_stream_cancels_the_remote_tool() {
     assert!(dropped.load(Ordering::SeqCst));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_last_handle_still_cancels_promptly() {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let slot = Arc::new(std::sync::Mutex::new(Some(tx)));
+    let slow = tool::from_fn_with_context("slow", move |_: NoArgs, ctx: ToolContext| {
+        // Dropping `_tx` with the tool's future tells the test it ended.
+        let _tx = slot.lock().unwrap().take();
+        async move {
+            let _tx = _tx;
+            ctx.report(Progress::new(0.0));
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok::<_, ToolError>("never")
+        }
+    });
+    // Only the stream holds the connection once `oneshot` dropped the toolbox.
+    let remote = in_memory(Toolbox::new().tool(slow))
+        .await
+        .toolbox()
+        .await
+        .unwrap();
+    let mut stream = remote
+        .oneshot(ToolRequest::new("slow", "{}"))
+        .await
+        .unwrap();
+    assert!(stream.next().await.unwrap().unwrap().is_progress());
+    drop(stream);
+    // Without the cancellation the server would only notice the closed
+    // pipe, and wait out its 5 s drain before dropping the tool.
+    let ended = tokio::time::timeout(Duration::from_secs(2), rx).await;
+    assert!(ended.is_ok(), "the tool was not cancelled within 2 s");
+}
+
 #[tokio::test]
 async fn a_remote_toolbox_can_take_a_resolver() {
     let client = in_memory(toolbox()).await;

@@ -327,8 +327,9 @@ impl Service<ToolRequest> for McpTool {
             if let Some(arguments) = arguments {
                 params = params.with_arguments(arguments);
             }
-            let peer = client.running.peer().clone();
-            let handle = peer
+            let handle = client
+                .running
+                .peer()
                 .send_cancellable_request(
                     ClientRequest::CallToolRequest(Request::new(params)),
                     PeerRequestOptions::no_options(),
@@ -338,7 +339,7 @@ impl Service<ToolRequest> for McpTool {
             let progress = client.progress.subscribe(handle.progress_token.clone());
             let call = Call {
                 guard: CancelGuard {
-                    peer,
+                    client: client.clone(),
                     id: Some(handle.id.clone()),
                     router: client.progress.clone(),
                     token: handle.progress_token.clone(),
@@ -346,7 +347,6 @@ impl Service<ToolRequest> for McpTool {
                 progress,
                 response: Some(handle.rx),
                 pending: VecDeque::new(),
-                _connection: client,
             };
             Ok(ToolStream::new(stream::unfold(call, Call::next)))
         })
@@ -379,7 +379,10 @@ fn parse_arguments(raw: &str) -> Result<Option<rmcp::model::JsonObject>, ToolErr
 /// Sends `notifications/cancelled` when a call is dropped before its
 /// result, and stops routing its progress.
 struct CancelGuard {
-    peer: Peer<RoleClient>,
+    // The connection itself, not just its peer: the cancellation task keeps
+    // it open until the notification is written, even when this call held
+    // the last handle.
+    client: McpClient,
     id: Option<RequestId>,
     router: ProgressRouter,
     token: ProgressToken,
@@ -392,8 +395,9 @@ impl Drop for CancelGuard {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let peer = self.peer.clone();
+        let client = self.client.clone();
         runtime.spawn(async move {
+            let peer = client.running.peer();
             let param = CancelledNotificationParam::new(
                 Some(id),
                 Some("the caller dropped the response stream".to_owned()),
@@ -413,9 +417,6 @@ struct Call {
     progress: mpsc::UnboundedReceiver<ProgressNotificationParam>,
     response: Option<oneshot::Receiver<Response>>,
     pending: VecDeque<ToolItem>,
-    // Keeps the connection open while the call runs, even if every tool
-    // and client handle was dropped after the call started.
-    _connection: McpClient,
 }
 
 fn progress_item(param: ProgressNotificationParam) -> ToolItem {

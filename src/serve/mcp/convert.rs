@@ -8,15 +8,20 @@ use crate::{Media, Resource, ToolError, ToolInfo, ToolItem, ToolOutput, ToolResu
 /// A [`ToolInfo`] as an MCP tool definition (name, description, input and
 /// output schema, annotations).
 ///
-/// `ToolInfo` serializes in the MCP shape already; a schema that is not a
-/// JSON object (MCP requires one) is replaced by `{"type": "object"}`.
+/// `ToolInfo` serializes in the MCP shape already. An input schema that is
+/// not a JSON object (MCP requires one) is replaced by
+/// `{"type": "object"}`; such an output schema is left out, since no
+/// promise about the result can be made with it.
 pub fn tool_to_mcp(info: &ToolInfo) -> Tool {
     let mut value = serde_json::to_value(info).expect("a ToolInfo always serializes");
-    for key in ["inputSchema", "outputSchema"] {
-        if let Some(schema) = value.get_mut(key) {
-            if !schema.is_object() {
-                *schema = serde_json::json!({ "type": "object" });
-            }
+    if let Some(schema) = value.get_mut("inputSchema") {
+        if !schema.is_object() {
+            *schema = serde_json::json!({ "type": "object" });
+        }
+    }
+    if let Some(map) = value.as_object_mut() {
+        if map.get("outputSchema").is_some_and(|s| !s.is_object()) {
+            map.remove("outputSchema");
         }
     }
     serde_json::from_value(value).unwrap_or_else(|err| {
@@ -84,8 +89,7 @@ fn resource_contents(resource: &Resource) -> ResourceContents {
 }
 
 /// A collected [`ToolResult`] as an MCP `CallToolResult`: content blocks in
-/// order, the structured value (when it is a JSON object, as MCP requires),
-/// and `isError` with the model-facing error text when the call failed.
+/// order, the structured value, and `isError` with the model-facing error text when the call failed.
 pub fn call_result(result: ToolResult) -> CallToolResult {
     let content = result.content.iter().filter_map(content_block).collect();
     let mut out = if result.is_error {
@@ -93,9 +97,9 @@ pub fn call_result(result: ToolResult) -> CallToolResult {
     } else {
         CallToolResult::success(content)
     };
-    // MCP's `structuredContent` is a JSON object; any other value is
-    // delivered as its text copy only.
-    out.structured_content = result.structured_content.filter(Value::is_object);
+    // rmcp drops a non-object value for peers whose protocol requires an
+    // object (before 2026-07-28) and keeps it for those that allow any.
+    out.structured_content = result.structured_content;
     out
 }
 

@@ -10,7 +10,7 @@
 //! | tool stream | MCP |
 //! |---|---|
 //! | text, image, audio, resource items | content blocks, in order |
-//! | a JSON object item | `structuredContent` (and a text copy in `content`); other JSON values as text |
+//! | a JSON item | `structuredContent` (and a text copy in `content`); rmcp drops a non-object value for protocol revisions that require an object |
 //! | progress items | `notifications/progress`, when the request has a progress token |
 //! | a [`ToolError`](crate::ToolError) | a result with `isError: true` and the model-facing error JSON |
 //! | an unknown or hidden tool | a protocol error (`-32602`), as the spec says |

@@ -26,7 +26,8 @@ use crate::{ToolOutput, ToolRequest, ToolResult, Toolbox};
 /// `tools/call` streamed into a `CallToolResult`, progress items as
 /// `notifications/progress`, cancellation as dropping the stream. See the
 /// [module docs](super).
-#[derive(Clone)]
+///
+/// A clone serves another session: same tools, its own logging level.
 pub struct McpServer {
     toolbox: Toolbox,
     // The MCP definitions, converted once.
@@ -69,10 +70,7 @@ impl McpServer {
 
     /// A copy for a new session: same tools, its own logging level.
     fn session(&self) -> Self {
-        McpServer {
-            log_level: Arc::new(AtomicU8::new(LEVEL_UNSET)),
-            ..self.clone()
-        }
+        self.clone()
     }
 
     /// Serves one client over stdin/stdout until it disconnects.
@@ -224,6 +222,17 @@ impl ServerHandler for McpServer {
     }
 
     super::log::set_level_method!();
+}
+
+impl Clone for McpServer {
+    fn clone(&self) -> Self {
+        McpServer {
+            toolbox: self.toolbox.clone(),
+            tools: self.tools.clone(),
+            info: self.info.clone(),
+            log_level: Arc::new(AtomicU8::new(LEVEL_UNSET)),
+        }
+    }
 }
 
 impl std::fmt::Debug for McpServer {
