@@ -4,7 +4,7 @@
 
 use futures_util::StreamExt;
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use toolstack::agent::{
     Accumulator, Agent, AgentEvent, ChatRequest, FinishReason, Message, ModelDelta, OpenAiModel,
@@ -12,6 +12,9 @@ use toolstack::agent::{
 };
 use toolstack::{ErrorKind, ToolError, ToolInfo, Toolbox};
 use tower::ServiceExt;
+
+#[path = "support/http_request.rs"]
+mod http_request;
 
 /// Serves one canned response per connection, in order; returns the base
 /// URL and a channel of the request bodies received.
@@ -22,28 +25,7 @@ async fn server(responses: Vec<String>) -> (String, tokio::sync::mpsc::Unbounded
     tokio::spawn(async move {
         for response in responses {
             let (mut socket, _) = listener.accept().await.unwrap();
-            let mut buf = Vec::new();
-            let mut chunk = [0u8; 4096];
-            // Read the head, then the body by content-length.
-            let body = loop {
-                let n = socket.read(&mut chunk).await.unwrap();
-                buf.extend_from_slice(&chunk[..n]);
-                if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                    let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
-                    let len: usize = head
-                        .lines()
-                        .find_map(|l| {
-                            l.strip_prefix("content-length:")
-                                .map(|v| v.trim().parse().unwrap())
-                        })
-                        .unwrap_or(0);
-                    while buf.len() < end + 4 + len {
-                        let n = socket.read(&mut chunk).await.unwrap();
-                        buf.extend_from_slice(&chunk[..n]);
-                    }
-                    break buf[end + 4..end + 4 + len].to_vec();
-                }
-            };
+            let body = http_request::read_body(&mut socket).await;
             let _ = tx.send(serde_json::from_slice(&body).unwrap_or(Value::Null));
             socket.write_all(response.as_bytes()).await.unwrap();
             socket.shutdown().await.unwrap();

@@ -5,13 +5,16 @@ use std::sync::Arc;
 
 use futures_util::StreamExt;
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio_rustls::rustls::{self, ServerConfig};
 use toolstack::agent::{ChatRequest, Message, ModelDelta, OpenAiModel};
 use toolstack::ErrorKind;
 use tower::ServiceExt;
+
+#[path = "support/http_request.rs"]
+mod http_request;
 
 /// A certificate for `localhost`, its PEM, and a TLS server on 127.0.0.1
 /// answering every request with the same SSE body. Returns the base URL.
@@ -39,27 +42,7 @@ async fn tls_server() -> (String, String) {
                 let Ok(mut tls) = acceptor.accept(socket).await else {
                     return;
                 };
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    let n = tls.read(&mut chunk).await.unwrap();
-                    buf.extend_from_slice(&chunk[..n]);
-                    if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
-                        let len: usize = head
-                            .lines()
-                            .find_map(|l| {
-                                l.strip_prefix("content-length:")
-                                    .map(|v| v.trim().parse().unwrap())
-                            })
-                            .unwrap_or(0);
-                        while buf.len() < end + 4 + len {
-                            let n = tls.read(&mut chunk).await.unwrap();
-                            buf.extend_from_slice(&chunk[..n]);
-                        }
-                        break;
-                    }
-                }
+                http_request::read_body(&mut tls).await;
                 let mut response = String::from(
                     "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n",
                 );

@@ -403,28 +403,8 @@ impl std::fmt::Debug for AgentStream {
     }
 }
 
-impl<M, St> Service<Vec<Message>> for Agent<M>
-where
-    M: Service<ChatRequest, Response = St> + Clone + Send + 'static,
-    M::Error: Into<ToolError>,
-    M::Future: Send + 'static,
-    St: Stream<Item = Result<ModelDelta, ToolError>> + Send + 'static,
-{
-    type Response = AgentStream;
-    type Error = ToolError;
-    type Future = Ready<Result<AgentStream, ToolError>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, messages: Vec<Message>) -> Self::Future {
-        ready(Ok(self.run(messages)))
-    }
-}
-
-/// A conversation and the caller's extensions: the request of
-/// [`Agent`]'s `Service<AgentRequest>` (see [`Agent::run_with`]).
+/// A conversation and the caller's extensions: what [`Agent`] takes as a
+/// `Service` (see [`Agent::run_with`]).
 #[derive(Debug, Clone, Default)]
 pub struct AgentRequest {
     /// The conversation so far.
@@ -455,8 +435,11 @@ impl From<Vec<Message>> for AgentRequest {
     }
 }
 
-impl<M, St> Service<AgentRequest> for Agent<M>
+/// Requests are an [`AgentRequest`] or anything that converts into one
+/// (a plain `Vec<Message>`).
+impl<M, St, R> Service<R> for Agent<M>
 where
+    R: Into<AgentRequest>,
     M: Service<ChatRequest, Response = St> + Clone + Send + 'static,
     M::Error: Into<ToolError>,
     M::Future: Send + 'static,
@@ -470,7 +453,11 @@ where
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: AgentRequest) -> Self::Future {
-        ready(Ok(self.run_with(request.messages, request.extensions)))
+    fn call(&mut self, request: R) -> Self::Future {
+        let AgentRequest {
+            messages,
+            extensions,
+        } = request.into();
+        ready(Ok(self.run_with(messages, extensions)))
     }
 }

@@ -1,0 +1,29 @@
+//! Reads one HTTP/1.1 request (head, then the body by content-length) for
+//! the tests' hand-written servers.
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// The request's body.
+pub async fn read_body<S: AsyncRead + Unpin>(socket: &mut S) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = socket.read(&mut chunk).await.unwrap();
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| {
+                    l.strip_prefix("content-length:")
+                        .map(|v| v.trim().parse().unwrap())
+                })
+                .unwrap_or(0);
+            while buf.len() < end + 4 + len {
+                let n = socket.read(&mut chunk).await.unwrap();
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            return buf[end + 4..end + 4 + len].to_vec();
+        }
+    }
+}
