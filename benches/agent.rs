@@ -12,9 +12,8 @@ use criterion::{criterion_group, Criterion};
 use futures_util::StreamExt;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use toolstack::agent::{
-    Accumulator, Agent, AgentEvent, Message, ScriptedModel, ToolCallDelta, Turn,
-};
+use toolstack::agent::{Agent, AgentEvent};
+use toolstack::model::{Accumulator, Message, ScriptedModel, ToolCallDelta, Turn};
 use toolstack::{tool, ToolError, Toolbox};
 
 const CHUNKS: usize = 10_000;

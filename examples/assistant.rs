@@ -22,7 +22,8 @@ use rusqlite::Connection;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
-use toolstack::agent::{Agent, AgentEvent, Message, ScriptedModel, Turn};
+use toolstack::agent::{Agent, AgentEvent};
+use toolstack::model::{Message, ScriptedModel, Turn};
 use toolstack::{tool, Progress, ToolAnnotations, ToolContext, ToolError, ToolOutput, Toolbox};
 use toolstack_layers::rate_limit::{Quota, RateLimitLayer};
 use toolstack_layers::retry::RetryPolicy;
@@ -275,8 +276,8 @@ fn script() -> ScriptedModel {
 /// A real endpoint when `OPENAI_BASE_URL` and `OPENAI_MODEL` are set (and
 /// the `openai` feature is on).
 #[cfg(feature = "openai")]
-fn endpoint() -> Option<toolstack::agent::OpenAiModel> {
-    toolstack::agent::OpenAiModel::from_env()
+fn endpoint() -> Option<toolstack::model::OpenAiModel> {
+    toolstack::model::OpenAiModel::from_env()
 }
 
 #[cfg(not(feature = "openai"))]

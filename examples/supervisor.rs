@@ -7,7 +7,8 @@
 use futures_util::StreamExt;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use toolstack::agent::{Agent, AgentEvent, AgentTool, Message, ScriptedModel, Turn};
+use toolstack::agent::{Agent, AgentEvent, AgentTool};
+use toolstack::model::{Message, ScriptedModel, Turn};
 use toolstack::{tool, ToolError, Toolbox};
 
 /// Multiply two numbers.

@@ -323,7 +323,11 @@ impl BoxTool {
     }
 
     /// Starts a call without `&mut self` (the toolbox's dispatch path).
-    pub fn call_shared(&self, request: ToolRequest) -> ResponseFuture {
+    ///
+    /// The request carries the tool's description from here on
+    /// ([`ToolRequest::info`]).
+    pub fn call_shared(&self, mut request: ToolRequest) -> ResponseFuture {
+        request.set_info(self.info.clone());
         ResponseFuture {
             state: FutureState::Calling(self.inner.call(request)),
         }

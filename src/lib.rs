@@ -53,9 +53,11 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub mod agent;
+pub mod arguments;
 pub mod boxed;
 pub mod error;
 pub mod info;
+pub mod model;
 pub mod output;
 pub mod request;
 pub mod result;

@@ -26,6 +26,8 @@ use std::sync::Arc;
 
 use http::Extensions;
 
+use crate::ToolInfo;
+
 /// One call of a tool: call id, tool name, raw JSON arguments, extensions.
 ///
 /// The id, name and arguments share one reference-counted allocation, so
@@ -34,6 +36,7 @@ use http::Extensions;
 #[derive(Clone, Default)]
 pub struct ToolRequest {
     call: Arc<Call>,
+    info: Option<Arc<ToolInfo>>,
     extensions: Extensions,
 }
 
@@ -55,6 +58,7 @@ impl ToolRequest {
                 name: name.into(),
                 arguments: arguments.into(),
             }),
+            info: None,
             extensions: Extensions::new(),
         }
     }
@@ -84,6 +88,29 @@ impl ToolRequest {
     /// The arguments exactly as sent (JSON text, possibly malformed).
     pub fn arguments(&self) -> &str {
         &self.call.arguments
+    }
+
+    /// The description of the tool this request was dispatched to, set by
+    /// the [`BoxTool`](crate::BoxTool) (and so the [`Toolbox`](crate::Toolbox))
+    /// that called it; `None` for a request that has not been through one.
+    ///
+    /// Layers that need to know the tool — retry asks whether it is
+    /// idempotent, validation checks the arguments against its schema —
+    /// read it here, so any tower layer can sit between them and the
+    /// toolbox without having to forward a description.
+    pub fn info(&self) -> Option<&ToolInfo> {
+        self.info.as_deref()
+    }
+
+    /// The shared description of the dispatched tool (see [`info`](Self::info)).
+    pub fn info_shared(&self) -> Option<&Arc<ToolInfo>> {
+        self.info.as_ref()
+    }
+
+    /// Sets the description of the tool this request goes to (what a
+    /// [`BoxTool`](crate::BoxTool) does when it is called).
+    pub fn set_info(&mut self, info: Arc<ToolInfo>) {
+        self.info = Some(info);
     }
 
     /// Per-call data.
@@ -117,6 +144,7 @@ impl fmt::Debug for ToolRequest {
             .field("id", &self.call.id)
             .field("name", &self.call.name)
             .field("arguments", &self.call.arguments)
+            .field("info", &self.info.as_ref().map(|i| i.name()))
             .field("extensions", &self.extensions)
             .finish()
     }

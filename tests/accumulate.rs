@@ -2,7 +2,7 @@
 //! tool-call fragments gives the same calls.
 
 use proptest::prelude::*;
-use toolstack::agent::{AccumulateError, Accumulator, Pushed, ToolCall, ToolCallDelta};
+use toolstack::model::{AccumulateError, Accumulator, Pushed, ToolCall, ToolCallDelta};
 
 /// Cuts `text` at the given char-boundary-rounded positions.
 fn split_at_chars(text: &str, cuts: &[usize]) -> Vec<String> {

@@ -7,7 +7,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use toolstack::agent::{Agent, AgentDone, AgentEvent, Message, ScriptedModel, StopReason, Turn};
+use toolstack::agent::{Agent, AgentDone, AgentEvent, StopReason};
+use toolstack::model::{Message, ScriptedModel, Turn};
 use toolstack::{tool, ToolError, Toolbox};
 
 #[derive(Deserialize, JsonSchema)]
@@ -352,7 +353,7 @@ async fn a_run_for_a_caller_shows_and_runs_only_that_callers_tools() {
     let record = seen.clone();
     // The model records which tools it was shown and for whom.
     let model = tower::ServiceBuilder::new()
-        .map_request(move |request: toolstack::agent::ChatRequest| {
+        .map_request(move |request: toolstack::model::ChatRequest| {
             let names: Vec<String> = request.tools.iter().map(|t| t.name().to_owned()).collect();
             let caller = request.extensions.get::<Caller>().cloned();
             record.lock().unwrap().push((names, caller));

@@ -3,7 +3,7 @@
 
 use futures_util::StreamExt;
 use serde_json::json;
-use toolstack::agent::{
+use toolstack::model::{
     Accumulator, ChatRequest, FinishReason, Message, ModelDelta, ScriptedModel, ToolCall, Turn,
 };
 use toolstack::ErrorKind;

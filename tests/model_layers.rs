@@ -15,9 +15,9 @@ use futures_util::StreamExt;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::time::Instant;
-use toolstack::agent::{
-    Agent, AgentDone, AgentEvent, ChatRequest, FinishReason, Message, ModelDelta, ScriptedModel,
-    StopReason, ToolCallDelta, Turn,
+use toolstack::agent::{Agent, AgentDone, AgentEvent, StopReason};
+use toolstack::model::{
+    ChatRequest, FinishReason, Message, ModelDelta, ScriptedModel, ToolCallDelta, Turn,
 };
 use toolstack::{tool, ErrorKind, TimeoutPhase, ToolError, Toolbox};
 use toolstack_layers::concurrency::ConcurrencyLimitLayer;

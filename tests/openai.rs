@@ -6,10 +6,8 @@ use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
-use toolstack::agent::{
-    Accumulator, Agent, AgentEvent, ChatRequest, FinishReason, Message, ModelDelta, OpenAiModel,
-    StopReason,
-};
+use toolstack::agent::{Agent, AgentEvent, StopReason};
+use toolstack::model::{Accumulator, ChatRequest, FinishReason, Message, ModelDelta, OpenAiModel};
 use toolstack::{ErrorKind, ToolError, ToolInfo, Toolbox};
 use tower::ServiceExt;
 
@@ -103,7 +101,7 @@ async fn streams_text_then_finish_and_a_usage_only_final_chunk() {
             ModelDelta::Text("Hel".into()),
             ModelDelta::Text("lo".into()),
             ModelDelta::Finish(FinishReason::Stop),
-            ModelDelta::Usage(toolstack::agent::Usage {
+            ModelDelta::Usage(toolstack::model::Usage {
                 prompt_tokens: 12,
                 completion_tokens: 5
             }),

@@ -9,7 +9,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio_rustls::rustls::{self, ServerConfig};
-use toolstack::agent::{ChatRequest, Message, ModelDelta, OpenAiModel};
+use toolstack::model::{ChatRequest, Message, ModelDelta, OpenAiModel};
 use toolstack::ErrorKind;
 use tower::ServiceExt;
 

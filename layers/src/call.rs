@@ -13,7 +13,7 @@
 use std::io;
 
 use http::Extensions;
-use toolstack::agent::{ChatRequest, ModelDelta};
+use toolstack::model::{ChatRequest, ModelDelta};
 use toolstack::{ToolOutput, ToolRequest};
 
 /// A request the layers understand: a tool call or a model call.

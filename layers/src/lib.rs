@@ -21,14 +21,15 @@
 //! items. What a layer needs of a request or an item comes through
 //! [`Call`] and [`CallOutput`], implemented for [`ToolRequest`] /
 //! [`ToolOutput`](toolstack::ToolOutput) and for
-//! [`ChatRequest`](toolstack::agent::ChatRequest) /
-//! [`ModelDelta`](toolstack::agent::ModelDelta). Validation is for tools
+//! [`ChatRequest`](toolstack::model::ChatRequest) /
+//! [`ModelDelta`](toolstack::model::ModelDelta). Validation is for tools
 //! only.
 //!
 //! ```
 //! use std::time::Duration;
 //! use futures_util::StreamExt;
-//! use toolstack::agent::{Agent, AgentEvent, Message, ScriptedModel, Turn};
+//! use toolstack::agent::{Agent, AgentEvent};
+//! use toolstack::model::{Message, ScriptedModel, Turn};
 //! use toolstack::Toolbox;
 //! use toolstack_layers::retry::RetryPolicy;
 //! use toolstack_layers::timeout::TimeoutLayer;

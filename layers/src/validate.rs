@@ -352,15 +352,8 @@ fn compile(schema: &Value) -> Result<Arc<jsonschema::Validator>, SchemaError> {
 }
 
 fn check(validator: &jsonschema::Validator, arguments: &str) -> Result<(), ToolError> {
-    let text = if arguments.trim().is_empty() {
-        "{}"
-    } else {
-        arguments
-    };
-    let instance: Value = serde_json::from_str(text).map_err(|err| {
-        ToolError::invalid_arguments(format!("arguments are not valid JSON: {err}"))
-            .with_source(err)
-    })?;
+    let text = toolstack::arguments::or_empty_object(arguments);
+    let instance: Value = serde_json::from_str(text).map_err(toolstack::arguments::not_json)?;
     let mut errors = validator.iter_errors(&instance).peekable();
     if errors.peek().is_none() {
         return Ok(());

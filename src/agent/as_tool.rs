@@ -6,7 +6,8 @@ use futures_core::Stream;
 use futures_util::future::{ready as ready_future, Ready};
 use tower_service::Service;
 
-use super::{Agent, AgentEvent, AgentStream, ChatRequest, Message, ModelDelta, StopReason};
+use super::{Agent, AgentEvent, AgentStream, StopReason};
+use crate::model::{ChatRequest, Message, ModelDelta};
 use crate::{Describe, Progress, ToolError, ToolInfo, ToolItem, ToolOutput, ToolRequest};
 
 /// An [`Agent`] wrapped as a tool: a supervisor agent can delegate to it.

@@ -1,39 +1,43 @@
-//! The agent side: what a model streams back, and folding it into complete
-//! tool calls.
+//! The agent loop: a model and a toolbox, driven turn by turn, streaming
+//! every event as it happens.
 //!
-//! A model is a service whose response is a stream of [`ModelDelta`]s: text
-//! as it is written, tool-call fragments by index (the id and name usually
-//! only in the first fragment, the arguments split anywhere), a finish
-//! reason and usage. [`Accumulator`] folds the fragments into complete
-//! [`ToolCall`]s.
+//! [`Agent`] asks its model (any `Service<ChatRequest>` streaming
+//! [`ModelDelta`](crate::model::ModelDelta)s — see [`crate::model`]), runs
+//! the tool calls the model makes through its [`Toolbox`](crate::Toolbox)
+//! (concurrently, with a bound), hands the results back, and repeats until
+//! the model answers without calling a tool or a guard (steps, tool calls)
+//! stops it. A run is a stream of [`AgentEvent`]s: text deltas, tool-call
+//! input as it streams, each call, its streamed output and result, errors,
+//! and one final [`AgentEvent::Done`].
+//!
+//! [`AgentTool`] makes an agent a tool: its input is `{"message": …}`, the
+//! sub-agent's events stream out as the tool's output.
 //!
 //! ```
-//! use toolstack::agent::{Accumulator, ToolCallDelta};
+//! use futures_util::StreamExt;
+//! use toolstack::agent::{Agent, AgentEvent, StopReason};
+//! use toolstack::model::{Message, ScriptedModel, Turn};
+//! use toolstack::{tool, ToolError, Toolbox};
 //!
-//! let mut acc = Accumulator::new();
-//! acc.push(&ToolCallDelta::new(0).id("call_1").name("get_weather").arguments("{\"ci"));
-//! acc.push(&ToolCallDelta::new(1).id("call_2").name("get_time").arguments("{}"));
-//! acc.push(&ToolCallDelta::new(0).arguments("ty\":\"Paris\"}"));
-//! let calls = acc.finish().unwrap();
-//! assert_eq!(calls[0].name, "get_weather");
-//! assert_eq!(calls[0].arguments, r#"{"city":"Paris"}"#);
-//! assert_eq!(calls[1].id, "call_2");
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! struct Add { a: i64, b: i64 }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let model = ScriptedModel::new([
+//!     Turn::new().tool_call("add", r#"{"a":2,"b":3}"#),
+//!     Turn::new().text("It is 5."),
+//! ]);
+//! let tools = Toolbox::new()
+//!     .tool(tool::from_fn("add", |Add { a, b }| async move { Ok::<_, ToolError>(a + b) }));
+//! let events: Vec<AgentEvent> = Agent::new(model, tools).run(vec![Message::user("2+3?")]).collect().await;
+//! let Some(AgentEvent::Done(done)) = events.last() else { panic!() };
+//! assert_eq!(done.stop, StopReason::Finished);
+//! # }
 //! ```
 
-mod accumulate;
 mod as_tool;
-mod delta;
-mod message;
-#[cfg(feature = "openai")]
-mod openai;
 mod run;
-mod scripted;
 
-pub use self::accumulate::{AccumulateError, Accumulator, Pushed};
 pub use self::as_tool::{AgentTool, AgentToolStream};
-pub use self::delta::{FinishReason, ModelDelta, ToolCall, ToolCallDelta, Usage};
-pub use self::message::{ChatRequest, Message};
-#[cfg(feature = "openai")]
-pub use self::openai::{OpenAiModel, OpenAiStream};
 pub use self::run::{Agent, AgentDone, AgentEvent, AgentRequest, AgentStream, StopReason};
-pub use self::scripted::{ScriptedModel, ScriptedStream, Turn};

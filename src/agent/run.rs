@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use tower::ServiceExt;
 use tower_service::Service;
 
-use super::{Accumulator, ChatRequest, Message, ModelDelta, Pushed, ToolCall, Usage};
+use crate::model::{Accumulator, ChatRequest, Message, ModelDelta, Pushed, ToolCall, Usage};
 use crate::{
     ErrorKind, Progress, ToolError, ToolInfo, ToolOutput, ToolRequest, ToolResult, Toolbox,
 };

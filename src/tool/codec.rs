@@ -47,35 +47,18 @@ where
 /// The default decoder: the arguments are a JSON object deserialized with
 /// serde.
 ///
-/// The arguments must be a JSON object; empty arguments (some models send
-/// `""` for a tool without parameters) are read as `{}`. On failure the error names the problem and, for a
-/// value of the wrong type, the path of the field (`items[2].name`).
+/// The [argument rules](crate::arguments) apply: empty means `{}`, and the
+/// arguments must be a JSON object. On failure the error names the problem
+/// and, for a value of the wrong type, the path of the field
+/// (`items[2].name`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct JsonDecoder;
 
 impl<Args: DeserializeOwned> Decode<Args> for JsonDecoder {
     fn decode(&self, arguments: &str) -> Result<Args, ToolError> {
-        let text = if arguments.trim().is_empty() {
-            "{}"
-        } else {
-            arguments
-        };
-        // Tool arguments are a JSON object (MCP and OpenAI both say so);
-        // serde would otherwise read a struct from an array, positionally.
-        let found = match text.trim_start().as_bytes().first() {
-            Some(b'{') => None,
-            Some(b'[') => Some("an array"),
-            Some(b'"') => Some("a string"),
-            Some(b't' | b'f') => Some("a boolean"),
-            Some(b'n') => Some("null"),
-            Some(b'-' | b'0'..=b'9') => Some("a number"),
-            _ => None, // not JSON at all: let the parser say where
-        };
-        if let Some(kind) = found {
-            return Err(ToolError::invalid_arguments(format!(
-                "arguments must be a JSON object, got {kind}"
-            )));
-        }
+        let text = crate::arguments::or_empty_object(arguments);
+        // Serde would otherwise read a struct from an array, positionally.
+        crate::arguments::check_object_start(text)?;
         // The fast path parses once; only a failure pays for the second,
         // path-tracking parse that names the field.
         serde_json::from_str(text).map_err(|err| describe_error::<Args>(text, err))
@@ -84,8 +67,7 @@ impl<Args: DeserializeOwned> Decode<Args> for JsonDecoder {
 
 fn describe_error<Args: DeserializeOwned>(text: &str, err: serde_json::Error) -> ToolError {
     if err.is_syntax() || err.is_eof() {
-        return ToolError::invalid_arguments(format!("arguments are not valid JSON: {err}"))
-            .with_source(err);
+        return crate::arguments::not_json(err);
     }
     let mut de = serde_json::Deserializer::from_str(text);
     let message = match serde_path_to_error::deserialize::<_, Args>(&mut de) {

@@ -39,7 +39,7 @@
 //! * [`global`](RateLimitLayer::global): one bucket for all calls.
 //! * [`per_tool`](RateLimitLayer::per_tool): one bucket per tool name —
 //!   over a model, per model named in the request
-//!   ([`ChatRequest::model`](toolstack::agent::ChatRequest::model)).
+//!   ([`ChatRequest::model`](toolstack::model::ChatRequest::model)).
 //! * [`per_caller::<K>`](RateLimitLayer::per_caller): one bucket per value
 //!   of `K` in the request's extensions; requests without a `K` share one
 //!   "anonymous" bucket.
@@ -64,7 +64,7 @@
 //! Over a model service (`Service<ChatRequest>`) the layer counts model
 //! calls — say, to stay under a provider's requests per minute across every
 //! agent run that shares the model: the extensions are the
-//! [`ChatRequest`](toolstack::agent::ChatRequest)'s, and a refusal message
+//! [`ChatRequest`](toolstack::model::ChatRequest)'s, and a refusal message
 //! names model calls ("rate limit for all model calls reached").
 
 mod clock;

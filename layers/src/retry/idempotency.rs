@@ -1,4 +1,4 @@
-use toolstack::agent::ChatRequest;
+use toolstack::model::ChatRequest;
 use toolstack::{Describe, ToolRequest};
 
 /// Whether a call may be tried again once it may have reached the service

@@ -14,7 +14,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use toolstack::agent::ChatRequest;
+use toolstack::model::ChatRequest;
 use toolstack::{ToolError, ToolRequest};
 use tracing::level_filters::{LevelFilter, STATIC_MAX_LEVEL};
 use tracing::{Level, Span};

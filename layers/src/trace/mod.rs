@@ -10,7 +10,7 @@
 //!
 //! Over a model (`Service<ChatRequest>`) the span is named `chat`
 //! (`otel.name` = `chat {model}`, or `chat` when the request names no
-//! model; see [`ChatRequest::model`](toolstack::agent::ChatRequest::model))
+//! model; see [`ChatRequest::model`](toolstack::model::ChatRequest::model))
 //! with `gen_ai.operation.name = "chat"` and `gen_ai.request.model`; the
 //! items counted are the deltas, and the default events say `model call …`
 //! instead of `tool call …`.

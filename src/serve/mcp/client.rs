@@ -354,26 +354,11 @@ impl Service<ToolRequest> for McpTool {
 }
 
 fn parse_arguments(raw: &str) -> Result<Option<rmcp::model::JsonObject>, ToolError> {
-    if raw.trim().is_empty() {
+    // An empty text sends no `arguments` at all, which MCP reads as none.
+    if raw.trim_ascii().is_empty() {
         return Ok(None);
     }
-    match serde_json::from_str::<serde_json::Value>(raw) {
-        Ok(serde_json::Value::Object(map)) => Ok(Some(map)),
-        Ok(other) => Err(ToolError::invalid_arguments(format!(
-            "the arguments must be a JSON object, not {}",
-            match other {
-                serde_json::Value::Null => "null",
-                serde_json::Value::Bool(_) => "a boolean",
-                serde_json::Value::Number(_) => "a number",
-                serde_json::Value::String(_) => "a string",
-                serde_json::Value::Array(_) => "an array",
-                serde_json::Value::Object(_) => unreachable!(),
-            }
-        ))),
-        Err(err) => Err(ToolError::invalid_arguments(format!(
-            "the arguments are not valid JSON: {err}"
-        ))),
-    }
+    crate::arguments::parse_object(raw).map(Some)
 }
 
 /// Sends `notifications/cancelled` when a call is dropped before its

@@ -245,7 +245,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::agent::Accumulator;
+    use crate::model::Accumulator;
 
     /// A recorded answer: text with multi-byte characters, then two
     /// parallel calls whose arguments hold escapes and non-ASCII text.
@@ -272,7 +272,7 @@ mod tests {
         body.into_bytes()
     }
 
-    fn fold(bytes: Vec<Vec<u8>>) -> (String, Vec<crate::agent::ToolCall>, usize) {
+    fn fold(bytes: Vec<Vec<u8>>) -> (String, Vec<crate::model::ToolCall>, usize) {
         let stream = stream::iter(bytes.into_iter().map(Ok::<_, std::convert::Infallible>));
         // Every piece is ready, so the whole parse completes in one poll.
         let deltas: Vec<_> = deltas_from_sse(stream)

@@ -1,0 +1,43 @@
+//! The model's vocabulary and its backends.
+//!
+//! A model is a `Service<`[`ChatRequest`]`>` whose response is a stream of
+//! `Result<`[`ModelDelta`]`, ToolError>`: text as it is written, tool-call
+//! fragments by index (the id and name usually only in the first fragment,
+//! the arguments split anywhere), a finish reason and usage. The same
+//! stream-aware layers that wrap tools wrap a model (`toolstack-layers`),
+//! and the [agent loop](crate::agent) drives one.
+//!
+//! | item | what it is |
+//! |---|---|
+//! | [`ChatRequest`], [`Message`] | what the model is asked: the conversation, the tools it may call, extensions |
+//! | [`ModelDelta`], [`ToolCallDelta`], [`FinishReason`], [`Usage`] | what it streams back |
+//! | [`Accumulator`], [`ToolCall`] | fragments folded into complete tool calls |
+//! | [`ScriptedModel`], [`Turn`] | a deterministic model: examples and tests with no network and no key |
+//! | `OpenAiModel` (feature `openai`) | an OpenAI-compatible chat-completions endpoint, streamed over SSE |
+//!
+//! ```
+//! use toolstack::model::{Accumulator, ToolCallDelta};
+//!
+//! let mut acc = Accumulator::new();
+//! acc.push(&ToolCallDelta::new(0).id("call_1").name("get_weather").arguments("{\"ci"));
+//! acc.push(&ToolCallDelta::new(1).id("call_2").name("get_time").arguments("{}"));
+//! acc.push(&ToolCallDelta::new(0).arguments("ty\":\"Paris\"}"));
+//! let calls = acc.finish().unwrap();
+//! assert_eq!(calls[0].name, "get_weather");
+//! assert_eq!(calls[0].arguments, r#"{"city":"Paris"}"#);
+//! assert_eq!(calls[1].id, "call_2");
+//! ```
+
+mod accumulate;
+mod delta;
+mod message;
+#[cfg(feature = "openai")]
+mod openai;
+mod scripted;
+
+pub use self::accumulate::{AccumulateError, Accumulator, Pushed};
+pub use self::delta::{FinishReason, ModelDelta, ToolCall, ToolCallDelta, Usage};
+pub use self::message::{ChatRequest, Message};
+#[cfg(feature = "openai")]
+pub use self::openai::{OpenAiModel, OpenAiStream};
+pub use self::scripted::{ScriptedModel, ScriptedStream, Turn};
