@@ -194,6 +194,21 @@ impl ToolError {
         Self::new(ErrorKind::Cancelled, message)
     }
 
+    /// A future or stream of toolstack's was polled again after it had
+    /// completed — a bug in the code that polls it, never in the tool.
+    ///
+    /// Every future in toolstack and toolstack-layers answers such a poll
+    /// with this error (kind [`ErrorKind::Failed`], not retryable) rather
+    /// than a panic; every stream is fused instead (`None` after its end,
+    /// and after an error item).
+    pub fn polled_after_completion(what: &'static str) -> Self {
+        Self::new(
+            ErrorKind::Failed,
+            format!("{what} was polled after it completed (a bug in the code polling it)"),
+        )
+        .with_retryable(false)
+    }
+
     /// Attaches the underlying cause.
     pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
         self.inner.source = Some(Arc::from(source.into()));
