@@ -218,14 +218,14 @@ fn execute_sql(
 fn toolbox(db: Db) -> Toolbox {
     let layers = || {
         ServiceBuilder::new()
-            .trace_tool()
-            .tool_timeout(
+            .stream_trace()
+            .stream_timeout(
                 TimeoutLayer::new()
                     .deadline(Duration::from_secs(30))
                     .idle(Duration::from_secs(5)),
             )
-            .tool_retry(RetryPolicy::new().max_attempts(3))
-            .tool_rate_limit(RateLimitLayer::per_tool(Quota::per_second(
+            .stream_retry(RetryPolicy::new().max_attempts(3))
+            .stream_rate_limit(RateLimitLayer::per_tool(Quota::per_second(
                 NonZeroU32::new(20).expect("non-zero"),
             )))
     };
@@ -299,9 +299,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("user: {question}\n");
     // The same stream-aware layers as the tools', on model calls.
     let model_layers = ServiceBuilder::new()
-        .trace_tool()
-        .tool_retry(RetryPolicy::new().max_attempts(3))
-        .tool_timeout(
+        .stream_trace()
+        .stream_retry(RetryPolicy::new().max_attempts(3))
+        .stream_timeout(
             TimeoutLayer::new()
                 .first_item(Duration::from_secs(60))
                 .idle(Duration::from_secs(20)),

@@ -112,7 +112,7 @@ impl ToolOutput {
 
     /// An estimate of the item's size in bytes (text, data, JSON text), for
     /// output limits and logs.
-    pub fn size_hint(&self) -> usize {
+    pub fn byte_len(&self) -> usize {
         match self {
             ToolOutput::Text { text } => text.len(),
             ToolOutput::Json { value } => json_len(value),

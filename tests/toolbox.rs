@@ -174,15 +174,8 @@ async fn readiness_errors_are_classified() {
     assert_eq!(err.message(), "backend down");
 }
 
-fn slow_opening(
-    info: &str,
-) -> toolstack::tool::Described<
-    impl tower::Service<ToolRequest, Response = ToolStream, Error = ToolError, Future = impl Send>
-        + Clone
-        + Send
-        + Sync,
-> {
-    tool::describe(
+fn slow_opening(info: &str) -> BoxTool {
+    BoxTool::with_info(
         ToolInfo::new(info.to_owned()),
         tower::service_fn(|_req: ToolRequest| async {
             tokio::time::sleep(Duration::from_secs(3600)).await;

@@ -16,10 +16,16 @@ use crate::validate::ValidateLayer;
 
 /// Adds this crate's stream-aware layers to `tower::ServiceBuilder`.
 ///
-/// The names say "tool" so that they do not collide with tower's own
-/// `timeout`, `retry`, `rate_limit` and `concurrency_limit`, which are not
-/// stream-aware. All but `validate_tool_arguments` apply to a model as
-/// well (see the [crate docs](crate#tools-and-models)).
+/// One pattern, as tower-http's `ServiceBuilderExt` has one: every method
+/// is `stream_` and the layer's name. The prefix says what sets these
+/// layers apart — they watch the response stream — and keeps them from
+/// clashing with tower's inherent `timeout`, `retry`, `rate_limit` and
+/// `concurrency_limit` and with tower-http's `trace_for_http` and
+/// `catch_panic`, which are not stream-aware. A method takes what tower's
+/// method of the same name takes where there is one (a retry policy, a
+/// count); otherwise the configured layer, or nothing for the default.
+/// All but `stream_validate` apply to a model as well (see the
+/// [crate docs](crate#tools-and-models)).
 ///
 /// ```
 /// use std::time::Duration;
@@ -34,63 +40,69 @@ use crate::validate::ValidateLayer;
 /// struct Args {}
 ///
 /// let tool = ServiceBuilder::new()
-///     .trace_tool()
-///     .tool_timeout(TimeoutLayer::new().deadline(Duration::from_secs(30)))
-///     .tool_retry(RetryPolicy::new())
-///     .tool_concurrency_limit(8)
-///     .catch_tool_panic()
+///     .stream_trace()
+///     .stream_timeout(TimeoutLayer::new().deadline(Duration::from_secs(30)))
+///     .stream_retry(RetryPolicy::new())
+///     .stream_concurrency_limit(8)
+///     .stream_catch_panic()
 ///     .service(tool::from_fn("ping", |_: Args| async { Ok::<_, ToolError>("pong") }));
 /// # let _ = tool;
 /// ```
 pub trait ServiceBuilderExt<L>: sealed::Sealed {
     /// Adds a [`TraceLayer`] with the default callbacks.
-    fn trace_tool(self) -> ServiceBuilder<Stack<TraceLayer, L>>;
+    fn stream_trace(self) -> ServiceBuilder<Stack<TraceLayer, L>>;
     /// Adds a stream-aware [`TimeoutLayer`].
-    fn tool_timeout(self, limits: TimeoutLayer) -> ServiceBuilder<Stack<TimeoutLayer, L>>;
+    fn stream_timeout(self, limits: TimeoutLayer) -> ServiceBuilder<Stack<TimeoutLayer, L>>;
     /// Adds a [`RetryLayer`] (a tool below must carry its description,
     /// which says whether it is idempotent; a model needs none).
-    fn tool_retry(self, policy: RetryPolicy) -> ServiceBuilder<Stack<RetryLayer, L>>;
+    fn stream_retry(self, policy: RetryPolicy) -> ServiceBuilder<Stack<RetryLayer, L>>;
     /// Adds a [`RateLimitLayer`].
     #[cfg(feature = "rate-limit")]
-    fn tool_rate_limit(self, layer: RateLimitLayer) -> ServiceBuilder<Stack<RateLimitLayer, L>>;
+    fn stream_rate_limit(self, layer: RateLimitLayer) -> ServiceBuilder<Stack<RateLimitLayer, L>>;
     /// Adds a [`ConcurrencyLimitLayer`] of `max` calls in flight, streams
     /// included.
-    fn tool_concurrency_limit(self, max: usize) -> ServiceBuilder<Stack<ConcurrencyLimitLayer, L>>;
+    fn stream_concurrency_limit(
+        self,
+        max: usize,
+    ) -> ServiceBuilder<Stack<ConcurrencyLimitLayer, L>>;
     /// Adds a [`CatchPanicLayer`].
-    fn catch_tool_panic(self) -> ServiceBuilder<Stack<CatchPanicLayer, L>>;
+    fn stream_catch_panic(self) -> ServiceBuilder<Stack<CatchPanicLayer, L>>;
     /// Adds a [`ValidateLayer`] (the tool below must carry its description).
     #[cfg(feature = "validate")]
-    fn validate_tool_arguments(self) -> ServiceBuilder<Stack<ValidateLayer, L>>;
+    fn stream_validate(self) -> ServiceBuilder<Stack<ValidateLayer, L>>;
 }
 
 impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
-    fn trace_tool(self) -> ServiceBuilder<Stack<TraceLayer, L>> {
+    fn stream_trace(self) -> ServiceBuilder<Stack<TraceLayer, L>> {
         self.layer(TraceLayer::new())
     }
 
-    fn tool_timeout(self, limits: TimeoutLayer) -> ServiceBuilder<Stack<TimeoutLayer, L>> {
+    fn stream_timeout(self, limits: TimeoutLayer) -> ServiceBuilder<Stack<TimeoutLayer, L>> {
         self.layer(limits)
     }
 
-    fn tool_retry(self, policy: RetryPolicy) -> ServiceBuilder<Stack<RetryLayer, L>> {
+    fn stream_retry(self, policy: RetryPolicy) -> ServiceBuilder<Stack<RetryLayer, L>> {
         self.layer(RetryLayer::new(policy))
     }
 
     #[cfg(feature = "rate-limit")]
-    fn tool_rate_limit(self, layer: RateLimitLayer) -> ServiceBuilder<Stack<RateLimitLayer, L>> {
+    fn stream_rate_limit(self, layer: RateLimitLayer) -> ServiceBuilder<Stack<RateLimitLayer, L>> {
         self.layer(layer)
     }
 
-    fn tool_concurrency_limit(self, max: usize) -> ServiceBuilder<Stack<ConcurrencyLimitLayer, L>> {
+    fn stream_concurrency_limit(
+        self,
+        max: usize,
+    ) -> ServiceBuilder<Stack<ConcurrencyLimitLayer, L>> {
         self.layer(ConcurrencyLimitLayer::new(max))
     }
 
-    fn catch_tool_panic(self) -> ServiceBuilder<Stack<CatchPanicLayer, L>> {
+    fn stream_catch_panic(self) -> ServiceBuilder<Stack<CatchPanicLayer, L>> {
         self.layer(CatchPanicLayer::new())
     }
 
     #[cfg(feature = "validate")]
-    fn validate_tool_arguments(self) -> ServiceBuilder<Stack<ValidateLayer, L>> {
+    fn stream_validate(self) -> ServiceBuilder<Stack<ValidateLayer, L>> {
         self.layer(ValidateLayer::new())
     }
 }

@@ -42,11 +42,11 @@ use std::task::{Context, Poll};
 
 use futures_core::Stream;
 use pin_project_lite::pin_project;
-use toolstack::{Describe, ErrorKind, ToolError, ToolInfo};
+use toolstack::{ErrorKind, ToolError};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::Call;
+use crate::{CallKind, Request};
 
 /// Wraps a tool or a model in [`CatchPanic`].
 #[derive(Clone, Copy, Debug, Default)]
@@ -98,15 +98,9 @@ impl<S> CatchPanic<S> {
     }
 }
 
-impl<S: Describe> Describe for CatchPanic<S> {
-    fn info(&self) -> &ToolInfo {
-        self.inner.info()
-    }
-}
-
 impl<S, R, St, T> Service<R> for CatchPanic<S>
 where
-    R: Call,
+    R: Request,
     S: Service<R, Response = St>,
     S::Error: Into<ToolError>,
     St: Stream<Item = Result<T, ToolError>>,
@@ -120,7 +114,7 @@ where
         // toolbox polls a fresh clone per call, so other calls go on.
         match catch_unwind(AssertUnwindSafe(|| self.inner.poll_ready(cx))) {
             Ok(poll) => poll.map_err(Into::into),
-            Err(payload) => Poll::Ready(Err(panicked(R::SUBJECT, payload))),
+            Err(payload) => Poll::Ready(Err(panicked(R::KIND, payload))),
         }
     }
 
@@ -128,12 +122,12 @@ where
         let kind = match catch_unwind(AssertUnwindSafe(|| self.inner.call(request))) {
             Ok(future) => Kind::Calling { future },
             Err(payload) => Kind::Done {
-                error: Some(panicked(R::SUBJECT, payload)),
+                error: Some(panicked(R::KIND, payload)),
             },
         };
         ResponseFuture {
-            kind,
-            subject: R::SUBJECT,
+            state: kind,
+            kind: R::KIND,
         }
     }
 }
@@ -144,9 +138,9 @@ pin_project! {
     /// error.
     pub struct ResponseFuture<F> {
         #[pin]
-        kind: Kind<F>,
-        // What the panic message calls the callee (`Call::SUBJECT`).
-        subject: &'static str,
+        state: Kind<F>,
+        // What the panic message calls the callee.
+        kind: CallKind,
     }
 }
 
@@ -170,23 +164,23 @@ where
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let (mut kind, subject) = (this.kind, *this.subject);
-        let result = match kind.as_mut().project() {
+        let (mut state, kind) = (this.state, *this.kind);
+        let result = match state.as_mut().project() {
             KindProj::Calling { future } => {
                 match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
                     Ok(Poll::Pending) => return Poll::Pending,
-                    Ok(Poll::Ready(Ok(stream))) => Ok(ResponseStream::new(stream, subject)),
+                    Ok(Poll::Ready(Ok(stream))) => Ok(ResponseStream::new(stream, kind)),
                     Ok(Poll::Ready(Err(err))) => Err(err.into()),
-                    Err(payload) => Err(panicked(subject, payload)),
+                    Err(payload) => Err(panicked(kind, payload)),
                 }
             }
             KindProj::Done { error } => {
                 return Poll::Ready(Err(error.take().unwrap_or_else(|| {
-                    ToolError::cancelled("response future polled after completion")
+                    ToolError::polled_after_completion("catch_panic::ResponseFuture")
                 })))
             }
         };
-        drop_quietly(|| kind.set(Kind::Done { error: None }));
+        drop_quietly(|| state.set(Kind::Done { error: None }));
         Poll::Ready(result)
     }
 }
@@ -197,15 +191,15 @@ pin_project! {
     pub struct ResponseStream<St> {
         #[pin]
         inner: Option<St>,
-        subject: &'static str,
+        kind: CallKind,
     }
 }
 
 impl<St> ResponseStream<St> {
-    fn new(stream: St, subject: &'static str) -> Self {
+    fn new(stream: St, kind: CallKind) -> Self {
         ResponseStream {
             inner: Some(stream),
-            subject,
+            kind,
         }
     }
 }
@@ -219,7 +213,7 @@ where
     #[inline]
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.project();
-        let (mut inner, subject) = (this.inner, *this.subject);
+        let (mut inner, kind) = (this.inner, *this.kind);
         let Some(stream) = inner.as_mut().as_pin_mut() else {
             return Poll::Ready(None);
         };
@@ -231,7 +225,7 @@ where
             }
             Ok(poll) => poll,
             Err(payload) => {
-                let err = panicked(subject, payload);
+                let err = panicked(kind, payload);
                 drop_quietly(|| inner.set(None));
                 Poll::Ready(Some(Err(err)))
             }
@@ -262,14 +256,14 @@ fn drop_quietly(drop: impl FnOnce()) {
     }
 }
 
-fn panicked(subject: &'static str, payload: Box<dyn Any + Send>) -> ToolError {
+fn panicked(kind: CallKind, payload: Box<dyn Any + Send>) -> ToolError {
     let message = if let Some(s) = payload.downcast_ref::<&'static str>() {
-        format!("the {subject} panicked: {s}")
+        format!("the {kind} panicked: {s}")
     } else if let Some(s) = payload.downcast_ref::<String>() {
-        format!("the {subject} panicked: {s}")
+        format!("the {kind} panicked: {s}")
     } else {
-        format!("the {subject} panicked")
+        format!("the {kind} panicked")
     };
-    tracing::error!(%message, "caught a {subject} panic");
+    tracing::error!(%message, "caught a {kind} panic");
     ToolError::new(ErrorKind::Panicked, message)
 }

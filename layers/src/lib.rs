@@ -38,12 +38,12 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
 //! let model = tower::ServiceBuilder::new()
-//!     .trace_tool()                        // span `chat {model}`, gen_ai.operation.name = chat
-//!     .tool_retry(RetryPolicy::default())  // only before the first delta
-//!     .tool_timeout(TimeoutLayer::new()
+//!     .stream_trace()                        // span `chat {model}`, gen_ai.operation.name = chat
+//!     .stream_retry(RetryPolicy::default())  // only before the first delta
+//!     .stream_timeout(TimeoutLayer::new()
 //!         .first_item(Duration::from_secs(30))
 //!         .idle(Duration::from_secs(10)))  // between deltas
-//!     .tool_concurrency_limit(4)           // permit held while the answer streams
+//!     .stream_concurrency_limit(4)           // permit held while the answer streams
 //!     .service(ScriptedModel::new([Turn::new().text("Hello!")]));
 //! let agent = Agent::new(model, Toolbox::new()).model_name("scripted");
 //! let events: Vec<AgentEvent> = agent.run(vec![Message::user("hi")]).collect().await;
@@ -51,33 +51,29 @@
 //! # }
 //! ```
 //!
-//! ## Keeping a tool's description
+//! ## The tool's description
 //!
-//! [`Layered`] wraps a tool in any tower layer — tower's own do not forward
-//! [`Describe`] — and keeps its description:
+//! Layers that need to know the tool — [`retry`] asks whether it is
+//! idempotent, [`validate`] checks the arguments against its schema — read
+//! its description from the request ([`ToolRequest::info`]), which the
+//! [`Toolbox`](toolstack::Toolbox) (through its [`BoxTool`](toolstack::BoxTool)s)
+//! sets at dispatch. So any tower layer, ours or tower's own, can sit
+//! anywhere in a tool's stack, and no layer has to forward a description:
+//! put layered tools in a toolbox with
+//! [`Toolbox::layered`](toolstack::Toolbox::layered) (one tool) or
+//! [`Toolbox::layer`](toolstack::Toolbox::layer) (every tool).
 //!
-//! ```
-//! use toolstack::{tool, Describe, ToolError};
-//! use toolstack_layers::Layered;
-//!
-//! #[derive(serde::Deserialize, toolstack::schemars::JsonSchema)]
-//! #[schemars(crate = "toolstack::schemars")]
-//! struct Args {}
-//!
-//! let t = tool::from_fn("noop", |_: Args| async { Ok::<_, ToolError>("ok") });
-//! let wrapped = Layered::new(t, tower_layer::Identity::new());
-//! assert_eq!(wrapped.info().name(), "noop");
-//! ```
+//! [`ToolRequest::info`]: toolstack::ToolRequest::info
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 mod builder;
-mod call;
 pub mod catch_panic;
 pub mod concurrency;
 #[cfg(feature = "rate-limit")]
 pub mod rate_limit;
+mod request;
 pub mod retry;
 pub mod timeout;
 pub mod trace;
@@ -85,52 +81,4 @@ pub mod trace;
 pub mod validate;
 
 pub use builder::ServiceBuilderExt;
-pub use call::{Call, CallOutput};
-
-use std::sync::Arc;
-use std::task::{Context, Poll};
-
-use toolstack::{Describe, ToolInfo, ToolRequest};
-use tower_layer::Layer;
-use tower_service::Service;
-
-/// A tool wrapped in any tower layer, keeping the tool's description.
-#[derive(Clone, Debug)]
-pub struct Layered<S> {
-    info: Arc<ToolInfo>,
-    service: S,
-}
-
-impl<S> Layered<S> {
-    /// Wraps `tool` in `layer`, remembering the tool's description.
-    pub fn new<T, L>(tool: T, layer: L) -> Self
-    where
-        T: Describe,
-        L: Layer<T, Service = S>,
-    {
-        Layered {
-            info: Arc::new(tool.info().clone()),
-            service: layer.layer(tool),
-        }
-    }
-}
-
-impl<S> Describe for Layered<S> {
-    fn info(&self) -> &ToolInfo {
-        &self.info
-    }
-}
-
-impl<S: Service<ToolRequest>> Service<ToolRequest> for Layered<S> {
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.service.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: ToolRequest) -> S::Future {
-        self.service.call(request)
-    }
-}
+pub use request::{CallKind, Item, Request};

@@ -13,7 +13,7 @@
 //! ```
 //! use serde_json::json;
 //! use tower::{ServiceBuilder, ServiceExt};
-//! use toolstack::{tool, ErrorKind, ToolInfo, ToolRequest};
+//! use toolstack::{tool, ErrorKind, ToolInfo, ToolRequest, Toolbox};
 //! use toolstack_layers::validate::{ValidateLayer, ValidationError};
 //!
 //! # futures_util::FutureExt::now_or_never(async {
@@ -23,9 +23,9 @@
 //!     "required": ["days"]
 //! }));
 //! let forecast = tool::raw(info, |_| futures_util::stream::empty());
-//! let tool = ServiceBuilder::new().layer(ValidateLayer::new()).service(forecast);
+//! let tools = Toolbox::new().layered(forecast, ServiceBuilder::new().layer(ValidateLayer::new()));
 //!
-//! let err = tool.oneshot(ToolRequest::new("forecast", r#"{"days":"x"}"#)).await.unwrap_err();
+//! let err = tools.oneshot(ToolRequest::new("forecast", r#"{"days":"x"}"#)).await.unwrap_err();
 //! assert_eq!(err.kind(), ErrorKind::InvalidArguments);
 //! assert_eq!(err.message(), r#"invalid arguments: /days: "x" is not of type "integer""#);
 //!
@@ -35,21 +35,21 @@
 //! # }).unwrap();
 //! ```
 //!
-//! Arguments are parsed as the default decoder does: empty arguments are
-//! read as `{}`. A tool whose described schema does not compile is not
-//! validated at all (see [`ValidateLayer`]); use [`Validate::try_new`] or
+//! Arguments follow the [argument rules](toolstack::arguments): empty
+//! arguments are read as `{}`. A tool whose described schema does not
+//! compile is not validated at all (see [`ValidateLayer`]); use
 //! [`Validate::with_schema`] to get the [`SchemaError`] instead.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 
 use futures_core::Stream;
 use pin_project_lite::pin_project;
 use serde_json::Value;
-use toolstack::{Describe, ToolError, ToolInfo, ToolItem, ToolRequest};
+use toolstack::{ToolError, ToolInfo, ToolItem, ToolRequest};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -59,47 +59,47 @@ const MAX_LISTED: usize = 10;
 /// bytes: jsonschema quotes the offending value, which may be large.
 const MAX_LINE: usize = 240;
 
-/// Wraps a described tool in [`Validate`], compiling its input schema once,
-/// when the layer is applied.
+/// Wraps a tool in [`Validate`], which checks each call's arguments
+/// against the input schema of the tool the call was dispatched to
+/// ([`ToolRequest::info`]).
 ///
-/// If the tool's schema does not compile, the layer logs a warning (through
-/// `tracing`) and the wrapped tool validates nothing: a schema may come
-/// from a remote server, and a bad one must not bring the process down.
-/// The tool still checks its own arguments. Use [`Validate::try_new`] to
-/// treat a bad schema as an error.
+/// Put it inside the toolbox — per tool with
+/// [`Toolbox::layered`](toolstack::Toolbox::layered), or on every tool with
+/// [`Toolbox::layer`](toolstack::Toolbox::layer) — where the request already
+/// carries the description; over a whole toolbox, a request has not been
+/// dispatched yet and carries none.
+///
+/// The schema is compiled on the first call and kept, shared by the clones
+/// of the wrapped service and keyed by the tool's description. If a tool's schema does not compile, the layer
+/// logs a warning (through `tracing`) and that tool's arguments are not
+/// validated: a schema may come from a remote server, and a bad one must
+/// not bring the process down. The tool still checks its own arguments.
+/// Use [`Validate::with_schema`] to treat a bad schema as an error.
+///
+/// A request that carries no description (a tool called directly, not
+/// through a [`Toolbox`](toolstack::Toolbox) or a
+/// [`BoxTool`](toolstack::BoxTool)) is refused, as there is nothing to
+/// check it against.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ValidateLayer {
     _priv: (),
 }
 
 impl ValidateLayer {
-    /// A layer that validates arguments against the wrapped tool's input
+    /// A layer that validates arguments against the called tool's input
     /// schema.
     pub fn new() -> Self {
         ValidateLayer { _priv: () }
     }
 }
 
-impl<S: Describe> Layer<S> for ValidateLayer {
+impl<S> Layer<S> for ValidateLayer {
     type Service = Validate<S>;
 
     fn layer(&self, inner: S) -> Validate<S> {
-        match compile(inner.info().input_schema()) {
-            Ok(validator) => Validate {
-                inner,
-                validator: Some(validator),
-            },
-            Err(err) => {
-                tracing::warn!(
-                    tool = inner.info().name(),
-                    error = %err,
-                    "the tool's input schema does not compile; its arguments are not validated",
-                );
-                Validate {
-                    inner,
-                    validator: None,
-                }
-            }
+        Validate {
+            inner,
+            schema: Schema::PerTool(Arc::default()),
         }
     }
 }
@@ -107,40 +107,75 @@ impl<S: Describe> Layer<S> for ValidateLayer {
 /// A tool whose arguments are checked against a JSON Schema before it is
 /// called; see the [module docs](self).
 ///
-/// Cloning shares the compiled schema.
+/// Cloning shares the compiled schemas.
 #[derive(Clone)]
 pub struct Validate<S> {
     inner: S,
-    validator: Option<Arc<jsonschema::Validator>>,
+    schema: Schema,
 }
 
-impl<S: Describe> Validate<S> {
-    /// Wraps a described tool, compiling its input schema.
-    pub fn try_new(inner: S) -> Result<Self, SchemaError> {
-        let validator = compile(inner.info().input_schema())?;
-        Ok(Validate {
-            inner,
-            validator: Some(validator),
-        })
+#[derive(Clone)]
+enum Schema {
+    /// One schema for every call ([`Validate::with_schema`]).
+    Fixed(Arc<jsonschema::Validator>),
+    /// The schema of the tool each call was dispatched to.
+    PerTool(Arc<Compiled>),
+}
+
+/// The compiled schemas of the tools seen so far, keyed by their shared
+/// description: the first tool's without a lock (the common case, one
+/// `Validate` per tool), any others' behind one.
+#[derive(Default)]
+struct Compiled {
+    first: OnceLock<(Arc<ToolInfo>, Option<Arc<jsonschema::Validator>>)>,
+    others: Mutex<Vec<(Arc<ToolInfo>, Option<Arc<jsonschema::Validator>>)>>,
+}
+
+/// At most this many tools' schemas are kept past the first; a `Validate`
+/// over a toolbox larger than that compiles the rest on every call.
+const MAX_CACHED: usize = 1024;
+
+impl Compiled {
+    fn get(&self, info: &Arc<ToolInfo>) -> Option<Arc<jsonschema::Validator>> {
+        let (first, validator) = self
+            .first
+            .get_or_init(|| (info.clone(), compile_or_warn(info)));
+        if Arc::ptr_eq(first, info) {
+            return validator.clone();
+        }
+        let mut others = self.others.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, validator)) = others.iter().find(|(i, _)| Arc::ptr_eq(i, info)) {
+            return validator.clone();
+        }
+        let validator = compile_or_warn(info);
+        if others.len() < MAX_CACHED {
+            others.push((info.clone(), validator.clone()));
+        }
+        validator
     }
+}
+
+fn compile_or_warn(info: &ToolInfo) -> Option<Arc<jsonschema::Validator>> {
+    compile(info.input_schema())
+        .inspect_err(|err| {
+            tracing::warn!(
+                tool = info.name(),
+                error = %err,
+                "the tool's input schema does not compile; its arguments are not validated",
+            );
+        })
+        .ok()
 }
 
 impl<S> Validate<S> {
-    /// Wraps any tool service, validating against `schema` (for services
-    /// that carry no description, or to check against another schema than
-    /// the one shown to the model).
+    /// Wraps any tool service, validating every call against `schema`
+    /// (for a service called directly, or to check against another schema
+    /// than the one shown to the model).
     pub fn with_schema(inner: S, schema: &Value) -> Result<Self, SchemaError> {
-        let validator = compile(schema)?;
         Ok(Validate {
             inner,
-            validator: Some(validator),
+            schema: Schema::Fixed(compile(schema)?),
         })
-    }
-
-    /// Whether arguments are checked: `false` only when [`ValidateLayer`]
-    /// met a schema that does not compile.
-    pub fn is_validating(&self) -> bool {
-        self.validator.is_some()
     }
 
     /// The wrapped tool.
@@ -157,11 +192,27 @@ impl<S> Validate<S> {
     pub fn into_inner(self) -> S {
         self.inner
     }
-}
 
-impl<S: Describe> Describe for Validate<S> {
-    fn info(&self) -> &ToolInfo {
-        self.inner.info()
+    fn check(&self, request: &ToolRequest) -> Result<(), ToolError> {
+        let validator = match &self.schema {
+            Schema::Fixed(validator) => validator.clone(),
+            Schema::PerTool(compiled) => {
+                let Some(info) = request.info_shared() else {
+                    return Err(ToolError::failed(format!(
+                        "cannot validate the arguments of `{}`: the request carries no tool \
+                         description (call the tool through a Toolbox or a BoxTool, or build \
+                         the Validate with a schema)",
+                        request.name()
+                    ))
+                    .with_retryable(false));
+                };
+                match compiled.get(info) {
+                    Some(validator) => validator,
+                    None => return Ok(()),
+                }
+            }
+        };
+        check(&validator, request.arguments())
     }
 }
 
@@ -180,12 +231,10 @@ where
     }
 
     fn call(&mut self, request: ToolRequest) -> Self::Future {
-        if let Some(validator) = &self.validator {
-            if let Err(err) = check(validator, request.arguments()) {
-                return ResponseFuture {
-                    kind: Kind::Rejected { error: Some(err) },
-                };
-            }
+        if let Err(err) = self.check(&request) {
+            return ResponseFuture {
+                kind: Kind::Rejected { error: Some(err) },
+            };
         }
         ResponseFuture {
             kind: Kind::Called {
@@ -200,7 +249,13 @@ impl<S: fmt::Debug> fmt::Debug for Validate<S> {
         // The compiled schema's own `Debug` is a large tree.
         f.debug_struct("Validate")
             .field("inner", &self.inner)
-            .field("validating", &self.is_validating())
+            .field(
+                "schema",
+                &match self.schema {
+                    Schema::Fixed(_) => "fixed",
+                    Schema::PerTool(_) => "per tool",
+                },
+            )
             .finish()
     }
 }
@@ -234,7 +289,7 @@ where
         match self.project().kind.project() {
             KindProj::Called { future } => future.poll(cx).map_err(Into::into),
             KindProj::Rejected { error } => Poll::Ready(Err(error.take().unwrap_or_else(|| {
-                ToolError::cancelled("response future polled after completion")
+                ToolError::polled_after_completion("validate::ResponseFuture")
             }))),
         }
     }

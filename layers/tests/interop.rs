@@ -54,7 +54,7 @@ async fn tower_layers_stack_onto_tools_in_a_layered_toolbox_and_errors_arrive_cl
     // A working Buffer, with our idle timeout inside it.
     let (buffered, worker) = tower::buffer::Buffer::pair(
         ServiceBuilder::new()
-            .tool_timeout(TimeoutLayer::new().idle(Duration::from_millis(50)))
+            .stream_timeout(TimeoutLayer::new().idle(Duration::from_millis(50)))
             .service(Scripted::new(vec![vec![Step::Text(1, "a"), Step::Hang]])),
         4,
     );
@@ -71,7 +71,7 @@ async fn tower_layers_stack_onto_tools_in_a_layered_toolbox_and_errors_arrive_cl
         .layer(TraceLayer::new())
         .layer(CatchPanicLayer::new())
         .layer(ConcurrencyLimitLayer::new(16))
-        .tool_timeout(TimeoutLayer::new().deadline(Duration::from_secs(30)))
+        .stream_timeout(TimeoutLayer::new().deadline(Duration::from_secs(30)))
         .map_err(ToolError::from_box_error)
         .timeout(Duration::from_secs(20))
         .service(toolbox);

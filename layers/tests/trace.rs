@@ -3,137 +3,18 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::{stream, StreamExt};
 use support::{scripted, texts, Scripted, Step};
-use toolstack::{tool, Describe, ToolError, ToolOutput, ToolRequest, ToolStream};
-use toolstack_layers::trace::{OnEnd, Outcome, StreamSummary, Trace, TraceLayer};
+use toolstack::{tool, ToolError, ToolInfo, ToolOutput, ToolRequest, ToolStream};
+use toolstack_layers::trace::{OnEnd, Outcome, StreamSummary, TraceLayer};
 use tower::{Layer, Service, ServiceExt};
-use tracing::field::{Field, Visit};
-use tracing::span::{Attributes, Id, Record};
-use tracing::{Event, Span, Subscriber};
-use tracing_subscriber::layer::{Context, SubscriberExt};
-use tracing_subscriber::registry::LookupSpan;
+use tracing::Span;
 
-type Fields = BTreeMap<String, String>;
-
-#[derive(Debug, Clone)]
-struct SpanRecord {
-    name: &'static str,
-    fields: Fields,
-}
-
-#[derive(Debug, Clone)]
-struct EventRecord {
-    level: tracing::Level,
-    /// Index into the captured spans of the event's parent.
-    parent: Option<usize>,
-    fields: Fields,
-}
-
-impl EventRecord {
-    fn message(&self) -> &str {
-        self.fields.get("message").map_or("", String::as_str)
-    }
-
-    fn field(&self, name: &str) -> Option<&str> {
-        self.fields.get(name).map(String::as_str)
-    }
-}
-
-/// Records every span (with its fields, as later recorded) and every event
-/// (with its parent span).
-#[derive(Debug, Clone, Default)]
-struct Capture {
-    spans: Arc<Mutex<Vec<SpanRecord>>>,
-    events: Arc<Mutex<Vec<EventRecord>>>,
-}
-
-struct SpanIndex(usize);
-
-struct Visitor<'a>(&'a mut Fields);
-
-impl Visit for Visitor<'_> {
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.insert(field.name().to_owned(), value.to_owned());
-    }
-
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.insert(field.name().to_owned(), format!("{value:?}"));
-    }
-}
-
-impl<S> tracing_subscriber::Layer<S> for Capture
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-{
-    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
-        let mut fields = Fields::new();
-        attrs.record(&mut Visitor(&mut fields));
-        let mut spans = self.spans.lock().unwrap();
-        spans.push(SpanRecord {
-            name: attrs.metadata().name(),
-            fields,
-        });
-        let span = ctx.span(id).expect("a new span");
-        span.extensions_mut().insert(SpanIndex(spans.len() - 1));
-    }
-
-    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
-        let span = ctx.span(id).expect("a known span");
-        let index = span.extensions().get::<SpanIndex>().expect("indexed").0;
-        values.record(&mut Visitor(&mut self.spans.lock().unwrap()[index].fields));
-    }
-
-    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
-        let mut fields = Fields::new();
-        event.record(&mut Visitor(&mut fields));
-        let parent = ctx
-            .event_span(event)
-            .and_then(|span| span.extensions().get::<SpanIndex>().map(|i| i.0));
-        self.events.lock().unwrap().push(EventRecord {
-            level: *event.metadata().level(),
-            parent,
-            fields,
-        });
-    }
-}
-
-impl Capture {
-    fn install(&self) -> tracing::subscriber::DefaultGuard {
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(self.clone()))
-    }
-
-    fn spans(&self) -> Vec<SpanRecord> {
-        self.spans.lock().unwrap().clone()
-    }
-
-    fn events(&self) -> Vec<EventRecord> {
-        self.events.lock().unwrap().clone()
-    }
-
-    /// The only `execute_tool` span.
-    fn tool_span(&self) -> SpanRecord {
-        let spans: Vec<_> = self
-            .spans()
-            .into_iter()
-            .filter(|s| s.name == "execute_tool")
-            .collect();
-        assert_eq!(spans.len(), 1, "{spans:?}");
-        spans[0].clone()
-    }
-
-    fn events_with(&self, message: &str) -> Vec<EventRecord> {
-        self.events()
-            .into_iter()
-            .filter(|e| e.message() == message)
-            .collect()
-    }
-}
+use support::capture::Capture;
 
 const OPENED: &str = "tool call opened";
 const ENDED: &str = "tool call ended";
@@ -484,7 +365,7 @@ async fn trace_passes_items_through_unchanged() {
 #[derive(Clone, Default)]
 struct Quiet(Arc<Mutex<Vec<StreamSummary>>>);
 
-impl OnEnd for Quiet {
+impl<R> OnEnd<R> for Quiet {
     fn on_end(&mut self, summary: &StreamSummary, _: &Span) {
         self.0.lock().unwrap().push(*summary);
     }
@@ -522,13 +403,24 @@ async fn trace_reads_no_clock_and_sizes_no_item_when_nothing_listens() {
     assert_eq!(summaries[0].outcome(), Outcome::Completed);
 }
 
-#[derive(serde::Deserialize, toolstack::schemars::JsonSchema)]
-#[schemars(crate = "toolstack::schemars")]
-struct NoArgs {}
-
-#[test]
-fn trace_keeps_the_tool_description() {
-    let t = tool::from_fn("noop", |_: NoArgs| async { Ok::<_, ToolError>("ok") });
-    let traced: Trace<_, _, _, _, _, _> = TraceLayer::new().layer(t);
-    assert_eq!(traced.info().name(), "noop");
+#[tokio::test]
+async fn a_traced_tool_in_a_toolbox_still_sees_its_description_in_the_request() {
+    // No layer forwards a description: the toolbox puts it in the request.
+    let t = tool::raw(
+        ToolInfo::new("noop").with_description("does nothing"),
+        |req| {
+            let seen = req.info().and_then(|i| i.description()).map(str::to_owned);
+            futures_util::stream::iter([Ok(ToolOutput::text(format!("{seen:?}")))])
+        },
+    );
+    let toolbox = toolstack::Toolbox::new().layered(t, TraceLayer::new());
+    assert_eq!(toolbox.infos().next().unwrap().name(), "noop");
+    let items = texts(
+        toolbox
+            .oneshot(ToolRequest::new("noop", "{}"))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(items, ["Some(\"does nothing\")"]);
 }

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use futures_util::{stream, StreamExt};
 use serde_json::{json, Value};
 use toolstack::{
-    tool, Describe, ErrorKind, ToolError, ToolInfo, ToolItem, ToolOutput, ToolRequest, Toolbox,
+    tool, BoxTool, Describe, ErrorKind, ToolError, ToolInfo, ToolItem, ToolOutput, ToolRequest,
+    Toolbox,
 };
 use toolstack_layers::validate::{Validate, ValidateLayer, ValidationError};
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
@@ -62,14 +63,28 @@ async fn call_echo(arguments: &str) -> (Result<String, ToolError>, usize) {
     (result, calls.load(Ordering::SeqCst))
 }
 
-/// `Layer::layer`, named so the tests read left to right.
+/// `Layer::layer`, named so the tests read left to right, erased into a
+/// [`BoxTool`] as a toolbox would hold it: its calls carry the tool's
+/// description, which the layer validates against.
 trait LayerOn {
-    fn layer_on<S: Describe>(&self, s: S) -> Validate<S>;
+    fn layer_on<S>(&self, s: S) -> BoxTool
+    where
+        S: Describe + Service<ToolRequest> + Clone + Send + Sync + 'static,
+        S::Error: Into<ToolError>,
+        S::Future: Send + 'static,
+        S::Response: futures_util::Stream<Item = ToolItem> + Send + 'static;
 }
 
 impl LayerOn for ValidateLayer {
-    fn layer_on<S: Describe>(&self, s: S) -> Validate<S> {
-        tower_layer::Layer::layer(self, s)
+    fn layer_on<S>(&self, s: S) -> BoxTool
+    where
+        S: Describe + Service<ToolRequest> + Clone + Send + Sync + 'static,
+        S::Error: Into<ToolError>,
+        S::Future: Send + 'static,
+        S::Response: futures_util::Stream<Item = ToolItem> + Send + 'static,
+    {
+        let info = s.info().clone();
+        BoxTool::with_info(info, tower_layer::Layer::layer(self, s))
     }
 }
 
@@ -222,13 +237,8 @@ async fn works_for_a_function_tool_in_a_service_builder_and_a_toolbox() {
     let weather = tool::from_fn("weather", |args: WeatherArgs| async move {
         Ok::<_, ToolError>(format!("{} for {} days", args.city, args.days.unwrap_or(1)))
     });
-    let svc = ServiceBuilder::new()
-        .layer(ValidateLayer::new())
-        .service(weather);
-    assert!(svc.is_validating());
-    assert_eq!(svc.info().name(), "weather");
-
-    let tb = Toolbox::new().tool(svc);
+    let tb = Toolbox::new().layered(weather, ServiceBuilder::new().layer(ValidateLayer::new()));
+    assert_eq!(tb.infos().next().unwrap().name(), "weather");
     let ok = tb
         .clone()
         .oneshot(ToolRequest::new("weather", r#"{"city":"Oslo","days":2}"#))
@@ -299,7 +309,8 @@ fn an_invalid_schema_is_a_typed_error() {
 
     let info = ToolInfo::new("bad").with_input_schema(json!({"type": "objekt"}));
     let bad = tool::raw(info, |_| stream::empty::<ToolItem>());
-    assert!(Validate::try_new(bad).is_err());
+    let schema = bad.info().input_schema().clone();
+    assert!(Validate::with_schema(bad, &schema).is_err());
 }
 
 #[tokio::test]
@@ -307,7 +318,6 @@ async fn the_layer_passes_calls_through_when_the_schema_does_not_compile() {
     let info = ToolInfo::new("bad").with_input_schema(json!({"type": "objekt"}));
     let bad = tool::raw(info, |_| stream::iter([Ok(ToolOutput::text("ran"))]));
     let svc = ValidateLayer::new().layer_on(bad);
-    assert!(!svc.is_validating());
     let items: Vec<_> = svc
         .oneshot(ToolRequest::new("bad", "[1]"))
         .await

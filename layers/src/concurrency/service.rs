@@ -4,7 +4,7 @@ use std::task::{ready, Context, Poll};
 use futures_core::Stream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use tokio_util::sync::PollSemaphore;
-use toolstack::{Describe, ErrorKind, ToolError, ToolInfo};
+use toolstack::{ErrorKind, ToolError};
 use tower_service::Service;
 
 use super::ResponseFuture;
@@ -61,12 +61,6 @@ impl<S: Clone> Clone for ConcurrencyLimit<S> {
             waiting: None,
             permit: None,
         }
-    }
-}
-
-impl<S: Describe> Describe for ConcurrencyLimit<S> {
-    fn info(&self) -> &ToolInfo {
-        self.inner.info()
     }
 }
 

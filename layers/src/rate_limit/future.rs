@@ -9,7 +9,7 @@ use toolstack::{ToolError, ToolRequest};
 use tower_service::Service;
 
 use super::limiter::{CallKey, Limiter};
-use crate::Call;
+use crate::Request;
 
 pin_project! {
     /// Response future of [`RateLimit`](super::RateLimit).
@@ -83,7 +83,7 @@ impl<S, F, R> ResponseFuture<S, F, R> {
 
 impl<S, F, R, St> Future for ResponseFuture<S, F, R>
 where
-    R: Call,
+    R: Request,
     S: Service<R, Response = St, Future = F>,
     S::Error: Into<ToolError>,
     F: Future<Output = Result<St, S::Error>>,

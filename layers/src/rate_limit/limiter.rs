@@ -12,7 +12,7 @@ use governor::{Quota, RateLimiter};
 use http::Extensions;
 
 use super::clock::TokioClock;
-use crate::Call;
+use crate::{CallKind, Request};
 
 type Direct = RateLimiter<NotKeyed, InMemoryState, TokioClock>;
 type Keyed<K> = RateLimiter<K, HashMapStateStore<K>, TokioClock>;
@@ -20,16 +20,16 @@ type Keyed<K> = RateLimiter<K, HashMapStateStore<K>, TokioClock>;
 /// What a limiter reads of a call, whatever its request type.
 #[derive(Clone, Copy)]
 pub(super) struct CallKey<'a> {
-    subject: &'static str,
+    kind: CallKind,
     target: &'a str,
     extensions: &'a Extensions,
 }
 
 impl<'a> CallKey<'a> {
     #[inline]
-    pub(super) fn of<R: Call>(request: &'a R) -> Self {
+    pub(super) fn of<R: Request>(request: &'a R) -> Self {
         CallKey {
-            subject: R::SUBJECT,
+            kind: R::KIND,
             target: request.target(),
             extensions: request.extensions(),
         }
@@ -71,7 +71,7 @@ impl Limiter for Global {
     }
 
     fn bucket_name(&self, call: CallKey<'_>) -> String {
-        format!("all {} calls", call.subject)
+        format!("all {} calls", call.kind)
     }
 
     fn retain_recent(&self) {}
@@ -118,8 +118,8 @@ impl Limiter for PerTool {
 
     fn bucket_name(&self, call: CallKey<'_>) -> String {
         match call.target {
-            "" => format!("{} calls that name no {}", call.subject, call.subject),
-            target => format!("{} `{target}`", call.subject),
+            "" => format!("{} calls that name no {}", call.kind, call.kind),
+            target => format!("{} `{target}`", call.kind),
         }
     }
 

@@ -3,13 +3,13 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_core::Stream;
-use toolstack::{Describe, ErrorKind, ToolError, ToolInfo};
+use toolstack::{ErrorKind, ToolError};
 use tower_service::Service;
 
 use super::layer::Mode;
 use super::limiter::{CallKey, Limiter};
 use super::ResponseFuture;
-use crate::Call;
+use crate::Request;
 
 /// Rate-limits calls to the inner service — a tool or a model; built by
 /// [`RateLimitLayer`](super::RateLimitLayer).
@@ -51,15 +51,9 @@ impl<S> RateLimit<S> {
     }
 }
 
-impl<S: Describe> Describe for RateLimit<S> {
-    fn info(&self) -> &ToolInfo {
-        self.inner.info()
-    }
-}
-
 impl<S, R, St, T> Service<R> for RateLimit<S>
 where
-    R: Call,
+    R: Request,
     S: Service<R, Response = St> + Clone,
     S::Error: Into<ToolError>,
     St: Stream<Item = Result<T, ToolError>>,
@@ -82,7 +76,7 @@ where
         match self.mode {
             Mode::Reject => {
                 tracing::debug!(
-                    operation = R::OPERATION,
+                    operation = R::KIND.operation(),
                     target = request.target(),
                     retry_after_ms = millis_ceil(retry_after),
                     "rate limited; refusing the call"
@@ -101,7 +95,7 @@ where
             }
             Mode::Wait => {
                 tracing::debug!(
-                    operation = R::OPERATION,
+                    operation = R::KIND.operation(),
                     target = request.target(),
                     wait_ms = millis_ceil(retry_after),
                     "rate limited; waiting"

@@ -12,7 +12,7 @@ use tower_service::Service;
 
 use super::policy::refused_before_running;
 use super::{Idempotency, RetryPolicy};
-use crate::Call;
+use crate::Request;
 
 /// What a call needs to be tried again.
 pub(super) struct Attempts<S, R, I> {
@@ -24,7 +24,7 @@ pub(super) struct Attempts<S, R, I> {
     pub(super) attempt: u32,
 }
 
-impl<S, R: Call, I: Idempotency<S, R>> Attempts<S, R, I> {
+impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
     /// The delay before the next attempt after `err`, or `None` when `err`
     /// is final. `reached` says whether the call may have reached the
     /// service.
@@ -38,7 +38,7 @@ impl<S, R: Call, I: Idempotency<S, R>> Attempts<S, R, I> {
         if reached
             && !policy.retry_non_idempotent
             && !refused_before_running(err)
-            && !self.idempotency.is_idempotent(&self.service, &self.request)
+            && !self.idempotency.is_idempotent(&self.request)
         {
             return None;
         }
@@ -50,7 +50,7 @@ impl<S, R: Call, I: Idempotency<S, R>> Attempts<S, R, I> {
         let delay = policy.delay(self.attempt, err);
         self.attempt += 1;
         tracing::debug!(
-            operation = R::OPERATION,
+            operation = R::KIND.operation(),
             target = self.request.target(),
             attempt = self.attempt,
             delay_ms = delay.as_millis() as u64,
@@ -80,10 +80,10 @@ fn poll_open<S, R, I>(
     cx: &mut Context<'_>,
 ) -> Poll<Result<S::Response, ToolError>>
 where
-    R: Call + Clone,
+    R: Request + Clone,
     S: Service<R>,
     S::Error: Into<ToolError>,
-    I: Idempotency<S, R>,
+    I: Idempotency<R>,
 {
     loop {
         let (err, reached) = match state.as_mut().project() {
@@ -147,10 +147,10 @@ impl<S: Service<R>, R, I> ResponseFuture<S, R, I> {
 
 impl<S, R, I> Future for ResponseFuture<S, R, I>
 where
-    R: Call + Clone,
+    R: Request + Clone,
     S: Service<R>,
     S::Error: Into<ToolError>,
-    I: Idempotency<S, R>,
+    I: Idempotency<R>,
 {
     type Output = Result<ResponseStream<S, R, I>, ToolError>;
 
@@ -192,11 +192,11 @@ pin_project! {
 
 impl<S, R, I, T> Stream for ResponseStream<S, R, I>
 where
-    R: Call + Clone,
+    R: Request + Clone,
     S: Service<R>,
     S::Error: Into<ToolError>,
     S::Response: Stream<Item = Result<T, ToolError>>,
-    I: Idempotency<S, R>,
+    I: Idempotency<R>,
 {
     type Item = Result<T, ToolError>;
 

@@ -1,15 +1,16 @@
 use tower_layer::Layer;
 
-use super::{Inferred, Retry, RetryPolicy};
+use super::{Retry, RetryPolicy};
 
 /// Applies [`Retry`] with a policy, over a tool or a model.
 ///
 /// Whether a call may be repeated once it may have reached the service is
-/// [`Inferred`]: from the tool's annotations for a tool call (so the tool
-/// below must carry its description — this crate's layers forward it), and
-/// always for a model call. The bound is checked where the service is used
-/// as a `Service<ToolRequest>`; for a tool service without a description,
-/// use [`Retry::with_idempotency`].
+/// [`Inferred`]: from the annotations of the tool the request was
+/// dispatched to ([`ToolRequest::info`](toolstack::ToolRequest::info)) for
+/// a tool call, and always for a model call. To say it yourself, use
+/// [`Retry::with_idempotency`].
+///
+/// [`Inferred`]: super::Inferred
 #[derive(Debug, Clone, Default)]
 pub struct RetryLayer {
     policy: RetryPolicy,
@@ -23,9 +24,9 @@ impl RetryLayer {
 }
 
 impl<S> Layer<S> for RetryLayer {
-    type Service = Retry<S, Inferred>;
+    type Service = Retry<S>;
 
-    fn layer(&self, inner: S) -> Retry<S, Inferred> {
-        Retry::with_idempotency(inner, self.policy.clone(), Inferred)
+    fn layer(&self, inner: S) -> Retry<S> {
+        Retry::new(inner, self.policy.clone())
     }
 }

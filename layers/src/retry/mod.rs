@@ -29,9 +29,9 @@
 //! use std::sync::Arc;
 //! use std::time::Duration;
 //! use futures_util::StreamExt;
-//! use toolstack::{tool, ToolAnnotations, ToolError, ToolRequest, TimeoutPhase};
+//! use toolstack::{tool, ToolAnnotations, ToolError, ToolRequest, TimeoutPhase, Toolbox};
 //! use toolstack_layers::retry::{RetryLayer, RetryPolicy};
-//! use tower::{Service, ServiceBuilder, ServiceExt};
+//! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! #[derive(serde::Deserialize, toolstack::schemars::JsonSchema)]
 //! #[schemars(crate = "toolstack::schemars")]
@@ -54,10 +54,15 @@
 //! })
 //! .annotations(ToolAnnotations::new().read_only());
 //!
-//! let mut tool = ServiceBuilder::new()
-//!     .layer(RetryLayer::new(RetryPolicy::new().backoff(Duration::from_millis(10), Duration::from_secs(1))))
-//!     .service(flaky);
-//! let stream = tool.ready().await.unwrap().call(ToolRequest::new("flaky", "{}")).await.unwrap();
+//! // The toolbox hands the tool's description (read-only, so safe to repeat)
+//! // to the retry in the request.
+//! let tools = Toolbox::new().layered(
+//!     flaky,
+//!     ServiceBuilder::new().layer(RetryLayer::new(
+//!         RetryPolicy::new().backoff(Duration::from_millis(10), Duration::from_secs(1)),
+//!     )),
+//! );
+//! let stream = tools.oneshot(ToolRequest::new("flaky", "{}")).await.unwrap();
 //! let items: Vec<_> = stream.collect().await;
 //! assert!(items[0].is_ok());
 //! assert_eq!(calls.load(Ordering::SeqCst), 2);

@@ -1,12 +1,12 @@
 use std::task::{Context, Poll};
 
 use futures_core::Stream;
-use toolstack::{Describe, ToolError, ToolInfo};
+use toolstack::ToolError;
 use tower_service::Service;
 
 use super::future::Attempts;
-use super::{Idempotency, ResponseFuture, RetryPolicy};
-use crate::Call;
+use super::{Idempotency, Inferred, ResponseFuture, RetryPolicy};
+use crate::Request;
 
 /// Retries a call — of a tool or of a model — that fails before its first
 /// item. See the [module docs](super).
@@ -16,18 +16,18 @@ use crate::Call;
 /// [`Inferred`](super::Inferred) from the call, as
 /// [`RetryLayer`](super::RetryLayer) does.
 #[derive(Debug, Clone)]
-pub struct Retry<S, I = bool> {
+pub struct Retry<S, I = Inferred> {
     inner: S,
     policy: RetryPolicy,
     idempotency: I,
 }
 
-impl<S: Describe> Retry<S> {
-    /// Wraps a described tool; whether it is idempotent comes from its
-    /// annotations ([`ToolAnnotations::is_idempotent`](toolstack::ToolAnnotations::is_idempotent)).
+impl<S> Retry<S> {
+    /// Wraps a tool or a model; whether a call may be repeated is
+    /// [`Inferred`] from the call (what [`RetryLayer`](super::RetryLayer)
+    /// does).
     pub fn new(inner: S, policy: RetryPolicy) -> Self {
-        let idempotent = inner.info().annotations().is_idempotent();
-        Retry::with_idempotency(inner, policy, idempotent)
+        Retry::with_idempotency(inner, policy, Inferred)
     }
 }
 
@@ -58,19 +58,13 @@ impl<S, I> Retry<S, I> {
     }
 }
 
-impl<S: Describe, I> Describe for Retry<S, I> {
-    fn info(&self) -> &ToolInfo {
-        self.inner.info()
-    }
-}
-
 impl<S, R, I, St, T> Service<R> for Retry<S, I>
 where
-    R: Call + Clone,
+    R: Request + Clone,
     S: Service<R, Response = St> + Clone,
     S::Error: Into<ToolError>,
     St: Stream<Item = Result<T, ToolError>>,
-    I: Idempotency<S, R> + Clone,
+    I: Idempotency<R> + Clone,
 {
     type Response = super::ResponseStream<S, R, I>;
     type Error = ToolError;

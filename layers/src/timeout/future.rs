@@ -20,8 +20,8 @@ pub(super) struct Bounds {
     /// Cleared when the first item arrives.
     pub(super) first_item: Option<Instant>,
     pub(super) limits: TimeoutLayer,
-    /// What the error messages call the callee ([`Call::SUBJECT`](crate::Call::SUBJECT)).
-    pub(super) subject: &'static str,
+    /// What the error messages call the callee.
+    pub(super) kind: crate::CallKind,
 }
 
 impl Bounds {
@@ -39,7 +39,7 @@ impl Bounds {
     }
 
     fn error(&self, phase: TimeoutPhase) -> ToolError {
-        let (limits, subject) = (&self.limits, self.subject);
+        let (limits, subject) = (&self.limits, self.kind);
         let message = match phase {
             TimeoutPhase::Deadline => format!(
                 "the {subject} did not finish within its deadline of {:?}",

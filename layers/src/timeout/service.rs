@@ -2,12 +2,12 @@ use std::task::{Context, Poll};
 
 use futures_core::Stream;
 use tokio::time::Instant;
-use toolstack::{Describe, ToolError, ToolInfo};
+use toolstack::ToolError;
 use tower_service::Service;
 
 use super::future::Bounds;
 use super::{ResponseFuture, TimeoutLayer};
-use crate::Call;
+use crate::Request;
 
 /// Bounds a call — of a tool or of a model — in time, stream included. See
 /// the [module docs](super).
@@ -34,15 +34,9 @@ impl<S> Timeout<S> {
     }
 }
 
-impl<S: Describe> Describe for Timeout<S> {
-    fn info(&self) -> &ToolInfo {
-        self.inner.info()
-    }
-}
-
 impl<S, R, St, T> Service<R> for Timeout<S>
 where
-    R: Call,
+    R: Request,
     S: Service<R, Response = St>,
     S::Error: Into<ToolError>,
     St: Stream<Item = Result<T, ToolError>>,
@@ -63,7 +57,7 @@ where
             deadline: start.zip(limits.deadline).map(|(s, d)| s + d),
             first_item: start.zip(limits.first_item).map(|(s, d)| s + d),
             limits,
-            subject: R::SUBJECT,
+            kind: R::KIND,
         };
         ResponseFuture::new(self.inner.call(request), bounds)
     }

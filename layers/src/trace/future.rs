@@ -1,6 +1,7 @@
 use std::fmt;
 use std::future::Future;
 use std::io;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
@@ -10,8 +11,8 @@ use pin_project_lite::pin_project;
 use toolstack::ToolError;
 use tracing::Span;
 
-use super::callbacks::{OnEarlyDrop, OnEnd, OnFailure, OnOpen, Outcome, StreamSummary};
-use crate::CallOutput;
+use super::{OnEarlyDrop, OnEnd, OnFailure, OnOpen, Outcome, StreamSummary};
+use crate::{Item, Request};
 
 pin_project! {
     /// The response future of [`Trace`](super::Trace): polls the inner
@@ -19,27 +20,29 @@ pin_project! {
     ///
     /// Dropping it before it resolves reports an early drop.
     #[derive(Debug)]
-    pub struct ResponseFuture<F, OO, OE, OF, OD>
+    pub struct ResponseFuture<F, R, OO, OE, OF, OD>
     where
-        OE: OnEnd,
-        OF: OnFailure,
-        OD: OnEarlyDrop,
+        R: Request,
+        OE: OnEnd<R>,
+        OF: OnFailure<R>,
+        OD: OnEarlyDrop<R>,
     {
         #[pin]
         inner: F,
         on_open: OO,
         // Taken when the future resolves: moved into the stream, or ended.
-        guard: Option<EndGuard<OE, OF, OD>>,
+        guard: Option<EndGuard<R, OE, OF, OD>>,
     }
 }
 
-impl<F, OO, OE, OF, OD> ResponseFuture<F, OO, OE, OF, OD>
+impl<F, R, OO, OE, OF, OD> ResponseFuture<F, R, OO, OE, OF, OD>
 where
-    OE: OnEnd,
-    OF: OnFailure,
-    OD: OnEarlyDrop,
+    R: Request,
+    OE: OnEnd<R>,
+    OF: OnFailure<R>,
+    OD: OnEarlyDrop<R>,
 {
-    pub(super) fn new(inner: F, on_open: OO, guard: EndGuard<OE, OF, OD>) -> Self {
+    pub(super) fn new(inner: F, on_open: OO, guard: EndGuard<R, OE, OF, OD>) -> Self {
         ResponseFuture {
             inner,
             on_open,
@@ -48,32 +51,35 @@ where
     }
 }
 
-impl<F, St, E, OO, OE, OF, OD> Future for ResponseFuture<F, OO, OE, OF, OD>
+impl<F, St, E, R, OO, OE, OF, OD> Future for ResponseFuture<F, R, OO, OE, OF, OD>
 where
     F: Future<Output = Result<St, E>>,
     E: Into<ToolError>,
-    OO: OnOpen,
-    OE: OnEnd,
-    OF: OnFailure,
-    OD: OnEarlyDrop,
+    OO: OnOpen<R>,
+    R: Request,
+    OE: OnEnd<R>,
+    OF: OnFailure<R>,
+    OD: OnEarlyDrop<R>,
 {
-    type Output = Result<ResponseStream<St, OE, OF, OD>, ToolError>;
+    type Output = Result<ResponseStream<St, R, OE, OF, OD>, ToolError>;
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let EndGuard { span, state } = this
-            .guard
-            .as_mut()
-            .expect("trace::ResponseFuture polled after completion");
+        let Some(EndGuard { span, state }) = this.guard.as_mut() else {
+            return Poll::Ready(Err(ToolError::polled_after_completion(
+                "trace::ResponseFuture",
+            )));
+        };
         let entered = span.enter();
         match ready!(this.inner.poll(cx)) {
             Ok(inner) => {
-                this.on_open
-                    .on_open_of(state.subject, state.elapsed(), span);
+                this.on_open.on_open(state.elapsed(), span);
                 drop(entered);
-                let guard = this.guard.take().expect("checked above");
-                Poll::Ready(Ok(ResponseStream { inner, guard }))
+                match this.guard.take() {
+                    Some(guard) => Poll::Ready(Ok(ResponseStream { inner, guard })),
+                    None => unreachable!("the guard was borrowed above"),
+                }
             }
             Err(err) => {
                 let err = err.into();
@@ -91,23 +97,25 @@ pin_project! {
     /// stream inside the call's span, counts the items, and reports the end
     /// of the stream, its (terminal) error, or its drop before the end.
     #[derive(Debug)]
-    pub struct ResponseStream<St, OE, OF, OD>
+    pub struct ResponseStream<St, R, OE, OF, OD>
     where
-        OE: OnEnd,
-        OF: OnFailure,
-        OD: OnEarlyDrop,
+        R: Request,
+        OE: OnEnd<R>,
+        OF: OnFailure<R>,
+        OD: OnEarlyDrop<R>,
     {
         #[pin]
         inner: St,
-        guard: EndGuard<OE, OF, OD>,
+        guard: EndGuard<R, OE, OF, OD>,
     }
 }
 
-impl<St, OE, OF, OD> ResponseStream<St, OE, OF, OD>
+impl<St, R, OE, OF, OD> ResponseStream<St, R, OE, OF, OD>
 where
-    OE: OnEnd,
-    OF: OnFailure,
-    OD: OnEarlyDrop,
+    R: Request,
+    OE: OnEnd<R>,
+    OF: OnFailure<R>,
+    OD: OnEarlyDrop<R>,
 {
     /// The call's span.
     pub fn span(&self) -> &Span {
@@ -115,13 +123,14 @@ where
     }
 }
 
-impl<St, T, OE, OF, OD> Stream for ResponseStream<St, OE, OF, OD>
+impl<St, T, R, OE, OF, OD> Stream for ResponseStream<St, R, OE, OF, OD>
 where
     St: Stream<Item = Result<T, ToolError>>,
-    T: CallOutput,
-    OE: OnEnd,
-    OF: OnFailure,
-    OD: OnEarlyDrop,
+    T: Item,
+    R: Request,
+    OE: OnEnd<R>,
+    OF: OnFailure<R>,
+    OD: OnEarlyDrop<R>,
 {
     type Item = Result<T, ToolError>;
 
@@ -150,15 +159,14 @@ where
 ///
 /// Not pinned, so it can move; its `Drop` notices a consumer that walked
 /// away before the call's end.
-pub(super) struct EndGuard<OE: OnEnd, OF: OnFailure, OD: OnEarlyDrop> {
+pub(super) struct EndGuard<R: Request, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> {
     span: Span,
-    state: CallState<OE, OF, OD>,
+    state: CallState<R, OE, OF, OD>,
 }
 
-impl<OE: OnEnd, OF: OnFailure, OD: OnEarlyDrop> EndGuard<OE, OF, OD> {
+impl<R: Request, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> EndGuard<R, OE, OF, OD> {
     pub(super) fn new(
         span: Span,
-        subject: &'static str,
         start: Option<Instant>,
         output: Option<Box<OutputRecorder>>,
         on_end: OE,
@@ -168,7 +176,6 @@ impl<OE: OnEnd, OF: OnFailure, OD: OnEarlyDrop> EndGuard<OE, OF, OD> {
         EndGuard {
             span,
             state: CallState {
-                subject,
                 start,
                 items: 0,
                 bytes: 0,
@@ -177,12 +184,15 @@ impl<OE: OnEnd, OF: OnFailure, OD: OnEarlyDrop> EndGuard<OE, OF, OD> {
                 on_failure,
                 on_early_drop,
                 ended: false,
+                _request: PhantomData,
             },
         }
     }
 }
 
-impl<OE: OnEnd, OF: OnFailure, OD: OnEarlyDrop> Drop for EndGuard<OE, OF, OD> {
+impl<R: Request, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> Drop
+    for EndGuard<R, OE, OF, OD>
+{
     fn drop(&mut self) {
         if !self.state.ended {
             let _entered = self.span.enter();
@@ -191,7 +201,9 @@ impl<OE: OnEnd, OF: OnFailure, OD: OnEarlyDrop> Drop for EndGuard<OE, OF, OD> {
     }
 }
 
-impl<OE: OnEnd, OF: OnFailure, OD: OnEarlyDrop> fmt::Debug for EndGuard<OE, OF, OD> {
+impl<R: Request, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> fmt::Debug
+    for EndGuard<R, OE, OF, OD>
+{
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EndGuard")
             .field("span", &self.span)
@@ -201,9 +213,7 @@ impl<OE: OnEnd, OF: OnFailure, OD: OnEarlyDrop> fmt::Debug for EndGuard<OE, OF, 
     }
 }
 
-struct CallState<OE, OF, OD> {
-    /// What answers the call, for the hooks ([`Call::SUBJECT`](crate::Call::SUBJECT)).
-    subject: &'static str,
+struct CallState<R, OE, OF, OD> {
     // Read only when something listens: the clock costs more than the rest.
     start: Option<Instant>,
     items: u64,
@@ -215,18 +225,21 @@ struct CallState<OE, OF, OD> {
     on_failure: OF,
     on_early_drop: OD,
     ended: bool,
+    // The hooks are generic over the request type; the call's state only
+    // names it.
+    _request: PhantomData<fn(R)>,
 }
 
-impl<OE: OnEnd, OF: OnFailure, OD: OnEarlyDrop> CallState<OE, OF, OD> {
+impl<R: Request, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> CallState<R, OE, OF, OD> {
     fn elapsed(&self) -> Duration {
         self.start.map_or(Duration::ZERO, |start| start.elapsed())
     }
 
-    fn item<T: CallOutput>(&mut self, output: &T) {
+    fn item<T: Item>(&mut self, output: &T) {
         self.items += 1;
-        // `size_hint` serializes JSON items: only worth it when timed.
+        // `byte_len` serializes JSON items: only worth it when timed.
         if self.start.is_some() {
-            self.bytes += output.size_hint() as u64;
+            self.bytes += output.byte_len() as u64;
         }
         if let Some(recorder) = &mut self.output {
             recorder.push(output);
@@ -239,8 +252,7 @@ impl<OE: OnEnd, OF: OnFailure, OD: OnEarlyDrop> CallState<OE, OF, OD> {
         }
         span.record("error.type", err.kind().as_str());
         span.record("otel.status_code", "ERROR");
-        self.on_failure
-            .on_failure_of(self.subject, err, self.elapsed(), span);
+        self.on_failure.on_failure(err, self.elapsed(), span);
         self.end(Outcome::Failed, span);
     }
 
@@ -259,12 +271,8 @@ impl<OE: OnEnd, OF: OnFailure, OD: OnEarlyDrop> CallState<OE, OF, OD> {
             outcome,
         };
         match outcome {
-            Outcome::Cancelled => self
-                .on_early_drop
-                .on_early_drop_of(self.subject, &summary, span),
-            Outcome::Completed | Outcome::Failed => {
-                self.on_end.on_end_of(self.subject, &summary, span)
-            }
+            Outcome::Cancelled => self.on_early_drop.on_early_drop(&summary, span),
+            Outcome::Completed | Outcome::Failed => self.on_end.on_end(&summary, span),
         }
     }
 }
@@ -285,7 +293,7 @@ impl OutputRecorder {
         }
     }
 
-    fn push<T: CallOutput>(&mut self, output: &T) {
+    fn push<T: Item>(&mut self, output: &T) {
         if !self.text.overflowed {
             // Fails only when the limit is reached, which is the point.
             let _ = output.write_output(&mut self.text);

@@ -1,9 +1,7 @@
 use tower_layer::Layer;
 
-use super::callbacks::{
-    DefaultMakeSpan, DefaultOnEarlyDrop, DefaultOnEnd, DefaultOnFailure, DefaultOnOpen,
-};
 use super::Trace;
+use super::{DefaultMakeSpan, DefaultOnEarlyDrop, DefaultOnEnd, DefaultOnFailure, DefaultOnOpen};
 
 /// Applies [`Trace`] to a tool or a model; the builder methods replace one
 /// hook each.
@@ -118,7 +116,7 @@ impl<M, OO, OE, OF, OD> TraceLayer<M, OO, OE, OF, OD> {
     /// Records the call's input on the span, cut to `max_len` bytes (at a
     /// character boundary, marked by `…`): a tool's arguments as
     /// `gen_ai.tool.call.arguments`, a model's conversation (JSON messages)
-    /// as `gen_ai.input.messages` (see [`Call::write_input`](crate::Call::write_input)).
+    /// as `gen_ai.input.messages` (see [`Call::write_input`](crate::Request::write_input)).
     ///
     /// Off by default: inputs may carry personal data.
     pub fn record_arguments(mut self, max_len: usize) -> Self {
@@ -130,7 +128,7 @@ impl<M, OO, OE, OF, OD> TraceLayer<M, OO, OE, OF, OD> {
     /// to `max_len` bytes (marked by `…`): a tool's text items and JSON
     /// items serialized as `gen_ai.tool.call.result`, a model's text as
     /// `gen_ai.output.messages` (see
-    /// [`CallOutput::write_output`](crate::CallOutput::write_output)).
+    /// [`CallOutput::write_output`](crate::Item::write_output)).
     ///
     /// Off by default: outputs may carry personal data.
     pub fn record_output(mut self, max_len: usize) -> Self {

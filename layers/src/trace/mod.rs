@@ -62,15 +62,103 @@
 //! # }
 //! ```
 
-mod callbacks;
+use std::time::Duration;
+
+use tracing::level_filters::{LevelFilter, STATIC_MAX_LEVEL};
+use tracing::Level;
+
+// `tracing`'s macros need a level known at compile time; these pick one of
+// five call sites from a level chosen at run time.
+macro_rules! event_dynamic_lvl {
+    ($lvl:expr, $($tt:tt)*) => {
+        match $lvl {
+            Level::ERROR => tracing::event!(Level::ERROR, $($tt)*),
+            Level::WARN => tracing::event!(Level::WARN, $($tt)*),
+            Level::INFO => tracing::event!(Level::INFO, $($tt)*),
+            Level::DEBUG => tracing::event!(Level::DEBUG, $($tt)*),
+            Level::TRACE => tracing::event!(Level::TRACE, $($tt)*),
+        }
+    };
+}
+
+macro_rules! span_dynamic_lvl {
+    ($lvl:expr, $($tt:tt)*) => {
+        match $lvl {
+            Level::ERROR => tracing::span!(Level::ERROR, $($tt)*),
+            Level::WARN => tracing::span!(Level::WARN, $($tt)*),
+            Level::INFO => tracing::span!(Level::INFO, $($tt)*),
+            Level::DEBUG => tracing::span!(Level::DEBUG, $($tt)*),
+            Level::TRACE => tracing::span!(Level::TRACE, $($tt)*),
+        }
+    };
+}
+
+/// Whether an event of this module at `level` would be seen. Asks the
+/// callsite's cached interest, so with no subscriber (or one that filters
+/// this target out) it is a load and a branch, and the call path then reads
+/// no clock and sizes no item.
+fn level_enabled(level: Level) -> bool {
+    if STATIC_MAX_LEVEL < level || LevelFilter::current() < level {
+        return false;
+    }
+    match level {
+        Level::TRACE => tracing::enabled!(Level::TRACE),
+        Level::DEBUG => tracing::enabled!(Level::DEBUG),
+        Level::INFO => tracing::enabled!(Level::INFO),
+        Level::WARN => tracing::enabled!(Level::WARN),
+        _ => tracing::enabled!(Level::ERROR),
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+macro_rules! default_callback {
+    ($(#[$doc:meta])* $name:ident, $level:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy)]
+        pub struct $name {
+            level: Level,
+        }
+
+        impl $name {
+            #[doc = concat!("Reports at level `", stringify!($level), "`.")]
+            pub fn new() -> Self {
+                $name { level: Level::$level }
+            }
+
+            /// Sets the level of the event.
+            pub fn level(mut self, level: Level) -> Self {
+                self.level = level;
+                self
+            }
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+    };
+}
+
 mod future;
 mod layer;
+mod make_span;
+mod on_early_drop;
+mod on_end;
+mod on_failure;
+mod on_open;
 mod service;
+mod summary;
 
-pub use self::callbacks::{
-    DefaultMakeSpan, DefaultOnEarlyDrop, DefaultOnEnd, DefaultOnFailure, DefaultOnOpen, MakeSpan,
-    OnEarlyDrop, OnEnd, OnFailure, OnOpen, Outcome, StreamSummary,
-};
 pub use self::future::{ResponseFuture, ResponseStream};
 pub use self::layer::TraceLayer;
+pub use self::make_span::{DefaultMakeSpan, MakeSpan};
+pub use self::on_early_drop::{DefaultOnEarlyDrop, OnEarlyDrop};
+pub use self::on_end::{DefaultOnEnd, OnEnd};
+pub use self::on_failure::{DefaultOnFailure, OnFailure};
+pub use self::on_open::{DefaultOnOpen, OnOpen};
 pub use self::service::Trace;
+pub use self::summary::{Outcome, StreamSummary};

@@ -2,18 +2,28 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use futures_core::Stream;
-use toolstack::{Describe, ToolError, ToolInfo};
+use toolstack::ToolError;
 use tower_service::Service;
 
-use super::callbacks::{MakeSpan, OnEarlyDrop, OnEnd, OnFailure, OnOpen};
 use super::future::{EndGuard, OutputRecorder, Recorded, ResponseFuture, ResponseStream};
 use super::TraceLayer;
-use crate::{Call, CallOutput};
+use super::{
+    DefaultMakeSpan, DefaultOnEarlyDrop, DefaultOnEnd, DefaultOnFailure, DefaultOnOpen, MakeSpan,
+    OnEarlyDrop, OnEnd, OnFailure, OnOpen,
+};
+use crate::{Item, Request};
 
 /// Traces each call of a tool or a model in a span that lives as long as
 /// its stream. See the [module docs](super).
 #[derive(Debug, Clone)]
-pub struct Trace<S, M, OO, OE, OF, OD> {
+pub struct Trace<
+    S,
+    M = DefaultMakeSpan,
+    OO = DefaultOnOpen,
+    OE = DefaultOnEnd,
+    OF = DefaultOnFailure,
+    OD = DefaultOnEarlyDrop,
+> {
     inner: S,
     layer: TraceLayer<M, OO, OE, OF, OD>,
 }
@@ -35,28 +45,22 @@ impl<S, M, OO, OE, OF, OD> Trace<S, M, OO, OE, OF, OD> {
     }
 }
 
-impl<S: Describe, M, OO, OE, OF, OD> Describe for Trace<S, M, OO, OE, OF, OD> {
-    fn info(&self) -> &ToolInfo {
-        self.inner.info()
-    }
-}
-
 impl<S, R, St, T, M, OO, OE, OF, OD> Service<R> for Trace<S, M, OO, OE, OF, OD>
 where
-    R: Call,
+    R: Request,
     S: Service<R, Response = St>,
     S::Error: Into<ToolError>,
     St: Stream<Item = Result<T, ToolError>>,
-    T: CallOutput,
+    T: Item,
     M: MakeSpan<R>,
-    OO: OnOpen + Clone,
-    OE: OnEnd + Clone,
-    OF: OnFailure + Clone,
-    OD: OnEarlyDrop + Clone,
+    OO: OnOpen<R> + Clone,
+    OE: OnEnd<R> + Clone,
+    OF: OnFailure<R> + Clone,
+    OD: OnEarlyDrop<R> + Clone,
 {
-    type Response = ResponseStream<St, OE, OF, OD>;
+    type Response = ResponseStream<St, R, OE, OF, OD>;
     type Error = ToolError;
-    type Future = ResponseFuture<S::Future, OO, OE, OF, OD>;
+    type Future = ResponseFuture<S::Future, R, OO, OE, OF, OD>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
         self.inner.poll_ready(cx).map_err(Into::into)
@@ -76,12 +80,12 @@ where
             let mut input = Recorded::new(max);
             // Fails only when the limit is reached, which is the point.
             let _ = request.write_input(&mut input);
-            span.record(R::INPUT_FIELD, tracing::field::display(&input));
+            span.record(R::KIND.input_field(), tracing::field::display(&input));
         }
         let output = layer
             .record_output
             .filter(|_| span_enabled)
-            .map(|max| Box::new(OutputRecorder::new(max, R::OUTPUT_FIELD)));
+            .map(|max| Box::new(OutputRecorder::new(max, R::KIND.output_field())));
 
         let inner = {
             let _entered = span.enter();
@@ -89,7 +93,6 @@ where
         };
         let guard = EndGuard::new(
             span,
-            R::SUBJECT,
             start,
             output,
             layer.on_end.clone(),

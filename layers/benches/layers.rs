@@ -20,16 +20,14 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, Criterion};
 use futures_util::{stream, FutureExt, Stream, StreamExt};
-use toolstack::{
-    tool, Describe, ToolAnnotations, ToolError, ToolInfo, ToolItem, ToolOutput, ToolRequest,
-};
+use toolstack::{tool, ToolAnnotations, ToolError, ToolItem, ToolOutput, ToolRequest};
 use toolstack_layers::rate_limit::{Quota, RateLimitLayer};
 use toolstack_layers::retry::RetryPolicy;
 use toolstack_layers::timeout::TimeoutLayer;
 use toolstack_layers::ServiceBuilderExt;
 use tower::{Service, ServiceBuilder};
 
-#[path = "support/add.rs"]
+#[path = "../../benches/support/add.rs"]
 mod support;
 use support::{add, direct, Add, ARGS};
 
@@ -39,16 +37,16 @@ const ITEMS: u64 = 1_000_000;
 macro_rules! full_stack {
     ($tool:expr) => {
         ServiceBuilder::new()
-            .trace_tool()
-            .tool_timeout(
+            .stream_trace()
+            .stream_timeout(
                 TimeoutLayer::new()
                     .deadline(Duration::from_secs(30))
                     .first_item(Duration::from_secs(10))
                     .idle(Duration::from_secs(5)),
             )
-            .tool_retry(RetryPolicy::new())
-            .tool_rate_limit(RateLimitLayer::global(Quota::per_second(NonZeroU32::MAX)))
-            .tool_concurrency_limit(1024)
+            .stream_retry(RetryPolicy::new())
+            .stream_rate_limit(RateLimitLayer::global(Quota::per_second(NonZeroU32::MAX)))
+            .stream_concurrency_limit(1024)
             .service($tool)
     };
 }
@@ -86,8 +84,7 @@ fn add_tool() -> impl Service<
     Response = impl Stream<Item = ToolItem>,
     Error = ToolError,
     Future = impl Send,
-> + Describe
-       + Clone {
+> + Clone {
     tool::from_fn(
         "add",
         |args: Add| async move { Ok::<_, ToolError>(add(args)) },
@@ -111,14 +108,8 @@ fn tower_stock() -> impl FnMut(&ToolRequest) -> String {
 }
 
 fn items_tool(
-) -> impl Service<ToolRequest, Response = impl Stream<Item = ToolItem>, Error = ToolError>
-       + Describe
-       + Clone {
-    let svc = tower::service_fn(|_: ToolRequest| async { Ok::<_, ToolError>(items()) });
-    tool::describe(
-        ToolInfo::new("items").with_annotations(ToolAnnotations::new().read_only()),
-        svc,
-    )
+) -> impl Service<ToolRequest, Response = impl Stream<Item = ToolItem>, Error = ToolError> + Clone {
+    tower::service_fn(|_: ToolRequest| async { Ok::<_, ToolError>(items()) })
 }
 
 fn items() -> impl Stream<Item = ToolItem> {

@@ -2,12 +2,13 @@
 //! timeout, retry, rate limit, concurrency limit and catch-panic, driven by
 //! the agent loop. Time is tokio's paused clock.
 
-use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
+
+mod support;
 
 use futures_util::future::BoxFuture;
 use futures_util::stream::{self, BoxStream};
@@ -217,7 +218,7 @@ async fn idle_timeout_between_deltas_ends_the_run_with_the_timeout_error() {
         Step::Hang,
     ])]);
     let layered = ServiceBuilder::new()
-        .tool_timeout(
+        .stream_timeout(
             TimeoutLayer::new()
                 .first_item(Duration::from_secs(30))
                 .idle(Duration::from_secs(1)),
@@ -245,7 +246,7 @@ async fn idle_timeout_between_deltas_ends_the_run_with_the_timeout_error() {
 async fn first_item_timeout_bounds_a_model_that_never_starts_answering() {
     let model = PlannedModel::new(vec![Attempt::Answer(vec![Step::Hang])]);
     let layered = ServiceBuilder::new()
-        .tool_timeout(TimeoutLayer::new().first_item(Duration::from_secs(30)))
+        .stream_timeout(TimeoutLayer::new().first_item(Duration::from_secs(30)))
         .service(model);
     let start = Instant::now();
     let (events, done) = run(&Agent::new(layered, toolbox())).await;
@@ -278,7 +279,7 @@ async fn retry_before_the_first_delta_gives_the_agent_the_full_answer_once() {
         Attempt::Answer(vec![text(0, "Hello"), text(0, " world"), stop()]),
     ]);
     let layered = ServiceBuilder::new()
-        .tool_retry(quick_retries())
+        .stream_retry(quick_retries())
         .service(model.clone());
     let agent = Agent::new(layered, toolbox());
 
@@ -302,7 +303,7 @@ async fn retry_never_repeats_a_model_call_after_a_delta() {
         Attempt::Answer(vec![text(0, "Hello"), stop()]),
     ]);
     let layered = ServiceBuilder::new()
-        .tool_retry(quick_retries())
+        .stream_retry(quick_retries())
         .service(model.clone());
     let (events, done) = run(&Agent::new(layered, toolbox())).await;
     assert_eq!(texts_and_errors(&events), ["Hel", "ERR(unavailable)"]);
@@ -317,7 +318,7 @@ async fn retry_leaves_a_model_error_that_is_not_retryable_alone() {
         Attempt::Answer(vec![text(0, "Hello"), stop()]),
     ]);
     let layered = ServiceBuilder::new()
-        .tool_retry(quick_retries())
+        .stream_retry(quick_retries())
         .service(model.clone());
     let (events, _) = run(&Agent::new(layered, toolbox())).await;
     assert_eq!(the_error(&events).kind(), ErrorKind::Denied);
@@ -335,7 +336,7 @@ fn one_per_second() -> Quota {
 async fn rate_limit_wait_spaces_the_model_calls_of_a_run_by_the_quota_period() {
     let model = three_steps();
     let layered = ServiceBuilder::new()
-        .tool_rate_limit(RateLimitLayer::global(one_per_second()).wait())
+        .stream_rate_limit(RateLimitLayer::global(one_per_second()).wait())
         .service(model.clone());
     let start = Instant::now();
     let (_, done) = run(&Agent::new(layered, toolbox())).await;
@@ -349,7 +350,7 @@ async fn rate_limit_wait_spaces_the_model_calls_of_a_run_by_the_quota_period() {
 async fn rate_limit_reject_ends_the_run_at_the_first_call_over_the_quota() {
     let model = three_steps();
     let layered = ServiceBuilder::new()
-        .tool_rate_limit(RateLimitLayer::global(one_per_second()).reject())
+        .stream_rate_limit(RateLimitLayer::global(one_per_second()).reject())
         .service(model.clone());
     let start = Instant::now();
     let (events, done) = run(&Agent::new(layered, toolbox())).await;
@@ -377,8 +378,8 @@ async fn rate_limit_reject_ends_the_run_at_the_first_call_over_the_quota() {
 async fn retry_above_a_rejecting_rate_limit_waits_out_the_retry_after() {
     let model = three_steps();
     let layered = ServiceBuilder::new()
-        .tool_retry(quick_retries())
-        .tool_rate_limit(RateLimitLayer::global(one_per_second()).reject())
+        .stream_retry(quick_retries())
+        .stream_rate_limit(RateLimitLayer::global(one_per_second()).reject())
         .service(model.clone());
     let start = Instant::now();
     let (_, done) = run(&Agent::new(layered, toolbox())).await;
@@ -392,7 +393,7 @@ struct Caller(&'static str);
 #[tokio::test(start_paused = true)]
 async fn rate_limit_per_caller_reads_the_chat_request_extensions() {
     let mut model = ServiceBuilder::new()
-        .tool_rate_limit(RateLimitLayer::per_caller::<Caller>(one_per_second()).reject())
+        .stream_rate_limit(RateLimitLayer::per_caller::<Caller>(one_per_second()).reject())
         .service(ScriptedModel::new([Turn::new().text("ok")]));
     let ask = |who| ChatRequest::new(vec![Message::user("hi")]).with_extension(Caller(who));
     assert!(model
@@ -430,7 +431,7 @@ async fn concurrency_permit_is_held_while_the_delta_stream_is_alive() {
         stop(),
     ])]);
     let mut layered = ServiceBuilder::new()
-        .tool_concurrency_limit(1)
+        .stream_concurrency_limit(1)
         .service(model);
     let request = || ChatRequest::new(vec![Message::user("hi")]);
     let stream = layered
@@ -482,7 +483,7 @@ async fn two_runs_sharing_a_limit_of_one_stream_their_model_answers_in_turn() {
 #[tokio::test(start_paused = true)]
 async fn a_model_that_panics_mid_stream_ends_the_run_with_a_panicked_error() {
     let model = PlannedModel::new(vec![Attempt::Answer(vec![text(0, "Hi"), Step::Panic(5)])]);
-    let layered = ServiceBuilder::new().catch_tool_panic().service(model);
+    let layered = ServiceBuilder::new().stream_catch_panic().service(model);
     let (events, done) = run(&Agent::new(layered, toolbox())).await;
     assert_eq!(texts_and_errors(&events), ["Hi", "ERR(panicked)"]);
     assert_eq!(
@@ -493,111 +494,9 @@ async fn a_model_that_panics_mid_stream_ends_the_run_with_a_panicked_error() {
 }
 
 // ---------------------------------------------------------------------------
-// Trace: a subscriber that records spans (with their recorded fields) and
-// events (with their parent span), as in toolstack-layers' trace tests.
+// Trace
 
-mod capture {
-    use super::*;
-    use tracing::field::{Field, Visit};
-    use tracing::span::{Attributes, Id, Record};
-    use tracing::{Event, Subscriber};
-    use tracing_subscriber::layer::{Context, SubscriberExt};
-    use tracing_subscriber::registry::LookupSpan;
-
-    pub(super) type Fields = BTreeMap<String, String>;
-
-    #[derive(Debug, Clone)]
-    pub(super) struct SpanRecord {
-        pub(super) name: &'static str,
-        pub(super) fields: Fields,
-    }
-
-    #[derive(Debug, Clone)]
-    pub(super) struct EventRecord {
-        pub(super) parent: Option<usize>,
-        pub(super) fields: Fields,
-    }
-
-    #[derive(Debug, Clone, Default)]
-    pub(super) struct Capture {
-        spans: Arc<Mutex<Vec<SpanRecord>>>,
-        events: Arc<Mutex<Vec<EventRecord>>>,
-    }
-
-    struct SpanIndex(usize);
-
-    struct Visitor<'a>(&'a mut Fields);
-
-    impl Visit for Visitor<'_> {
-        fn record_str(&mut self, field: &Field, value: &str) {
-            self.0.insert(field.name().to_owned(), value.to_owned());
-        }
-
-        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-            self.0.insert(field.name().to_owned(), format!("{value:?}"));
-        }
-    }
-
-    impl<S> tracing_subscriber::Layer<S> for Capture
-    where
-        S: Subscriber + for<'a> LookupSpan<'a>,
-    {
-        fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
-            let mut fields = Fields::new();
-            attrs.record(&mut Visitor(&mut fields));
-            let mut spans = self.spans.lock().unwrap();
-            spans.push(SpanRecord {
-                name: attrs.metadata().name(),
-                fields,
-            });
-            let span = ctx.span(id).expect("a new span");
-            span.extensions_mut().insert(SpanIndex(spans.len() - 1));
-        }
-
-        fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
-            let span = ctx.span(id).expect("a known span");
-            let index = span.extensions().get::<SpanIndex>().expect("indexed").0;
-            values.record(&mut Visitor(&mut self.spans.lock().unwrap()[index].fields));
-        }
-
-        fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
-            let mut fields = Fields::new();
-            event.record(&mut Visitor(&mut fields));
-            let parent = ctx
-                .event_span(event)
-                .and_then(|span| span.extensions().get::<SpanIndex>().map(|i| i.0));
-            self.events
-                .lock()
-                .unwrap()
-                .push(EventRecord { parent, fields });
-        }
-    }
-
-    impl Capture {
-        pub(super) fn install(&self) -> tracing::subscriber::DefaultGuard {
-            tracing::subscriber::set_default(tracing_subscriber::registry().with(self.clone()))
-        }
-
-        pub(super) fn spans(&self) -> Vec<SpanRecord> {
-            self.spans.lock().unwrap().clone()
-        }
-
-        /// The events whose message is `message`, with their parent span's
-        /// name.
-        pub(super) fn events_with(&self, message: &str) -> Vec<(Option<&'static str>, Fields)> {
-            let spans = self.spans();
-            self.events
-                .lock()
-                .unwrap()
-                .iter()
-                .filter(|e| e.fields.get("message").map(String::as_str) == Some(message))
-                .map(|e| (e.parent.map(|i| spans[i].name), e.fields.clone()))
-                .collect()
-        }
-    }
-}
-
-use capture::Capture;
+use support::capture::Capture;
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn trace_gives_each_model_call_a_chat_span_with_the_gen_ai_attributes() {
@@ -641,12 +540,12 @@ async fn trace_gives_each_model_call_a_chat_span_with_the_gen_ai_attributes() {
         "the answer's text"
     );
 
-    let ended = capture.events_with("model call ended");
+    let ended = capture.events_with_parent("model call ended");
     assert_eq!(ended.len(), 2);
     assert!(ended.iter().all(|(parent, fields)| {
         *parent == Some("chat") && fields.get("outcome").map(String::as_str) == Some("completed")
     }));
-    assert!(capture.events_with("tool call ended").is_empty());
+    assert!(capture.events_with_parent("tool call ended").is_empty());
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
@@ -657,7 +556,7 @@ async fn trace_names_a_chat_span_without_a_model_and_records_the_failure() {
         text(0, "Hel"),
         Step::Fail(0, unavailable()),
     ])]);
-    let layered = ServiceBuilder::new().trace_tool().service(model);
+    let layered = ServiceBuilder::new().stream_trace().service(model);
     let (_, done) = run(&Agent::new(layered, toolbox())).await;
     assert_eq!(done.stop, StopReason::ModelError);
 
@@ -673,10 +572,10 @@ async fn trace_names_a_chat_span_without_a_model_and_records_the_failure() {
     assert_eq!(field("gen_ai.request.model"), None);
     assert_eq!(field("error.type"), Some("unavailable"));
     assert_eq!(field("otel.status_code"), Some("ERROR"));
-    let failed = capture.events_with("model call failed");
+    let failed = capture.events_with_parent("model call failed");
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0].0, Some("chat"));
-    let ended = capture.events_with("model call ended");
+    let ended = capture.events_with_parent("model call ended");
     assert_eq!(
         ended[0].1.get("items").map(String::as_str),
         Some("1"),
@@ -706,18 +605,18 @@ async fn the_full_stack_over_a_model_drives_an_agent_run() {
         Attempt::Answer(vec![text(10, "It is"), text(10, " 3."), stop()]),
     ]);
     let layered = ServiceBuilder::new()
-        .trace_tool()
-        .catch_tool_panic()
-        .tool_retry(quick_retries())
-        .tool_timeout(
+        .stream_trace()
+        .stream_catch_panic()
+        .stream_retry(quick_retries())
+        .stream_timeout(
             TimeoutLayer::new()
                 .first_item(Duration::from_secs(30))
                 .idle(Duration::from_secs(10)),
         )
-        .tool_rate_limit(RateLimitLayer::global(Quota::per_second(
+        .stream_rate_limit(RateLimitLayer::global(Quota::per_second(
             NonZeroU32::new(10).unwrap(),
         )))
-        .tool_concurrency_limit(4)
+        .stream_concurrency_limit(4)
         .service(model.clone());
     let agent = Agent::new(layered, toolbox());
     let (events, done) = run(&agent).await;

@@ -1,42 +1,98 @@
-//! [`Call`] and [`CallOutput`]: what the layers need to know of a request
-//! and of the items of its response, so that one layer serves tool calls
+//! [`Request`] and [`Item`]: what the layers need to know of a request and
+//! of the items of its response, so that one layer serves tool calls
 //! ([`ToolRequest`] answered by [`ToolOutput`]s) and model calls
-//! ([`ChatRequest`] answered by [`ModelDelta`]s) alike.
+//! ([`ChatRequest`] answered by [`ModelDelta`]s) alike; [`CallKind`] says
+//! which of the two a request is.
 //!
-//! The stream-aware layers are generic over both: a service of
-//! `Service<R>` whose response is a stream of `Result<T, ToolError>` can be
-//! wrapped when `R: Call` and, for the trace, `T: CallOutput`. What a layer
-//! asks of them is what it cannot do without — a name for the span and the
-//! messages, a key for a rate limit, something to record when asked to —
-//! and every method is a field read on the tool path.
+//! The stream-aware layers are generic over both: a `Service<R>` whose
+//! response is a stream of `Result<T, ToolError>` can be wrapped when
+//! `R: Request` and, for the trace, `T: Item`. What a layer asks of them is
+//! what it cannot do without — a name for the span and the messages, a key
+//! for a rate limit, something to record when asked to — and every method
+//! is a field read on the tool path.
+//!
+//! ```
+//! use toolstack::ToolRequest;
+//! use toolstack::model::ChatRequest;
+//! use toolstack_layers::{CallKind, Request};
+//!
+//! assert_eq!(<ToolRequest as Request>::KIND, CallKind::Tool);
+//! assert_eq!(CallKind::Tool.operation(), "execute_tool");
+//! assert_eq!(<ChatRequest as Request>::KIND.to_string(), "model");
+//! ```
 
+use std::fmt;
 use std::io;
 
 use http::Extensions;
 use toolstack::model::{ChatRequest, ModelDelta};
 use toolstack::{ToolOutput, ToolRequest};
 
-/// A request the layers understand: a tool call or a model call.
-pub trait Call {
-    /// The OpenTelemetry GenAI operation: `execute_tool` for a tool call,
-    /// `chat` for a model call.
-    const OPERATION: &'static str;
+/// What a layered call is: a tool call or a model call.
+///
+/// It names the call in spans and messages ("the tool produced no output
+/// within 30s", "the model panicked: …") and picks the OpenTelemetry GenAI
+/// operation and fields the trace fills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CallKind {
+    /// A tool call ([`ToolRequest`]).
+    Tool,
+    /// A model call ([`ChatRequest`]).
+    Model,
+}
 
-    /// What answers the call, as log and error messages name it: `tool` or
-    /// `model` ("the model produced no output within 30s").
-    const SUBJECT: &'static str;
+impl CallKind {
+    /// What answers the call, as messages name it: `tool` or `model`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            CallKind::Tool => "tool",
+            CallKind::Model => "model",
+        }
+    }
+
+    /// The OpenTelemetry GenAI operation (`gen_ai.operation.name`):
+    /// `execute_tool` or `chat`.
+    pub const fn operation(self) -> &'static str {
+        match self {
+            CallKind::Tool => "execute_tool",
+            CallKind::Model => "chat",
+        }
+    }
 
     /// The span field that [`TraceLayer::record_arguments`] fills:
     /// `gen_ai.tool.call.arguments` or `gen_ai.input.messages`.
     ///
     /// [`TraceLayer::record_arguments`]: crate::trace::TraceLayer::record_arguments
-    const INPUT_FIELD: &'static str;
+    pub const fn input_field(self) -> &'static str {
+        match self {
+            CallKind::Tool => "gen_ai.tool.call.arguments",
+            CallKind::Model => "gen_ai.input.messages",
+        }
+    }
 
     /// The span field that [`TraceLayer::record_output`] fills:
     /// `gen_ai.tool.call.result` or `gen_ai.output.messages`.
     ///
     /// [`TraceLayer::record_output`]: crate::trace::TraceLayer::record_output
-    const OUTPUT_FIELD: &'static str;
+    pub const fn output_field(self) -> &'static str {
+        match self {
+            CallKind::Tool => "gen_ai.tool.call.result",
+            CallKind::Model => "gen_ai.output.messages",
+        }
+    }
+}
+
+impl fmt::Display for CallKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A request the layers understand: a tool call or a model call.
+pub trait Request {
+    /// Whether this is a tool call or a model call.
+    const KIND: CallKind;
 
     /// What is called: the tool's name, or the model's when the request
     /// names one (else empty). A `per_tool` rate limit keys its buckets
@@ -58,10 +114,10 @@ pub trait Call {
 }
 
 /// An item of a response stream, as the trace sees it.
-pub trait CallOutput {
+pub trait Item {
     /// About how many bytes the item carries (the trace's byte count; only
     /// asked when something listens).
-    fn size_hint(&self) -> usize;
+    fn byte_len(&self) -> usize;
 
     /// Writes the item's text for [`TraceLayer::record_output`]; items
     /// with nothing worth recording write nothing. `out` refuses bytes past
@@ -71,11 +127,8 @@ pub trait CallOutput {
     fn write_output(&self, out: &mut impl io::Write) -> io::Result<()>;
 }
 
-impl Call for ToolRequest {
-    const OPERATION: &'static str = "execute_tool";
-    const SUBJECT: &'static str = "tool";
-    const INPUT_FIELD: &'static str = "gen_ai.tool.call.arguments";
-    const OUTPUT_FIELD: &'static str = "gen_ai.tool.call.result";
+impl Request for ToolRequest {
+    const KIND: CallKind = CallKind::Tool;
 
     #[inline]
     fn target(&self) -> &str {
@@ -99,10 +152,10 @@ impl Call for ToolRequest {
 
 /// Text items as they are, JSON items serialized; media, resources and
 /// progress are not recorded.
-impl CallOutput for ToolOutput {
+impl Item for ToolOutput {
     #[inline]
-    fn size_hint(&self) -> usize {
-        ToolOutput::size_hint(self)
+    fn byte_len(&self) -> usize {
+        ToolOutput::byte_len(self)
     }
 
     fn write_output(&self, out: &mut impl io::Write) -> io::Result<()> {
@@ -116,11 +169,8 @@ impl CallOutput for ToolOutput {
     }
 }
 
-impl Call for ChatRequest {
-    const OPERATION: &'static str = "chat";
-    const SUBJECT: &'static str = "model";
-    const INPUT_FIELD: &'static str = "gen_ai.input.messages";
-    const OUTPUT_FIELD: &'static str = "gen_ai.output.messages";
+impl Request for ChatRequest {
+    const KIND: CallKind = CallKind::Model;
 
     #[inline]
     fn target(&self) -> &str {
@@ -145,9 +195,9 @@ impl Call for ChatRequest {
 
 /// The answer's text is recorded; tool-call fragments, the finish reason
 /// and usage are not.
-impl CallOutput for ModelDelta {
+impl Item for ModelDelta {
     #[inline]
-    fn size_hint(&self) -> usize {
+    fn byte_len(&self) -> usize {
         match self {
             ModelDelta::Text(text) => text.len(),
             ModelDelta::ToolCall(call) => {

@@ -1,0 +1,108 @@
+//! [`MakeSpan`]: how the span of a call is made, and the default one with
+//! the OpenTelemetry GenAI attributes.
+
+use std::fmt;
+
+use toolstack::model::ChatRequest;
+use toolstack::ToolRequest;
+use tracing::{Level, Span};
+
+/// Makes the span of one call of request type `R`.
+///
+/// [`Trace`](super::Trace) records `error.type`, `otel.status_code` and the
+/// request kind's [`input_field`](crate::CallKind::input_field) and
+/// [`output_field`](crate::CallKind::output_field) on it; a span that does
+/// not declare those fields (as `Empty`) simply does not get them.
+pub trait MakeSpan<R> {
+    /// The span of the call `request`.
+    fn make_span(&mut self, request: &R) -> Span;
+}
+
+impl<R, F> MakeSpan<R> for F
+where
+    F: FnMut(&R) -> Span,
+{
+    fn make_span(&mut self, request: &R) -> Span {
+        self(request)
+    }
+}
+
+/// The default [`MakeSpan`], with the OpenTelemetry GenAI attributes:
+///
+/// * for a tool call, a span named `execute_tool` whose `otel.name` is
+///   `execute_tool {tool}`, with `gen_ai.operation.name = "execute_tool"`,
+///   `gen_ai.tool.name` and `gen_ai.tool.call.id`;
+/// * for a model call, a span named `chat` whose `otel.name` is
+///   `chat {model}` (`chat` when the request names no model), with
+///   `gen_ai.operation.name = "chat"` and `gen_ai.request.model` when
+///   known.
+#[derive(Debug, Clone, Copy)]
+pub struct DefaultMakeSpan {
+    level: Level,
+}
+
+impl DefaultMakeSpan {
+    /// A span at level `INFO`.
+    pub fn new() -> Self {
+        DefaultMakeSpan { level: Level::INFO }
+    }
+
+    /// Sets the span's level.
+    pub fn level(mut self, level: Level) -> Self {
+        self.level = level;
+        self
+    }
+}
+
+impl Default for DefaultMakeSpan {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MakeSpan<ToolRequest> for DefaultMakeSpan {
+    fn make_span(&mut self, request: &ToolRequest) -> Span {
+        let name = request.name();
+        span_dynamic_lvl!(
+            self.level,
+            "execute_tool",
+            otel.name = %format_args!("execute_tool {}", name),
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %name,
+            gen_ai.tool.call.id = %request.id(),
+            error.type = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+            gen_ai.tool.call.arguments = tracing::field::Empty,
+            gen_ai.tool.call.result = tracing::field::Empty,
+        )
+    }
+}
+
+impl MakeSpan<ChatRequest> for DefaultMakeSpan {
+    fn make_span(&mut self, request: &ChatRequest) -> Span {
+        let model = request.model.as_deref();
+        span_dynamic_lvl!(
+            self.level,
+            "chat",
+            otel.name = %ChatSpanName(model),
+            gen_ai.operation.name = "chat",
+            gen_ai.request.model = model,
+            error.type = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+            gen_ai.input.messages = tracing::field::Empty,
+            gen_ai.output.messages = tracing::field::Empty,
+        )
+    }
+}
+
+/// `chat {model}`, or `chat` when the model is not known.
+struct ChatSpanName<'a>(Option<&'a str>);
+
+impl fmt::Display for ChatSpanName<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(model) => write!(f, "chat {model}"),
+            None => f.write_str("chat"),
+        }
+    }
+}
