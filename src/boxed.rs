@@ -78,9 +78,7 @@ where
                     }
                     let Some(request) = request.take() else {
                         self.set(Call::Done);
-                        return Poll::Ready(Err(ToolError::cancelled(
-                            "call polled after it ended",
-                        )));
+                        return Poll::Ready(Err(ToolError::polled_after_completion("a tool call")));
                     };
                     Call::Opening {
                         future: service.call(request),
@@ -95,7 +93,7 @@ where
                 },
                 CallProj::Open { .. } => return Poll::Ready(Ok(())),
                 CallProj::Done => {
-                    return Poll::Ready(Err(ToolError::cancelled("call polled after it ended")))
+                    return Poll::Ready(Err(ToolError::polled_after_completion("a tool call")))
                 }
             };
             self.set(next);
@@ -238,8 +236,8 @@ impl Future for ResponseFuture {
                 Poll::Ready(Err(err)) => Poll::Ready(Err(err)),
             },
             FutureState::Failed(err) => Poll::Ready(Err(err)),
-            FutureState::Taken => Poll::Ready(Err(ToolError::cancelled(
-                "response future polled after completion",
+            FutureState::Taken => Poll::Ready(Err(ToolError::polled_after_completion(
+                "boxed::ResponseFuture",
             ))),
         }
     }

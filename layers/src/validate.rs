@@ -44,7 +44,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use futures_core::Stream;
 use pin_project_lite::pin_project;
@@ -127,9 +127,13 @@ enum Schema {
 /// `Validate` per tool), any others' behind one.
 #[derive(Default)]
 struct Compiled {
-    first: OnceLock<(Arc<ToolInfo>, Option<Arc<jsonschema::Validator>>)>,
-    others: Mutex<Vec<(Arc<ToolInfo>, Option<Arc<jsonschema::Validator>>)>>,
+    first: OnceLock<Entry>,
+    others: Mutex<Vec<Entry>>,
 }
+
+/// A tool's description and its compiled schema (`None`: it does not
+/// compile).
+type Entry = (Arc<ToolInfo>, Option<Arc<jsonschema::Validator>>);
 
 /// At most this many tools' schemas are kept past the first; a `Validate`
 /// over a toolbox larger than that compiles the rest on every call.
@@ -286,8 +290,13 @@ where
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().kind.project() {
-            KindProj::Called { future } => future.poll(cx).map_err(Into::into),
+        let mut kind = self.project().kind;
+        match kind.as_mut().project() {
+            KindProj::Called { future } => {
+                let result = ready!(future.poll(cx));
+                kind.set(Kind::Rejected { error: None });
+                Poll::Ready(result.map_err(Into::into))
+            }
             KindProj::Rejected { error } => Poll::Ready(Err(error.take().unwrap_or_else(|| {
                 ToolError::polled_after_completion("validate::ResponseFuture")
             }))),

@@ -340,3 +340,56 @@ async fn a_clone_keeps_validating_after_the_original_is_dropped() {
     assert_eq!(err.kind(), ErrorKind::InvalidArguments);
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
+
+#[tokio::test]
+async fn a_call_that_carries_no_description_is_refused_not_waved_through() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    // Called directly, not through a toolbox: nothing to validate against.
+    let svc = tower_layer::Layer::layer(&ValidateLayer::new(), echo(&calls));
+    let err = svc
+        .oneshot(ToolRequest::new("forecast", r#"{"city":"Oslo"}"#))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Failed);
+    assert!(!err.is_retryable());
+    assert!(
+        err.message().starts_with(
+            "cannot validate the arguments of `forecast`: the request carries no tool description"
+        ),
+        "{err}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn one_validate_shared_by_two_tools_checks_each_against_its_own_schema() {
+    let number = ToolInfo::new("number").with_input_schema(json!({
+        "type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]
+    }));
+    let text = ToolInfo::new("text").with_input_schema(json!({
+        "type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]
+    }));
+    let inner = service_fn(|_: ToolRequest| async {
+        Ok::<_, ToolError>(stream::iter([Ok(ToolOutput::text("ran"))]))
+    });
+    // Clones share the compiled schemas: the first tool's and the others'.
+    let shared = tower_layer::Layer::layer(&ValidateLayer::new(), inner);
+    let tb = Toolbox::new()
+        .boxed(BoxTool::with_info(number, shared.clone()))
+        .boxed(BoxTool::with_info(text, shared));
+    for _ in 0..2 {
+        for (name, good, bad) in [
+            ("number", r#"{"x":1}"#, r#"{"x":"a"}"#),
+            ("text", r#"{"x":"a"}"#, r#"{"x":1}"#),
+        ] {
+            let ok = tb.clone().oneshot(ToolRequest::new(name, good)).await;
+            assert!(ok.is_ok(), "{name} {good}");
+            let err = tb
+                .clone()
+                .oneshot(ToolRequest::new(name, bad))
+                .await
+                .unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidArguments, "{name} {bad}");
+        }
+    }
+}

@@ -37,10 +37,17 @@ where
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
+        // The permit is taken when the future completes.
+        if this.permit.is_none() {
+            return Poll::Ready(Err(ToolError::polled_after_completion(
+                "concurrency::ResponseFuture",
+            )));
+        }
         match ready!(this.inner.poll(cx)) {
             Ok(inner) => Poll::Ready(Ok(ResponseStream {
                 inner,
                 permit: this.permit.take(),
+                ended: false,
             })),
             Err(err) => {
                 this.permit.take();
@@ -59,6 +66,8 @@ pin_project! {
         #[pin]
         inner: St,
         permit: Option<OwnedSemaphorePermit>,
+        // Set at the end: an ended stream is never polled again.
+        ended: bool,
     }
 }
 
@@ -78,10 +87,14 @@ where
     #[inline]
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.project();
+        if *this.ended {
+            return Poll::Ready(None);
+        }
         let item = ready!(this.inner.poll_next(cx));
         if !matches!(item, Some(Ok(_))) {
             this.permit.take();
         }
+        *this.ended = item.is_none();
         Poll::Ready(item)
     }
 

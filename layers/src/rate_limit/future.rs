@@ -95,7 +95,11 @@ where
         let mut state = self.project().state;
         loop {
             let future = match state.as_mut().project() {
-                StateProj::Called { future } => return future.poll(cx).map_err(Into::into),
+                StateProj::Called { future } => {
+                    let result = ready!(future.poll(cx));
+                    state.set(State::Done);
+                    return Poll::Ready(result.map_err(Into::into));
+                }
                 StateProj::Rejected { error } => {
                     let error = error.take().unwrap_or_else(polled_after_completion);
                     state.set(State::Done);
@@ -137,5 +141,5 @@ where
 }
 
 fn polled_after_completion() -> ToolError {
-    ToolError::cancelled("rate-limited call polled after completion")
+    ToolError::polled_after_completion("rate_limit::ResponseFuture")
 }

@@ -11,7 +11,7 @@ use toolstack::{ToolError, ToolRequest};
 use tower_service::Service;
 
 use super::policy::refused_before_running;
-use super::{Idempotency, RetryPolicy};
+use super::{Idempotency, Inferred, RetryPolicy};
 use crate::Request;
 
 /// What a call needs to be tried again.
@@ -108,7 +108,9 @@ where
                 Err(err) => (err.into(), false),
             },
             StateProj::Streaming { .. } | StateProj::Done => {
-                return Poll::Ready(Err(ToolError::failed("retry: polled after completion")));
+                return Poll::Ready(Err(ToolError::polled_after_completion(
+                    "retry::ResponseFuture",
+                )));
             }
         };
         match attempts.retry_delay(&err, reached) {
@@ -126,7 +128,7 @@ where
 pin_project! {
     /// The response future of [`Retry`](super::Retry): retries failures to
     /// open the stream.
-    pub struct ResponseFuture<S, R = ToolRequest, I = bool>
+    pub struct ResponseFuture<S, R = ToolRequest, I = Inferred>
     where
         S: Service<R>,
     {
@@ -158,7 +160,9 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let Some(attempts) = this.attempts.as_mut() else {
-            return Poll::Ready(Err(ToolError::failed("retry: polled after completion")));
+            return Poll::Ready(Err(ToolError::polled_after_completion(
+                "retry::ResponseFuture",
+            )));
         };
         let opened = ready!(poll_open(this.state, attempts, cx));
         let attempts = this.attempts.take();
@@ -171,7 +175,7 @@ where
                 attempts,
             }),
             (Err(err), _) => Err(err),
-            (Ok(_), None) => Err(ToolError::failed("retry: polled after completion")),
+            (Ok(_), None) => Err(ToolError::polled_after_completion("retry::ResponseFuture")),
         })
     }
 }
@@ -180,7 +184,7 @@ pin_project! {
     /// The response stream of [`Retry`](super::Retry): an error before the
     /// first item starts a new attempt; once an item has been emitted,
     /// errors pass through, so no item is ever duplicated.
-    pub struct ResponseStream<S, R = ToolRequest, I = bool>
+    pub struct ResponseStream<S, R = ToolRequest, I = Inferred>
     where
         S: Service<R>,
     {

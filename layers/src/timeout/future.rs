@@ -83,6 +83,7 @@ pin_project! {
         inner: F,
         bounds: Bounds,
         timer: Option<Pin<Box<Sleep>>>,
+        done: bool,
     }
 }
 
@@ -92,6 +93,7 @@ impl<F> ResponseFuture<F> {
             inner,
             bounds,
             timer: None,
+            done: false,
         }
     }
 }
@@ -106,7 +108,13 @@ where
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
+        if *this.done {
+            return Poll::Ready(Err(ToolError::polled_after_completion(
+                "timeout::ResponseFuture",
+            )));
+        }
         if let Poll::Ready(result) = this.inner.poll(cx) {
+            *this.done = true;
             return Poll::Ready(match result {
                 Ok(inner) => Ok(ResponseStream {
                     inner: Some(inner),
@@ -121,6 +129,7 @@ where
         }
         match this.bounds.next_expiry(None) {
             Some((at, phase)) if poll_timer(this.timer, at, cx).is_ready() => {
+                *this.done = true;
                 Poll::Ready(Err(this.bounds.error(phase)))
             }
             _ => Poll::Pending,

@@ -77,7 +77,11 @@ where
                 this.on_open.on_open(state.elapsed(), span);
                 drop(entered);
                 match this.guard.take() {
-                    Some(guard) => Poll::Ready(Ok(ResponseStream { inner, guard })),
+                    Some(guard) => Poll::Ready(Ok(ResponseStream {
+                        inner,
+                        guard,
+                        finished: false,
+                    })),
                     None => unreachable!("the guard was borrowed above"),
                 }
             }
@@ -107,6 +111,8 @@ pin_project! {
         #[pin]
         inner: St,
         guard: EndGuard<R, OE, OF, OD>,
+        // Set at the end: an ended stream is never polled again.
+        finished: bool,
     }
 }
 
@@ -137,9 +143,13 @@ where
     #[inline]
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.project();
+        if *this.finished {
+            return Poll::Ready(None);
+        }
         let EndGuard { span, state } = this.guard;
         let _entered = span.enter();
         let item = ready!(this.inner.poll_next(cx));
+        *this.finished = item.is_none();
         match &item {
             Some(Ok(output)) => state.item(output),
             // An error is the last item of a stream: the call ends here,
