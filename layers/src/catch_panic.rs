@@ -33,6 +33,14 @@
 //! The default panic hook still prints the panic; install a quieter hook
 //! with [`std::panic::set_hook`] if that is unwanted. A panic while the
 //! tool's stream is *dropped* by its consumer is not caught.
+//!
+//! # Differences from tower-http's `CatchPanic`
+//!
+//! tower-http's catches a panic in the service's future and answers with a
+//! `500` response; this one also catches panics in `poll_ready`, in `call`
+//! and in every poll of the response stream, and answers with a typed
+//! [`ErrorKind::Panicked`] error that the model can read, naming the tool or
+//! the model ("the tool panicked: …").
 
 use std::any::Any;
 use std::future::Future;

@@ -8,18 +8,30 @@
 //! item, a concurrency permit lives as long as the stream.
 //!
 //! Every layer is an ordinary [`tower_layer::Layer`]: it stacks in a
-//! `tower::ServiceBuilder` (also through [`ServiceBuilderExt`]), is `Clone`
-//! when the inner service is, answers with [`ToolError`](toolstack::ToolError)
-//! and forwards [`Describe`], so a layered tool keeps its description.
+//! `tower::ServiceBuilder` (also through [`ServiceBuilderExt`], whose
+//! methods are all `stream_*`), is `Clone` when the inner service is, and
+//! answers with [`ToolError`](toolstack::ToolError).
+//!
+//! | layer | what it does to a call |
+//! |---|---|
+//! | [`trace`] | one span per call with the GenAI attributes, for the stream's whole life |
+//! | [`timeout`] | deadline, first-item and idle bounds; one typed error, then the end |
+//! | [`retry`] | tries again only before the first item; backoff, budget, idempotency |
+//! | [`rate_limit`] (feature `rate-limit`) | shared, keyed quotas; wait or reject |
+//! | [`concurrency`] | a permit held as long as the stream |
+//! | [`catch_panic`] | a panic anywhere becomes a `Panicked` error |
+//! | [`validate`] (feature `validate`) | arguments checked against the tool's schema first |
 //!
 //! ## Tools and models
 //!
 //! A model is a service too — `Service<ChatRequest>` answering with a
-//! stream of `Result<ModelDelta, ToolError>` (see [`toolstack::agent`]) —
+//! stream of `Result<ModelDelta, ToolError>` (see [`toolstack::model`]) —
 //! and the trace, timeout, retry, rate-limit, concurrency-limit and
 //! catch-panic layers apply to it as they do to tools: the deltas are the
-//! items. What a layer needs of a request or an item comes through
-//! [`Call`] and [`CallOutput`], implemented for [`ToolRequest`] /
+//! items. What a layer needs of a request or an item comes through the
+//! [`Request`] and [`Item`] traits (a [`CallKind`] says which of the two a
+//! call is), implemented for
+//! [`ToolRequest`](toolstack::ToolRequest) /
 //! [`ToolOutput`](toolstack::ToolOutput) and for
 //! [`ChatRequest`](toolstack::model::ChatRequest) /
 //! [`ModelDelta`](toolstack::model::ModelDelta). Validation is for tools

@@ -1,3 +1,11 @@
+//! [`AgentTool`]: an agent wrapped as a tool, so a supervisor agent can
+//! delegate to a specialist.
+//!
+//! Unlike a typed tool, its input follows its own rule on top of the
+//! [argument rules](crate::arguments): `{"message": …}`, or plain text taken
+//! as the message itself (a model asked to "ask the specialist" often sends
+//! just the question).
+
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};

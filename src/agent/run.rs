@@ -1,3 +1,12 @@
+//! The agent loop: [`Agent`], its [`AgentEvent`]s, and one run's state.
+//!
+//! A run alternates a *model turn* — one model call, its deltas streamed
+//! as events and folded into text and complete tool calls — and a *tool
+//! step* — the calls run through the toolbox, at most
+//! [`parallel_tools`](Agent::parallel_tools) at once, their items streamed
+//! as events and their results added to the conversation in call order.
+//! Every run ends with exactly one [`AgentEvent::Done`].
+
 use std::future::Future;
 use std::pin::{pin, Pin};
 use std::sync::Arc;
@@ -191,131 +200,27 @@ where
         extensions: Extensions,
         tx: mpsc::Sender<AgentEvent>,
     ) {
-        // Shared with each model request; by the time the history grows the
-        // model has let go of it, so `make_mut` does not copy it.
-        let mut messages = Arc::new(messages);
         let tools: Arc<[ToolInfo]> = self.toolbox.infos_for(&extensions).cloned().collect();
-        let mut usage = Usage::default();
-        let mut steps = 0;
-        let mut tool_calls = 0;
-        let stop = loop {
-            if steps >= self.max_steps {
-                break StopReason::MaxSteps;
-            }
-            steps += 1;
-            let request = ChatRequest {
-                messages: Arc::clone(&messages),
-                tools: tools.clone(),
-                model: self.model_name.clone(),
-                extensions: extensions.clone(),
-            };
-            let model = self.model.clone();
-            let opened: Result<St, ToolError> = model.oneshot(request).await.map_err(Into::into);
-            let answer = match opened {
-                Ok(answer) => answer,
-                Err(err) => {
-                    let _ = tx.send(AgentEvent::Error(err)).await;
-                    break StopReason::ModelError;
-                }
-            };
-            let mut answer = pin!(answer);
-            let mut text = String::new();
-            let mut calls = Accumulator::new();
-            let mut failed = None;
-            while let Some(delta) = answer.next().await {
-                let event = match delta {
-                    Err(err) => {
-                        failed = Some(err);
-                        break;
-                    }
-                    Ok(ModelDelta::Text(piece)) => {
-                        text.push_str(&piece);
-                        AgentEvent::TextDelta(piece)
-                    }
-                    Ok(ModelDelta::ToolCall(fragment)) => {
-                        if calls.push(&fragment) == Pushed::Started {
-                            let (id, name) = calls.get(fragment.index).unwrap_or_default();
-                            let started = AgentEvent::ToolCallStarted {
-                                index: fragment.index,
-                                id: id.map(str::to_owned),
-                                name: name.to_owned(),
-                            };
-                            let _ = tx.send(started).await;
-                        }
-                        if fragment.arguments.is_empty() {
-                            continue;
-                        }
-                        AgentEvent::ToolCallInputDelta {
-                            index: fragment.index,
-                            arguments: fragment.arguments,
-                        }
-                    }
-                    Ok(ModelDelta::Usage(used)) => {
-                        usage += used;
-                        continue;
-                    }
-                    Ok(_) => continue,
-                };
-                let _ = tx.send(event).await;
-            }
-            let calls = match (failed, calls.finish()) {
-                (Some(err), _) => {
-                    let _ = tx.send(AgentEvent::Error(err)).await;
-                    break StopReason::ModelError;
-                }
-                (None, Err(err)) => {
-                    let err = ToolError::failed(format!("the model's answer was malformed: {err}"))
-                        .with_source(err);
-                    let _ = tx.send(AgentEvent::Error(err)).await;
-                    break StopReason::ModelError;
-                }
-                (None, Ok(calls)) => calls,
-            };
-            Arc::make_mut(&mut messages).push(Message::Assistant {
-                content: (!text.is_empty()).then_some(text),
-                tool_calls: calls.clone(),
-            });
-            if calls.is_empty() {
-                break StopReason::Finished;
-            }
-            if tool_calls + calls.len() > self.max_tool_calls {
-                // Answer every call, so the history stays well-formed.
-                let limit = self.max_tool_calls;
-                for call in calls {
-                    let err = ToolError::new(
-                        ErrorKind::Denied,
-                        format!("not run: this run's limit of {limit} tool calls was reached"),
-                    );
-                    let result = ToolResult::from_error(err);
-                    Arc::make_mut(&mut messages)
-                        .push(Message::tool(call.id.clone(), result.text()));
-                    let _ = tx
-                        .send(AgentEvent::ToolResult {
-                            call_id: call.id,
-                            name: call.name,
-                            result,
-                        })
-                        .await;
-                }
-                break StopReason::MaxToolCalls;
-            }
-            tool_calls += calls.len();
-            for call in &calls {
-                let _ = tx.send(AgentEvent::ToolCall(call.clone())).await;
-            }
-            let results: Vec<ToolResult> = stream::iter(calls.clone())
-                .map(|call| {
-                    let (toolbox, tx, extensions) =
-                        (self.toolbox.clone(), tx.clone(), extensions.clone());
-                    async move { run_tool(&toolbox, &call, extensions, &tx).await }
-                })
-                .buffered(self.parallel)
-                .collect()
-                .await;
-            for (call, result) in calls.iter().zip(results) {
-                Arc::make_mut(&mut messages).push(Message::tool(call.id.clone(), result.text()));
-            }
+        let mut run = Run {
+            agent: self,
+            // Shared with each model request; by the time the history grows
+            // the model has let go of it, so `make_mut` does not copy it.
+            messages: Arc::new(messages),
+            tools,
+            extensions,
+            tx,
+            usage: Usage::default(),
+            steps: 0,
+            tool_calls: 0,
         };
+        let stop = run.steps().await;
+        let Run {
+            messages,
+            usage,
+            steps,
+            tx,
+            ..
+        } = run;
         let done = AgentDone {
             messages: Arc::try_unwrap(messages).unwrap_or_else(|shared| (*shared).clone()),
             usage,
@@ -323,6 +228,164 @@ where
             stop,
         };
         let _ = tx.send(AgentEvent::Done(done)).await;
+    }
+}
+
+/// One run in progress: the conversation so far and what it has used.
+struct Run<M> {
+    agent: Agent<M>,
+    messages: Arc<Vec<Message>>,
+    /// The tools this caller may see, as the model is shown them.
+    tools: Arc<[ToolInfo]>,
+    extensions: Extensions,
+    tx: mpsc::Sender<AgentEvent>,
+    usage: Usage,
+    steps: usize,
+    tool_calls: usize,
+}
+
+impl<M, St> Run<M>
+where
+    M: Service<ChatRequest, Response = St> + Clone + Send + 'static,
+    M::Error: Into<ToolError>,
+    M::Future: Send + 'static,
+    St: Stream<Item = Result<ModelDelta, ToolError>> + Send + 'static,
+{
+    /// Model turns and tool steps until the model stops calling tools or a
+    /// guard stops the run.
+    async fn steps(&mut self) -> StopReason {
+        loop {
+            if self.steps >= self.agent.max_steps {
+                return StopReason::MaxSteps;
+            }
+            self.steps += 1;
+            let (text, calls) = match self.model_turn().await {
+                Ok(answer) => answer,
+                Err(err) => {
+                    let _ = self.tx.send(AgentEvent::Error(err)).await;
+                    return StopReason::ModelError;
+                }
+            };
+            self.push(Message::Assistant {
+                content: (!text.is_empty()).then_some(text),
+                tool_calls: calls.clone(),
+            });
+            if calls.is_empty() {
+                return StopReason::Finished;
+            }
+            if self.tool_calls + calls.len() > self.agent.max_tool_calls {
+                self.refuse(calls).await;
+                return StopReason::MaxToolCalls;
+            }
+            self.tool_calls += calls.len();
+            self.run_tools(calls).await;
+        }
+    }
+
+    /// Asks the model once, streaming its text and tool-call input as
+    /// events; returns its text and its complete tool calls.
+    async fn model_turn(&mut self) -> Result<(String, Vec<ToolCall>), ToolError> {
+        let request = ChatRequest {
+            messages: Arc::clone(&self.messages),
+            tools: self.tools.clone(),
+            model: self.agent.model_name.clone(),
+            extensions: self.extensions.clone(),
+        };
+        let answer = self
+            .agent
+            .model
+            .clone()
+            .oneshot(request)
+            .await
+            .map_err(Into::into)?;
+        let mut answer = pin!(answer);
+        let mut text = String::new();
+        let mut calls = Accumulator::new();
+        while let Some(delta) = answer.next().await {
+            let event = match delta? {
+                ModelDelta::Text(piece) => {
+                    text.push_str(&piece);
+                    AgentEvent::TextDelta(piece)
+                }
+                ModelDelta::ToolCall(fragment) => {
+                    if calls.push(&fragment) == Pushed::Started {
+                        let (id, name) = calls.get(fragment.index).unwrap_or_default();
+                        let started = AgentEvent::ToolCallStarted {
+                            index: fragment.index,
+                            id: id.map(str::to_owned),
+                            name: name.to_owned(),
+                        };
+                        let _ = self.tx.send(started).await;
+                    }
+                    if fragment.arguments.is_empty() {
+                        continue;
+                    }
+                    AgentEvent::ToolCallInputDelta {
+                        index: fragment.index,
+                        arguments: fragment.arguments,
+                    }
+                }
+                ModelDelta::Usage(used) => {
+                    self.usage += used;
+                    continue;
+                }
+                _ => continue,
+            };
+            let _ = self.tx.send(event).await;
+        }
+        let calls = calls.finish().map_err(|err| {
+            ToolError::failed(format!("the model's answer was malformed: {err}")).with_source(err)
+        })?;
+        Ok((text, calls))
+    }
+
+    /// Runs a step's tool calls (up to the agent's bound at once) and adds
+    /// their results to the conversation, in the order of the calls.
+    async fn run_tools(&mut self, calls: Vec<ToolCall>) {
+        for call in &calls {
+            let _ = self.tx.send(AgentEvent::ToolCall(call.clone())).await;
+        }
+        let results: Vec<ToolResult> = stream::iter(calls.clone())
+            .map(|call| {
+                let (toolbox, tx, extensions) = (
+                    self.agent.toolbox.clone(),
+                    self.tx.clone(),
+                    self.extensions.clone(),
+                );
+                async move { run_tool(&toolbox, &call, extensions, &tx).await }
+            })
+            .buffered(self.agent.parallel)
+            .collect()
+            .await;
+        for (call, result) in calls.iter().zip(results) {
+            self.push(Message::tool(call.id.clone(), result.text()));
+        }
+    }
+
+    /// Answers every call of a step that would pass the run's limit of tool
+    /// calls with a refusal, so the history stays well-formed.
+    async fn refuse(&mut self, calls: Vec<ToolCall>) {
+        let limit = self.agent.max_tool_calls;
+        for call in calls {
+            let err = ToolError::new(
+                ErrorKind::Denied,
+                format!("not run: this run's limit of {limit} tool calls was reached"),
+            );
+            let result = ToolResult::from_error(err);
+            self.push(Message::tool(call.id.clone(), result.text()));
+            let _ = self
+                .tx
+                .send(AgentEvent::ToolResult {
+                    call_id: call.id,
+                    name: call.name,
+                    result,
+                })
+                .await;
+        }
+    }
+
+    fn push(&mut self, message: Message) {
+        Arc::make_mut(&mut self.messages).push(message);
     }
 }
 

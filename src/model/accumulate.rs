@@ -1,3 +1,8 @@
+//! [`Accumulator`]: tool-call fragments, streamed by index, folded into
+//! complete [`ToolCall`]s — robust to any split of the argument text and to
+//! interleaved parallel calls, and never finished early just because the
+//! arguments already parse.
+
 use std::fmt;
 
 use super::{ToolCall, ToolCallDelta};

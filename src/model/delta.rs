@@ -1,3 +1,6 @@
+//! What a model streams back: [`ModelDelta`]s (text, tool-call fragments,
+//! a finish reason, usage) and the complete [`ToolCall`] they fold into.
+
 use serde::{Deserialize, Serialize};
 
 /// One piece of a model's streamed answer.

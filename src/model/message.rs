@@ -1,3 +1,7 @@
+//! What a model is asked: a [`ChatRequest`] — the conversation as
+//! [`Message`]s in the OpenAI chat shape, the tools it may call, the model
+//! to ask for, and the caller's extensions.
+
 use std::sync::Arc;
 
 use http::Extensions;

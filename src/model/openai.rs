@@ -1,3 +1,7 @@
+//! [`OpenAiModel`]: an OpenAI-compatible chat-completions endpoint as a
+//! model service, its answer streamed over server-sent events and every
+//! failure a typed [`ToolError`].
+
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;

@@ -1,3 +1,7 @@
+//! [`ScriptedModel`]: a deterministic model that plays planned [`Turn`]s —
+//! text streamed a word at a time, tool calls in fragments — so examples
+//! and tests run with no network and no key.
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};

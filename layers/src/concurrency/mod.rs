@@ -34,6 +34,14 @@
 //! assert_eq!(items.len(), 1);
 //! # }
 //! ```
+//!
+//! # Differences from tower's `ConcurrencyLimit`
+//!
+//! Both reserve the permit in `poll_ready` and reset it on `Clone`. tower's
+//! releases it when the response future resolves — for a stream, when it
+//! *opens* — so a limit of 4 lets any number of streams run; this one holds
+//! it until the stream ends, fails or is dropped, and answers `poll_ready`
+//! errors as [`ToolError`](toolstack::ToolError)s rather than `BoxError`.
 
 mod future;
 mod layer;

@@ -66,6 +66,15 @@
 //! agent run that shares the model: the extensions are the
 //! [`ChatRequest`](toolstack::model::ChatRequest)'s, and a refusal message
 //! names model calls ("rate limit for all model calls reached").
+//!
+//! # Differences from tower's `RateLimit`
+//!
+//! | | `tower::limit::RateLimit` | [`RateLimit`] |
+//! |---|---|---|
+//! | algorithm | a fixed window of `num` calls per `per` | GCRA (burst + replenish rate), from `governor` |
+//! | clones | each counts on its own | share the layer's buckets |
+//! | keys | one window per service | global, per tool (or model), or per caller |
+//! | over the limit | `poll_ready` is pending (back-pressure on every caller) | the one call waits, or fails with `RateLimited { retry_after }`; other keys go on |
 
 mod clock;
 mod future;

@@ -68,6 +68,16 @@
 //! assert_eq!(calls.load(Ordering::SeqCst), 2);
 //! # }
 //! ```
+//!
+//! # Differences from tower's `Retry`
+//!
+//! tower's `Retry` asks a `Policy` about the response future's result: a
+//! stream that opens and then fails is a success to it, and it has no
+//! backoff or idempotency of its own. [`Retry`] also retries a stream that
+//! fails before its first item, never one that has emitted an item, backs
+//! off with jitter, honours a rate limit's retry-after, asks whether the
+//! call is idempotent ([`Idempotency`]) before repeating a call that may
+//! have reached the tool, and can share tower's [`TpsBudget`].
 
 mod future;
 mod idempotency;

@@ -55,6 +55,18 @@
 //! assert_eq!(err.kind(), ErrorKind::Timeout { phase: TimeoutPhase::FirstItem });
 //! # }
 //! ```
+//!
+//! # Differences from tower's `Timeout`
+//!
+//! | | `tower::timeout::Timeout` | [`Timeout`] |
+//! |---|---|---|
+//! | what is bounded | the response future only — here, the stream *opening* | the opening, the first item, each gap between items, and the whole stream |
+//! | bounds | one duration | up to three, independent: deadline, first item, idle |
+//! | on expiry | the future fails with `BoxError` (`Elapsed`) | one typed `Timeout { phase }` error, then the end; the inner stream is dropped |
+//! | the message | "request timed out" | names the tool or the model and the bound |
+//!
+//! tower's `Timeout` still stacks onto a tool; its `Elapsed` becomes a
+//! `Timeout { phase: Open }` error at the toolbox.
 
 mod future;
 mod layer;

@@ -61,6 +61,16 @@
 //! assert_eq!(items.len(), 1);
 //! # }
 //! ```
+//!
+//! # Differences from tower-http's `Trace`
+//!
+//! The shape is tower-http's — a [`MakeSpan`] and one hook trait per moment,
+//! each with a default type, closures and `()` — made for calls instead of
+//! HTTP: the span carries the OpenTelemetry GenAI attributes, lives as long
+//! as the response *stream* (tower-http's follows the body the same way),
+//! counts items and bytes, and reports a consumer that walked away
+//! ([`OnEarlyDrop`]). There is no failure classifier: a
+//! [`ToolError`](toolstack::ToolError) already says its kind.
 
 use std::time::Duration;
 
