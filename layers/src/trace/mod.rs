@@ -120,6 +120,19 @@ fn level_enabled(level: Level) -> bool {
     }
 }
 
+/// The default end and early-drop event: the summary's fields and `{kind}
+/// {what}` ("tool call ended", "model call dropped before its end").
+fn report_summary(level: Level, kind: crate::CallKind, what: &str, summary: &StreamSummary) {
+    event_dynamic_lvl!(
+        level,
+        items = summary.items(),
+        bytes = summary.bytes(),
+        duration_ms = millis(summary.duration()),
+        outcome = summary.outcome().as_str(),
+        "{kind} {what}"
+    );
+}
+
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }

@@ -2,7 +2,7 @@
 
 use tracing::{Level, Span};
 
-use super::{level_enabled, millis, StreamSummary};
+use super::{level_enabled, report_summary, StreamSummary};
 use crate::Request;
 
 /// Called when the consumer drops the future or the stream of a call of
@@ -44,15 +44,7 @@ default_callback!(
 
 impl<R: Request> OnEarlyDrop<R> for DefaultOnEarlyDrop {
     fn on_early_drop(&mut self, summary: &StreamSummary, _: &Span) {
-        event_dynamic_lvl!(
-            self.level,
-            items = summary.items(),
-            bytes = summary.bytes(),
-            duration_ms = millis(summary.duration()),
-            outcome = summary.outcome().as_str(),
-            "{} call dropped before its end",
-            R::KIND
-        );
+        report_summary(self.level, R::KIND, "call dropped before its end", summary);
     }
 
     fn is_enabled(&self) -> bool {

@@ -2,7 +2,7 @@
 
 use tracing::{Level, Span};
 
-use super::{level_enabled, millis, StreamSummary};
+use super::{level_enabled, report_summary, StreamSummary};
 use crate::Request;
 
 /// Called once per call of request type `R`, when it ends: the stream
@@ -43,15 +43,7 @@ default_callback!(
 
 impl<R: Request> OnEnd<R> for DefaultOnEnd {
     fn on_end(&mut self, summary: &StreamSummary, _: &Span) {
-        event_dynamic_lvl!(
-            self.level,
-            items = summary.items(),
-            bytes = summary.bytes(),
-            duration_ms = millis(summary.duration()),
-            outcome = summary.outcome().as_str(),
-            "{} call ended",
-            R::KIND
-        );
+        report_summary(self.level, R::KIND, "call ended", summary);
     }
 
     fn is_enabled(&self) -> bool {
