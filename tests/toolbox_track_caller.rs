@@ -16,6 +16,10 @@ fn echo(name: &'static str) -> BoxTool {
     ))
 }
 
+fn one() -> Toolbox {
+    Toolbox::new().boxed(echo("a"))
+}
+
 #[test]
 fn every_panicking_builder_reports_the_callers_line() {
     let location = Arc::new(Mutex::new(None::<String>));
@@ -25,22 +29,19 @@ fn every_panicking_builder_reports_the_callers_line() {
         *seen.lock().unwrap() = info.location().map(|l| l.file().to_owned());
     }));
 
-    let one = || Toolbox::new().boxed(echo("a"));
-    let builders: Vec<(&str, Box<dyn Fn()>)> = vec![
-        ("tool", Box::new(|| drop(one().tool(echo("a"))))),
-        ("boxed", Box::new(|| drop(one().boxed(echo("a"))))),
-        (
-            "layered",
-            Box::new(|| drop(one().layered(echo("a"), tower::layer::util::Identity::new()))),
-        ),
-        (
-            "service",
-            Box::new(|| drop(one().service(ToolInfo::new("a"), echo("a")))),
-        ),
-        ("merge", Box::new(|| drop(one().merge(one())))),
-        ("nest", Box::new(|| drop(one().nest("", one())))),
-        ("prefix", Box::new(|| drop(one().prefix("a b")))),
-        ("rename", Box::new(|| drop(one().rename("b", "c")))),
+    let builders: [(&str, fn()); 8] = [
+        ("tool", || drop(one().tool(echo("a")))),
+        ("boxed", || drop(one().boxed(echo("a")))),
+        ("layered", || {
+            drop(one().layered(echo("a"), tower::layer::util::Identity::new()))
+        }),
+        ("service", || {
+            drop(one().service(ToolInfo::new("a"), echo("a")))
+        }),
+        ("merge", || drop(one().merge(one()))),
+        ("nest", || drop(one().nest("", one()))),
+        ("prefix", || drop(one().prefix("a b"))),
+        ("rename", || drop(one().rename("b", "c"))),
     ];
     let mut blamed = Vec::new();
     for (name, build) in &builders {
