@@ -278,6 +278,11 @@ where
 #[derive(Clone)]
 pub struct BoxTool {
     info: Arc<ToolInfo>,
+    // Set when the tool is listed under another name than the one it was
+    // built with (a nested or renamed toolbox tool): a call goes in under
+    // this description's name, as axum strips a nested prefix, so the tool
+    // and the layers inside it never see a name they do not know.
+    target: Option<Arc<ToolInfo>>,
     inner: Arc<dyn ErasedTool>,
 }
 
@@ -306,7 +311,21 @@ impl BoxTool {
     {
         BoxTool {
             info: info.into(),
+            target: None,
             inner: Arc::new(Erased(service)),
+        }
+    }
+
+    /// The same tool, listed as `info` (a new name), still called with the
+    /// name and description it was built with.
+    ///
+    /// Renaming a renamed tool keeps the first target, so however deep a
+    /// tool is nested a call rewrites its name once.
+    pub(crate) fn renamed(&self, info: Arc<ToolInfo>) -> BoxTool {
+        BoxTool {
+            target: Some(self.target.clone().unwrap_or_else(|| self.info.clone())),
+            info,
+            inner: self.inner.clone(),
         }
     }
 
@@ -323,9 +342,23 @@ impl BoxTool {
     /// Starts a call without `&mut self` (the toolbox's dispatch path).
     ///
     /// The request carries the tool's description from here on
-    /// ([`ToolRequest::info`]).
+    /// ([`ToolRequest::info`]). A tool listed under another name (see
+    /// [`Toolbox::nest`](crate::Toolbox::nest) and
+    /// [`Toolbox::rename`](crate::Toolbox::rename)) gets the request under
+    /// its own name, with its own description.
     pub fn call_shared(&self, mut request: ToolRequest) -> ResponseFuture {
-        request.set_info(self.info.clone());
+        match &self.target {
+            None => request.set_info(self.info.clone()),
+            Some(target) => {
+                // `set_name` copies the request's shared call data when a
+                // clone holds it too (a retry layer outside): the one cost
+                // of a renamed tool, paid only by renamed tools.
+                if request.name() != target.name() {
+                    request.set_name(target.name());
+                }
+                request.set_info(target.clone());
+            }
+        }
         ResponseFuture {
             state: FutureState::Calling(self.inner.call(request)),
         }
@@ -354,8 +387,11 @@ impl Service<ToolRequest> for BoxTool {
 
 impl fmt::Debug for BoxTool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BoxTool")
-            .field("name", &self.info.name())
-            .finish_non_exhaustive()
+        let mut f = f.debug_struct("BoxTool");
+        f.field("name", &self.info.name());
+        if let Some(target) = &self.target {
+            f.field("calls", &target.name());
+        }
+        f.finish_non_exhaustive()
     }
 }
