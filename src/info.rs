@@ -65,6 +65,14 @@ impl ToolInfo {
         }
     }
 
+    /// The same description under another name (what a toolbox's
+    /// [`rename`](crate::Toolbox::rename) and [`nest`](crate::Toolbox::nest)
+    /// list). The schemas are shared, not copied.
+    pub fn with_name(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.name = name.into();
+        self
+    }
+
     /// Sets the description shown to the model.
     pub fn with_description(mut self, description: impl Into<String>) -> Self {
         self.description = Some(description.into());

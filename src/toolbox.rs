@@ -328,8 +328,35 @@ impl Toolbox {
 
     /// Adds `other`'s tools under `prefix`, as [`Toolbox::nest`]; on an
     /// error nothing is added.
-    pub fn try_nest(&mut self, prefix: &str, mut other: Toolbox) -> Result<(), ToolboxError> {
-        other.try_prefix(prefix)?;
+    pub fn try_nest(&mut self, prefix: &str, other: Toolbox) -> Result<(), ToolboxError> {
+        self.try_nest_with(prefix, '.', other)
+    }
+
+    /// Adds `other`'s tools as `{prefix}{separator}{name}`: as
+    /// [`Toolbox::nest`], with `_` or `-` instead of `.` — for chat APIs
+    /// whose function names cannot hold a `.` (OpenAI's and Anthropic's
+    /// take `^[a-zA-Z0-9_-]{1,64}`).
+    ///
+    /// # Panics
+    ///
+    /// On a separator other than `.`, `_` or `-`, and as [`Toolbox::nest`].
+    #[track_caller]
+    pub fn nest_with(mut self, prefix: &str, separator: char, other: Toolbox) -> Self {
+        if let Err(err) = self.try_nest_with(prefix, separator, other) {
+            panic!("{err}");
+        }
+        self
+    }
+
+    /// Adds `other`'s tools as `{prefix}{separator}{name}`, as
+    /// [`Toolbox::nest_with`]; on an error nothing is added.
+    pub fn try_nest_with(
+        &mut self,
+        prefix: &str,
+        separator: char,
+        mut other: Toolbox,
+    ) -> Result<(), ToolboxError> {
+        other.try_prefix_with(prefix, separator)?;
         self.merge_inner(other.into_inner(), || Clash::Nest(prefix.into()))
             .map_err(ToolboxError::from)
     }
@@ -343,9 +370,10 @@ impl Toolbox {
     ///
     /// A prefix is one or more ASCII letters, digits, `_`, `-` and `.`
     /// (MCP's tool name characters), neither starting nor ending with `.`;
-    /// a prefixed name may be at most 128 characters long, as in MCP. Note
-    /// that some chat APIs take fewer characters in a function name (no
-    /// `.`, at most 64): rename the tools for those.
+    /// a prefixed name may be at most 128 characters long, as in MCP. Some
+    /// chat APIs take no `.` in a function name (OpenAI's, Anthropic's):
+    /// use [`Toolbox::prefix_with`] / [`Toolbox::nest_with`] and `_` for
+    /// those.
     ///
     /// # Panics
     ///
@@ -362,12 +390,33 @@ impl Toolbox {
     /// Lists every tool as `{prefix}.{name}`, as [`Toolbox::prefix`]; on an
     /// error the toolbox is left as it was.
     pub fn try_prefix(&mut self, prefix: &str) -> Result<(), ToolboxError> {
-        check_prefix(prefix)?;
+        self.try_prefix_with(prefix, '.')
+    }
+
+    /// Lists every tool as `{prefix}{separator}{name}`: as
+    /// [`Toolbox::prefix`], with `_` or `-` instead of `.` (see
+    /// [`Toolbox::nest_with`]).
+    ///
+    /// # Panics
+    ///
+    /// On a separator other than `.`, `_` or `-`, and as [`Toolbox::prefix`].
+    #[track_caller]
+    pub fn prefix_with(mut self, prefix: &str, separator: char) -> Self {
+        if let Err(err) = self.try_prefix_with(prefix, separator) {
+            panic!("{err}");
+        }
+        self
+    }
+
+    /// Lists every tool as `{prefix}{separator}{name}`, as
+    /// [`Toolbox::prefix_with`]; on an error the toolbox is left as it was.
+    pub fn try_prefix_with(&mut self, prefix: &str, separator: char) -> Result<(), ToolboxError> {
+        check_prefix(prefix, separator)?;
         if let Some(info) = self
             .infos()
             .find(|info| prefix.len() + 1 + info.name().len() > MAX_NAME_CHARS)
         {
-            let name = format!("{prefix}.{}", info.name());
+            let name = format!("{prefix}{separator}{}", info.name());
             let message = format!(
                 "cannot prefix with `{prefix}`: `{name}` would be longer than the {MAX_NAME_CHARS} characters of a tool name"
             );
@@ -381,7 +430,7 @@ impl Toolbox {
         };
         for entry in inner.entries {
             let entry = entry.leaving(inner.resolver.as_ref());
-            let name = format!("{prefix}.{}", entry.tool.info().name());
+            let name = format!("{prefix}{separator}{}", entry.tool.info().name());
             prefixed.push(Entry {
                 tool: entry
                     .tool
@@ -628,18 +677,7 @@ impl Toolbox {
 
 /// `info` under another name.
 fn renamed(info: &ToolInfo, name: String) -> ToolInfo {
-    // Rebuilt field by field, as `ToolInfo` has no name setter; a field
-    // added to `ToolInfo` must be carried over here too.
-    let mut out = ToolInfo::new(name)
-        .with_input_schema(info.input_schema().clone())
-        .with_annotations(info.annotations().clone());
-    if let Some(description) = info.description() {
-        out = out.with_description(description);
-    }
-    if let Some(schema) = info.output_schema() {
-        out = out.with_output_schema(schema.clone());
-    }
-    out
+    info.clone().with_name(name)
 }
 
 fn is_name_char(c: char) -> bool {
@@ -648,7 +686,13 @@ fn is_name_char(c: char) -> bool {
 
 const NAME_CHARS: &str = "ASCII letters, digits, `_`, `-` and `.`";
 
-fn check_prefix(prefix: &str) -> Result<(), ToolboxError> {
+fn check_prefix(prefix: &str, separator: char) -> Result<(), ToolboxError> {
+    if !matches!(separator, '.' | '_' | '-') {
+        return Err(ToolboxError::invalid_name(
+            prefix,
+            format!("`{separator}` cannot join a prefix to a tool name: use `.`, `_` or `-`"),
+        ));
+    }
     if prefix.is_empty() {
         return Err(ToolboxError::invalid_name(
             prefix,
@@ -661,11 +705,11 @@ fn check_prefix(prefix: &str) -> Result<(), ToolboxError> {
             format!("`{prefix}` is not a tool name prefix: tool names are made of {NAME_CHARS}"),
         ));
     }
-    if prefix.starts_with('.') || prefix.ends_with('.') {
+    if prefix.starts_with(separator) || prefix.ends_with(separator) {
         return Err(ToolboxError::invalid_name(
             prefix,
             format!(
-                "`{prefix}` is not a tool name prefix: it cannot start or end with the `.` that joins it to the names"
+                "`{prefix}` is not a tool name prefix: it cannot start or end with the `{separator}` that joins it to the names"
             ),
         ));
     }

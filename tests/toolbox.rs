@@ -281,7 +281,7 @@ async fn the_whole_toolbox_can_be_layered_as_one_service() {
 /// A tool that answers with what it was called as: the request's name, and
 /// the name and description in `request.info()`.
 fn introspect(name: &'static str) -> BoxTool {
-    BoxTool::new(tool::describe(
+    BoxTool::with_info(
         ToolInfo::new(name).with_description(format!("the {name} tool")),
         tower::service_fn(|req: ToolRequest| async move {
             let info = req
@@ -291,7 +291,7 @@ fn introspect(name: &'static str) -> BoxTool {
             let text = format!("called as {} with info {info}", req.name());
             Ok::<_, ToolError>(ToolStream::new(stream::iter([Ok(ToolOutput::text(text))])))
         }),
-    ))
+    )
 }
 
 fn names(tb: &Toolbox) -> Vec<&str> {
@@ -822,4 +822,27 @@ async fn nested_and_renamed_tools_are_found_past_the_short_scan() {
     assert_eq!(tb.len(), 20);
     assert!(tb.get("many.t3").is_none());
     assert_eq!(run(&tb, ToolRequest::new("last", "{}")).await.text(), "t19");
+}
+
+#[tokio::test]
+async fn nest_with_an_underscore_gives_names_openai_accepts() {
+    let tb = Toolbox::new().nest_with("github", '_', Toolbox::new().boxed(introspect("search")));
+    assert_eq!(names(&tb), ["github_search"]);
+    let r = run(&tb, ToolRequest::new("github_search", "{}")).await;
+    assert_eq!(
+        r.text(),
+        "called as search with info search (the search tool)"
+    );
+    let err = Toolbox::new()
+        .try_nest_with("github", '/', Toolbox::new().boxed(introspect("search")))
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "`/` cannot join a prefix to a tool name: use `.`, `_` or `-`"
+    );
+    let err = Toolbox::new().try_prefix_with("github_", '_').unwrap_err();
+    assert!(
+        err.to_string().contains("cannot start or end with the `_`"),
+        "{err}"
+    );
 }
