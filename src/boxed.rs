@@ -52,8 +52,8 @@ trait ErasedCall: Send {
 }
 
 pin_project! {
-    #[project = CallProj]
-    enum Call<S, Fut, St> {
+    #[project = CallStateProj]
+    enum CallState<S, Fut, St> {
         Ready { service: S, request: Option<ToolRequest> },
         Opening { #[pin] future: Fut },
         Open { #[pin] stream: St },
@@ -61,7 +61,7 @@ pin_project! {
     }
 }
 
-impl<S, Fut, St> ErasedCall for Call<S, Fut, St>
+impl<S, Fut, St> ErasedCall for CallState<S, Fut, St>
 where
     S: Service<ToolRequest, Response = St, Future = Fut> + Send,
     S::Error: Into<ToolError>,
@@ -71,28 +71,28 @@ where
     fn poll_open(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
         loop {
             let next = match self.as_mut().project() {
-                CallProj::Ready { service, request } => {
+                CallStateProj::Ready { service, request } => {
                     if let Err(err) = ready!(service.poll_ready(cx)) {
-                        self.set(Call::Done);
+                        self.set(CallState::Done);
                         return Poll::Ready(Err(err.into()));
                     }
                     let Some(request) = request.take() else {
-                        self.set(Call::Done);
+                        self.set(CallState::Done);
                         return Poll::Ready(Err(ToolError::polled_after_completion("a tool call")));
                     };
-                    Call::Opening {
+                    CallState::Opening {
                         future: service.call(request),
                     }
                 }
-                CallProj::Opening { future } => match ready!(future.poll(cx)) {
-                    Ok(stream) => Call::Open { stream },
+                CallStateProj::Opening { future } => match ready!(future.poll(cx)) {
+                    Ok(stream) => CallState::Open { stream },
                     Err(err) => {
-                        self.set(Call::Done);
+                        self.set(CallState::Done);
                         return Poll::Ready(Err(err.into()));
                     }
                 },
-                CallProj::Open { .. } => return Poll::Ready(Ok(())),
-                CallProj::Done => {
+                CallStateProj::Open { .. } => return Poll::Ready(Ok(())),
+                CallStateProj::Done => {
                     return Poll::Ready(Err(ToolError::polled_after_completion("a tool call")))
                 }
             };
@@ -102,14 +102,14 @@ where
 
     fn poll_item(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToolItem>> {
         match self.as_mut().project() {
-            CallProj::Open { stream } => {
+            CallStateProj::Open { stream } => {
                 let item = ready!(stream.poll_next(cx));
                 if item.is_none() {
-                    self.set(Call::Done);
+                    self.set(CallState::Done);
                 }
                 Poll::Ready(item)
             }
-            CallProj::Done => Poll::Ready(None),
+            CallStateProj::Done => Poll::Ready(None),
             // Not opened yet: open first, so a lazily built stream works too.
             _ => match ready!(self.as_mut().poll_open(cx)) {
                 Ok(()) => self.poll_item(cx),
@@ -179,7 +179,7 @@ impl ToolStream {
         S::Response: Stream<Item = ToolItem> + Send + 'static,
     {
         ToolStream {
-            inner: Box::pin(Call::<S, S::Future, S::Response>::Ready {
+            inner: Box::pin(CallState::<S, S::Future, S::Response>::Ready {
                 service,
                 request: Some(request),
             }),
@@ -263,7 +263,7 @@ where
     S::Response: Stream<Item = ToolItem> + Send + 'static,
 {
     fn call(&self, request: ToolRequest) -> Pin<Box<dyn ErasedCall>> {
-        Box::pin(Call::<S, S::Future, S::Response>::Ready {
+        Box::pin(CallState::<S, S::Future, S::Response>::Ready {
             service: self.0.clone(),
             request: Some(request),
         })

@@ -35,13 +35,15 @@ use crate::ToolInfo;
 /// increment plus a clone of the extension map, which is free when empty.
 #[derive(Clone, Default)]
 pub struct ToolRequest {
-    call: Arc<Call>,
+    call: Arc<Parts>,
     info: Option<Arc<ToolInfo>>,
     extensions: Extensions,
 }
 
 #[derive(Clone, Default)]
-pub(crate) struct Call {
+/// What a request shares between its clones: the id, the name and the
+/// argument text, in one allocation.
+pub(crate) struct Parts {
     pub(crate) id: String,
     pub(crate) name: String,
     pub(crate) arguments: String,
@@ -53,7 +55,7 @@ impl ToolRequest {
     /// Passing owned `String`s moves them in without copying.
     pub fn new(name: impl Into<String>, arguments: impl Into<String>) -> Self {
         ToolRequest {
-            call: Arc::new(Call {
+            call: Arc::new(Parts {
                 id: String::new(),
                 name: name.into(),
                 arguments: arguments.into(),
@@ -133,7 +135,7 @@ impl ToolRequest {
         Arc::make_mut(&mut self.call).name = name.into();
     }
 
-    pub(crate) fn into_call(self) -> (Arc<Call>, Extensions) {
+    pub(crate) fn into_parts(self) -> (Arc<Parts>, Extensions) {
         (self.call, self.extensions)
     }
 }

@@ -7,7 +7,7 @@ use std::task::Context;
 use futures_util::task::AtomicWaker;
 use http::Extensions;
 
-use crate::request::Call;
+use crate::request::Parts;
 use crate::Progress;
 
 /// What a tool function may know about its call: the call id, the tool's
@@ -17,13 +17,17 @@ use crate::Progress;
 /// Cancellation needs no token: when the consumer drops the response
 /// stream, the function's future or stream is dropped with it.
 pub struct ToolContext {
-    call: Arc<Call>,
+    call: Arc<Parts>,
     extensions: Extensions,
     progress: ProgressReporter,
 }
 
 impl ToolContext {
-    pub(crate) fn new(call: Arc<Call>, extensions: Extensions, progress: ProgressReporter) -> Self {
+    pub(crate) fn new(
+        call: Arc<Parts>,
+        extensions: Extensions,
+        progress: ProgressReporter,
+    ) -> Self {
         ToolContext {
             call,
             extensions,

@@ -285,7 +285,7 @@ where
         } else {
             (ProgressReporter::disconnected(), None)
         };
-        let (call, extensions) = request.into_call();
+        let (call, extensions) = request.into_parts();
         let context = ToolContext::new(call, extensions, reporter);
         let stream = self.handler.call(args, context);
         Ok(ResponseStream::new(stream, self.encoder.clone(), queue))

@@ -116,7 +116,7 @@ impl<M, OO, OE, OF, OD> TraceLayer<M, OO, OE, OF, OD> {
     /// Records the call's input on the span, cut to `max_len` bytes (at a
     /// character boundary, marked by `…`): a tool's arguments as
     /// `gen_ai.tool.call.arguments`, a model's conversation (JSON messages)
-    /// as `gen_ai.input.messages` (see [`Call::write_input`](crate::Request::write_input)).
+    /// as `gen_ai.input.messages` (see [`Request::write_input`](crate::Request::write_input)).
     ///
     /// Off by default: inputs may carry personal data.
     pub fn record_arguments(mut self, max_len: usize) -> Self {
@@ -128,7 +128,7 @@ impl<M, OO, OE, OF, OD> TraceLayer<M, OO, OE, OF, OD> {
     /// to `max_len` bytes (marked by `…`): a tool's text items and JSON
     /// items serialized as `gen_ai.tool.call.result`, a model's text as
     /// `gen_ai.output.messages` (see
-    /// [`CallOutput::write_output`](crate::Item::write_output)).
+    /// [`Item::write_output`](crate::Item::write_output)).
     ///
     /// Off by default: outputs may carry personal data.
     pub fn record_output(mut self, max_len: usize) -> Self {

@@ -337,7 +337,7 @@ impl Service<ToolRequest> for McpTool {
                 .await
                 .map_err(service_error)?;
             let progress = client.progress.subscribe(handle.progress_token.clone());
-            let call = Call {
+            let call = RemoteCall {
                 guard: CancelGuard {
                     client: client.clone(),
                     id: Some(handle.id.clone()),
@@ -348,7 +348,7 @@ impl Service<ToolRequest> for McpTool {
                 response: Some(handle.rx),
                 pending: VecDeque::new(),
             };
-            Ok(ToolStream::new(stream::unfold(call, Call::next)))
+            Ok(ToolStream::new(stream::unfold(call, RemoteCall::next)))
         })
     }
 }
@@ -397,7 +397,7 @@ impl Drop for CancelGuard {
 type Response = Result<ServerResult, ServiceError>;
 
 /// The state of one remote call, unfolded into its item stream.
-struct Call {
+struct RemoteCall {
     guard: CancelGuard,
     progress: mpsc::UnboundedReceiver<ProgressNotificationParam>,
     response: Option<oneshot::Receiver<Response>>,
@@ -411,8 +411,8 @@ fn progress_item(param: ProgressNotificationParam) -> ToolItem {
     Ok(ToolOutput::Progress(progress))
 }
 
-impl Call {
-    async fn next(mut self) -> Option<(ToolItem, Call)> {
+impl RemoteCall {
+    async fn next(mut self) -> Option<(ToolItem, RemoteCall)> {
         loop {
             if let Some(item) = self.pending.pop_front() {
                 return Some((item, self));
