@@ -40,9 +40,9 @@ pub struct ToolRequest {
     extensions: Extensions,
 }
 
-#[derive(Clone, Default)]
 /// What a request shares between its clones: the id, the name and the
 /// argument text, in one allocation.
+#[derive(Clone, Default)]
 pub(crate) struct Parts {
     pub(crate) id: String,
     pub(crate) name: String,
