@@ -1,13 +1,10 @@
 //! The HTTP routes (`toolstack::serve::http`) served on 127.0.0.1 with
 //! `axum::serve` and called with a real HTTP client (reqwest): listing,
 //! SSE calls, every refusal and its status, the example's bearer auth and
-//! per-caller visibility, cancellation on disconnect, nesting.
+//! per-caller visibility (`toolstack_demo::http`, the app
+//! `examples/http_server.rs` serves, tested as it runs), cancellation on
+//! disconnect, nesting, keep-alive comments.
 #![cfg(feature = "http")]
-
-// The example's app (bearer check, resolver, tools) is tested as written.
-#[allow(dead_code)]
-#[path = "../examples/http_server.rs"]
-mod http_server;
 
 use std::future::Future;
 use std::num::NonZeroU32;
@@ -20,7 +17,6 @@ use axum::extract::Request;
 use axum::Router;
 use futures_core::Stream;
 use futures_util::{stream, StreamExt};
-use http_server::Caller;
 use reqwest::header::{HeaderValue, RETRY_AFTER, WWW_AUTHENTICATE};
 use reqwest::StatusCode;
 use schemars::JsonSchema;
@@ -33,6 +29,7 @@ use toolstack::{
     tool, BoxTool, ErrorKind, Progress, TimeoutPhase, ToolContext, ToolError, ToolInfo, ToolOutput,
     ToolRequest, Toolbox,
 };
+use toolstack_demo::http::{self as http_server, Caller};
 use toolstack_layers::concurrency::ConcurrencyLimitLayer;
 use toolstack_layers::rate_limit::{Quota, RateLimitLayer};
 use tower::ServiceExt;
