@@ -1,16 +1,14 @@
-//! A tour of toolstack: the seed's tools, their schemas, calls through a
+//! A tour of toolstack: the seed's tools (`toolstack_demo::tools`), their schemas, calls through a
 //! toolbox (good and bad), and a streaming tool's items as they arrive.
 //!
 //! Run with `cargo run --example tour`.
-
-#[path = "../tests/seed/mod.rs"]
-mod seed;
 
 use std::io::Write;
 use std::time::{Instant, SystemTime};
 
 use futures_util::StreamExt;
 use toolstack::{ToolOutput, ToolRequest, ToolResult, Toolbox};
+use toolstack_demo::tools as seed;
 use tower::ServiceExt;
 
 #[tokio::main]

@@ -28,7 +28,22 @@ use serde::{Deserialize, Serialize};
 use crate::{ToolError, ToolOutput};
 
 /// A collected tool response.
+///
+/// It serializes in MCP's `CallToolResult` shape, the one the HTTP
+/// endpoint's `result` event carries:
+///
+/// ```
+/// use toolstack::{ToolOutput, ToolResult};
+///
+/// let mut result = ToolResult::default();
+/// result.push(ToolOutput::json(serde_json::json!(3)));
+/// assert_eq!(
+///     serde_json::to_string(&result).unwrap(),
+///     r#"{"content":[{"type":"text","text":"3"}],"structuredContent":3,"isError":false}"#,
+/// );
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ToolResult {
     /// The content items in order (no progress; JSON items as text copies).
     pub content: Vec<ToolOutput>,

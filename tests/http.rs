@@ -1,13 +1,10 @@
 //! The HTTP routes (`toolstack::serve::http`) served on 127.0.0.1 with
 //! `axum::serve` and called with a real HTTP client (reqwest): listing,
 //! SSE calls, every refusal and its status, the example's bearer auth and
-//! per-caller visibility, cancellation on disconnect, nesting.
+//! per-caller visibility (`toolstack_demo::http`, the app
+//! `examples/http_server.rs` serves, tested as it runs), cancellation on
+//! disconnect, nesting, keep-alive comments.
 #![cfg(feature = "http")]
-
-// The example's app (bearer check, resolver, tools) is tested as written.
-#[allow(dead_code)]
-#[path = "../examples/http_server.rs"]
-mod http_server;
 
 use std::future::Future;
 use std::num::NonZeroU32;
@@ -15,23 +12,27 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
+use axum::body::{Body, BodyDataStream, Bytes};
+use axum::extract::Request;
 use axum::Router;
 use futures_core::Stream;
 use futures_util::{stream, StreamExt};
-use http_server::Caller;
 use reqwest::header::{HeaderValue, RETRY_AFTER, WWW_AUTHENTICATE};
 use reqwest::StatusCode;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, Notify};
-use toolstack::serve::http::{router, status_for, HttpTools, CALL_ID_HEADER};
+use tokio::time::Instant;
+use toolstack::serve::http::{router, status_for, HttpTools, CALL_ID_HEADER, DEFAULT_KEEP_ALIVE};
 use toolstack::{
-    tool, BoxTool, ErrorKind, Progress, TimeoutPhase, ToolContext, ToolError, ToolOutput, Toolbox,
+    tool, BoxTool, ErrorKind, Progress, TimeoutPhase, ToolContext, ToolError, ToolInfo, ToolOutput,
+    ToolRequest, Toolbox,
 };
+use toolstack_demo::http::{self as http_server, Caller};
 use toolstack_layers::concurrency::ConcurrencyLimitLayer;
 use toolstack_layers::rate_limit::{Quota, RateLimitLayer};
+use tower::ServiceExt;
 
 /// Bounds every wait on the network so that a broken test fails instead of
 /// hanging; nothing here waits for it to pass.
@@ -127,6 +128,14 @@ fn toolbox(dropped: mpsc::UnboundedSender<()>) -> Toolbox {
 
 fn plain_toolbox() -> Toolbox {
     toolbox(mpsc::unbounded_channel().0)
+}
+
+/// `raw_echo`: a raw tool, answering with its argument text as it arrived.
+fn raw_echo() -> Toolbox {
+    Toolbox::new().tool(tool::raw(
+        ToolInfo::new("raw_echo"),
+        |request: ToolRequest| stream::iter([Ok(ToolOutput::text(request.arguments()))]),
+    ))
 }
 
 // --------------------------------------------------------------- server
@@ -429,8 +438,7 @@ async fn malformed_json_body_is_400_naming_the_problem() {
     assert_eq!(
         body,
         json!({
-            "error": "the request body is not valid JSON: EOF while parsing an object at line 1 column 7; \
-                      send the tool's arguments as a JSON object",
+            "error": "arguments are not valid JSON: EOF while parsing an object at line 1 column 7",
             "kind": "invalid_arguments",
         })
     );
@@ -489,6 +497,49 @@ async fn empty_body_means_empty_arguments_and_the_body_is_passed_on_as_sent() {
         events[1].data["structuredContent"],
         serde_json::from_str::<Value>(args).unwrap()
     );
+}
+
+#[tokio::test]
+async fn body_that_is_json_but_not_an_object_is_400_before_the_tool_sees_it() {
+    // A raw tool would take any text; the endpoint holds it to the
+    // argument rules all the same.
+    let server = Server::start(router(raw_echo()), "").await;
+    for (body, found) in [
+        ("[1, 2]", "an array"),
+        (r#""text""#, "a string"),
+        ("42", "a number"),
+        (" true", "a boolean"),
+        ("null", "null"),
+    ] {
+        let response = server.send(server.call("raw_echo", body)).await;
+        assert_eq!(
+            error_body(response, StatusCode::BAD_REQUEST).await,
+            json!({
+                "error": format!("arguments must be a JSON object, got {found}"),
+                "kind": "invalid_arguments",
+            }),
+            "{body}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_raw_tool_gets_the_body_as_sent_or_braces_for_a_blank_one() {
+    let server = Server::start(router(raw_echo()), "").await;
+    for (body, seen) in [
+        ("", "{}"),
+        (" \n ", "{}"),
+        (r#" { "a" : 1 } "#, r#" { "a" : 1 } "#),
+    ] {
+        let events = Events::new(server.send(server.call("raw_echo", body)).await)
+            .all()
+            .await;
+        assert_eq!(
+            events[0],
+            event("output", json!({"type": "text", "text": seen})),
+            "{body:?}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -729,6 +780,79 @@ async fn nests_under_any_prefix_beside_the_apps_own_routes() {
         .send(server.http.post(format!("{}/tools/add", server.base)))
         .await;
     assert_eq!(bare.status(), StatusCode::NOT_FOUND);
+}
+
+// ----------------------------------------------------------- keep-alive
+//
+// In-process (`Router::oneshot`, the body read frame by frame) on the
+// paused clock: the keep-alive timer is tokio's, so time only moves when
+// every task waits, straight to the next deadline.
+
+/// Calls `hang` in-process: its first event has arrived, and from here on
+/// the tool is silent.
+async fn call_silent_tool(app: Router) -> BodyDataStream {
+    let call = Request::post("/tools/hang").body(Body::empty()).unwrap();
+    let response = app.oneshot(call).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body().into_data_stream();
+    assert_eq!(
+        next_frame(&mut body).await,
+        "event: output\ndata: {\"type\":\"text\",\"text\":\"started\"}\n\n"
+    );
+    body
+}
+
+/// The body's next frame, within a minute of (paused) time: with nothing
+/// else to wake it, a missing keep-alive would otherwise wait forever.
+async fn next_frame(body: &mut BodyDataStream) -> Bytes {
+    tokio::time::timeout(Duration::from_secs(60), body.next())
+        .await
+        .expect("a frame within a minute")
+        .expect("the body has not ended")
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_silent_tools_stream_carries_a_keep_alive_comment_every_15_seconds() {
+    assert_eq!(DEFAULT_KEEP_ALIVE, Duration::from_secs(15));
+    let mut body = call_silent_tool(router(plain_toolbox())).await;
+    let started = Instant::now();
+
+    let just_before = DEFAULT_KEEP_ALIVE - Duration::from_millis(1);
+    assert!(
+        tokio::time::timeout(just_before, body.next())
+            .await
+            .is_err(),
+        "a comment before the interval passed"
+    );
+    assert_eq!(next_frame(&mut body).await, ":\n\n");
+    assert_eq!(started.elapsed(), DEFAULT_KEEP_ALIVE);
+    // The interval counts from the last thing sent, the comment included.
+    assert_eq!(next_frame(&mut body).await, ":\n\n");
+    assert_eq!(started.elapsed(), 2 * DEFAULT_KEEP_ALIVE);
+}
+
+#[tokio::test(start_paused = true)]
+async fn keep_alive_interval_is_configurable_and_can_be_turned_off() {
+    let every_second = HttpTools::new(plain_toolbox()).keep_alive(Duration::from_secs(1));
+    let mut body = call_silent_tool(every_second.into_router()).await;
+    let started = Instant::now();
+    assert_eq!(next_frame(&mut body).await, ":\n\n");
+    assert_eq!(started.elapsed(), Duration::from_secs(1));
+
+    let never = HttpTools::new(plain_toolbox()).no_keep_alive();
+    let mut body = call_silent_tool(never.into_router()).await;
+    let an_hour = Duration::from_secs(3600);
+    assert!(
+        tokio::time::timeout(an_hour, body.next()).await.is_err(),
+        "a keep-alive comment although they are off"
+    );
+}
+
+#[test]
+#[should_panic(expected = "the keep-alive interval must be greater than zero")]
+fn a_zero_keep_alive_interval_is_refused() {
+    let _ = HttpTools::new(Toolbox::new()).keep_alive(Duration::ZERO);
 }
 
 #[test]

@@ -1,12 +1,12 @@
-//! The seed's demo tools, through a toolbox: schemas and outputs.
-
-mod seed;
+//! The seed's demo tools (`toolstack_demo::tools`, the ones
+//! `examples/tour.rs` shows), through a toolbox: schemas and outputs.
 
 use std::time::{Duration, UNIX_EPOCH};
 
 use futures_util::StreamExt;
 use serde_json::json;
 use toolstack::{ErrorKind, ToolOutput, ToolRequest, ToolResult, Toolbox};
+use toolstack_demo::tools as seed;
 use tower::ServiceExt;
 
 fn toolbox() -> Toolbox {

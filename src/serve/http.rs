@@ -21,11 +21,12 @@
 //!
 //! # The call
 //!
-//! The body is the tool's arguments as JSON text, passed on untouched; an
-//! empty (or all-whitespace) body means `{}`. The body must be at most
-//! [`body_limit`](HttpTools::body_limit) bytes and must parse as JSON (the
-//! content type is not checked, so `curl -d` works); the tool's own
-//! decoding then names any field of the wrong shape.
+//! The body is the tool's arguments as JSON text, passed on untouched. The
+//! [argument rules](crate::arguments) apply, as everywhere in toolstack: an
+//! empty (or all-whitespace) body means `{}`, and the body must be a JSON
+//! object. It must also be at most [`body_limit`](HttpTools::body_limit)
+//! bytes (the content type is not checked, so `curl -d` works); the tool's
+//! own decoding then names any field of the wrong shape.
 //!
 //! A call that fails **before** its stream opens — the tool is unknown or
 //! hidden from this caller, the arguments are refused, a rate limit or a
@@ -37,7 +38,7 @@
 //! | error | status |
 //! |---|---|
 //! | body over the limit | `413` |
-//! | body not UTF-8, not JSON; `invalid_arguments` | `400` |
+//! | body not UTF-8, not JSON, not an object; `invalid_arguments` | `400` |
 //! | `not_found` (unknown or hidden tool) | `404` |
 //! | `denied` | `403` |
 //! | `rate_limited` | `429`, with `Retry-After` (seconds, rounded up) when known |
@@ -71,8 +72,15 @@
 //! model-facing JSON. A client that disconnects drops the response stream,
 //! and with it the tool's stream: the tool is cancelled.
 //!
-//! No keep-alive comments are sent between events; a tool that may be
-//! silent for longer than a proxy's idle timeout should report progress.
+//! While the tool is silent the stream carries a keep-alive comment, the
+//! three bytes `:\n\n` (an empty SSE comment, which `EventSource` and other
+//! SSE clients skip), each time [`DEFAULT_KEEP_ALIVE`] (15 s) passes with
+//! nothing sent, so that a proxy's idle timeout does not cut a slow tool
+//! off. [`keep_alive`](HttpTools::keep_alive) sets the interval and
+//! [`no_keep_alive`](HttpTools::no_keep_alive) turns the comments off. The
+//! timer is tokio's: the runtime serving the router needs its time driver
+//! (`#[tokio::main]` enables it).
+//!
 //! A panicking tool takes its connection down with it, as any panicking
 //! handler does; `toolstack-layers`' `CatchPanicLayer` turns the panic
 //! into an `error` event instead.
@@ -118,27 +126,34 @@
 use std::convert::Infallible;
 use std::fmt;
 use std::hash::BuildHasher;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Request, State};
-use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
+use axum::http::header::RETRY_AFTER;
 use axum::http::{Extensions, HeaderMap, HeaderValue, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_core::Stream;
-use futures_util::StreamExt;
+use futures_util::{stream, StreamExt};
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
-use crate::{ErrorKind, ToolError, ToolOutput, ToolRequest, ToolResult, ToolStream, Toolbox};
+use crate::{
+    arguments, ErrorKind, ToolError, ToolOutput, ToolRequest, ToolResult, ToolStream, Toolbox,
+};
 
 /// The default limit on a call's body: 1 MiB.
 pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+
+/// The default time a call's stream may go without an event before a
+/// keep-alive comment is sent: 15 s, under the 30–60 s idle timeouts that
+/// proxies and load balancers commonly use.
+pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// The header that carries the call id: read from the request when
 /// present (the caller's own id, say the model's `tool_call_id`), made up
@@ -159,14 +174,18 @@ pub const CALL_ID_HEADER: &str = "x-tool-call-id";
 pub struct HttpTools {
     toolbox: Toolbox,
     body_limit: usize,
+    // `None`: no keep-alive comments.
+    keep_alive: Option<Duration>,
 }
 
 impl HttpTools {
-    /// Routes for `toolbox`, with a body limit of [`DEFAULT_BODY_LIMIT`].
+    /// Routes for `toolbox`, with a body limit of [`DEFAULT_BODY_LIMIT`]
+    /// and a keep-alive comment every [`DEFAULT_KEEP_ALIVE`] of silence.
     pub fn new(toolbox: Toolbox) -> Self {
         HttpTools {
             toolbox,
             body_limit: DEFAULT_BODY_LIMIT,
+            keep_alive: Some(DEFAULT_KEEP_ALIVE),
         }
     }
 
@@ -174,6 +193,39 @@ impl HttpTools {
     /// Too Large`, without reading more of it than that.
     pub fn body_limit(mut self, bytes: usize) -> Self {
         self.body_limit = bytes;
+        self
+    }
+
+    /// Sends a keep-alive comment (`:\n\n`) on a call's stream each time
+    /// `interval` passes without an event; the default is
+    /// [`DEFAULT_KEEP_ALIVE`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use toolstack::serve::http::HttpTools;
+    ///
+    /// let tools = HttpTools::new(toolstack::Toolbox::new()).keep_alive(Duration::from_secs(5));
+    /// # let _: axum::Router = tools.into_router();
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// If `interval` is zero, which would send comments in a busy loop; use
+    /// [`no_keep_alive`](Self::no_keep_alive) to send none.
+    #[track_caller]
+    pub fn keep_alive(mut self, interval: Duration) -> Self {
+        assert!(
+            !interval.is_zero(),
+            "the keep-alive interval must be greater than zero; use `no_keep_alive()` to send none"
+        );
+        self.keep_alive = Some(interval);
+        self
+    }
+
+    /// Sends no keep-alive comments: a silent tool's stream carries no bytes
+    /// until its next event.
+    pub fn no_keep_alive(mut self) -> Self {
+        self.keep_alive = None;
         self
     }
 
@@ -193,7 +245,7 @@ impl HttpTools {
 }
 
 /// `HttpTools::new(toolbox).into_router()`: the routes with the default
-/// body limit.
+/// body limit and keep-alive interval.
 ///
 /// ```
 /// let app = toolstack::serve::http::router(toolstack::Toolbox::new());
@@ -269,7 +321,7 @@ async fn call_tool(
     let mut response = match name {
         Err(rejection) => Rejection::Path(rejection).into_response(),
         Ok(Path(name)) => match tools.open(name, id, parts.extensions, body).await {
-            Ok(stream) => event_stream(stream),
+            Ok(stream) => tools.event_stream(stream),
             Err(rejection) => rejection.into_response(),
         },
     };
@@ -343,13 +395,19 @@ async fn read_arguments(body: Body, limit: usize) -> Result<String, Rejection> {
         bytes.extend_from_slice(&chunk);
     }
     let text = String::from_utf8(bytes).map_err(Rejection::BodyNotUtf8)?;
-    if text.trim_ascii().is_empty() {
-        return Ok("{}".to_owned());
-    }
+    let arguments = arguments::or_empty_object(&text);
+    arguments::check_object_start(arguments).map_err(Rejection::Tool)?;
     // Syntax only, without building a value: the tool decodes the text
     // itself, and its errors name the fields.
-    serde_json::from_str::<serde::de::IgnoredAny>(&text).map_err(Rejection::BodyNotJson)?;
-    Ok(text)
+    serde_json::from_str::<serde::de::IgnoredAny>(arguments)
+        .map_err(|err| Rejection::Tool(arguments::not_json(err)))?;
+    // `or_empty_object` answers with the text itself or with `"{}"`; only a
+    // blank body pays for an allocation.
+    if std::ptr::eq(arguments, text.as_str()) {
+        Ok(text)
+    } else {
+        Ok(arguments.to_owned())
+    }
 }
 
 /// Why a call was answered with an HTTP error instead of an event stream.
@@ -359,7 +417,7 @@ enum Rejection {
     BodyTooLarge { limit: usize },
     BodyUnreadable(axum::Error),
     BodyNotUtf8(std::string::FromUtf8Error),
-    BodyNotJson(serde_json::Error),
+    // Also the body that breaks the argument rules, in their own words.
     Tool(ToolError),
 }
 
@@ -368,10 +426,9 @@ impl Rejection {
         match self {
             Rejection::Path(rejection) => rejection.status(),
             Rejection::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Rejection::CallId
-            | Rejection::BodyUnreadable(_)
-            | Rejection::BodyNotUtf8(_)
-            | Rejection::BodyNotJson(_) => StatusCode::BAD_REQUEST,
+            Rejection::CallId | Rejection::BodyUnreadable(_) | Rejection::BodyNotUtf8(_) => {
+                StatusCode::BAD_REQUEST
+            }
             Rejection::Tool(err) => status_for(err.kind()),
         }
     }
@@ -383,9 +440,9 @@ impl Rejection {
             Rejection::Path(_) | Rejection::CallId | Rejection::BodyUnreadable(_) => {
                 "invalid_request"
             }
-            Rejection::BodyTooLarge { .. }
-            | Rejection::BodyNotUtf8(_)
-            | Rejection::BodyNotJson(_) => ErrorKind::InvalidArguments.as_str(),
+            Rejection::BodyTooLarge { .. } | Rejection::BodyNotUtf8(_) => {
+                ErrorKind::InvalidArguments.as_str()
+            }
             Rejection::Tool(err) => err.kind().as_str(),
         }
     }
@@ -399,14 +456,13 @@ impl fmt::Display for Rejection {
             }
             Rejection::CallId => write!(f, "the {CALL_ID_HEADER} header must be visible ASCII"),
             Rejection::BodyTooLarge { limit } => {
-                write!(f, "the request body is larger than the limit of {limit} bytes")
+                write!(
+                    f,
+                    "the request body is larger than the limit of {limit} bytes"
+                )
             }
             Rejection::BodyUnreadable(err) => write!(f, "could not read the request body: {err}"),
             Rejection::BodyNotUtf8(err) => write!(f, "the request body is not UTF-8 text: {err}"),
-            Rejection::BodyNotJson(err) => write!(
-                f,
-                "the request body is not valid JSON: {err}; send the tool's arguments as a JSON object"
-            ),
             Rejection::Tool(err) => f.write_str(err.message()),
         }
     }
@@ -430,141 +486,91 @@ impl IntoResponse for Rejection {
     }
 }
 
-fn event_stream(stream: ToolStream) -> Response {
-    let events = EventStream {
-        tool: Some(stream),
-        content: Vec::new(),
-    };
-    (
-        [
-            (CONTENT_TYPE, HeaderValue::from_static("text/event-stream")),
-            (CACHE_CONTROL, HeaderValue::from_static("no-cache")),
-        ],
-        Body::from_stream(events),
-    )
-        .into_response()
+impl HttpTools {
+    /// The call's answer once its stream is open: `200`, the events, and
+    /// keep-alive comments if configured.
+    fn event_stream(&self, tool: ToolStream) -> Response {
+        let events = Sse::new(call_events(tool));
+        match self.keep_alive {
+            Some(interval) => events
+                .keep_alive(KeepAlive::new().interval(interval))
+                .into_response(),
+            None => events.into_response(),
+        }
+    }
 }
 
-/// A tool's response stream as SSE: one event per item, then `result` or
+/// A tool's response stream as SSE events: one per item, then `result` or
 /// `error`. Dropping it drops the tool's stream.
-struct EventStream {
-    // `None` once the final event is out.
-    tool: Option<ToolStream>,
+fn call_events(tool: ToolStream) -> impl Stream<Item = Result<Event, Infallible>> + Send {
+    let call = OpenCall {
+        tool,
+        content: Vec::new(),
+    };
+    stream::unfold(Some(call), |call| async move {
+        let mut call = call?;
+        let last = match call.tool.next().await {
+            Some(Ok(output)) => match call.item(output) {
+                Ok(event) => return Some((Ok(event), Some(call))),
+                Err(err) => error_event(&err),
+            },
+            Some(Err(err)) => error_event(&err),
+            None => call.result().unwrap_or_else(|err| error_event(&err)),
+        };
+        // The call is over: `call`, and with it the tool's stream, is
+        // dropped here, before the last event goes out.
+        Some((Ok(last), None))
+    })
+}
+
+/// A call whose stream is open, between its first event and its last.
+struct OpenCall {
+    tool: ToolStream,
     // The items for the `result` event; folded into a `ToolResult` only at
     // the end, so that an item costs one serialization on its way out.
     content: Vec<ToolOutput>,
 }
 
-impl Stream for EventStream {
-    type Item = Result<Bytes, Infallible>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = &mut *self;
-        let Some(tool) = this.tool.as_mut() else {
-            return Poll::Ready(None);
-        };
-        let event = match ready!(tool.poll_next_unpin(cx)) {
-            Some(Ok(output)) => this.item(output),
-            Some(Err(err)) => Err(err),
-            None => {
-                this.tool = None;
-                this.result()
-            }
-        };
-        let event = event.unwrap_or_else(|err| {
-            // An error ends the call: the tool's stream is dropped now.
-            this.tool = None;
-            error_event(&err)
-        });
-        Poll::Ready(Some(Ok(event)))
-    }
-}
-
-impl EventStream {
-    fn item(&mut self, output: ToolOutput) -> Result<Bytes, ToolError> {
+impl OpenCall {
+    fn item(&mut self, output: ToolOutput) -> Result<Event, ToolError> {
         let name = if output.is_progress() {
             "progress"
         } else {
             "output"
         };
-        let event = encode(name, &output, capacity_hint(&output)).map_err(|err| {
-            ToolError::failed(format!("could not encode an output item as JSON: {err}"))
-                .with_source(err)
-        })?;
+        // Compact JSON escapes every line break, so the data is one line.
+        let event = Event::default()
+            .event(name)
+            .json_data(&output)
+            .map_err(|err| {
+                ToolError::failed(format!("could not encode an output item as JSON: {err}"))
+                    .with_source(err)
+            })?;
         if !output.is_progress() {
             self.content.push(output);
         }
         Ok(event)
     }
 
-    fn result(&mut self) -> Result<Bytes, ToolError> {
+    fn result(self) -> Result<Event, ToolError> {
         let mut result = ToolResult::default();
-        for output in std::mem::take(&mut self.content) {
+        for output in self.content {
             result.push(output);
         }
-        encode("result", &ResultEvent(&result), 256).map_err(|err| {
-            ToolError::failed(format!("could not encode the result as JSON: {err}"))
-                .with_source(err)
-        })
+        Event::default()
+            .event("result")
+            .json_data(&result)
+            .map_err(|err| {
+                ToolError::failed(format!("could not encode the result as JSON: {err}"))
+                    .with_source(err)
+            })
     }
 }
 
 /// The error's model-facing JSON as an `error` event.
-fn error_event(err: &ToolError) -> Bytes {
-    // A `Value` of strings and numbers always serializes.
-    encode("error", &err.to_model_json(), 128).unwrap_or_else(|_| {
-        Bytes::from_static(b"event: error\ndata: {\"error\":\"unknown\",\"kind\":\"failed\"}\n\n")
-    })
-}
-
-/// One SSE event, `event: {name}\ndata: {json}\n\n`, serialized straight
-/// into its buffer. Compact JSON escapes every line break, so the data is
-/// always one line.
-fn encode<T: Serialize + ?Sized>(
-    name: &str,
-    data: &T,
-    capacity: usize,
-) -> Result<Bytes, serde_json::Error> {
-    let mut buf = Vec::with_capacity(capacity + name.len() + 16);
-    buf.extend_from_slice(b"event: ");
-    buf.extend_from_slice(name.as_bytes());
-    buf.extend_from_slice(b"\ndata: ");
-    serde_json::to_writer(&mut buf, data)?;
-    buf.extend_from_slice(b"\n\n");
-    Ok(Bytes::from(buf))
-}
-
-/// A guess at an item's JSON length, without serializing it.
-fn capacity_hint(output: &ToolOutput) -> usize {
-    const ENVELOPE: usize = 48;
-    ENVELOPE
-        + match output {
-            ToolOutput::Text { text } => text.len(),
-            ToolOutput::Json { .. } => 80,
-            ToolOutput::Image(media) | ToolOutput::Audio(media) => {
-                media.data.len() + media.mime_type.len()
-            }
-            ToolOutput::Resource(resource) => {
-                resource.uri.len()
-                    + resource.text.as_ref().map_or(0, String::len)
-                    + resource.blob.as_ref().map_or(0, String::len)
-            }
-            ToolOutput::Progress(progress) => progress.message.as_ref().map_or(0, String::len),
-        }
-}
-
-/// A [`ToolResult`] in MCP's `CallToolResult` shape.
-struct ResultEvent<'a>(&'a ToolResult);
-
-impl Serialize for ResultEvent<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let result = self.0;
-        let mut event = serializer.serialize_struct("CallToolResult", 3)?;
-        event.serialize_field("content", &result.content)?;
-        if let Some(structured) = &result.structured_content {
-            event.serialize_field("structuredContent", structured)?;
-        }
-        event.serialize_field("isError", &result.is_error)?;
-        event.end()
-    }
+fn error_event(err: &ToolError) -> Event {
+    // A `Value` displays as its compact JSON, which cannot fail.
+    Event::default()
+        .event("error")
+        .data(err.to_model_json().to_string())
 }

@@ -1,7 +1,22 @@
-//! The seed's demo tools, shared by the tests and `examples/tour.rs`:
-//! weather, calculator, a clock with a hand-written schema, and two
-//! streaming tools (a file's lines, a counter with progress).
-#![allow(dead_code)]
+//! The seed's demo tools: weather, a calculator, a clock with a
+//! hand-written schema, and two streaming tools (a file's lines, a counter
+//! with progress). `examples/tour.rs` shows them; `tests/seed_tools.rs`
+//! pins their schemas and answers.
+//!
+//! ```
+//! use std::time::SystemTime;
+//! use toolstack::Toolbox;
+//! use toolstack_demo::tools;
+//!
+//! let toolbox = Toolbox::new()
+//!     .tool(tools::weather())
+//!     .tool(tools::calculator())
+//!     .tool(tools::clock(SystemTime::now))
+//!     .tool(tools::read_lines())
+//!     .tool(tools::count());
+//! let names: Vec<&str> = toolbox.infos().map(|info| info.name()).collect();
+//! assert_eq!(names, ["get_weather", "calculator", "current_time", "read_lines", "count"]);
+//! ```
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -24,6 +39,9 @@ pub struct WeatherArgs {
 /// A temperature unit.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "lowercase")]
+// Documented variants would turn the schema's `enum` of names into a
+// `oneOf` of described constants.
+#[allow(missing_docs)]
 pub enum Unit {
     Celsius,
     Fahrenheit,
@@ -32,9 +50,13 @@ pub enum Unit {
 /// The weather in a city.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Weather {
+    /// The city, as the tool knows it.
     pub city: String,
+    /// The temperature, in `unit`.
     pub temperature: f64,
+    /// The unit of `temperature`.
     pub unit: Unit,
+    /// The sky, in a word.
     pub conditions: &'static str,
 }
 
@@ -45,6 +67,8 @@ const CITIES: [(&str, f64, &str); 4] = [
     ("New York", 20.0, "windy"),
 ];
 
+/// `get_weather`: the weather in one of four known cities, as structured
+/// output with its schema; an unknown city is a failure naming the known ones.
 pub fn weather() -> BoxTool {
     BoxTool::new(
         tool::from_fn("get_weather", |args: WeatherArgs| async move {
@@ -91,6 +115,8 @@ pub struct CalcArgs {
 /// A calculator operation.
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
+// Undocumented variants, as for `Unit`: the schema lists their names.
+#[allow(missing_docs)]
 pub enum Operation {
     Add,
     Subtract,
@@ -100,6 +126,8 @@ pub enum Operation {
     Power,
 }
 
+/// The calculator's arithmetic: a missing `b` is refused as invalid
+/// arguments, division by zero and a negative root as failures.
 pub fn calculate(args: CalcArgs) -> Result<f64, ToolError> {
     let b = || {
         args.b.ok_or_else(|| {
@@ -134,6 +162,7 @@ pub fn calculate(args: CalcArgs) -> Result<f64, ToolError> {
     Ok(value)
 }
 
+/// `calculator`: [`calculate`] as a tool.
 pub fn calculator() -> BoxTool {
     BoxTool::new(
         tool::from_fn(
@@ -145,8 +174,10 @@ pub fn calculator() -> BoxTool {
     )
 }
 
+/// Arguments of the clock; its schema is written by hand in [`clock`].
 #[derive(Debug, Deserialize)]
 pub struct TimeArgs {
+    /// `UTC`, `Z` or a fixed offset such as `+02:00`.
     pub timezone: String,
 }
 
@@ -194,7 +225,8 @@ pub fn format_time(unix: i64, offset: i64) -> String {
     )
 }
 
-/// The clock tool: a hand-written schema, and a clock that tests can fix.
+/// `current_time`: the time at an offset, with a hand-written schema and a
+/// clock (`now`) that tests can fix.
 pub fn clock(now: fn() -> SystemTime) -> BoxTool {
     let info = ToolInfo::new("current_time")
         .with_description("The current time in a timezone")
@@ -236,7 +268,8 @@ pub struct ReadLines {
     pub path: String,
 }
 
-/// Streams a file's lines, one text item each, as they are read.
+/// `read_lines`: a file's lines, one text item each, streamed as they are
+/// read.
 pub fn read_lines() -> BoxTool {
     BoxTool::new(
         tool::from_stream("read_lines", |args: ReadLines| {
@@ -271,7 +304,7 @@ pub struct Count {
     pub delay_ms: u64,
 }
 
-/// Counts, reporting progress before each number.
+/// `count`: counts, reporting progress before each number.
 pub fn count() -> BoxTool {
     BoxTool::new(
         tool::from_stream_with_context("count", |args: Count, ctx: ToolContext| {

@@ -1,0 +1,19 @@
+//! # toolstack-demo
+//!
+//! The demo code that toolstack's examples show and its tests exercise,
+//! kept in one crate so that both use it as a dependency (a test pins
+//! exactly what an example runs):
+//!
+//! | module | what | shown by | pinned by |
+//! |---|---|---|---|
+//! | [`tools`] | the seed's demo tools: weather, calculator, clock, a file's lines, a counter | `examples/tour.rs` | `tests/seed_tools.rs` |
+//! | `http` (feature `http`) | a toolbox over HTTP behind bearer auth, with per-caller visibility | `examples/http_server.rs` | `tests/http.rs` |
+//!
+//! Not published; nothing here is toolstack's API.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+
+#[cfg(feature = "http")]
+pub mod http;
+pub mod tools;
