@@ -39,9 +39,7 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-#[path = "support/add.rs"]
-mod support;
-use support::{add, direct, Add, ARGS};
+use toolstack_demo::add::{add, direct, Add, ARGS};
 
 fn item_text(item: Option<Result<ToolOutput, ToolError>>) -> String {
     match item {

@@ -20,10 +20,7 @@ use toolstack::serve::mcp::{McpClient, McpServer};
 use toolstack::{tool, ToolError, ToolRequest, ToolResult, Toolbox};
 use tower::ServiceExt as _;
 
-#[path = "support/add.rs"]
-#[allow(dead_code)] // `direct` is the other benches' baseline
-mod support;
-use support::{add, Add, ARGS};
+use toolstack_demo::add::{add, Add, ARGS};
 
 /// The baseline: an rmcp server whose `call_tool` parses the arguments,
 /// adds, and answers with the sum as text — what one writes by hand.

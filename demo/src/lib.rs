@@ -6,6 +6,7 @@
 //!
 //! | module | what | shown by | pinned by |
 //! |---|---|---|---|
+//! | [`add`] | the `add` tool's arguments and function, and the hand-written call | — | the benches of both crates |
 //! | [`tools`] | the seed's demo tools: weather, calculator, clock, a file's lines, a counter | `examples/tour.rs` | `tests/seed_tools.rs` |
 //! | `http` (feature `http`) | a toolbox over HTTP behind bearer auth, with per-caller visibility | `examples/http_server.rs` | `tests/http.rs` |
 //!
@@ -14,6 +15,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
+pub mod add;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod tools;

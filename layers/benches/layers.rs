@@ -27,9 +27,7 @@ use toolstack_layers::timeout::TimeoutLayer;
 use toolstack_layers::ServiceBuilderExt;
 use tower::{Service, ServiceBuilder};
 
-#[path = "../../benches/support/add.rs"]
-mod support;
-use support::{add, direct, Add, ARGS};
+use toolstack_demo::add::{add, direct, Add, ARGS};
 
 const ITEMS: u64 = 1_000_000;
 
