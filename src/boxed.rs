@@ -104,7 +104,9 @@ where
         match self.as_mut().project() {
             CallStateProj::Open { stream } => {
                 let item = ready!(stream.poll_next(cx));
-                if item.is_none() {
+                // An error is the last item: the tool's stream is dropped
+                // here, so nothing it yields afterwards gets through.
+                if !matches!(item, Some(Ok(_))) {
                     self.set(CallState::Done);
                 }
                 Poll::Ready(item)
@@ -120,7 +122,8 @@ where
 }
 
 pin_project! {
-    struct Opened<St> { #[pin] stream: St, done: bool }
+    // `None` after the end or an error: the stream is dropped then.
+    struct Opened<St> { #[pin] stream: Option<St> }
 }
 
 impl<St> ErasedCall for Opened<St>
@@ -132,19 +135,24 @@ where
     }
 
     fn poll_item(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToolItem>> {
-        let this = self.project();
-        if *this.done {
+        let mut stream = self.project().stream;
+        let Some(inner) = stream.as_mut().as_pin_mut() else {
             return Poll::Ready(None);
+        };
+        let item = ready!(inner.poll_next(cx));
+        // Fused after its end and after an error, the last item.
+        if !matches!(item, Some(Ok(_))) {
+            stream.set(None);
         }
-        let item = ready!(this.stream.poll_next(cx));
-        *this.done = item.is_none();
         Poll::Ready(item)
     }
 }
 
 /// A type-erased tool response stream.
 ///
-/// Yields [`ToolItem`]s; an error is the last item. Dropping it drops the
+/// Yields [`ToolItem`]s; an error is the last item — enforced: after an
+/// error the tool's stream is dropped and nothing more is yielded, whatever
+/// the tool would have sent. Dropping it drops the
 /// tool's own stream, which cancels the tool's work.
 pub struct ToolStream {
     inner: Pin<Box<dyn ErasedCall>>,
@@ -158,8 +166,7 @@ impl ToolStream {
     {
         ToolStream {
             inner: Box::pin(Opened {
-                stream,
-                done: false,
+                stream: Some(stream),
             }),
         }
     }

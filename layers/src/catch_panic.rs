@@ -231,6 +231,11 @@ where
                 drop_quietly(|| inner.set(None));
                 Poll::Ready(None)
             }
+            Ok(Poll::Ready(Some(Err(err)))) => {
+                // An error is the last item: drop the stream behind it.
+                drop_quietly(|| inner.set(None));
+                Poll::Ready(Some(Err(err)))
+            }
             Ok(poll) => poll,
             Err(payload) => {
                 let err = panicked(kind, payload);

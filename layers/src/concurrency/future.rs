@@ -45,9 +45,8 @@ where
         }
         match ready!(this.inner.poll(cx)) {
             Ok(inner) => Poll::Ready(Ok(ResponseStream {
-                inner,
+                inner: Some(inner),
                 permit: this.permit.take(),
-                ended: false,
             })),
             Err(err) => {
                 this.permit.take();
@@ -63,11 +62,11 @@ pin_project! {
     /// item of a stream) or is dropped.
     #[derive(Debug)]
     pub struct ResponseStream<St> {
+        // `None` once the stream ended or failed: it is dropped then, so
+        // the work behind it stops when the permit goes.
         #[pin]
-        inner: St,
+        inner: Option<St>,
         permit: Option<OwnedSemaphorePermit>,
-        // Set at the end: an ended stream is never polled again.
-        ended: bool,
     }
 }
 
@@ -86,19 +85,21 @@ where
 
     #[inline]
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.project();
-        if *this.ended {
+        let mut this = self.project();
+        let Some(inner) = this.inner.as_mut().as_pin_mut() else {
             return Poll::Ready(None);
-        }
-        let item = ready!(this.inner.poll_next(cx));
+        };
+        let item = ready!(inner.poll_next(cx));
+        // After the end or an error (the last item) the call is over: the
+        // stream is dropped before the permit goes back.
         if !matches!(item, Some(Ok(_))) {
+            this.inner.set(None);
             this.permit.take();
         }
-        *this.ended = item.is_none();
         Poll::Ready(item)
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        self.inner.size_hint()
+        self.inner.as_ref().map_or((0, Some(0)), Stream::size_hint)
     }
 }

@@ -225,7 +225,11 @@ where
                             Some(delay) => this.state.set(State::Backoff {
                                 sleep: Box::pin(sleep(delay)),
                             }),
-                            None => return Poll::Ready(Some(Err(err))),
+                            None => {
+                                // The last item: drop the stream behind it.
+                                this.state.set(State::Done);
+                                return Poll::Ready(Some(Err(err)));
+                            }
                         }
                     }
                     None => {
@@ -239,7 +243,10 @@ where
                         stream,
                         emitted: false,
                     }),
-                    Err(err) => return Poll::Ready(Some(Err(err))),
+                    Err(err) => {
+                        this.state.set(State::Done);
+                        return Poll::Ready(Some(Err(err)));
+                    }
                 },
             }
         }

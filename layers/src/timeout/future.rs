@@ -180,6 +180,12 @@ where
             }
         }
         match inner.poll_next(cx) {
+            Poll::Ready(Some(Err(err))) => {
+                // An error is the last item: drop the stream behind it.
+                this.inner.set(None);
+                *this.timer = None;
+                Poll::Ready(Some(Err(err)))
+            }
             Poll::Ready(Some(item)) => {
                 this.bounds.first_item = None;
                 *this.idle_at = None;

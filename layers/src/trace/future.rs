@@ -78,9 +78,8 @@ where
                 drop(entered);
                 match this.guard.take() {
                     Some(guard) => Poll::Ready(Ok(ResponseStream {
-                        inner,
+                        inner: Some(inner),
                         guard,
-                        finished: false,
                     })),
                     None => unreachable!("the guard was borrowed above"),
                 }
@@ -108,11 +107,11 @@ pin_project! {
         OF: OnFailure<R>,
         OD: OnEarlyDrop<R>,
     {
+        // `None` once the stream ended or failed (an error is the last
+        // item): it is dropped then and never polled again.
         #[pin]
-        inner: St,
+        inner: Option<St>,
         guard: EndGuard<R, OE, OF, OD>,
-        // Set at the end: an ended stream is never polled again.
-        finished: bool,
     }
 }
 
@@ -142,14 +141,16 @@ where
 
     #[inline]
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.project();
-        if *this.finished {
+        let mut this = self.project();
+        let Some(inner) = this.inner.as_mut().as_pin_mut() else {
             return Poll::Ready(None);
-        }
+        };
         let EndGuard { span, state } = this.guard;
         let _entered = span.enter();
-        let item = ready!(this.inner.poll_next(cx));
-        *this.finished = item.is_none();
+        let item = ready!(inner.poll_next(cx));
+        if !matches!(item, Some(Ok(_))) {
+            this.inner.set(None);
+        }
         match &item {
             Some(Ok(output)) => state.item(output),
             // An error is the last item of a stream: the call ends here,
@@ -161,7 +162,7 @@ where
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        self.inner.size_hint()
+        self.inner.as_ref().map_or((0, Some(0)), Stream::size_hint)
     }
 }
 
