@@ -220,18 +220,23 @@ impl<S> Validate<S> {
     }
 }
 
+/// Readiness is the inner tool's business only once the arguments are
+/// known to be good: `poll_ready` is always ready, and a call that passes
+/// the check drives a clone of the inner tool's readiness in its future
+/// (tower's `Oneshot`). So a call with bad arguments is refused at once —
+/// it waits for no permit or quota below — and a good one waits as usual.
 impl<S, St> Service<ToolRequest> for Validate<S>
 where
-    S: Service<ToolRequest, Response = St>,
+    S: Service<ToolRequest, Response = St> + Clone,
     S::Error: Into<ToolError>,
     St: Stream<Item = ToolItem>,
 {
     type Response = St;
     type Error = ToolError;
-    type Future = ResponseFuture<S::Future>;
+    type Future = ResponseFuture<S>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: ToolRequest) -> Self::Future {
@@ -241,8 +246,9 @@ where
             };
         }
         ResponseFuture {
-            kind: Kind::Called {
-                future: self.inner.call(request),
+            kind: Kind::Readying {
+                service: self.inner.clone(),
+                request: Some(request),
             },
         }
     }
@@ -265,46 +271,66 @@ impl<S: fmt::Debug> fmt::Debug for Validate<S> {
 }
 
 pin_project! {
-    /// The response future of [`Validate`]: the tool's own future, or an
-    /// invalid-arguments error when the arguments did not match.
-    pub struct ResponseFuture<F> {
+    /// The response future of [`Validate`]: the tool made ready and called,
+    /// or an invalid-arguments error when the arguments did not match.
+    pub struct ResponseFuture<S>
+    where
+        S: Service<ToolRequest>,
+    {
         #[pin]
-        kind: Kind<F>,
+        kind: Kind<S, S::Future>,
     }
 }
 
 pin_project! {
     #[project = KindProj]
-    enum Kind<F> {
+    enum Kind<S, F> {
+        Readying { service: S, request: Option<ToolRequest> },
         Called { #[pin] future: F },
         Rejected { error: Option<ToolError> },
     }
 }
 
-impl<F, St, E> Future for ResponseFuture<F>
+impl<S, St> Future for ResponseFuture<S>
 where
-    F: Future<Output = Result<St, E>>,
-    E: Into<ToolError>,
+    S: Service<ToolRequest, Response = St>,
+    S::Error: Into<ToolError>,
 {
     type Output = Result<St, ToolError>;
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut kind = self.project().kind;
-        match kind.as_mut().project() {
-            KindProj::Called { future } => {
-                let result = ready!(future.poll(cx));
-                kind.set(Kind::Rejected { error: None });
-                Poll::Ready(result.map_err(Into::into))
+        loop {
+            match kind.as_mut().project() {
+                KindProj::Readying { service, request } => {
+                    if let Err(err) = ready!(service.poll_ready(cx)) {
+                        kind.set(Kind::Rejected { error: None });
+                        return Poll::Ready(Err(err.into()));
+                    }
+                    let Some(request) = request.take() else {
+                        kind.set(Kind::Rejected { error: None });
+                        continue;
+                    };
+                    let future = service.call(request);
+                    kind.set(Kind::Called { future });
+                }
+                KindProj::Called { future } => {
+                    let result = ready!(future.poll(cx));
+                    kind.set(Kind::Rejected { error: None });
+                    return Poll::Ready(result.map_err(Into::into));
+                }
+                KindProj::Rejected { error } => {
+                    return Poll::Ready(Err(error.take().unwrap_or_else(|| {
+                        ToolError::polled_after_completion("validate::ResponseFuture")
+                    })))
+                }
             }
-            KindProj::Rejected { error } => Poll::Ready(Err(error.take().unwrap_or_else(|| {
-                ToolError::polled_after_completion("validate::ResponseFuture")
-            }))),
         }
     }
 }
 
-impl<F> fmt::Debug for ResponseFuture<F> {
+impl<S: Service<ToolRequest>> fmt::Debug for ResponseFuture<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseFuture").finish_non_exhaustive()
     }

@@ -285,16 +285,18 @@ async fn with_schema_validates_an_undescribed_service() {
         r#"invalid arguments: (root): "q" is a required property"#
     );
 
-    let call = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(ToolRequest::new("search", r#"{"q":"rust"}"#));
+    // The call makes the service ready in its own future: run it.
+    let call = tokio::spawn(
+        svc.ready()
+            .await
+            .unwrap()
+            .call(ToolRequest::new("search", r#"{"q":"rust"}"#)),
+    );
     // Only the valid call reached the service.
     let (req, send) = handle.next_request().await.unwrap();
     assert_eq!(req.arguments(), r#"{"q":"rust"}"#);
     send.send_response(stream::empty());
-    assert!(call.await.is_ok());
+    assert!(call.await.unwrap().is_ok());
 }
 
 #[test]

@@ -12,17 +12,29 @@ pin_project! {
     /// holds the permit while the stream opens.
     #[derive(Debug)]
     pub struct ResponseFuture<F> {
+        // `None` when the call was shed: it never reached the service.
         #[pin]
-        inner: F,
+        inner: Option<F>,
         permit: Option<OwnedSemaphorePermit>,
+        shed: Option<ToolError>,
     }
 }
 
 impl<F> ResponseFuture<F> {
     pub(super) fn new(inner: F, permit: OwnedSemaphorePermit) -> Self {
         ResponseFuture {
-            inner,
+            inner: Some(inner),
             permit: Some(permit),
+            shed: None,
+        }
+    }
+
+    /// A call that waited too long for a permit: it fails with `error`.
+    pub(super) fn overloaded(error: ToolError) -> Self {
+        ResponseFuture {
+            inner: None,
+            permit: None,
+            shed: Some(error),
         }
     }
 }
@@ -37,13 +49,16 @@ where
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
+        if let Some(error) = this.shed.take() {
+            return Poll::Ready(Err(error));
+        }
         // The permit is taken when the future completes.
-        if this.permit.is_none() {
+        let (Some(inner), true) = (this.inner.as_pin_mut(), this.permit.is_some()) else {
             return Poll::Ready(Err(ToolError::polled_after_completion(
                 "concurrency::ResponseFuture",
             )));
-        }
-        match ready!(this.inner.poll(cx)) {
+        };
+        match ready!(inner.poll(cx)) {
             Ok(inner) => Poll::Ready(Ok(ResponseStream {
                 inner: Some(inner),
                 permit: this.permit.take(),

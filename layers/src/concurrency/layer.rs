@@ -1,4 +1,5 @@
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::Semaphore;
 use tower_layer::Layer;
@@ -9,6 +10,7 @@ use super::ConcurrencyLimit;
 #[derive(Debug, Clone)]
 pub struct ConcurrencyLimitLayer {
     limit: Limit,
+    max_wait: Option<Duration>,
 }
 
 #[derive(Debug, Clone)]
@@ -23,6 +25,7 @@ impl ConcurrencyLimitLayer {
     pub fn new(max: usize) -> Self {
         ConcurrencyLimitLayer {
             limit: Limit::PerService(max),
+            max_wait: None,
         }
     }
 
@@ -37,7 +40,16 @@ impl ConcurrencyLimitLayer {
     pub fn with_semaphore(semaphore: Arc<Semaphore>) -> Self {
         ConcurrencyLimitLayer {
             limit: Limit::Shared(semaphore),
+            max_wait: None,
         }
+    }
+
+    /// Lets a call wait at most `max` for a permit; past it the call fails
+    /// as overloaded and never reaches the service (see
+    /// [`ConcurrencyLimit::max_wait`]).
+    pub fn max_wait(mut self, max: Duration) -> Self {
+        self.max_wait = Some(max);
+        self
     }
 }
 
@@ -45,9 +57,13 @@ impl<S> Layer<S> for ConcurrencyLimitLayer {
     type Service = ConcurrencyLimit<S>;
 
     fn layer(&self, inner: S) -> ConcurrencyLimit<S> {
-        match &self.limit {
+        let limit = match &self.limit {
             Limit::PerService(max) => ConcurrencyLimit::new(inner, *max),
             Limit::Shared(semaphore) => ConcurrencyLimit::with_semaphore(inner, semaphore.clone()),
+        };
+        match self.max_wait {
+            Some(max) => limit.max_wait(max),
+            None => limit,
         }
     }
 }

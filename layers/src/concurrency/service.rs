@@ -1,8 +1,12 @@
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use futures_core::Stream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
+use tokio::time::{sleep, Sleep};
 use tokio_util::sync::PollSemaphore;
 use toolstack::{ErrorKind, ToolError};
 use tower_service::Service;
@@ -21,6 +25,13 @@ pub struct ConcurrencyLimit<S> {
     waiting: Option<PollSemaphore>,
     // Reserved by `poll_ready`, spent by `call`.
     permit: Option<OwnedSemaphorePermit>,
+    // How long a call may wait for a permit; `None`: as long as it takes.
+    max_wait: Option<Duration>,
+    // Armed when a call starts waiting (only with `max_wait`).
+    give_up: Option<Pin<Box<Sleep>>>,
+    // Set when the wait ran out: `poll_ready` is then ready (the service
+    // is not broken), and the next `call` fails as overloaded.
+    shed: bool,
 }
 
 impl<S> ConcurrencyLimit<S> {
@@ -36,7 +47,21 @@ impl<S> ConcurrencyLimit<S> {
             semaphore,
             waiting: None,
             permit: None,
+            max_wait: None,
+            give_up: None,
+            shed: false,
         }
+    }
+
+    /// Lets a call wait at most `max` for a permit: past it, the call fails
+    /// with [`ErrorKind::Overloaded`] — *"waited 100ms for capacity; the
+    /// tool never started"* — without reaching the service, so a retry
+    /// above may try it again whatever the tool's idempotency. As tower's
+    /// `LoadShed` does, `poll_ready` is then ready and the call is what
+    /// fails: one slow queue never marks the service broken.
+    pub fn max_wait(mut self, max: Duration) -> Self {
+        self.max_wait = Some(max);
+        self
     }
 
     /// The wrapped service.
@@ -60,6 +85,9 @@ impl<S: Clone> Clone for ConcurrencyLimit<S> {
             semaphore: self.semaphore.clone(),
             waiting: None,
             permit: None,
+            max_wait: self.max_wait,
+            give_up: None,
+            shed: false,
         }
     }
 }
@@ -82,6 +110,9 @@ where
     type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        if self.shed {
+            return Poll::Ready(Ok(()));
+        }
         if self.permit.is_none() {
             if self.waiting.is_none() {
                 match self.semaphore.clone().try_acquire_owned() {
@@ -89,17 +120,30 @@ where
                     Err(TryAcquireError::Closed) => return Poll::Ready(Err(closed())),
                     // Queue up (in FIFO order) and keep the place until served.
                     Err(TryAcquireError::NoPermits) => {
-                        self.waiting = Some(PollSemaphore::new(self.semaphore.clone()))
+                        self.waiting = Some(PollSemaphore::new(self.semaphore.clone()));
+                        self.give_up = self.max_wait.map(|max| Box::pin(sleep(max)));
                     }
                 }
             }
             if let Some(waiting) = &mut self.waiting {
-                match ready!(waiting.poll_acquire(cx)) {
-                    Some(permit) => {
+                match waiting.poll_acquire(cx) {
+                    Poll::Ready(Some(permit)) => {
                         self.permit = Some(permit);
                         self.waiting = None;
+                        self.give_up = None;
                     }
-                    None => return Poll::Ready(Err(closed())),
+                    Poll::Ready(None) => return Poll::Ready(Err(closed())),
+                    Poll::Pending => {
+                        let Some(give_up) = &mut self.give_up else {
+                            return Poll::Pending;
+                        };
+                        ready!(give_up.as_mut().poll(cx));
+                        // Out of patience: leave the queue, fail the call.
+                        self.waiting = None;
+                        self.give_up = None;
+                        self.shed = true;
+                        return Poll::Ready(Ok(()));
+                    }
                 }
             }
         }
@@ -107,6 +151,13 @@ where
     }
 
     fn call(&mut self, request: R) -> Self::Future {
+        if std::mem::take(&mut self.shed) {
+            let waited = self.max_wait.unwrap_or_default();
+            return ResponseFuture::overloaded(ToolError::new(
+                ErrorKind::Overloaded,
+                format!("waited {waited:?} for capacity; the tool never started"),
+            ));
+        }
         let permit = self
             .permit
             .take()

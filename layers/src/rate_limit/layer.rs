@@ -1,6 +1,7 @@
 use std::fmt;
 use std::hash::Hash;
 use std::sync::Arc;
+use std::time::Duration;
 
 use governor::Quota;
 use tower_layer::Layer;
@@ -11,8 +12,9 @@ use super::RateLimit;
 /// What a call over the limit does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Mode {
-    /// Sleep until the bucket allows the call, then make it.
-    Wait,
+    /// Sleep until the bucket allows the call, then make it; a call that
+    /// would sleep longer than `max` (when set) is refused at once.
+    Wait { max: Option<Duration> },
     /// Fail at once with [`ErrorKind::RateLimited`](toolstack::ErrorKind).
     Reject,
 }
@@ -39,7 +41,7 @@ impl RateLimitLayer {
         RateLimitLayer {
             limiter: Arc::new(limiter),
             quota,
-            mode: Mode::Wait,
+            mode: Mode::Wait { max: None },
         }
     }
 
@@ -79,7 +81,20 @@ impl RateLimitLayer {
     /// its wait is over, and the first to check goes first. A call dropped
     /// while it waits has taken nothing from the quota.
     pub fn wait(mut self) -> Self {
-        self.mode = Mode::Wait;
+        self.mode = Mode::Wait { max: None };
+        self
+    }
+
+    /// Calls over the limit wait, but at most `max`: a call whose bucket
+    /// would make it wait longer fails at once with
+    /// [`ErrorKind::RateLimited`](toolstack::ErrorKind::RateLimited)
+    /// and its `retry_after` — *"would wait 2000 ms for the quota of tool
+    /// `search`, more than the 500 ms a call may wait; the tool never
+    /// started"* — so the caller (a retry above, the model) decides, and a
+    /// call never sits silent behind a long quota. Retry counts it as
+    /// refused before the tool ran.
+    pub fn wait_at_most(mut self, max: Duration) -> Self {
+        self.mode = Mode::Wait { max: Some(max) };
         self
     }
 

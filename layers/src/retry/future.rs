@@ -33,6 +33,20 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
         if self.attempt >= policy.max_attempts || !policy.is_retryable(err) {
             return None;
         }
+        if policy.honour_retry_after
+            && err
+                .retry_after()
+                .is_some_and(|after| after > policy.max_retry_after)
+        {
+            tracing::info!(
+                operation = R::KIND.operation(),
+                target = self.request.target(),
+                retry_after_ms = err.retry_after().map_or(0, |d| d.as_millis() as u64),
+                max_retry_after_ms = policy.max_retry_after.as_millis() as u64,
+                "not retrying: the retry-after is longer than the policy waits for"
+            );
+            return None;
+        }
         // Asked only now, on the failure path: a call that succeeds pays
         // nothing for it.
         if reached
@@ -49,7 +63,8 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
         }
         let delay = policy.delay(self.attempt, err);
         self.attempt += 1;
-        tracing::debug!(
+        // At `info`: a wait of seconds must show, never be silence.
+        tracing::info!(
             operation = R::KIND.operation(),
             target = self.request.target(),
             attempt = self.attempt,

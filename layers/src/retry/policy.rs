@@ -13,8 +13,9 @@ type Predicate = Arc<dyn Fn(&ToolError) -> bool + Send + Sync>;
 /// The defaults: 3 attempts in all, retryable kinds only
 /// ([`ToolError::is_retryable`]: timeout, rate limited, overloaded,
 /// unavailable), exponential backoff from 100 ms doubling up to 5 s with
-/// jitter, a rate limit's retry-after honoured, no budget, and
-/// non-idempotent tools not retried once the call reached them.
+/// jitter, a retry-after honoured up to 10 s (an error asking for longer
+/// is handed back, not waited on), no budget, and non-idempotent tools not
+/// retried once the call reached them.
 #[derive(Clone)]
 pub struct RetryPolicy {
     pub(super) max_attempts: u32,
@@ -22,6 +23,7 @@ pub struct RetryPolicy {
     pub(super) max_delay: Duration,
     pub(super) jitter: bool,
     pub(super) honour_retry_after: bool,
+    pub(super) max_retry_after: Duration,
     pub(super) retry_non_idempotent: bool,
     pub(super) retry_if: Option<Predicate>,
     pub(super) budget: Option<Arc<dyn Budget + Send + Sync>>,
@@ -35,6 +37,7 @@ impl Default for RetryPolicy {
             max_delay: Duration::from_secs(5),
             jitter: true,
             honour_retry_after: true,
+            max_retry_after: Duration::from_secs(10),
             retry_non_idempotent: false,
             retry_if: None,
             budget: None,
@@ -74,6 +77,15 @@ impl RetryPolicy {
     /// the delay is at least the retry-after).
     pub fn honour_retry_after(mut self, on: bool) -> Self {
         self.honour_retry_after = on;
+        self
+    }
+
+    /// The longest retry-after this policy waits for (default 10 s). An
+    /// error whose retry-after is longer — a 429 saying "come back in two
+    /// minutes" — is not retried but handed back as it is (typed, with its
+    /// retry-after), so the caller decides instead of sitting silent.
+    pub fn max_retry_after(mut self, max: Duration) -> Self {
+        self.max_retry_after = max;
         self
     }
 
@@ -158,6 +170,7 @@ impl fmt::Debug for RetryPolicy {
             .field("max_delay", &self.max_delay)
             .field("jitter", &self.jitter)
             .field("honour_retry_after", &self.honour_retry_after)
+            .field("max_retry_after", &self.max_retry_after)
             .field("retry_non_idempotent", &self.retry_non_idempotent)
             .field("retry_if", &self.retry_if.as_ref().map(|_| "custom"))
             .field("budget", &self.budget.as_ref().map(|_| "set"))

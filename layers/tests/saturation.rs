@@ -1,0 +1,323 @@
+//! The stack under saturation: waiting for quota or a permit is admission,
+//! not execution. With the recommended order —
+//!
+//! `trace ▸ catch_panic ▸ timeout(deadline) ▸ validate ▸ retry ▸ rate_limit ▸
+//! concurrency_limit ▸ timeout(first_item, idle) ▸ tool`
+//!
+//! — the first-item and idle bounds measure the tool alone, a wait is
+//! bounded by the admission layer that makes it (and says "the tool never
+//! started"), and a call refused for capacity may be retried whatever the
+//! tool's idempotency.
+
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::time::Instant;
+use toolstack::{
+    tool, ErrorKind, TimeoutPhase, ToolAnnotations, ToolError, ToolRequest, ToolResult, Toolbox,
+};
+use toolstack_layers::concurrency::ConcurrencyLimitLayer;
+use toolstack_layers::rate_limit::{Quota, RateLimitLayer};
+use toolstack_layers::retry::RetryPolicy;
+use toolstack_layers::timeout::TimeoutLayer;
+use toolstack_layers::ServiceBuilderExt;
+use tower::{ServiceBuilder, ServiceExt};
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Sleep {
+    ms: u64,
+}
+
+/// A tool that sleeps `ms` then answers, counting its runs.
+fn sleeper(
+    name: &'static str,
+    runs: &Arc<AtomicUsize>,
+) -> impl tower::Service<
+    ToolRequest,
+    Error = ToolError,
+    Response = impl futures_util::Stream<Item = toolstack::ToolItem> + Send + 'static,
+    Future = impl Send + 'static,
+> + toolstack::Describe
+       + Clone
+       + Send
+       + Sync
+       + 'static {
+    let runs = runs.clone();
+    tool::from_fn(name, move |Sleep { ms }| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, ToolError>("done")
+        }
+    })
+}
+
+async fn call(tools: &Toolbox, name: &str, arguments: &str) -> (ToolResult, Duration) {
+    let start = Instant::now();
+    let result = match tools
+        .clone()
+        .oneshot(ToolRequest::new(name, arguments))
+        .await
+    {
+        Ok(stream) => ToolResult::collect(stream).await,
+        Err(err) => ToolResult::from_error(err),
+    };
+    (result, start.elapsed())
+}
+
+fn kind(result: &ToolResult) -> Option<ErrorKind> {
+    result.error.as_ref().map(ToolError::kind)
+}
+
+fn every_20ms() -> Quota {
+    Quota::with_period(Duration::from_millis(20))
+        .unwrap()
+        .allow_burst(NonZeroU32::MIN)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_waited_for_quota_and_a_permit_is_not_blamed_on_the_tool() {
+    // `t` and `u` share one permit; `t` has a quota of one call per 20 ms.
+    // B on `t` waits 20 ms for quota, then for the permit that C on `u`
+    // holds for 450 ms: the first-item bound (100 ms) is the tool's alone,
+    // so B runs once the permit is free instead of timing out unrun.
+    let permit = ConcurrencyLimitLayer::shared(1);
+    let (t_runs, u_runs) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let tool_bounds = TimeoutLayer::new().first_item(Duration::from_millis(100));
+    let tools = Toolbox::new()
+        .layered(
+            sleeper("t", &t_runs),
+            ServiceBuilder::new()
+                .stream_timeout(TimeoutLayer::new().deadline(Duration::from_secs(2)))
+                .stream_rate_limit(RateLimitLayer::per_tool(every_20ms()))
+                .layer(permit.clone())
+                .stream_timeout(tool_bounds),
+        )
+        .layered(
+            sleeper("u", &u_runs),
+            ServiceBuilder::new()
+                .layer(permit)
+                .stream_timeout(TimeoutLayer::new().first_item(Duration::from_secs(1))),
+        );
+    let a = call(&tools, "t", r#"{"ms":1}"#).await;
+    assert!(a.0.error.is_none(), "{:?}", a.0);
+    let b = tokio::spawn({
+        let tools = tools.clone();
+        async move { call(&tools, "t", r#"{"ms":1}"#).await }
+    });
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let c = tokio::spawn({
+        let tools = tools.clone();
+        async move { call(&tools, "u", r#"{"ms":450}"#).await }
+    });
+    let (b, c) = (b.await.unwrap(), c.await.unwrap());
+    assert!(c.0.error.is_none(), "{:?}", c.0);
+    assert!(b.0.error.is_none(), "B was blamed for waiting: {:?}", b.0);
+    assert_eq!(t_runs.load(Ordering::SeqCst), 2);
+    // B waited for C's permit (5 + 450 ms) and then ran for 1 ms.
+    assert!(b.1 >= Duration::from_millis(455), "{:?}", b.1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn above_the_admission_layers_a_first_item_bound_counts_the_wait_too() {
+    // The order the README used to show: the same scenario times B out
+    // though `t` never ran — why the bounds of the tool go below.
+    let permit = ConcurrencyLimitLayer::shared(1);
+    let (t_runs, u_runs) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let tools = Toolbox::new()
+        .layered(
+            sleeper("t", &t_runs),
+            ServiceBuilder::new()
+                .stream_timeout(TimeoutLayer::new().first_item(Duration::from_millis(100)))
+                .stream_rate_limit(RateLimitLayer::per_tool(every_20ms()))
+                .layer(permit.clone()),
+        )
+        .layered(sleeper("u", &u_runs), ServiceBuilder::new().layer(permit));
+    call(&tools, "t", r#"{"ms":1}"#).await;
+    let b = tokio::spawn({
+        let tools = tools.clone();
+        async move { call(&tools, "t", r#"{"ms":1}"#).await }
+    });
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    call(&tools, "u", r#"{"ms":450}"#).await;
+    let b = b.await.unwrap();
+    assert_eq!(
+        kind(&b.0),
+        Some(ErrorKind::Timeout {
+            phase: TimeoutPhase::FirstItem
+        })
+    );
+    assert_eq!(t_runs.load(Ordering::SeqCst), 1, "t never ran for B");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_waits_too_long_for_a_permit_fails_as_overloaded_and_never_starts() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let tools = Toolbox::new().layered(
+        sleeper("busy", &runs),
+        ConcurrencyLimitLayer::new(1).max_wait(Duration::from_millis(100)),
+    );
+    let holder = tokio::spawn({
+        let tools = tools.clone();
+        async move { call(&tools, "busy", r#"{"ms":1000}"#).await }
+    });
+    tokio::task::yield_now().await;
+    let (result, waited) = call(&tools, "busy", r#"{"ms":1}"#).await;
+    assert_eq!(kind(&result), Some(ErrorKind::Overloaded));
+    assert_eq!(
+        result.error.as_ref().unwrap().message(),
+        "waited 100ms for capacity; the tool never started"
+    );
+    assert!(result.error.as_ref().unwrap().is_retryable());
+    assert_eq!(waited, Duration::from_millis(100));
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the shed call reached the tool"
+    );
+    assert!(holder.await.unwrap().0.error.is_none());
+    // The limit is not broken by the shed call: the next one runs.
+    assert!(call(&tools, "busy", r#"{"ms":1}"#).await.0.error.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_non_idempotent_call_shed_for_capacity_is_retried_and_runs_once() {
+    // The tool is not idempotent, but a shed call never reached it.
+    let runs = Arc::new(AtomicUsize::new(0));
+    let stack = ServiceBuilder::new()
+        .stream_retry(
+            RetryPolicy::new()
+                .max_attempts(5)
+                .backoff(Duration::from_millis(50), Duration::from_millis(50))
+                .jitter(false),
+        )
+        .layer(ConcurrencyLimitLayer::new(1).max_wait(Duration::from_millis(50)));
+    let send = sleeper("send", &runs);
+    let tools = Toolbox::new().layered(send, stack);
+    let holder = tokio::spawn({
+        let tools = tools.clone();
+        async move { call(&tools, "send", r#"{"ms":120}"#).await }
+    });
+    tokio::task::yield_now().await;
+    let (result, took) = call(&tools, "send", r#"{"ms":1}"#).await;
+    assert!(result.error.is_none(), "{:?}", result);
+    assert!(holder.await.unwrap().0.error.is_none());
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "each call ran exactly once");
+    // Shed at 50 ms, retried at 100 ms, shed at 150 ms... the permit is
+    // free at 120 ms, so the second wait ends then.
+    assert!(took >= Duration::from_millis(120), "{took:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn bad_arguments_under_load_are_refused_at_once_not_queued() {
+    // Validation sits above the admission layers: a call that cannot run
+    // takes no quota and waits for no permit.
+    let runs = Arc::new(AtomicUsize::new(0));
+    let stack = ServiceBuilder::new()
+        .stream_validate()
+        .stream_rate_limit(RateLimitLayer::per_tool(every_20ms()))
+        .stream_concurrency_limit(1)
+        .stream_timeout(TimeoutLayer::new().first_item(Duration::from_millis(100)));
+    let tools = Toolbox::new().layered(sleeper("t", &runs), stack);
+    let holder = tokio::spawn({
+        let tools = tools.clone();
+        async move { call(&tools, "t", r#"{"ms":50}"#).await }
+    });
+    tokio::task::yield_now().await;
+    let (result, took) = call(&tools, "t", r#"{"ms":"soon"}"#).await;
+    assert_eq!(kind(&result), Some(ErrorKind::InvalidArguments));
+    assert_eq!(took, Duration::ZERO);
+    assert!(holder.await.unwrap().0.error.is_none());
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quota_wait_longer_than_allowed_is_refused_with_its_retry_after() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let slow_quota = Quota::with_period(Duration::from_secs(10))
+        .unwrap()
+        .allow_burst(NonZeroU32::MIN);
+    let tools = Toolbox::new().layered(
+        sleeper("search", &runs),
+        RateLimitLayer::per_tool(slow_quota).wait_at_most(Duration::from_millis(500)),
+    );
+    assert!(call(&tools, "search", r#"{"ms":1}"#)
+        .await
+        .0
+        .error
+        .is_none());
+    let (result, took) = call(&tools, "search", r#"{"ms":1}"#).await;
+    let err = result.error.as_ref().unwrap();
+    let ErrorKind::RateLimited {
+        retry_after: Some(after),
+    } = err.kind()
+    else {
+        panic!("{err:?}");
+    };
+    assert!(after > Duration::from_secs(9), "{after:?}");
+    assert_eq!(took, Duration::ZERO, "a refused call does not wait");
+    assert!(
+        err.message().starts_with("would wait ")
+            && err.message().ends_with(
+                "for the quota of tool `search`, more than the 500 ms a call may wait; the tool never started"
+            ),
+        "{err}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_longer_than_the_policy_waits_for_is_handed_back_at_once() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let make = |after: Duration| {
+        let calls = calls.clone();
+        tool::from_fn("quota", move |_: serde_json::Value| {
+            let n = calls.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if n % 2 == 0 {
+                    Err(ToolError::rate_limited(Some(after)))
+                } else {
+                    Ok("served")
+                }
+            }
+        })
+        .annotations(ToolAnnotations::new().read_only())
+    };
+    // Past the cap: the typed error comes back, with its retry-after.
+    let long = Toolbox::new().layered(
+        make(Duration::from_secs(120)),
+        ServiceBuilder::new().stream_retry(RetryPolicy::new()),
+    );
+    let (result, took) = call(&long, "quota", "{}").await;
+    assert!(matches!(
+        kind(&result),
+        Some(ErrorKind::RateLimited { retry_after: Some(d) }) if d == Duration::from_secs(120)
+    ));
+    assert_eq!(took, Duration::ZERO);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    // Within the cap (10 s by default): honoured, then served.
+    calls.store(0, Ordering::SeqCst);
+    let short = Toolbox::new().layered(
+        make(Duration::from_secs(2)),
+        ServiceBuilder::new().stream_retry(RetryPolicy::new()),
+    );
+    let (result, took) = call(&short, "quota", "{}").await;
+    assert!(result.error.is_none(), "{result:?}");
+    assert!(took >= Duration::from_secs(2), "{took:?}");
+
+    // The cap is the policy's to set.
+    calls.store(0, Ordering::SeqCst);
+    let patient = Toolbox::new().layered(
+        make(Duration::from_secs(120)),
+        ServiceBuilder::new()
+            .stream_retry(RetryPolicy::new().max_retry_after(Duration::from_secs(300))),
+    );
+    let (result, took) = call(&patient, "quota", "{}").await;
+    assert!(result.error.is_none());
+    assert!(took >= Duration::from_secs(120));
+    let _ = futures_util::stream::empty::<()>().next().await;
+}
