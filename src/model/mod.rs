@@ -11,9 +11,9 @@
 //! |---|---|
 //! | [`ChatRequest`], [`Message`] | what the model is asked: the conversation, the tools it may call, extensions |
 //! | [`ModelDelta`], [`ToolCallDelta`], [`FinishReason`], [`Usage`] | what it streams back |
-//! | [`Accumulator`], [`ToolCall`] | fragments folded into complete tool calls |
+//! | [`Accumulator`], [`ToolCall`] | fragments folded into complete tool calls, at most [`MAX_TOOL_CALLS_PER_ANSWER`] per answer |
 //! | [`ScriptedModel`], [`Turn`] | a deterministic model: examples and tests with no network and no key |
-//! | `OpenAiModel` (feature `openai`) | an OpenAI-compatible chat-completions endpoint, streamed over SSE |
+//! | `OpenAiModel`, `MAX_SSE_EVENT_BYTES` (feature `openai`) | an OpenAI-compatible chat-completions endpoint, streamed over SSE, each event bounded |
 //!
 //! ```
 //! use toolstack::model::{Accumulator, ToolCallDelta};
