@@ -40,7 +40,7 @@ fn recorded() -> Vec<ToolCallDelta> {
 fn accumulate(chunks: &[ToolCallDelta]) -> usize {
     let mut acc = Accumulator::new();
     for chunk in chunks {
-        acc.push(chunk);
+        acc.push(chunk).expect("a bounded index");
     }
     acc.finish().expect("well-formed").len()
 }

@@ -6,7 +6,8 @@
 //! rows) — each stacked with trace, timeout, retry and rate-limit layers,
 //! and prints the agent's event stream live. The model is stacked too
 //! (trace, retry before its first delta, timeouts to the first delta and
-//! between deltas). It is the scripted one,
+//! between deltas), and the agent asks again when an answer breaks off
+//! after its first delta. It is the scripted one,
 //! so it runs with no network and no key; with `--features openai` and
 //! `OPENAI_BASE_URL`, `OPENAI_MODEL` (and `OPENAI_API_KEY`) set, a real
 //! OpenAI-compatible endpoint answers instead.
@@ -313,11 +314,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Agent::new(model_layers.service(model), toolbox(db))
                 .max_steps(8)
                 .parallel_tools(2)
+                // The retry layer cannot take back deltas already shown;
+                // a turn cut off mid-answer is discarded and asked again.
+                .retry_model_turns(2)
                 .run(conversation)
         }
         _ => Agent::new(model_layers.service(script()), toolbox(db))
             .max_steps(8)
             .parallel_tools(2)
+            .retry_model_turns(2)
             .run(conversation),
     };
     let mut out = std::io::stdout();
@@ -353,11 +358,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     result.content.len()
                 );
             }
+            AgentEvent::TurnDiscarded { error } => {
+                println!("\n(the model's answer broke off: {error}; asking again)")
+            }
             AgentEvent::Error(err) => println!("\nmodel error: {err}"),
-            AgentEvent::Done(done) => println!(
-                "\n\ndone: {:?} after {} model calls; {} rows streamed; usage {:?}",
-                done.stop, done.steps, streamed_rows, done.usage
-            ),
+            AgentEvent::Done(done) => {
+                let usage = done.usage.map_or("not reported".to_owned(), |u| {
+                    format!(
+                        "{} prompt + {} completion tokens",
+                        u.prompt_tokens, u.completion_tokens
+                    )
+                });
+                println!(
+                    "\n\ndone: {:?} after {} model turns; {} rows streamed; usage {usage}",
+                    done.stop, done.steps, streamed_rows
+                )
+            }
             _ => {}
         }
     }

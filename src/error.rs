@@ -144,6 +144,7 @@ struct Inner {
     kind: ErrorKind,
     message: Cow<'static, str>,
     retryable: Option<bool>,
+    retry_after: Option<Duration>,
     source: Option<Arc<dyn StdError + Send + Sync>>,
 }
 
@@ -155,6 +156,7 @@ impl ToolError {
                 kind,
                 message: message.into(),
                 retryable: None,
+                retry_after: None,
                 source: None,
             }),
         }
@@ -222,6 +224,14 @@ impl ToolError {
         self
     }
 
+    /// Says when trying again may succeed, whatever the kind: an endpoint
+    /// answering 503 with `Retry-After: 2` is unavailable *and* says when.
+    /// For a rate limit, this wins over the kind's own value.
+    pub fn with_retry_after(mut self, after: Duration) -> Self {
+        self.inner.retry_after = Some(after);
+        self
+    }
+
     /// The class of this error.
     pub fn kind(&self) -> ErrorKind {
         self.inner.kind
@@ -232,12 +242,13 @@ impl ToolError {
         &self.inner.message
     }
 
-    /// For a rate-limit error, how long to wait before trying again.
+    /// How long to wait before trying again, if known: the value given to
+    /// [`with_retry_after`](Self::with_retry_after), else a rate limit's own.
     pub fn retry_after(&self) -> Option<Duration> {
-        match self.inner.kind {
+        self.inner.retry_after.or(match self.inner.kind {
             ErrorKind::RateLimited { retry_after } => retry_after,
             _ => None,
-        }
+        })
     }
 
     /// Whether trying the call again may succeed.

@@ -8,8 +8,11 @@ use futures_util::StreamExt;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use toolstack::agent::{Agent, AgentDone, AgentEvent, StopReason};
-use toolstack::model::{Message, ScriptedModel, Turn};
-use toolstack::{tool, ToolError, Toolbox};
+use toolstack::model::{
+    ChatRequest, FinishReason, Message, ModelDelta, ScriptedModel, Turn, Usage,
+    MAX_TOOL_CALLS_PER_ANSWER,
+};
+use toolstack::{tool, ErrorKind, ToolError, Toolbox};
 
 #[derive(Deserialize, JsonSchema)]
 struct Add {
@@ -102,7 +105,7 @@ async fn one_tool_call_runs_and_its_result_goes_back_to_the_model() {
         [("call_0_0".to_owned(), "42".to_owned())]
     );
     assert_eq!((done.stop, done.steps), (StopReason::Finished, 2));
-    assert!(done.usage.completion_tokens > 0);
+    assert!(done.usage.unwrap().completion_tokens > 0);
 }
 
 #[tokio::test]
@@ -416,4 +419,229 @@ async fn an_agent_tool_passes_its_callers_extensions_to_the_sub_agent() {
     assert!(reports.contains(&"`purge` done".to_owned()), "{reports:?}");
     let result = toolstack::ToolResult::collect(futures_util::stream::iter(items)).await;
     assert_eq!(result.text(), "purged");
+}
+
+#[tokio::test]
+async fn an_answer_cut_off_at_the_token_limit_ends_the_run_with_length() {
+    let model = ScriptedModel::new([Turn::new()
+        .text("The answer is")
+        .finish_reason(FinishReason::Length)]);
+    let (_, done) = events(&Agent::new(model, toolbox()), "hi").await;
+    assert_eq!((done.stop, done.steps), (StopReason::Length, 1));
+    assert_eq!(
+        done.messages.last(),
+        Some(&Message::assistant("The answer is")),
+        "the truncated text is kept, and marked by the stop reason"
+    );
+}
+
+#[tokio::test]
+async fn tool_calls_in_an_answer_cut_off_at_the_token_limit_are_answered_not_run() {
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counter = ran.clone();
+    let add = tool::from_fn("add", move |Add { a, b }| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        async move { Ok::<_, ToolError>(a + b) }
+    });
+    let model = ScriptedModel::new([
+        Turn::new()
+            .tool_call("add", r#"{"a":1,"b":"#)
+            .finish_reason(FinishReason::Length),
+        Turn::new().text("never asked"),
+    ]);
+    let (events, done) = events(&Agent::new(model, Toolbox::new().tool(add)), "hi").await;
+    assert_eq!((done.stop, done.steps), (StopReason::Length, 1));
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+    assert!(!events.iter().any(|e| matches!(e, AgentEvent::ToolCall(_))));
+    let fed_back = tool_messages(&done);
+    assert_eq!(fed_back.len(), 1, "the history stays well-formed");
+    assert!(fed_back[0].1.contains("token limit"), "{}", fed_back[0].1);
+}
+
+#[tokio::test]
+async fn an_answer_stopped_by_a_content_filter_ends_the_run_with_content_filter() {
+    let model = ScriptedModel::new([
+        Turn::new()
+            .text("I will")
+            .tool_call("add", r#"{"a":1,"b":2}"#)
+            .finish_reason(FinishReason::ContentFilter),
+        Turn::new().text("never asked"),
+    ]);
+    let (_, done) = events(&Agent::new(model, toolbox()), "hi").await;
+    assert_eq!((done.stop, done.steps), (StopReason::ContentFilter, 1));
+    assert!(
+        tool_messages(&done)[0].1.contains("content filter"),
+        "{:?}",
+        tool_messages(&done)
+    );
+}
+
+#[tokio::test]
+async fn other_finish_reasons_do_not_stop_the_run() {
+    let model = ScriptedModel::new([
+        Turn::new()
+            .tool_call("add", r#"{"a":1,"b":2}"#)
+            .finish_reason(FinishReason::Other("function_call".into())),
+        Turn::new().text("3"),
+    ]);
+    let (_, done) = events(&Agent::new(model, toolbox()), "hi").await;
+    assert_eq!((done.stop, done.steps), (StopReason::Finished, 2));
+}
+
+type Deltas = futures_util::stream::Iter<std::vec::IntoIter<Result<ModelDelta, ToolError>>>;
+
+/// A model that streams `deltas` for every request.
+fn answering(
+    deltas: Vec<ModelDelta>,
+) -> impl tower::Service<
+    ChatRequest,
+    Response = Deltas,
+    Error = ToolError,
+    Future = std::future::Ready<Result<Deltas, ToolError>>,
+> + Clone {
+    tower::service_fn(move |_: ChatRequest| {
+        let items: Vec<Result<ModelDelta, ToolError>> = deltas.iter().cloned().map(Ok).collect();
+        std::future::ready(Ok(futures_util::stream::iter(items)))
+    })
+}
+
+#[tokio::test]
+async fn a_run_whose_model_reports_no_usage_has_none_and_reported_zeros_are_kept() {
+    let text = ModelDelta::Text("hi".into());
+    let silent = Agent::new(answering(vec![text.clone()]), Toolbox::new());
+    let all: Vec<AgentEvent> = silent.run(vec![Message::user("hi")]).collect().await;
+    let Some(AgentEvent::Done(done)) = all.last() else {
+        panic!("no Done")
+    };
+    assert_eq!(done.usage, None, "no model call reported usage");
+
+    let zero = Agent::new(
+        answering(vec![text, ModelDelta::Usage(Usage::default())]),
+        Toolbox::new(),
+    );
+    let all: Vec<AgentEvent> = zero.run(vec![Message::user("hi")]).collect().await;
+    let Some(AgentEvent::Done(done)) = all.last() else {
+        panic!("no Done")
+    };
+    assert_eq!(
+        done.usage,
+        Some(Usage::default()),
+        "a report of zero tokens"
+    );
+}
+
+#[tokio::test]
+async fn more_parallel_calls_than_an_answer_may_hold_end_the_run_with_a_model_error() {
+    let mut flood = Turn::new();
+    for _ in 0..=MAX_TOOL_CALLS_PER_ANSWER {
+        flood = flood.tool_call("add", r#"{"a":1,"b":1}"#);
+    }
+    let (events, done) = events(&Agent::new(ScriptedModel::new([flood]), toolbox()), "hi").await;
+    assert_eq!(done.stop, StopReason::ModelError);
+    let Some(AgentEvent::Error(err)) = events.last() else {
+        panic!("no error: {:?}", events.last())
+    };
+    assert!(err.message().contains("at most 128 tool calls"), "{err}");
+    assert!(!err.is_retryable());
+    assert!(tool_messages(&done).is_empty(), "no call ran");
+}
+
+fn cut() -> ToolError {
+    ToolError::new(ErrorKind::Unavailable, "connection reset")
+}
+
+#[tokio::test]
+async fn a_turn_cut_off_mid_stream_is_discarded_and_asked_again_when_enabled() {
+    let model = ScriptedModel::new([
+        Turn::new()
+            .text("Half an")
+            .tool_call("add", r#"{"a":1"#)
+            .fail(cut()),
+        Turn::new().text("A whole answer."),
+    ]);
+    let agent = Agent::new(model.clone(), toolbox()).retry_model_turns(2);
+    let (events, done) = events(&agent, "hi").await;
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| match e {
+            AgentEvent::TextDelta(_) => "text",
+            AgentEvent::ToolCallStarted { .. } | AgentEvent::ToolCallInputDelta { .. } => "input",
+            AgentEvent::TurnDiscarded { .. } => "discarded",
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    let mut dedup = kinds.clone();
+    dedup.dedup();
+    assert_eq!(dedup, ["text", "input", "discarded", "text"]);
+    let Some(AgentEvent::TurnDiscarded { error }) = events
+        .iter()
+        .find(|e| matches!(e, AgentEvent::TurnDiscarded { .. }))
+    else {
+        unreachable!()
+    };
+    assert_eq!(error, &cut());
+    assert_eq!((done.stop, done.steps), (StopReason::Finished, 1));
+    assert_eq!(model.turns_played(), 2);
+    assert_eq!(
+        &done.messages[1..],
+        [Message::assistant("A whole answer.")],
+        "the discarded answer is not in the conversation"
+    );
+}
+
+#[tokio::test]
+async fn turn_retry_is_off_by_default() {
+    let model = ScriptedModel::new([
+        Turn::new().text("Half an").fail(cut()),
+        Turn::new().text("A whole answer."),
+    ]);
+    let (events, done) = events(&Agent::new(model.clone(), toolbox()), "hi").await;
+    assert!(matches!(events.last(), Some(AgentEvent::Error(e)) if e == &cut()));
+    assert!(!events
+        .iter()
+        .any(|e| matches!(e, AgentEvent::TurnDiscarded { .. })));
+    assert_eq!(done.stop, StopReason::ModelError);
+    assert_eq!(model.turns_played(), 1);
+}
+
+#[tokio::test]
+async fn turn_retry_stops_at_its_budget_and_never_retries_a_non_retryable_error() {
+    let again = || Turn::new().text("Half").fail(cut());
+    let model = ScriptedModel::new([again(), again(), Turn::new().text("late")]);
+    let agent = Agent::new(model.clone(), toolbox()).retry_model_turns(1);
+    let (seen, done) = events(&agent, "hi").await;
+    let discarded = seen
+        .iter()
+        .filter(|e| matches!(e, AgentEvent::TurnDiscarded { .. }))
+        .count();
+    assert_eq!((discarded, model.turns_played()), (1, 2));
+    assert_eq!(done.stop, StopReason::ModelError);
+
+    let broken = ToolError::failed("the model's answer was malformed");
+    let model = ScriptedModel::new([
+        Turn::new().text("Half").fail(broken.clone()),
+        Turn::new().text("late"),
+    ]);
+    let agent = Agent::new(model.clone(), toolbox()).retry_model_turns(3);
+    let (events, done) = events(&agent, "hi").await;
+    assert!(matches!(events.last(), Some(AgentEvent::Error(e)) if e == &broken));
+    assert_eq!(
+        (done.stop, model.turns_played()),
+        (StopReason::ModelError, 1)
+    );
+}
+
+#[tokio::test]
+async fn turn_retry_leaves_a_failure_before_the_first_delta_to_the_retry_layer() {
+    let model = ScriptedModel::new([Turn::new().fail(cut()), Turn::new().text("late")]);
+    let agent = Agent::new(model.clone(), toolbox()).retry_model_turns(3);
+    let (events, done) = events(&agent, "hi").await;
+    assert!(
+        matches!(events.as_slice(), [AgentEvent::Error(_)]),
+        "{events:?}"
+    );
+    assert_eq!(
+        (done.stop, model.turns_played()),
+        (StopReason::ModelError, 1)
+    );
 }

@@ -6,7 +6,7 @@ use serde_json::json;
 use toolstack::model::{
     Accumulator, ChatRequest, FinishReason, Message, ModelDelta, ScriptedModel, ToolCall, Turn,
 };
-use toolstack::ErrorKind;
+use toolstack::{ErrorKind, ToolError};
 use tower::{Service, ServiceExt};
 
 #[test]
@@ -84,7 +84,7 @@ async fn scripted_model_streams_text_by_word_and_calls_by_fragment() {
     let mut acc = Accumulator::new();
     for delta in &deltas {
         if let ModelDelta::ToolCall(fragment) = delta {
-            acc.push(fragment);
+            acc.push(fragment).unwrap();
         }
     }
     let calls = acc.finish().unwrap();
@@ -120,4 +120,37 @@ async fn scripted_model_clones_share_the_script_and_fail_clearly_when_it_runs_ou
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable);
     assert!(err.message().contains("no turn left"), "{}", err.message());
+}
+
+#[tokio::test]
+async fn a_scripted_turn_can_end_for_length_or_break_off_mid_stream() {
+    let mut model = ScriptedModel::new([
+        Turn::new()
+            .text("Cut short")
+            .finish_reason(FinishReason::Length),
+        Turn::new()
+            .text("Half")
+            .fail(ToolError::new(ErrorKind::Unavailable, "reset")),
+    ]);
+    let deltas = play(&mut model).await;
+    assert!(deltas.contains(&ModelDelta::Finish(FinishReason::Length)));
+
+    let stream = model
+        .ready()
+        .await
+        .unwrap()
+        .call(ChatRequest::default())
+        .await
+        .unwrap();
+    let items: Vec<_> = stream.collect().await;
+    assert_eq!(
+        items.len(),
+        2,
+        "the text, then the fault; no finish, no usage"
+    );
+    assert_eq!(items[0], Ok(ModelDelta::Text("Half".into())));
+    assert_eq!(
+        items[1].as_ref().unwrap_err().kind(),
+        ErrorKind::Unavailable
+    );
 }

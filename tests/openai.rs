@@ -1,13 +1,21 @@
 //! The OpenAI-compatible client against an in-process server on 127.0.0.1
-//! that replays chunk sequences in the documented SSE format.
+//! that replays chunk sequences in the documented SSE format — and faults:
+//! statuses with `Retry-After`, broken bodies, malformed chunks, endless
+//! lines, hostile tool-call indices.
 #![cfg(feature = "openai")]
+
+use std::error::Error as _;
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use toolstack::agent::{Agent, AgentEvent, StopReason};
-use toolstack::model::{Accumulator, ChatRequest, FinishReason, Message, ModelDelta, OpenAiModel};
+use toolstack::model::{
+    Accumulator, ChatRequest, FinishReason, Message, ModelDelta, OpenAiModel, Usage,
+    MAX_SSE_EVENT_BYTES,
+};
 use toolstack::{ErrorKind, ToolError, ToolInfo, Toolbox};
 use tower::ServiceExt;
 
@@ -25,8 +33,9 @@ async fn server(responses: Vec<String>) -> (String, tokio::sync::mpsc::Unbounded
             let (mut socket, _) = listener.accept().await.unwrap();
             let body = http_request::read_body(&mut socket).await;
             let _ = tx.send(serde_json::from_slice(&body).unwrap_or(Value::Null));
-            socket.write_all(response.as_bytes()).await.unwrap();
-            socket.shutdown().await.unwrap();
+            // A client that refuses the answer hangs up mid-write.
+            let _ = socket.write_all(response.as_bytes()).await;
+            let _ = socket.shutdown().await;
         }
     });
     (url, rx)
@@ -42,6 +51,21 @@ fn sse(chunks: &[Value], done: bool) -> String {
     if done {
         out.push_str("data: [DONE]\n\n");
     }
+    out
+}
+
+/// A response with `status` (e.g. `503 Service Unavailable`), extra header
+/// lines and a body.
+fn status(status: &str, headers: &[&str], body: &str) -> String {
+    let mut out = format!("HTTP/1.1 {status}\r\n");
+    for header in headers {
+        out.push_str(header);
+        out.push_str("\r\n");
+    }
+    out.push_str(&format!(
+        "content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    ));
     out
 }
 
@@ -101,7 +125,7 @@ async fn streams_text_then_finish_and_a_usage_only_final_chunk() {
             ModelDelta::Text("Hel".into()),
             ModelDelta::Text("lo".into()),
             ModelDelta::Finish(FinishReason::Stop),
-            ModelDelta::Usage(toolstack::model::Usage {
+            ModelDelta::Usage(Usage {
                 prompt_tokens: 12,
                 completion_tokens: 5
             }),
@@ -146,7 +170,7 @@ async fn parallel_tool_calls_fold_into_complete_calls() {
     for delta in deltas(&url).await.unwrap() {
         match delta.unwrap() {
             ModelDelta::ToolCall(fragment) => {
-                acc.push(&fragment);
+                acc.push(&fragment).unwrap();
             }
             ModelDelta::Finish(reason) => finish = Some(reason),
             _ => {}
@@ -215,11 +239,9 @@ async fn a_cut_connection_and_a_malformed_chunk_end_the_stream_with_one_error() 
 
     let items = deltas(&url).await.unwrap();
     assert_eq!(items.len(), 2, "the error is the last item");
-    assert!(items[1]
-        .as_ref()
-        .unwrap_err()
-        .message()
-        .contains("malformed chunk"));
+    let err = items[1].as_ref().unwrap_err();
+    assert!(err.message().contains("malformed chunk"));
+    assert_eq!(err.kind(), ErrorKind::Failed, "after a delta");
 }
 
 #[tokio::test]
@@ -271,5 +293,281 @@ async fn the_agent_runs_over_the_openai_client() {
     assert_eq!(
         second_body["messages"][2],
         json!({"role": "tool", "tool_call_id": "call_1", "content": "hi"})
+    );
+}
+
+#[tokio::test]
+async fn a_503_with_retry_after_is_unavailable_and_keeps_the_wait() {
+    let (url, _) = server(vec![
+        status("503 Service Unavailable", &["retry-after: 2"], "busy"),
+        status("502 Bad Gateway", &["retry-after: 0.25"], ""),
+        status("400 Bad Request", &["retry-after: 9"], "no"),
+    ])
+    .await;
+    let err = deltas(&url).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    assert!(err.is_retryable());
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(2)));
+    let err = deltas(&url).await.unwrap_err();
+    assert_eq!(
+        err.retry_after(),
+        Some(Duration::from_millis(250)),
+        "fractional seconds"
+    );
+    let err = deltas(&url).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Failed);
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(9)));
+}
+
+#[tokio::test]
+async fn retry_after_ms_wins_over_retry_after_and_unreadable_values_are_ignored() {
+    let (url, _) = server(vec![
+        status(
+            "429 Too Many Requests",
+            &["retry-after-ms: 1500", "retry-after: 7"],
+            "",
+        ),
+        status("503 Service Unavailable", &["retry-after: soon"], ""),
+        status(
+            "503 Service Unavailable",
+            &["retry-after-ms: -5", "retry-after: -1"],
+            "",
+        ),
+    ])
+    .await;
+    let err = deltas(&url).await.unwrap_err();
+    assert_eq!(
+        err.kind(),
+        ErrorKind::RateLimited {
+            retry_after: Some(Duration::from_millis(1500))
+        }
+    );
+    assert_eq!(err.retry_after(), Some(Duration::from_millis(1500)));
+    assert_eq!(deltas(&url).await.unwrap_err().retry_after(), None);
+    assert_eq!(
+        deltas(&url).await.unwrap_err().retry_after(),
+        None,
+        "a negative wait is no wait we can honour (and no panic)"
+    );
+}
+
+#[tokio::test]
+async fn an_http_date_retry_after_counts_from_the_responses_date() {
+    let (url, _) = server(vec![
+        status(
+            "503 Service Unavailable",
+            &[
+                "date: Sun, 06 Nov 1994 08:49:37 GMT",
+                "retry-after: Sun, 06 Nov 1994 08:51:37 GMT",
+            ],
+            "",
+        ),
+        // Without a `Date` the reference is now: a date long past is "now".
+        status(
+            "503 Service Unavailable",
+            &["retry-after: Sun, 06 Nov 1994 08:51:37 GMT"],
+            "",
+        ),
+    ])
+    .await;
+    let err = deltas(&url).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(120)));
+    let err = deltas(&url).await.unwrap_err();
+    assert_eq!(err.retry_after(), Some(Duration::ZERO));
+}
+
+#[tokio::test]
+async fn a_malformed_chunk_before_any_delta_is_retryable_and_after_one_it_fails() {
+    let mut first = sse(
+        &[json!({"choices": [{"index": 0, "delta": {"role": "assistant"}}]})],
+        false,
+    );
+    first.push_str("data: {not json\n\ndata: [DONE]\n\n");
+    let mut later = sse(&[text_chunk("ok")], false);
+    later.push_str("data: {not json\n\ndata: [DONE]\n\n");
+    let (url, _) = server(vec![first, later]).await;
+
+    let items = deltas(&url).await.unwrap();
+    assert_eq!(items.len(), 1, "a role-only chunk is no delta");
+    let err = items[0].as_ref().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    assert!(err.is_retryable());
+    assert!(
+        err.message().contains("malformed chunk"),
+        "{}",
+        err.message()
+    );
+
+    let items = deltas(&url).await.unwrap();
+    let err = items[1].as_ref().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Failed);
+    assert!(!err.is_retryable());
+}
+
+#[tokio::test]
+async fn a_broken_body_says_so_and_keeps_the_transport_error_as_its_source() {
+    // A chunked body cut off inside a chunk: the transport fails, not the
+    // parser.
+    let cut =
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n\
+               40\r\ndata: {\"choices\": [{\"index\": 0, \"delta\": {\"content\""
+            .to_owned();
+    let (url, _) = server(vec![cut]).await;
+    let items = deltas(&url).await.unwrap();
+    let err = items.last().unwrap().as_ref().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    assert_eq!(
+        err.message(),
+        "the connection to the model endpoint broke off mid-answer"
+    );
+    let source = err.source().expect("the transport error is kept");
+    assert!(
+        source.downcast_ref::<reqwest::Error>().is_some(),
+        "{source:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_event_over_the_size_bound_is_refused_but_many_small_ones_are_not() {
+    let endless = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\ndata: {}",
+        "a".repeat(2 * MAX_SSE_EVENT_BYTES)
+    );
+    let small: Vec<Value> = (0..4_000).map(|_| text_chunk(&"b".repeat(400))).collect();
+    let (url, _) = server(vec![endless, sse(&small, true)]).await;
+
+    let items = deltas(&url).await.unwrap();
+    assert_eq!(items.len(), 1);
+    let err = items[0].as_ref().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Failed);
+    assert!(
+        err.message()
+            .contains(&format!("{MAX_SSE_EVENT_BYTES} bytes")),
+        "{}",
+        err.message()
+    );
+
+    let items = deltas(&url).await.unwrap();
+    assert_eq!(items.len(), 4_000, "{:?}", items.last());
+    assert!(items.iter().all(Result::is_ok));
+}
+
+#[tokio::test]
+async fn a_tool_call_index_out_of_range_is_refused_never_wrapped() {
+    let hostile = |index: Value| {
+        let call = json!({"index": index, "id": "c", "function": {"name": "get_weather", "arguments": "{}"}});
+        sse(
+            &[json!({"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]})],
+            true,
+        )
+    };
+    let (url, _) = server(vec![
+        hostile(json!(4294967295u64)),
+        // `as u32` would wrap this to 0.
+        hostile(json!(4294967296u64)),
+        hostile(json!(-1)),
+        hostile(json!(128)),
+    ])
+    .await;
+    for _ in 0..4 {
+        let items = deltas(&url).await.unwrap();
+        assert_eq!(items.len(), 1, "{items:?}");
+        let err = items[0].as_ref().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Failed);
+        assert!(err.message().contains("index"), "{}", err.message());
+    }
+}
+
+#[tokio::test]
+async fn the_agent_ends_a_run_cleanly_on_a_hostile_tool_call_index() {
+    let call = json!({"index": 4294967295u64, "id": "c", "function": {"name": "get_weather", "arguments": "{}"}});
+    let answer = sse(
+        &[json!({"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]})],
+        true,
+    );
+    let (url, _) = server(vec![answer]).await;
+    let agent = Agent::new(OpenAiModel::new(url, "m"), Toolbox::new());
+    let events: Vec<AgentEvent> = agent.run(vec![Message::user("hi")]).collect().await;
+    assert!(
+        matches!(&events[..], [AgentEvent::Error(_), AgentEvent::Done(_)]),
+        "{events:?}"
+    );
+    let Some(AgentEvent::Done(done)) = events.last() else {
+        unreachable!()
+    };
+    assert_eq!(done.stop, StopReason::ModelError);
+}
+
+#[tokio::test]
+async fn usage_is_a_delta_only_when_the_endpoint_sends_it() {
+    let none = sse(
+        &[
+            text_chunk("a"),
+            finish_chunk("stop"),
+            json!({"choices": [], "usage": null}),
+        ],
+        true,
+    );
+    let zero = sse(
+        &[
+            text_chunk("a"),
+            json!({"choices": [], "usage": {"prompt_tokens": 0, "completion_tokens": 0}}),
+        ],
+        true,
+    );
+    let (url, _) = server(vec![none, zero]).await;
+    let usage = |items: Vec<Result<ModelDelta, ToolError>>| {
+        items
+            .into_iter()
+            .filter_map(|d| match d.unwrap() {
+                ModelDelta::Usage(u) => Some(u),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(usage(deltas(&url).await.unwrap()), []);
+    assert_eq!(usage(deltas(&url).await.unwrap()), [Usage::default()]);
+}
+
+#[tokio::test]
+async fn a_length_finish_from_the_endpoint_is_the_runs_stop_reason() {
+    let (url, _) = server(vec![sse(
+        &[text_chunk("The answer is cut"), finish_chunk("length")],
+        true,
+    )])
+    .await;
+    let agent = Agent::new(OpenAiModel::new(url, "m"), Toolbox::new());
+    let events: Vec<AgentEvent> = agent.run(vec![Message::user("hi")]).collect().await;
+    let Some(AgentEvent::Done(done)) = events.last() else {
+        panic!("no Done")
+    };
+    assert_eq!(done.stop, StopReason::Length);
+    assert_eq!(done.usage, None, "the endpoint sent no usage");
+}
+
+#[tokio::test]
+async fn the_agent_asks_again_after_the_endpoint_cuts_an_answer_off_when_told_to() {
+    let cut = sse(&[text_chunk("Half an ans")], false);
+    let whole = sse(&[text_chunk("A whole answer."), finish_chunk("stop")], true);
+    let (url, _) = server(vec![cut, whole]).await;
+    let agent = Agent::new(OpenAiModel::new(url, "m"), Toolbox::new()).retry_model_turns(1);
+    let events: Vec<AgentEvent> = agent.run(vec![Message::user("hi")]).collect().await;
+    let discarded: Vec<&ToolError> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::TurnDiscarded { error } => Some(error),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(discarded.len(), 1);
+    assert_eq!(discarded[0].kind(), ErrorKind::Unavailable);
+    let Some(AgentEvent::Done(done)) = events.last() else {
+        panic!("no Done")
+    };
+    assert_eq!(done.stop, StopReason::Finished);
+    assert_eq!(
+        done.messages.last(),
+        Some(&Message::assistant("A whole answer."))
     );
 }

@@ -6,6 +6,13 @@
 //! [`parallel_tools`](Agent::parallel_tools) at once, their items streamed
 //! as events and their results added to the conversation in call order.
 //! Every run ends with exactly one [`AgentEvent::Done`].
+//!
+//! A model turn that breaks off mid-stream with a retryable error may be
+//! asked again ([`Agent::retry_model_turns`], off by default); the consumer
+//! is told with [`AgentEvent::TurnDiscarded`]. An answer cut off at the
+//! token limit or by a content filter ends the run with
+//! [`StopReason::Length`] / [`StopReason::ContentFilter`], so a truncated
+//! answer is never mistaken for a finished one.
 
 use std::future::Future;
 use std::pin::{pin, Pin};
@@ -20,7 +27,9 @@ use tokio::sync::mpsc;
 use tower::ServiceExt;
 use tower_service::Service;
 
-use crate::model::{Accumulator, ChatRequest, Message, ModelDelta, Pushed, ToolCall, Usage};
+use crate::model::{
+    Accumulator, ChatRequest, FinishReason, Message, ModelDelta, Pushed, ToolCall, Usage,
+};
 use crate::{
     ErrorKind, Progress, ToolError, ToolInfo, ToolOutput, ToolRequest, ToolResult, Toolbox,
 };
@@ -73,6 +82,16 @@ pub enum AgentEvent {
         /// The collected result (`is_error` for failures).
         result: ToolResult,
     },
+    /// The model's answer broke off with a retryable error after it had
+    /// begun to stream, and the model is asked again
+    /// ([`Agent::retry_model_turns`]). The text and tool-call input
+    /// streamed since the last tool step (or the run's start) were that
+    /// answer's: forget them (a UI removes the half-written text). None of
+    /// its tool calls ran, and it is not in the conversation.
+    TurnDiscarded {
+        /// What broke the answer off.
+        error: ToolError,
+    },
     /// The model failed; the run ends.
     Error(ToolError),
     /// The run ended.
@@ -84,9 +103,11 @@ pub enum AgentEvent {
 pub struct AgentDone {
     /// The whole conversation, the new messages included.
     pub messages: Vec<Message>,
-    /// Tokens used by all model calls.
-    pub usage: Usage,
-    /// Model calls made.
+    /// Tokens used by the model calls that reported usage (discarded
+    /// answers included); `None` when none did — not the same as zero.
+    pub usage: Option<Usage>,
+    /// Model turns taken; a turn asked again after a fault
+    /// ([`Agent::retry_model_turns`]) counts once.
     pub steps: usize,
     /// Why the run stopped.
     pub stop: StopReason,
@@ -104,6 +125,16 @@ pub enum StopReason {
     MaxToolCalls,
     /// The model call failed (see the [`AgentEvent::Error`] before).
     ModelError,
+    /// The model's last answer was cut off at its token limit
+    /// (`finish_reason: "length"`): the last assistant message is
+    /// incomplete. Tool calls in it were not run — their arguments may be
+    /// cut too —, each answered with a refusal so the history stays
+    /// well-formed.
+    Length,
+    /// The model's last answer was stopped by a content filter
+    /// (`finish_reason: "content_filter"`); as with
+    /// [`Length`](Self::Length), its tool calls were not run.
+    ContentFilter,
 }
 
 /// Drives a model and a toolbox: calls the model, runs the tool calls it
@@ -123,11 +154,13 @@ pub struct Agent<M> {
     max_steps: usize,
     max_tool_calls: usize,
     parallel: usize,
+    turn_retries: usize,
 }
 
 impl<M> Agent<M> {
-    /// An agent over `model` and `toolbox`: at most 10 model calls, 32 tool
-    /// calls, 4 tools at once.
+    /// An agent over `model` and `toolbox`: at most 10 model turns, 32
+    /// tool calls, 4 tools at once; a turn that breaks off is not asked
+    /// again.
     pub fn new(model: M, toolbox: Toolbox) -> Self {
         Agent {
             model,
@@ -136,6 +169,7 @@ impl<M> Agent<M> {
             max_steps: 10,
             max_tool_calls: 32,
             parallel: 4,
+            turn_retries: 0,
         }
     }
 
@@ -147,7 +181,7 @@ impl<M> Agent<M> {
         self
     }
 
-    /// At most `steps` model calls per run.
+    /// At most `steps` model turns per run.
     pub fn max_steps(mut self, steps: usize) -> Self {
         self.max_steps = steps;
         self
@@ -162,6 +196,45 @@ impl<M> Agent<M> {
     /// At most `tools` tool calls of one step running at once.
     pub fn parallel_tools(mut self, tools: usize) -> Self {
         self.parallel = tools.max(1);
+        self
+    }
+
+    /// Asks the model again, up to `retries` times per turn, when its
+    /// answer breaks off with a retryable error (a dropped connection, an
+    /// idle timeout) *after* it began to stream — the fault a retry layer
+    /// cannot take back, since deltas have already reached the agent. Off
+    /// (0) by default.
+    ///
+    /// Asking again is safe: the partial answer is discarded — not added to
+    /// the conversation, none of its tool calls run — and an
+    /// [`AgentEvent::TurnDiscarded`] tells the consumer to forget its
+    /// streamed text. A failure before the first delta is left to the
+    /// retry layer (`stream_retry`, with backoff and `Retry-After`), and a
+    /// non-retryable error ends the run as before.
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use toolstack::agent::{Agent, AgentEvent, StopReason};
+    /// use toolstack::model::{Message, ScriptedModel, Turn};
+    /// use toolstack::{ErrorKind, ToolError, Toolbox};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let cut = ToolError::new(ErrorKind::Unavailable, "connection reset");
+    /// let model = ScriptedModel::new([
+    ///     Turn::new().text("Half an ans").fail(cut),
+    ///     Turn::new().text("A whole answer."),
+    /// ]);
+    /// let agent = Agent::new(model, Toolbox::new()).retry_model_turns(1);
+    /// let events: Vec<AgentEvent> = agent.run(vec![Message::user("hi")]).collect().await;
+    /// assert!(events.iter().any(|e| matches!(e, AgentEvent::TurnDiscarded { .. })));
+    /// let Some(AgentEvent::Done(done)) = events.last() else { panic!() };
+    /// assert_eq!(done.stop, StopReason::Finished);
+    /// assert_eq!(done.messages.last(), Some(&Message::assistant("A whole answer.")));
+    /// # }
+    /// ```
+    pub fn retry_model_turns(mut self, retries: usize) -> Self {
+        self.turn_retries = retries;
         self
     }
 }
@@ -209,7 +282,7 @@ where
             tools,
             extensions,
             tx,
-            usage: Usage::default(),
+            usage: None,
             steps: 0,
             tool_calls: 0,
         };
@@ -239,9 +312,23 @@ struct Run<M> {
     tools: Arc<[ToolInfo]>,
     extensions: Extensions,
     tx: mpsc::Sender<AgentEvent>,
-    usage: Usage,
+    usage: Option<Usage>,
     steps: usize,
     tool_calls: usize,
+}
+
+/// One model answer, complete.
+struct Answer {
+    text: String,
+    calls: Vec<ToolCall>,
+    /// The last finish reason the model sent, if any.
+    finish: Option<FinishReason>,
+}
+
+/// A model turn that failed, and whether any delta had arrived before.
+struct TurnError {
+    error: ToolError,
+    streamed: bool,
 }
 
 impl<M, St> Run<M>
@@ -259,7 +346,11 @@ where
                 return StopReason::MaxSteps;
             }
             self.steps += 1;
-            let (text, calls) = match self.model_turn().await {
+            let Answer {
+                text,
+                calls,
+                finish,
+            } = match self.answer().await {
                 Ok(answer) => answer,
                 Err(err) => {
                     let _ = self.tx.send(AgentEvent::Error(err)).await;
@@ -270,11 +361,32 @@ where
                 content: (!text.is_empty()).then_some(text),
                 tool_calls: calls.clone(),
             });
+            let cut_off = match finish {
+                Some(FinishReason::Length) => Some((
+                    StopReason::Length,
+                    "the model's answer was cut off at its token limit",
+                )),
+                Some(FinishReason::ContentFilter) => Some((
+                    StopReason::ContentFilter,
+                    "the model's answer was stopped by a content filter",
+                )),
+                _ => None,
+            };
+            if let Some((stop, why)) = cut_off {
+                let err = ToolError::cancelled(format!("not run: {why}"));
+                self.refuse(calls, err).await;
+                return stop;
+            }
             if calls.is_empty() {
                 return StopReason::Finished;
             }
             if self.tool_calls + calls.len() > self.agent.max_tool_calls {
-                self.refuse(calls).await;
+                let limit = self.agent.max_tool_calls;
+                let err = ToolError::new(
+                    ErrorKind::Denied,
+                    format!("not run: this run's limit of {limit} tool calls was reached"),
+                );
+                self.refuse(calls, err).await;
                 return StopReason::MaxToolCalls;
             }
             self.tool_calls += calls.len();
@@ -282,9 +394,28 @@ where
         }
     }
 
+    /// One model turn: asked again, as often as the agent allows, while it
+    /// breaks off with a retryable error after its first delta.
+    async fn answer(&mut self) -> Result<Answer, ToolError> {
+        let mut retries = self.agent.turn_retries;
+        loop {
+            match self.model_turn().await {
+                Ok(answer) => return Ok(answer),
+                Err(TurnError { error, streamed })
+                    if streamed && retries > 0 && error.is_retryable() =>
+                {
+                    retries -= 1;
+                    let _ = self.tx.send(AgentEvent::TurnDiscarded { error }).await;
+                }
+                Err(TurnError { error, .. }) => return Err(error),
+            }
+        }
+    }
+
     /// Asks the model once, streaming its text and tool-call input as
-    /// events; returns its text and its complete tool calls.
-    async fn model_turn(&mut self) -> Result<(String, Vec<ToolCall>), ToolError> {
+    /// events; returns its text, its complete tool calls and why it
+    /// stopped.
+    async fn model_turn(&mut self) -> Result<Answer, TurnError> {
         let request = ChatRequest {
             messages: Arc::clone(&self.messages),
             tools: self.tools.clone(),
@@ -297,18 +428,32 @@ where
             .clone()
             .oneshot(request)
             .await
-            .map_err(Into::into)?;
+            .map_err(|err| TurnError {
+                error: err.into(),
+                streamed: false,
+            })?;
         let mut answer = pin!(answer);
         let mut text = String::new();
         let mut calls = Accumulator::new();
+        let mut finish = None;
+        let mut streamed = false;
         while let Some(delta) = answer.next().await {
-            let event = match delta? {
+            let delta = delta.map_err(|error| TurnError { error, streamed })?;
+            streamed = true;
+            let event = match delta {
                 ModelDelta::Text(piece) => {
                     text.push_str(&piece);
                     AgentEvent::TextDelta(piece)
                 }
                 ModelDelta::ToolCall(fragment) => {
-                    if calls.push(&fragment) == Pushed::Started {
+                    // A refused fragment ends the turn here, dropping the
+                    // stream (and its connection) rather than reading on.
+                    let pushed = calls.push(&fragment).map_err(|err| TurnError {
+                        error: ToolError::failed(format!("the model's answer was refused: {err}"))
+                            .with_source(err),
+                        streamed,
+                    })?;
+                    if pushed == Pushed::Started {
                         let (id, name) = calls.get(fragment.index).unwrap_or_default();
                         let started = AgentEvent::ToolCallStarted {
                             index: fragment.index,
@@ -326,17 +471,26 @@ where
                     }
                 }
                 ModelDelta::Usage(used) => {
-                    self.usage += used;
+                    *self.usage.get_or_insert_with(Usage::default) += used;
                     continue;
                 }
-                _ => continue,
+                ModelDelta::Finish(reason) => {
+                    finish = Some(reason);
+                    continue;
+                }
             };
             let _ = self.tx.send(event).await;
         }
-        let calls = calls.finish().map_err(|err| {
-            ToolError::failed(format!("the model's answer was malformed: {err}")).with_source(err)
+        let calls = calls.finish().map_err(|err| TurnError {
+            error: ToolError::failed(format!("the model's answer was malformed: {err}"))
+                .with_source(err),
+            streamed,
         })?;
-        Ok((text, calls))
+        Ok(Answer {
+            text,
+            calls,
+            finish,
+        })
     }
 
     /// Runs a step's tool calls (up to the agent's bound at once) and adds
@@ -362,16 +516,11 @@ where
         }
     }
 
-    /// Answers every call of a step that would pass the run's limit of tool
-    /// calls with a refusal, so the history stays well-formed.
-    async fn refuse(&mut self, calls: Vec<ToolCall>) {
-        let limit = self.agent.max_tool_calls;
+    /// Answers every call of a step that will not run with `err`, so the
+    /// history stays well-formed.
+    async fn refuse(&mut self, calls: Vec<ToolCall>, err: ToolError) {
         for call in calls {
-            let err = ToolError::new(
-                ErrorKind::Denied,
-                format!("not run: this run's limit of {limit} tool calls was reached"),
-            );
-            let result = ToolResult::from_error(err);
+            let result = ToolResult::from_error(err.clone());
             self.push(Message::tool(call.id.clone(), result.text()));
             let _ = self
                 .tx

@@ -13,7 +13,9 @@ pub enum ModelDelta {
     ToolCall(ToolCallDelta),
     /// Why the model stopped.
     Finish(FinishReason),
-    /// Token usage (usually in the last chunk).
+    /// Token usage, as the endpoint reported it (usually in the last
+    /// chunk). An answer whose endpoint reports none has no `Usage` delta —
+    /// which is not the same as a report of zero tokens.
     Usage(Usage),
 }
 
@@ -83,16 +85,19 @@ pub enum FinishReason {
     Stop,
     /// The model asked for tool calls.
     ToolCalls,
-    /// The token limit was reached.
+    /// The token limit was reached: the answer is cut off.
     Length,
-    /// Content was filtered.
+    /// Content was filtered: the answer is cut off or withheld.
     ContentFilter,
     /// Any other reason, as sent.
     #[serde(untagged)]
     Other(String),
 }
 
-/// Token usage of one model call.
+/// Token usage of one model call, as reported. Where a total may lack a
+/// report, it is an `Option<Usage>` ([`AgentDone::usage`]).
+///
+/// [`AgentDone::usage`]: crate::agent::AgentDone::usage
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     /// Tokens in the prompt.

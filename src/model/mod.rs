@@ -11,21 +11,22 @@
 //! |---|---|
 //! | [`ChatRequest`], [`Message`] | what the model is asked: the conversation, the tools it may call, extensions |
 //! | [`ModelDelta`], [`ToolCallDelta`], [`FinishReason`], [`Usage`] | what it streams back |
-//! | [`Accumulator`], [`ToolCall`] | fragments folded into complete tool calls |
+//! | [`Accumulator`], [`ToolCall`] | fragments folded into complete tool calls, at most [`MAX_TOOL_CALLS_PER_ANSWER`] per answer |
 //! | [`ScriptedModel`], [`Turn`] | a deterministic model: examples and tests with no network and no key |
-//! | `OpenAiModel` (feature `openai`) | an OpenAI-compatible chat-completions endpoint, streamed over SSE |
+//! | `OpenAiModel`, `MAX_SSE_EVENT_BYTES` (feature `openai`) | an OpenAI-compatible chat-completions endpoint, streamed over SSE, each event bounded |
 //!
 //! ```
 //! use toolstack::model::{Accumulator, ToolCallDelta};
 //!
 //! let mut acc = Accumulator::new();
-//! acc.push(&ToolCallDelta::new(0).id("call_1").name("get_weather").arguments("{\"ci"));
-//! acc.push(&ToolCallDelta::new(1).id("call_2").name("get_time").arguments("{}"));
-//! acc.push(&ToolCallDelta::new(0).arguments("ty\":\"Paris\"}"));
-//! let calls = acc.finish().unwrap();
+//! acc.push(&ToolCallDelta::new(0).id("call_1").name("get_weather").arguments("{\"ci"))?;
+//! acc.push(&ToolCallDelta::new(1).id("call_2").name("get_time").arguments("{}"))?;
+//! acc.push(&ToolCallDelta::new(0).arguments("ty\":\"Paris\"}"))?;
+//! let calls = acc.finish()?;
 //! assert_eq!(calls[0].name, "get_weather");
 //! assert_eq!(calls[0].arguments, r#"{"city":"Paris"}"#);
 //! assert_eq!(calls[1].id, "call_2");
+//! # Ok::<(), toolstack::model::AccumulateError>(())
 //! ```
 
 mod accumulate;
@@ -35,9 +36,9 @@ mod message;
 mod openai;
 mod scripted;
 
-pub use self::accumulate::{AccumulateError, Accumulator, Pushed};
+pub use self::accumulate::{AccumulateError, Accumulator, Pushed, MAX_TOOL_CALLS_PER_ANSWER};
 pub use self::delta::{FinishReason, ModelDelta, ToolCall, ToolCallDelta, Usage};
 pub use self::message::{ChatRequest, Message};
 #[cfg(feature = "openai")]
-pub use self::openai::{OpenAiModel, OpenAiStream};
+pub use self::openai::{OpenAiModel, OpenAiStream, MAX_SSE_EVENT_BYTES};
 pub use self::scripted::{ScriptedModel, ScriptedStream, Turn};

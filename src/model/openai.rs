@@ -1,20 +1,39 @@
 //! [`OpenAiModel`]: an OpenAI-compatible chat-completions endpoint as a
 //! model service, its answer streamed over server-sent events and every
 //! failure a typed [`ToolError`].
+//!
+//! What the endpoint sends is input: it is bounded where it is read (one
+//! event at most [`MAX_SSE_EVENT_BYTES`], a tool-call index below
+//! [`MAX_TOOL_CALLS_PER_ANSWER`]) and never trusted to be well-formed.
 
+use std::error::Error as StdError;
+use std::fmt;
 use std::pin::Pin;
-use std::task::{Context, Poll};
-use std::time::Duration;
+use std::task::{ready, Context, Poll};
+use std::time::{Duration, SystemTime};
 
-use eventsource_stream::Eventsource;
+use eventsource_stream::{EventStreamError, Eventsource};
 use futures_core::Stream;
 use futures_util::future::BoxFuture;
 use futures_util::{stream, StreamExt};
+use http::HeaderMap;
+use pin_project_lite::pin_project;
 use serde_json::{json, Value};
 use tower_service::Service;
 
-use super::{ChatRequest, FinishReason, ModelDelta, ToolCallDelta, Usage};
+use super::{
+    AccumulateError, ChatRequest, FinishReason, ModelDelta, ToolCallDelta, Usage,
+    MAX_TOOL_CALLS_PER_ANSWER,
+};
 use crate::{ErrorKind, ToolError};
+
+/// The most bytes one server-sent event of a model's answer may take (its
+/// lines up to the blank line that ends it): 1 MiB.
+///
+/// A chunk of a chat-completions stream is a few hundred bytes; an endpoint
+/// that sends an endless line gets a typed error (kind failed) instead of
+/// an ever-growing buffer.
+pub const MAX_SSE_EVENT_BYTES: usize = 1 << 20;
 
 /// The delta stream of an [`OpenAiModel`] answer.
 pub type OpenAiStream = Pin<Box<dyn Stream<Item = Result<ModelDelta, ToolError>> + Send>>;
@@ -22,11 +41,23 @@ pub type OpenAiStream = Pin<Box<dyn Stream<Item = Result<ModelDelta, ToolError>>
 /// A model behind an OpenAI-compatible chat-completions endpoint, streamed
 /// over server-sent events (`stream: true`, usage included).
 ///
-/// HTTP errors, error bodies, malformed chunks and a connection that drops
-/// mid-stream become typed [`ToolError`]s: 429 is rate limited (with the
-/// `retry-after` header), 401/403 denied, 5xx and connection failures
-/// unavailable, other statuses failed; a stream that ends without `[DONE]`
-/// ends with an unavailable error.
+/// Every failure is a typed [`ToolError`]:
+///
+/// | what happened | kind |
+/// |---|---|
+/// | 429 | rate limited |
+/// | 401, 403 | denied |
+/// | 5xx, the endpoint unreachable | unavailable |
+/// | other statuses | failed |
+/// | the connection breaks mid-answer, or the stream ends without `[DONE]` | unavailable (the transport error kept as the source) |
+/// | a chunk that is not JSON (or not UTF-8) before any delta | unavailable: nothing reached the consumer, so asking again is safe |
+/// | the same after a delta | failed |
+/// | an error chunk, an event over [`MAX_SSE_EVENT_BYTES`], a tool-call index of [`MAX_TOOL_CALLS_PER_ANSWER`] or more | failed |
+///
+/// Whatever the status, a `retry-after-ms` header (milliseconds) or a
+/// `Retry-After` header (seconds, fractional seconds, or an HTTP-date,
+/// counted from the response's `Date`) is kept as the error's
+/// [`retry_after`](ToolError::retry_after), which the retry layer honours.
 ///
 /// A request's [`model`](ChatRequest::model), when set, is asked for
 /// instead of the model the client was made with.
@@ -110,11 +141,70 @@ fn status_error(status: u16, retry_after: Option<Duration>, body: &str) -> ToolE
         500..=599 => ErrorKind::Unavailable,
         _ => ErrorKind::Failed,
     };
-    ToolError::new(kind, message)
+    let err = ToolError::new(kind, message);
+    match retry_after {
+        Some(after) => err.with_retry_after(after),
+        None => err,
+    }
 }
 
-/// The deltas of one `chat.completion.chunk`.
-fn deltas_of(chunk: &Value) -> Vec<ModelDelta> {
+/// How much of an error response's body is read: enough for any error
+/// message, and a bound on what a hostile endpoint can make us hold.
+const ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// The start of an error response's body, as text (lossily decoded; a
+/// broken body gives what arrived).
+async fn error_body<S, B, E>(body: S) -> String
+where
+    S: Stream<Item = Result<B, E>>,
+    B: AsRef<[u8]>,
+{
+    let mut body = std::pin::pin!(body);
+    let mut bytes = Vec::new();
+    while let Some(Ok(piece)) = body.next().await {
+        let room = ERROR_BODY_BYTES - bytes.len();
+        let piece = piece.as_ref();
+        bytes.extend_from_slice(&piece[..piece.len().min(room)]);
+        if bytes.len() == ERROR_BODY_BYTES {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// When the endpoint says to try again: `retry-after-ms` (OpenAI's, more
+/// precise) first, else `Retry-After` as seconds (fractions accepted) or an
+/// HTTP-date. A date is counted from the response's own `Date` when it
+/// sent one (so a skewed local clock does not matter), else from now; a
+/// date in the past means now. Unreadable values are ignored.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let header = |name: &str| headers.get(name)?.to_str().ok().map(str::trim);
+    // `try_from_secs_f64` refuses a negative, infinite or NaN value, where
+    // `from_secs_f64` would panic.
+    let seconds = |secs: f64| Duration::try_from_secs_f64(secs).ok();
+    if let Some(after) = header("retry-after-ms")
+        .and_then(|v| v.parse::<f64>().ok())
+        .and_then(|ms| seconds(ms / 1000.0))
+    {
+        return Some(after);
+    }
+    let value = header("retry-after")?;
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    if let Some(after) = value.parse::<f64>().ok().and_then(seconds) {
+        return Some(after);
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    let now = header("date")
+        .and_then(|d| httpdate::parse_http_date(d).ok())
+        .unwrap_or_else(SystemTime::now);
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// The deltas of one `chat.completion.chunk`; a tool-call index out of
+/// bounds refuses the chunk.
+fn deltas_of(chunk: &Value) -> Result<Vec<ModelDelta>, ToolError> {
     let mut out = Vec::new();
     if let Some(choice) = chunk.pointer("/choices/0") {
         if let Some(text) = choice.pointer("/delta/content").and_then(Value::as_str) {
@@ -127,8 +217,7 @@ fn deltas_of(chunk: &Value) -> Vec<ModelDelta> {
             .and_then(Value::as_array)
         {
             for call in calls {
-                let index = call.get("index").and_then(Value::as_u64).unwrap_or(0) as u32;
-                let mut delta = ToolCallDelta::new(index);
+                let mut delta = ToolCallDelta::new(tool_call_index(call)?);
                 delta.id = call.get("id").and_then(Value::as_str).map(str::to_owned);
                 delta.name = call
                     .pointer("/function/name")
@@ -153,7 +242,216 @@ fn deltas_of(chunk: &Value) -> Vec<ModelDelta> {
             out.push(ModelDelta::Usage(usage));
         }
     }
-    out
+    Ok(out)
+}
+
+/// A fragment's `index`, read as the full JSON integer and checked against
+/// the bound before it becomes a `u32` (so no value wraps into range). A
+/// missing index is 0: a server streaming one call may leave it out.
+fn tool_call_index(call: &Value) -> Result<u32, ToolError> {
+    let Some(index) = call.get("index") else {
+        return Ok(0);
+    };
+    let too_many = |index: u64| {
+        let err = AccumulateError::TooManyCalls {
+            index,
+            max: MAX_TOOL_CALLS_PER_ANSWER,
+        };
+        ToolError::failed(format!("the model's answer was refused: {err}")).with_source(err)
+    };
+    match index.as_u64() {
+        Some(i) if i < MAX_TOOL_CALLS_PER_ANSWER as u64 => Ok(i as u32),
+        Some(i) => Err(too_many(i)),
+        None => Err(ToolError::failed(format!(
+            "the model sent a tool-call index that is not a non-negative integer: {index}"
+        ))),
+    }
+}
+
+/// Why the body stopped before the SSE parser saw it: the transport, or
+/// the bound on one event.
+#[derive(Debug)]
+enum BodyError<E> {
+    Transport(E),
+    EventTooLarge,
+}
+
+impl<E: fmt::Display> fmt::Display for BodyError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BodyError::Transport(err) => err.fmt(f),
+            BodyError::EventTooLarge => write!(
+                f,
+                "a server-sent event was longer than {MAX_SSE_EVENT_BYTES} bytes"
+            ),
+        }
+    }
+}
+
+impl<E: StdError + 'static> StdError for BodyError<E> {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        match self {
+            BodyError::Transport(err) => Some(err),
+            BodyError::EventTooLarge => None,
+        }
+    }
+}
+
+/// Counts the bytes of the event being received, however the body is
+/// split. CR, LF and CRLF end a line; an empty line ends an event.
+#[derive(Debug, Default)]
+struct EventBytes {
+    event: usize,
+    line: usize,
+    after_cr: bool,
+}
+
+impl EventBytes {
+    /// Whether the event being received is still within the bound.
+    fn feed(&mut self, bytes: &[u8]) -> bool {
+        for &byte in bytes {
+            match byte {
+                b'\n' if self.after_cr => self.after_cr = false,
+                b'\r' | b'\n' => {
+                    if self.line == 0 {
+                        self.event = 0;
+                    }
+                    self.line = 0;
+                    self.after_cr = byte == b'\r';
+                }
+                _ => {
+                    self.after_cr = false;
+                    self.line += 1;
+                    self.event += 1;
+                }
+            }
+        }
+        self.event <= MAX_SSE_EVENT_BYTES
+    }
+}
+
+/// Where `piece` can be cut after its last complete line, if it has one.
+fn after_last_line(piece: &[u8]) -> Option<usize> {
+    let is_end = |b: &u8| *b == b'\n' || *b == b'\r';
+    let last = piece.iter().rposition(is_end)?;
+    if piece[last] == b'\r' && last + 1 == piece.len() {
+        // The LF of a CRLF may be in the next piece.
+        return piece[..last].iter().rposition(is_end).map(|i| i + 1);
+    }
+    Some(last + 1)
+}
+
+pin_project! {
+    /// The body re-cut after line ends, each event bounded to
+    /// [`MAX_SSE_EVENT_BYTES`].
+    ///
+    /// eventsource-stream buffers without a bound, and re-parses its buffer
+    /// from the start whenever bytes arrive in the middle of a line — a
+    /// long line costs it quadratic time. Handed whole lines only, it
+    /// parses each byte once; the partial line waits here, bounded.
+    struct WholeLines<S> {
+        #[pin]
+        body: S,
+        partial: Vec<u8>,
+        event: EventBytes,
+        ended: bool,
+    }
+}
+
+impl<S> WholeLines<S> {
+    fn new(body: S) -> Self {
+        WholeLines {
+            body,
+            partial: Vec::new(),
+            event: EventBytes::default(),
+            ended: false,
+        }
+    }
+}
+
+impl<S, B, E> Stream for WholeLines<S>
+where
+    S: Stream<Item = Result<B, E>>,
+    B: AsRef<[u8]>,
+{
+    type Item = Result<Vec<u8>, BodyError<E>>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let mut this = self.project();
+        loop {
+            if *this.ended {
+                return Poll::Ready(None);
+            }
+            let piece = match ready!(this.body.as_mut().poll_next(cx)) {
+                Some(Ok(piece)) => piece,
+                Some(Err(err)) => {
+                    *this.ended = true;
+                    return Poll::Ready(Some(Err(BodyError::Transport(err))));
+                }
+                // What is held back (a final CR, say) is the parser's to
+                // judge.
+                None => {
+                    *this.ended = true;
+                    let rest = std::mem::take(this.partial);
+                    return Poll::Ready((!rest.is_empty()).then_some(Ok(rest)));
+                }
+            };
+            let piece = piece.as_ref();
+            if !this.event.feed(piece) {
+                *this.ended = true;
+                return Poll::Ready(Some(Err(BodyError::EventTooLarge)));
+            }
+            match after_last_line(piece) {
+                None => this.partial.extend_from_slice(piece),
+                Some(cut) => {
+                    let mut lines = std::mem::take(this.partial);
+                    lines.extend_from_slice(&piece[..cut]);
+                    this.partial.extend_from_slice(&piece[cut..]);
+                    return Poll::Ready(Some(Ok(lines)));
+                }
+            }
+        }
+    }
+}
+
+/// An unreadable chunk. Before any delta it is as retryable as a dropped
+/// connection (a proxy's error page, a garbled first chunk): nothing has
+/// reached the consumer, so asking again is safe. After a delta the answer
+/// is broken, and failed.
+fn malformed(message: String, emitted: bool) -> ToolError {
+    let kind = if emitted {
+        ErrorKind::Failed
+    } else {
+        ErrorKind::Unavailable
+    };
+    ToolError::new(kind, message)
+}
+
+/// The error of a body the SSE parser could not read.
+fn broken<E>(err: EventStreamError<BodyError<E>>, emitted: bool) -> ToolError
+where
+    E: StdError + Send + Sync + 'static,
+{
+    match err {
+        EventStreamError::Transport(BodyError::Transport(err)) => ToolError::new(
+            ErrorKind::Unavailable,
+            "the connection to the model endpoint broke off mid-answer",
+        )
+        .with_source(err),
+        EventStreamError::Transport(too_large @ BodyError::EventTooLarge) => ToolError::failed(
+            format!("the model endpoint's answer was refused: {too_large}"),
+        )
+        .with_source(too_large),
+        EventStreamError::Utf8(err) => malformed(
+            "the model endpoint sent text that is not UTF-8".into(),
+            emitted,
+        )
+        .with_source(err),
+        EventStreamError::Parser(err) => malformed(
+            format!("the model endpoint sent a malformed server-sent event: {err}"),
+            emitted,
+        ),
+    }
 }
 
 /// Parses a chat-completions SSE body, however its bytes are split, into
@@ -162,37 +460,58 @@ fn deltas_from_sse<S, B, E>(bytes: S) -> impl Stream<Item = Result<ModelDelta, T
 where
     S: Stream<Item = Result<B, E>> + Send + 'static,
     B: AsRef<[u8]> + Send,
-    E: std::fmt::Display + Send,
+    E: StdError + Send + Sync + 'static,
 {
-    let events = bytes.eventsource();
-    stream::unfold((Box::pin(events), false), |(mut events, done)| async move {
-        if done {
+    struct Parse<T> {
+        events: Pin<Box<T>>,
+        ended: bool,
+        /// Whether a delta has been yielded: it decides whether a
+        /// malformed chunk is worth asking again.
+        emitted: bool,
+    }
+    let start = Parse {
+        events: Box::pin(WholeLines::new(bytes).eventsource()),
+        ended: false,
+        emitted: false,
+    };
+    stream::unfold(start, |mut parse| async move {
+        if parse.ended {
             return None;
         }
-        let batch: Vec<Result<ModelDelta, ToolError>> = match events.next().await {
-            None => vec![Err(ToolError::new(
+        let batch = match parse.events.next().await {
+            None => Err(ToolError::new(
                 ErrorKind::Unavailable,
                 "the model's stream ended before [DONE]",
-            ))],
-            Some(Err(err)) => vec![Err(ToolError::new(
-                ErrorKind::Unavailable,
-                format!("the model's stream broke off: {err}"),
-            ))],
+            )),
+            Some(Err(err)) => Err(broken(err, parse.emitted)),
             Some(Ok(event)) if event.data.trim() == "[DONE]" => return None,
             Some(Ok(event)) => match serde_json::from_str::<Value>(&event.data) {
-                Ok(chunk) if chunk.get("error").is_some() => vec![Err(ToolError::failed(format!(
+                Ok(chunk) if chunk.get("error").is_some() => Err(ToolError::failed(format!(
                     "the model reported an error mid-stream: {}",
                     chunk["error"]
-                )))],
-                Ok(chunk) => deltas_of(&chunk).into_iter().map(Ok).collect(),
-                Err(err) => vec![Err(ToolError::failed(format!(
-                    "malformed chunk from the model: {err}: {}",
-                    event.data.chars().take(200).collect::<String>()
-                )))],
+                ))),
+                Ok(chunk) => deltas_of(&chunk),
+                Err(err) => Err(malformed(
+                    format!(
+                        "malformed chunk from the model: {err}: {}",
+                        event.data.chars().take(200).collect::<String>()
+                    ),
+                    parse.emitted,
+                )
+                .with_source(err)),
             },
         };
-        let failed = batch.iter().any(Result::is_err);
-        Some((stream::iter(batch), (events, failed)))
+        let items: Vec<Result<ModelDelta, ToolError>> = match batch {
+            Ok(deltas) => {
+                parse.emitted |= !deltas.is_empty();
+                deltas.into_iter().map(Ok).collect()
+            }
+            Err(err) => {
+                parse.ended = true;
+                vec![Err(err)]
+            }
+        };
+        Some((stream::iter(items), parse))
     })
     .flatten()
 }
@@ -228,13 +547,8 @@ impl Service<ChatRequest> for OpenAiModel {
             })?;
             let status = response.status().as_u16();
             if !(200..300).contains(&status) {
-                let retry_after = response
-                    .headers()
-                    .get("retry-after")
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .map(Duration::from_secs);
-                let text = response.text().await.unwrap_or_default();
+                let retry_after = retry_after(response.headers());
+                let text = error_body(response.bytes_stream()).await;
                 return Err(status_error(status, retry_after, &text));
             }
             let deltas = deltas_from_sse(response.bytes_stream());
@@ -253,7 +567,7 @@ mod tests {
 
     /// A recorded answer: text with multi-byte characters, then two
     /// parallel calls whose arguments hold escapes and non-ASCII text.
-    fn recorded() -> Vec<u8> {
+    fn recorded(line_end: &str) -> Vec<u8> {
         let chunks = [
             json!({"choices": [{"index": 0, "delta": {"content": "Grüße, "}}]}),
             json!({"choices": [{"index": 0, "delta": {"content": "漢字 🦀"}}]}),
@@ -270,9 +584,9 @@ mod tests {
         ];
         let mut body = String::new();
         for chunk in chunks {
-            body.push_str(&format!("data: {chunk}\n\n"));
+            body.push_str(&format!("data: {chunk}{line_end}{line_end}"));
         }
-        body.push_str("data: [DONE]\n\n");
+        body.push_str(&format!("data: [DONE]{line_end}{line_end}"));
         body.into_bytes()
     }
 
@@ -290,7 +604,7 @@ mod tests {
             match delta {
                 Ok(ModelDelta::Text(t)) => text.push_str(&t),
                 Ok(ModelDelta::ToolCall(f)) => {
-                    acc.push(&f);
+                    acc.push(&f).expect("a bounded index");
                 }
                 Ok(_) => {}
                 Err(_) => errors += 1,
@@ -303,8 +617,9 @@ mod tests {
         #[test]
         fn any_byte_split_of_a_recorded_stream_gives_the_same_text_and_calls(
             mut cuts in proptest::collection::vec(0usize..2000, 0..40),
+            line_end in prop_oneof![Just("\n"), Just("\r\n")],
         ) {
-            let body = recorded();
+            let body = recorded(line_end);
             let whole = fold(vec![body.clone()]);
             prop_assert_eq!(whole.2, 0);
             prop_assert_eq!(whole.1.len(), 2);

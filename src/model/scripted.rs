@@ -13,12 +13,18 @@ use tower_service::Service;
 use super::{ChatRequest, FinishReason, ModelDelta, ToolCallDelta, Usage};
 use crate::{ErrorKind, ToolError};
 
-/// One planned answer of a [`ScriptedModel`]: text and tool calls.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// One planned answer of a [`ScriptedModel`]: text and tool calls, and
+/// how it ends — a finish reason and usage, or a fault mid-stream.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Turn {
     text: Vec<String>,
     calls: Vec<(String, String)>,
+    finish: Option<FinishReason>,
+    fault: Option<ToolError>,
 }
+
+// `ToolError`'s equality (kind and message) is an equivalence.
+impl Eq for Turn {}
 
 impl Turn {
     /// An empty answer.
@@ -38,6 +44,22 @@ impl Turn {
         self.calls.push((name.into(), arguments.into()));
         self
     }
+
+    /// Ends the answer with `reason` (by default `stop`, or `tool_calls`
+    /// when the turn has calls) — say, [`FinishReason::Length`] for an
+    /// answer cut off at the token limit.
+    pub fn finish_reason(mut self, reason: FinishReason) -> Self {
+        self.finish = Some(reason);
+        self
+    }
+
+    /// Breaks the answer off with `error` after its text and tool calls,
+    /// in place of the finish reason and usage: a connection that drops
+    /// mid-stream. A turn with nothing else fails before its first delta.
+    pub fn fail(mut self, error: ToolError) -> Self {
+        self.fault = Some(error);
+        self
+    }
 }
 
 /// The stream of a [`ScriptedModel`] answer.
@@ -48,7 +70,8 @@ pub type ScriptedStream = Iter<std::vec::IntoIter<Result<ModelDelta, ToolError>>
 ///
 /// Each answer is streamed the way a real model streams: text a word at a
 /// time, each tool call as fragments (id and name in the first, the
-/// arguments cut every few characters), then the finish reason and usage.
+/// arguments cut every few characters), then the finish reason and usage
+/// (or the turn's [fault](Turn::fail)).
 /// Call ids are `call_<turn>_<index>`. Clones share the position in the
 /// script; a call after the last turn fails with kind unavailable.
 #[derive(Debug, Clone)]
@@ -114,11 +137,15 @@ impl ScriptedModel {
                 )));
             }
         }
-        let reason = if turn.calls.is_empty() {
+        if let Some(fault) = &turn.fault {
+            deltas.push(Err(fault.clone()));
+            return deltas;
+        }
+        let reason = turn.finish.clone().unwrap_or(if turn.calls.is_empty() {
             FinishReason::Stop
         } else {
             FinishReason::ToolCalls
-        };
+        });
         let completion_tokens = deltas.len() as u64;
         deltas.push(Ok(ModelDelta::Finish(reason)));
         deltas.push(Ok(ModelDelta::Usage(Usage {
