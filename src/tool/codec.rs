@@ -77,7 +77,7 @@ fn describe_error<Args: DeserializeOwned>(text: &str, err: serde_json::Error) ->
         Err(e) if !is_root(e.path()) => {
             if e.inner().is_syntax() {
                 not_a_variant::<Args>(text, e.path())
-                    .unwrap_or_else(|| format!("invalid value at `{}`", e.path()))
+                    .unwrap_or_else(|| format!("invalid value at `{}`: {}", e.path(), e.inner()))
             } else {
                 format!("invalid value at `{}`: {}", e.path(), e.inner())
             }
