@@ -12,6 +12,23 @@
 //!    *"arguments must be a JSON object, got an array"*, and text that is not
 //!    JSON with *"arguments are not valid JSON: …"*.
 //!
+//! Whitespace is JSON's: space, tab, line feed, carriage return. Text of
+//! other whitespace only — a no-break space, say — is not empty, so it is
+//! not `{}`: it is refused as not JSON, naming the character
+//! (*"arguments are not valid JSON: U+00A0 is not whitespace JSON
+//! allows…"*).
+//!
+//! **Bounds.** Argument text is refused before it is parsed when it is
+//! longer than a limit (for typed tools
+//! [`DEFAULT_MAX_ARGUMENT_BYTES`](crate::tool::DEFAULT_MAX_ARGUMENT_BYTES),
+//! 1 MiB; the HTTP body limit and the MCP server's argument limit are the
+//! same by default). Nesting is bounded by serde_json's recursion limit of
+//! 128: arrays and objects nested deeper than [`MAX_DEPTH`] (127 levels,
+//! the arguments object included) are refused with *"arguments are nested
+//! too deeply …"*, an
+//! [`InvalidArguments`](crate::ErrorKind::InvalidArguments) error, never a
+//! stack overflow.
+//!
 //! ```
 //! use toolstack::arguments;
 //!
@@ -28,8 +45,14 @@ use serde_json::{Map, Value};
 
 use crate::ToolError;
 
-/// The argument text with rule 1 applied: `"{}"` for empty or all-whitespace
-/// text, the text itself otherwise.
+/// The deepest nesting of arrays and objects that argument text may have,
+/// the arguments object included: one under serde_json's recursion limit
+/// (128), which every parse of argument text in toolstack runs under.
+pub const MAX_DEPTH: usize = 127;
+
+/// The argument text with rule 1 applied: `"{}"` for empty text or text of
+/// JSON's whitespace only (space, tab, line feed, carriage return), the
+/// text itself otherwise.
 #[inline]
 pub fn or_empty_object(text: &str) -> &str {
     if text.trim_ascii().is_empty() {
@@ -46,15 +69,40 @@ pub fn or_empty_object(text: &str) -> &str {
 ///
 /// Empty text is not checked here; apply [`or_empty_object`] first.
 pub fn check_object_start(text: &str) -> Result<(), ToolError> {
-    let found = match text.trim_ascii_start().as_bytes().first() {
+    let start = text.trim_ascii_start();
+    let found = match start.as_bytes().first() {
         Some(b'[') => "an array",
         Some(b'"') => "a string",
         Some(b't' | b'f') => "a boolean",
         Some(b'n') => "null",
         Some(b'-' | b'0'..=b'9') => "a number",
+        Some(0x80..) => return check_unicode_space(start),
         _ => return Ok(()),
     };
     Err(not_an_object(found))
+}
+
+/// The error for `text`, which does not parse as JSON: as [`not_json`],
+/// but naming whitespace JSON does not allow (a no-break space) when the
+/// text starts with it, where the parser would only say "expected value".
+pub fn not_json_in(text: &str, err: serde_json::Error) -> ToolError {
+    match check_unicode_space(text.trim_ascii_start()) {
+        Err(space) => space.with_source(err),
+        Ok(()) => not_json(err),
+    }
+}
+
+/// Whitespace JSON does not allow, where a parser would only say "expected
+/// value": text that looks blank but is not `{}`.
+fn check_unicode_space(text: &str) -> Result<(), ToolError> {
+    match text.chars().next() {
+        Some(c) if c.is_whitespace() => Err(ToolError::invalid_arguments(format!(
+            "arguments are not valid JSON: U+{:04X} is not whitespace JSON allows \
+             (only space, tab, line feed and carriage return are)",
+            u32::from(c)
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Both rules, with a full parse: the arguments as a JSON object (rule 1
@@ -65,13 +113,46 @@ pub fn parse_object(text: &str) -> Result<Map<String, Value>, ToolError> {
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(other) => Err(not_an_object(kind_of(&other))),
-        Err(err) => Err(not_json(err)),
+        Err(err) => Err(not_json_in(text, err)),
     }
 }
 
-/// The error for argument text that does not parse as JSON.
+/// The size rule: `Ok` for argument text of at most `limit` bytes, else
+/// the error that names the tool and the limit (*"arguments are 2000000
+/// bytes; the limit for `search` is 1048576 bytes"*). Checked before any
+/// parse.
+pub fn check_size(text: &str, tool: &str, limit: usize) -> Result<(), ToolError> {
+    if text.len() <= limit {
+        return Ok(());
+    }
+    Err(too_large(text.len(), tool, limit))
+}
+
+/// The error for arguments of `len` bytes, over the `limit` of `tool`.
+pub fn too_large(len: usize, tool: &str, limit: usize) -> ToolError {
+    ToolError::invalid_arguments(format!(
+        "arguments are {len} bytes; the limit for `{tool}` is {limit} bytes"
+    ))
+}
+
+/// The error for argument text that does not parse as JSON (or nests
+/// deeper than [`MAX_DEPTH`]).
 pub fn not_json(err: serde_json::Error) -> ToolError {
-    ToolError::invalid_arguments(format!("arguments are not valid JSON: {err}")).with_source(err)
+    let message = if is_too_deep(&err) {
+        format!(
+            "arguments are nested too deeply: at most {MAX_DEPTH} levels of arrays and objects \
+             ({err})"
+        )
+    } else {
+        format!("arguments are not valid JSON: {err}")
+    };
+    ToolError::invalid_arguments(message).with_source(err)
+}
+
+/// Whether `err` is serde_json's recursion limit, which it reports as a
+/// syntax error with no code of its own to match.
+pub(crate) fn is_too_deep(err: &serde_json::Error) -> bool {
+    err.is_syntax() && err.to_string().starts_with("recursion limit exceeded")
 }
 
 /// The error for arguments that are JSON but not an object; `found` names
@@ -80,7 +161,8 @@ pub fn not_an_object(found: &str) -> ToolError {
     ToolError::invalid_arguments(format!("arguments must be a JSON object, got {found}"))
 }
 
-fn kind_of(value: &Value) -> &'static str {
+/// What a JSON value is, for a message ("an array", "null", …).
+pub(crate) fn kind_of(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

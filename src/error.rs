@@ -185,7 +185,7 @@ impl ToolError {
     /// A rate limit refused the call.
     pub fn rate_limited(retry_after: Option<Duration>) -> Self {
         let message = match retry_after {
-            Some(d) => format!("rate limited; retry after {} ms", d.as_millis()),
+            Some(d) => format!("rate limited; retry after {} ms", ceil_millis(d)),
             None => "rate limited".to_owned(),
         };
         Self::new(ErrorKind::RateLimited { retry_after }, message)
@@ -259,7 +259,9 @@ impl ToolError {
     }
 
     /// The model-facing form: `{"error": message, "kind": kind}`, plus
-    /// `retry_after_ms` for a rate limit and `phase` for a timeout.
+    /// `retry_after_ms` for a rate limit (rounded up to the next whole
+    /// millisecond: a caller that waits that long has waited long enough)
+    /// and `phase` for a timeout.
     pub fn to_model_json(&self) -> serde_json::Value {
         let mut map = serde_json::Map::with_capacity(3);
         map.insert(
@@ -277,7 +279,7 @@ impl ToolError {
             ErrorKind::RateLimited {
                 retry_after: Some(d),
             } => {
-                map.insert("retry_after_ms".into(), (d.as_millis() as u64).into());
+                map.insert("retry_after_ms".into(), ceil_millis(d).into());
             }
             _ => {}
         }
@@ -369,6 +371,12 @@ impl ToolError {
         }
         ToolError::failed(err.to_string()).with_source(err)
     }
+}
+
+/// `d` in whole milliseconds, rounded up.
+fn ceil_millis(d: Duration) -> u64 {
+    let millis = d.as_millis() + u128::from(d.subsec_nanos() % 1_000_000 != 0);
+    u64::try_from(millis).unwrap_or(u64::MAX)
 }
 
 impl From<BoxError> for ToolError {

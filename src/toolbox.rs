@@ -33,6 +33,14 @@
 //! allows it (seeing the tool's name there) *and* the resolver of the
 //! toolbox it is in now allows it (seeing the name it has now).
 //!
+//! **Unknown names.** A call of a name that no visible tool has is a
+//! [`NotFound`](crate::ErrorKind::NotFound) error listing the visible
+//! tools, closest first. A model or a network chooses that name, so its
+//! cost is bounded: a name longer than [`MAX_NAME_CHARS`] (MCP's 128) is
+//! refused without the closest-name search, and a message quotes at most
+//! [`QUOTED_NAME_CHARS`] characters of it. An empty name is an unknown tool
+//! like any other.
+//!
 //! **Cost.** Dispatch is a short scan (a hash lookup past 16 tools), as
 //! for a flat toolbox, and a tool that was not renamed is called exactly as
 //! before. A nested or renamed tool costs one name rewrite per call
@@ -94,8 +102,20 @@ use crate::{Describe, ToolError, ToolInfo, ToolItem, ToolRequest};
 
 const LINEAR_LOOKUP_MAX: usize = 16;
 
-/// The longest tool name MCP allows (specification 2025-11-25).
-const MAX_NAME_CHARS: usize = 128;
+/// The longest tool name, in characters: MCP's limit (specification
+/// 2025-11-25).
+///
+/// [`Toolbox::rename`] and [`Toolbox::prefix`] refuse to make a longer
+/// name. A call of a longer name is answered as an unknown tool without
+/// looking for the closest name, and its message quotes only the first
+/// [`QUOTED_NAME_CHARS`] characters: a model or a network can send a name
+/// of any length, and the closest-name search costs the product of the two
+/// names' lengths.
+pub const MAX_NAME_CHARS: usize = 128;
+
+/// A name the toolbox quotes in an error message is cut after this many
+/// characters (and `…` added).
+pub const QUOTED_NAME_CHARS: usize = 64;
 
 /// Decides which tools a caller may see and call, from the request's
 /// extensions (say, a caller role put there by an auth layer).
@@ -644,20 +664,40 @@ impl Toolbox {
 
     /// The error for a call of a tool that is missing or hidden from this
     /// caller: the name, the closest visible name, and the visible tools.
+    ///
+    /// The closest name is looked for only among names of at most
+    /// [`MAX_NAME_CHARS`], and only for a wanted name that short: a longer
+    /// one is refused as such, quoted up to [`QUOTED_NAME_CHARS`]. An empty
+    /// name (a model's tool call without one) is an unknown tool too.
     pub fn unknown_tool(&self, request: &ToolRequest) -> ToolError {
         let wanted = request.name();
+        let too_long = is_longer_than(wanted, MAX_NAME_CHARS);
         let mut names: Vec<(f64, &str)> = self
             .infos_for(request.extensions())
             .map(|info| {
-                (
-                    strsim::normalized_levenshtein(wanted, info.name()),
-                    info.name(),
-                )
+                let name = info.name();
+                // Levenshtein costs the product of the lengths: a name past
+                // the limit is never a suggestion, whichever side it is on.
+                let score = if too_long || is_longer_than(name, MAX_NAME_CHARS) {
+                    0.0
+                } else {
+                    strsim::normalized_levenshtein(wanted, name)
+                };
+                (score, name)
             })
             .collect();
         // Closest first; ties keep the order the tools were added in.
         names.sort_by(|a, b| b.0.total_cmp(&a.0));
-        let mut message = format!("unknown tool `{wanted}`");
+        let mut message = if wanted.is_empty() {
+            "the tool call names no tool".to_owned()
+        } else if too_long {
+            format!(
+                "unknown tool `{}`: the name is longer than the {MAX_NAME_CHARS} characters of a tool name",
+                quoted(wanted)
+            )
+        } else {
+            format!("unknown tool `{}`", quoted(wanted))
+        };
         match names.first() {
             None => message.push_str("; no tools are available"),
             Some(&(score, best)) => {
@@ -672,6 +712,19 @@ impl Toolbox {
             }
         }
         ToolError::not_found(message)
+    }
+}
+
+/// Whether `name` has more than `chars` characters, without counting past.
+fn is_longer_than(name: &str, chars: usize) -> bool {
+    name.len() > chars && name.chars().nth(chars).is_some()
+}
+
+/// `name` as an error message quotes it: cut after [`QUOTED_NAME_CHARS`].
+fn quoted(name: &str) -> std::borrow::Cow<'_, str> {
+    match name.char_indices().nth(QUOTED_NAME_CHARS) {
+        Some((cut, _)) => format!("{}…", &name[..cut]).into(),
+        None => name.into(),
     }
 }
 
@@ -720,7 +773,10 @@ fn check_name(name: &str) -> Result<(), ToolboxError> {
     if name.is_empty() || name.len() > MAX_NAME_CHARS || !name.chars().all(is_name_char) {
         return Err(ToolboxError::invalid_name(
             name,
-            format!("`{name}` is not a tool name: tool names are 1 to 128 {NAME_CHARS}"),
+            format!(
+                "`{}` is not a tool name: tool names are 1 to {MAX_NAME_CHARS} {NAME_CHARS}",
+                quoted(name)
+            ),
         ));
     }
     Ok(())

@@ -180,3 +180,187 @@ async fn unknown_tool_is_not_found_and_lists_the_tools() {
         serde_json::json!({"error": err.message(), "kind": "not_found"})
     );
 }
+
+#[allow(dead_code)]
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum Unit {
+    Celsius,
+    Fahrenheit,
+    Kelvin,
+}
+
+#[allow(dead_code)]
+#[derive(Debug, Deserialize, JsonSchema)]
+struct Reading {
+    unit: Unit,
+    history: Option<Vec<Unit>>,
+}
+
+async fn reading_error(args: &str) -> ToolError {
+    let t = tool::from_fn("read", |_: Reading| async { Ok::<_, ToolError>("ok") });
+    t.oneshot(ToolRequest::new("read", args))
+        .await
+        .expect_err("bad arguments must fail the call")
+}
+
+#[tokio::test]
+async fn an_enum_given_a_number_null_or_an_array_names_the_field_and_the_allowed_values() {
+    for (args, path, found) in [
+        (r#"{"unit": 42}"#, "unit", "got `42`"),
+        (r#"{"unit": null}"#, "unit", "got `null`"),
+        (r#"{"unit": ["celsius"]}"#, "unit", "got an array"),
+        (r#"{"unit": true}"#, "unit", "got `true`"),
+        (
+            r#"{"unit": "kelvin", "history": ["celsius", 7]}"#,
+            "history[1]",
+            "got `7`",
+        ),
+    ] {
+        let err = reading_error(args).await;
+        assert_eq!(err.kind(), ErrorKind::InvalidArguments, "{args}");
+        assert_eq!(
+            err.message(),
+            format!(
+                "invalid value at `{path}`: {found}, expected one of `celsius`, `fahrenheit`, `kelvin`"
+            ),
+            "{args}"
+        );
+    }
+    // A string that is no variant was always named well by serde.
+    let err = reading_error(r#"{"unit": "rankine"}"#).await;
+    assert!(
+        err.message()
+            .starts_with("invalid value at `unit`: unknown variant `rankine`"),
+        "{err}"
+    );
+    // Text that is not JSON is still said to be so.
+    let err = reading_error(r#"{"unit": celsius}"#).await;
+    assert!(
+        err.message().starts_with("arguments are not valid JSON"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn arguments_of_no_break_spaces_are_refused_as_not_json_naming_the_character() {
+    for args in ["\u{a0}", "\u{a0}\u{a0} ", " \u{2003}"] {
+        let (err, calls) = error_for(args).await;
+        assert_eq!(err.kind(), ErrorKind::InvalidArguments, "{args:?}");
+        assert!(
+            err.message()
+                .starts_with("arguments are not valid JSON: U+")
+                && err.message().contains("is not whitespace JSON allows"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(calls, 0);
+    }
+    let (err, _) = error_for("\u{a0}").await;
+    assert!(err.message().contains("U+00A0"), "{err}");
+    // JSON's own whitespace alone still reads as `{}`.
+    for args in ["", " ", "\t\r\n "] {
+        let (err, _) = error_for(args).await;
+        assert!(
+            err.message().contains("missing field `item`"),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(toolstack::arguments::or_empty_object("\u{a0}"), "\u{a0}");
+    assert!(toolstack::arguments::parse_object("\u{a0}").is_err());
+}
+
+fn nested(depth: usize) -> String {
+    // `depth` levels of arrays and objects, the arguments object included.
+    format!(
+        r#"{{"v":{}{}}}"#,
+        "[".repeat(depth - 1),
+        "]".repeat(depth - 1)
+    )
+}
+
+#[tokio::test]
+async fn deeply_nested_arguments_are_a_typed_error_not_a_stack_overflow() {
+    let t = tool::from_fn("echo", |v: serde_json::Value| async move {
+        Ok::<_, ToolError>(v)
+    });
+    let max = toolstack::arguments::MAX_DEPTH;
+    assert_eq!(max, 127);
+    let ok = t
+        .clone()
+        .oneshot(ToolRequest::new("echo", nested(max)))
+        .await;
+    assert!(ok.is_ok(), "{max} levels are allowed");
+    for depth in [max + 1, 10_000, 500_000] {
+        let err = t
+            .clone()
+            .oneshot(ToolRequest::new("echo", nested(depth)))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArguments, "{depth}");
+        assert!(
+            err.message()
+                .starts_with("arguments are nested too deeply: at most 127 levels"),
+            "{depth}: {err}"
+        );
+    }
+    // The same through the argument rules themselves (the MCP client's and
+    // the HTTP router's reader).
+    let err = toolstack::arguments::parse_object(&nested(1000)).unwrap_err();
+    assert!(err.message().contains("nested too deeply"), "{err}");
+}
+
+fn specialist() -> toolstack::agent::AgentTool<toolstack::model::ScriptedModel> {
+    use toolstack::model::{ScriptedModel, Turn};
+    let agent = toolstack::agent::Agent::new(
+        ScriptedModel::new([Turn::new().text("answered")]),
+        Toolbox::new(),
+    );
+    toolstack::agent::AgentTool::new("ask", "Asks a specialist.", agent)
+}
+
+async fn ask(args: &str) -> Result<String, ToolError> {
+    let stream = specialist().oneshot(ToolRequest::new("ask", args)).await?;
+    Ok(toolstack::ToolResult::collect(stream).await.text())
+}
+
+#[tokio::test]
+async fn an_agent_tool_refuses_a_message_that_is_not_a_string() {
+    for (args, got) in [
+        (r#"{"message": 42}"#, "a number"),
+        (r#"{"message": null}"#, "null"),
+        (r#"{"message": ["hi"]}"#, "an array"),
+        (r#"{"message": {"text": "hi"}}"#, "an object"),
+    ] {
+        let err = ask(args).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArguments, "{args}");
+        assert_eq!(
+            err.message(),
+            format!("`message` must be a string (what to ask the agent), got {got}"),
+            "{args}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_agent_tool_refuses_an_object_without_a_message_and_takes_plain_text() {
+    for args in [r#"{"question": "hi"}"#, "{}", "", "  "] {
+        let err = ask(args).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArguments, "{args:?}");
+        assert!(
+            err.message().starts_with("`message` is required"),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(ask(r#"{"message": "hi"}"#).await.unwrap(), "answered");
+    assert_eq!(ask("what is 2+3?").await.unwrap(), "answered");
+    assert_eq!(ask(r#""quoted""#).await.unwrap(), "answered");
+    // Broken JSON is plain text, as before; too big is refused unread.
+    assert_eq!(ask(r#"{"message": "hi""#).await.unwrap(), "answered");
+    let big = "x".repeat(tool::DEFAULT_MAX_ARGUMENT_BYTES + 1);
+    let err = ask(&big).await.unwrap_err();
+    assert!(
+        err.message()
+            .contains("the limit for `ask` is 1048576 bytes"),
+        "{err}"
+    );
+}

@@ -889,3 +889,69 @@ fn every_error_kind_maps_to_its_status() {
         assert_eq!(status_for(kind).as_u16(), status, "{kind}");
     }
 }
+
+/// One call through the router, in process.
+async fn oneshot_call(app: Router, tool: &str, body: impl Into<Body>) -> axum::response::Response {
+    let request = axum::http::Request::post(format!("/tools/{tool}"))
+        .body(body.into())
+        .unwrap();
+    app.oneshot(request).await.unwrap()
+}
+
+async fn oneshot_json(response: axum::response::Response) -> Value {
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+#[tokio::test]
+async fn the_default_body_limit_is_the_argument_limit_of_typed_tools() {
+    assert_eq!(
+        toolstack::serve::http::DEFAULT_BODY_LIMIT,
+        tool::DEFAULT_MAX_ARGUMENT_BYTES
+    );
+    let echo = Toolbox::new().tool(tool::from_fn("echo", |v: Value| async move {
+        Ok::<_, ToolError>(v["pad"].as_str().map_or(0, str::len))
+    }));
+    let limit = tool::DEFAULT_MAX_ARGUMENT_BYTES;
+    // At the limit, the router reads it and the tool takes it.
+    let fits = format!(r#"{{"pad":"{}"}}"#, "x".repeat(limit - 10));
+    let response = oneshot_call(router(echo.clone()), "echo", fits).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    // One byte more is refused before anything is parsed.
+    let over = format!(r#"{{"pad":"{}"}}"#, "x".repeat(limit - 9));
+    let response = oneshot_call(router(echo), "echo", over).await;
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(
+        oneshot_json(response).await,
+        json!({
+            "error": "the request body is larger than the limit of 1048576 bytes",
+            "kind": "invalid_arguments",
+        })
+    );
+}
+
+#[tokio::test]
+async fn retry_after_is_rounded_up_in_the_header_and_the_body() {
+    for (after, header, ms) in [
+        (Duration::from_micros(1_000_500), "2", 1001),
+        (Duration::from_millis(1), "1", 1),
+        (Duration::from_secs(3), "3", 3000),
+    ] {
+        let limited = Toolbox::new().service(
+            ToolInfo::new("limited"),
+            tower::service_fn(move |_: ToolRequest| async move {
+                Err::<stream::Empty<toolstack::ToolItem>, _>(ToolError::rate_limited(Some(after)))
+            }),
+        );
+        let response = oneshot_call(router(limited), "limited", "{}").await;
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers()[RETRY_AFTER], header, "{after:?}");
+        assert_eq!(
+            oneshot_json(response).await["retry_after_ms"],
+            ms,
+            "{after:?}"
+        );
+    }
+}

@@ -618,3 +618,305 @@ async fn non_object_json_travels_as_text() {
     let out = items(&client, "five", "{}").await;
     assert_eq!(out[0].as_ref().unwrap().as_text(), Some("5"));
 }
+
+// ---- bounds and error kinds on the wire ----
+
+#[tokio::test]
+async fn an_unknown_tool_error_carries_its_kind_in_data() {
+    let client = in_memory(toolbox()).await;
+    let err = client
+        .peer()
+        .call_tool(CallToolRequestParams::new("ad"))
+        .await
+        .unwrap_err();
+    match err {
+        ServiceError::McpError(data) => {
+            assert_eq!(data.code, ErrorCode::INVALID_PARAMS);
+            assert_eq!(data.data, Some(json!({"kind": "not_found"})));
+        }
+        other => panic!("expected a protocol error, got {other:?}"),
+    }
+}
+
+/// A server of someone else's: one tool, `odd`, whose every call is the
+/// protocol error given.
+#[derive(Clone)]
+struct ErrorServer(toolstack::serve::mcp::rmcp::ErrorData);
+
+impl toolstack::serve::mcp::rmcp::ServerHandler for ErrorServer {
+    fn get_info(&self) -> toolstack::serve::mcp::rmcp::model::ServerConfig {
+        use toolstack::serve::mcp::rmcp::model::{ServerCapabilities, ServerConfig};
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _: Option<toolstack::serve::mcp::rmcp::model::PaginatedRequestParams>,
+        _: toolstack::serve::mcp::rmcp::service::RequestContext<
+            toolstack::serve::mcp::rmcp::RoleServer,
+        >,
+    ) -> Result<
+        toolstack::serve::mcp::rmcp::model::ListToolsResult,
+        toolstack::serve::mcp::rmcp::ErrorData,
+    > {
+        let schema = serde_json::Map::from_iter([("type".to_owned(), json!("object"))]);
+        let tool = toolstack::serve::mcp::rmcp::model::Tool::new_with_raw("odd", None, schema);
+        Ok(toolstack::serve::mcp::rmcp::model::ListToolsResult::with_all_items(vec![tool]))
+    }
+
+    async fn call_tool(
+        &self,
+        _: CallToolRequestParams,
+        _: toolstack::serve::mcp::rmcp::service::RequestContext<
+            toolstack::serve::mcp::rmcp::RoleServer,
+        >,
+    ) -> Result<
+        toolstack::serve::mcp::rmcp::model::CallToolResponse,
+        toolstack::serve::mcp::rmcp::ErrorData,
+    > {
+        Err(self.0.clone())
+    }
+}
+
+async fn error_from(data: toolstack::serve::mcp::rmcp::ErrorData) -> ToolError {
+    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        let running = ErrorServer(data).serve(server_io).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    let client = McpClient::connect(client_io).await.unwrap();
+    let out = items(&client, "odd", "{}").await;
+    out.into_iter()
+        .find_map(Result::err)
+        .expect("the call fails")
+}
+
+#[tokio::test]
+async fn the_client_takes_the_error_kind_from_data_and_the_message_only_as_a_fallback() {
+    use toolstack::serve::mcp::rmcp::ErrorData;
+    // The kind in `data` wins over the code and the words.
+    let err = error_from(ErrorData::internal_error(
+        "no such thing here",
+        Some(json!({"kind": "not_found"})),
+    ))
+    .await;
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    assert_eq!(err.message(), "no such thing here");
+    let err = error_from(ErrorData::invalid_params(
+        "slow down",
+        Some(json!({"kind": "rate_limited", "retry_after_ms": 1500})),
+    ))
+    .await;
+    assert_eq!(
+        err.kind(),
+        ErrorKind::RateLimited {
+            retry_after: Some(Duration::from_millis(1500))
+        }
+    );
+    // A server that sends no kind: the code, then the English prefix.
+    let err = error_from(ErrorData::invalid_params("unknown tool `odd`", None)).await;
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    let err = error_from(ErrorData::invalid_params("bad `x`", Some(json!("text")))).await;
+    assert_eq!(err.kind(), ErrorKind::InvalidArguments);
+    let err = error_from(ErrorData::internal_error("boom", None)).await;
+    assert_eq!(err.kind(), ErrorKind::Failed);
+}
+
+async fn in_memory_server(server: McpServer) -> McpClient {
+    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        let running = server.serve(server_io).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    McpClient::connect(client_io).await.unwrap()
+}
+
+/// A raw tool (no size check of its own) that says how much it was sent.
+fn sink(calls: Arc<std::sync::atomic::AtomicUsize>) -> Toolbox {
+    let info = toolstack::ToolInfo::new("sink");
+    Toolbox::new().tool(tool::raw(info, move |request: ToolRequest| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        stream::iter([Ok(ToolOutput::text(request.arguments().len().to_string()))])
+    }))
+}
+
+#[tokio::test]
+async fn arguments_over_the_servers_limit_are_refused_before_the_tool_runs() {
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let client = in_memory_server(McpServer::new(sink(calls.clone())).max_argument_bytes(64)).await;
+    let big = json!({"pad": "x".repeat(100)}).to_string();
+    let out = items(&client, "sink", &big).await;
+    let err = out.last().unwrap().as_ref().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArguments);
+    assert_eq!(
+        err.message(),
+        "arguments are 110 bytes; the limit for `sink` is 64 bytes"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    // Under the limit, the tool gets the arguments.
+    let out = items(&client, "sink", r#"{"pad": "x"}"#).await;
+    assert_eq!(out[0].as_ref().unwrap().as_text(), Some("11"));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn the_servers_default_argument_limit_is_the_one_typed_tools_use() {
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let client = in_memory(sink(calls.clone())).await;
+    let limit = tool::DEFAULT_MAX_ARGUMENT_BYTES;
+    let over = json!({"pad": "x".repeat(limit)}).to_string();
+    let out = items(&client, "sink", &over).await;
+    let err = out.last().unwrap().as_ref().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArguments);
+    assert!(
+        err.message()
+            .ends_with("the limit for `sink` is 1048576 bytes"),
+        "{err}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_rate_limit_over_mcp_keeps_its_retry_after_rounded_up() {
+    let limited = Toolbox::new().tool(tool::from_stream("limited", |_: NoArgs| {
+        stream::iter([Err::<ToolOutput, _>(ToolError::rate_limited(Some(
+            Duration::from_micros(1_000_500),
+        )))])
+    }));
+    let client = in_memory(limited).await;
+    let out = items(&client, "limited", "{}").await;
+    let err = out.last().unwrap().as_ref().unwrap_err();
+    assert_eq!(err.retry_after(), Some(Duration::from_millis(1001)));
+}
+
+/// Reads JSON-RPC lines until one answers `id`; returns every line read.
+async fn lines_until_answer(
+    lines: &mut tokio::io::Lines<
+        tokio::io::BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>,
+    >,
+    id: u64,
+) -> Vec<serde_json::Value> {
+    let mut seen = Vec::new();
+    loop {
+        let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+            .await
+            .expect("the server answered")
+            .unwrap()
+            .expect("the connection is open");
+        let message: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let done = message["id"] == id;
+        seen.push(message);
+        if done {
+            return seen;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_cancelled_request_gets_no_response_and_its_tool_is_dropped() {
+    use tokio::io::AsyncBufReadExt;
+
+    let started = Arc::new(tokio::sync::Notify::new());
+    let dropped = Arc::new(tokio::sync::Notify::new());
+    let (on_start, on_drop) = (started.clone(), dropped.clone());
+    let slow = Toolbox::new().tool(tool::from_fn("slow", move |_: NoArgs| {
+        let (on_start, on_drop) = (on_start.clone(), on_drop.clone());
+        async move {
+            struct Dropped(Arc<tokio::sync::Notify>);
+            impl Drop for Dropped {
+                fn drop(&mut self) {
+                    self.0.notify_one();
+                }
+            }
+            let _guard = Dropped(on_drop);
+            on_start.notify_one();
+            std::future::pending::<()>().await;
+            Ok::<_, ToolError>("never")
+        }
+    }));
+    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        let running = McpServer::new(slow).serve(server_io).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    let (read, mut write) = tokio::io::split(client_io);
+    let mut lines = tokio::io::BufReader::new(read).lines();
+    let mut send = async |message: &str| {
+        write.write_all(message.as_bytes()).await.unwrap();
+        write.write_all(b"\n").await.unwrap();
+    };
+    send(INIT).await;
+    lines_until_answer(&mut lines, 1).await;
+    send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).await;
+    send(
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow","arguments":{}}}"#,
+    )
+    .await;
+    patiently_notified(&started).await;
+    send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"test"}}"#).await;
+    patiently_notified(&dropped).await;
+    // Each ping is answered; nothing ever answers the cancelled call.
+    let mut seen = Vec::new();
+    for id in 3..6 {
+        send(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#)).await;
+        seen.extend(lines_until_answer(&mut lines, id).await);
+    }
+    assert!(seen.iter().all(|m| m["id"] != 2), "{seen:?}");
+}
+
+async fn patiently_notified(notify: &tokio::sync::Notify) {
+    tokio::time::timeout(Duration::from_secs(10), notify.notified())
+        .await
+        .expect("notified in time");
+}
+
+#[tokio::test]
+async fn a_flood_of_progress_keeps_only_the_newest_reports_per_call() {
+    let finished = Arc::new(tokio::sync::Notify::new());
+    let on_finish = finished.clone();
+    let flood = Toolbox::new().tool(tool::from_stream("flood", move |_: NoArgs| {
+        let on_finish = on_finish.clone();
+        let reports =
+            (1..=1000).map(|n| Ok::<_, ToolError>(ToolOutput::progress(Progress::new(n as f64))));
+        stream::iter(reports)
+            .chain(stream::iter([Ok(ToolOutput::text("done"))]))
+            .chain(stream::poll_fn(move |_| {
+                // The server has sent every report before it polls past the
+                // last item.
+                on_finish.notify_one();
+                std::task::Poll::Ready(None)
+            }))
+    }));
+    let client = in_memory(flood).await;
+    let toolbox = client.toolbox().await.unwrap();
+    let call = toolbox
+        .oneshot(ToolRequest::new("flood", "{}"))
+        .await
+        .unwrap();
+    patiently_notified(&finished).await;
+    // A ping's answer comes after every notification the server wrote
+    // before it: by then the client has routed all thousand.
+    client
+        .peer()
+        .send_request(
+            toolstack::serve::mcp::rmcp::model::ClientRequest::PingRequest(Default::default()),
+        )
+        .await
+        .unwrap();
+    let out: Vec<toolstack::ToolItem> = call.collect().await;
+    let progress: Vec<f64> = out
+        .iter()
+        .filter_map(|i| Some(i.as_ref().ok()?.as_progress()?.progress))
+        .collect();
+    assert_eq!(
+        progress.len(),
+        toolstack::tool::PROGRESS_BACKLOG,
+        "{progress:?}"
+    );
+    assert_eq!(progress.first(), Some(&969.0));
+    assert_eq!(progress.last(), Some(&1000.0));
+    assert_eq!(
+        out.last().unwrap().as_ref().unwrap().as_text(),
+        Some("done")
+    );
+}

@@ -89,6 +89,108 @@ async fn unknown_tool_lists_closest_first() {
     );
 }
 
+fn named(name: String) -> BoxTool {
+    BoxTool::new(tool::from_fn(name, |_: serde_json::Value| async move {
+        Ok::<_, ToolError>("ok")
+    }))
+}
+
+#[tokio::test]
+async fn an_over_long_tool_name_is_refused_without_a_fuzzy_search_quoting_only_a_prefix() {
+    let mut tb = Toolbox::new();
+    for i in 0..200 {
+        tb = tb.boxed(named(format!("tool_number_{i:03}")));
+    }
+    // A mebibyte of name: the closest-name search would cost its length
+    // times each tool name's, seconds over 200 tools.
+    let wanted = "t".repeat(1 << 20);
+    let err = run(&tb, ToolRequest::new(wanted, "{}"))
+        .await
+        .error
+        .unwrap();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    let quoted = format!("`{}…`", "t".repeat(toolstack::toolbox::QUOTED_NAME_CHARS));
+    assert!(
+        err.message().starts_with(&format!(
+            "unknown tool {quoted}: the name is longer than the 128 characters of a tool name; available tools: tool_number_000, tool_number_001,"
+        )),
+        "{}",
+        &err.message()[..200]
+    );
+    assert!(!err.message().contains("did you mean"));
+    assert!(err.message().len() < 200 * 20, "{}", err.message().len());
+
+    // Just over the limit: refused as such, even when a tool is close.
+    let wanted = format!("{}x", "a".repeat(toolstack::toolbox::MAX_NAME_CHARS));
+    let tb = Toolbox::new().boxed(named("a".repeat(toolstack::toolbox::MAX_NAME_CHARS)));
+    let err = run(&tb, ToolRequest::new(wanted, "{}"))
+        .await
+        .error
+        .unwrap();
+    assert!(
+        err.message().contains("longer than the 128 characters"),
+        "{err}"
+    );
+    assert!(!err.message().contains("did you mean"), "{err}");
+}
+
+#[tokio::test]
+async fn a_name_under_the_limit_is_still_matched_but_quoted_short() {
+    let long = format!("{}_tool", "very_long".repeat(10));
+    let tb = Toolbox::new().boxed(named(long.clone()));
+    let wanted = format!("{}_tol", "very_long".repeat(10));
+    let err = run(&tb, ToolRequest::new(wanted.clone(), "{}"))
+        .await
+        .error
+        .unwrap();
+    let quoted: String = wanted
+        .chars()
+        .take(toolstack::toolbox::QUOTED_NAME_CHARS)
+        .collect();
+    assert_eq!(
+        err.message(),
+        format!("unknown tool `{quoted}…`; did you mean `{long}`? available tools: {long}")
+    );
+}
+
+#[tokio::test]
+async fn a_tool_whose_name_is_past_the_limit_is_callable_but_never_suggested() {
+    // Built with `tool`, a name is not checked; the search still skips it.
+    let long = "b".repeat(300);
+    let tb = Toolbox::new().boxed(named(long.clone())).tool(echo("bb"));
+    let r = run(&tb, ToolRequest::new(long.clone(), "{}")).await;
+    assert_eq!(r.text(), "ok");
+    let err = run(&tb, ToolRequest::new("b".repeat(120), "{}"))
+        .await
+        .error
+        .unwrap();
+    assert!(!err.message().contains("did you mean"), "{err}");
+    assert!(
+        err.message()
+            .ends_with(&format!("available tools: bb, {long}")),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn an_empty_tool_name_is_an_unknown_tool_listing_the_tools() {
+    let tb = Toolbox::new().tool(add()).tool(echo("search"));
+    let err = run(&tb, ToolRequest::new("", "{}")).await.error.unwrap();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    assert_eq!(
+        err.message(),
+        "the tool call names no tool; available tools: add, search"
+    );
+    let err = run(&Toolbox::new(), ToolRequest::new("", "{}"))
+        .await
+        .error
+        .unwrap();
+    assert_eq!(
+        err.message(),
+        "the tool call names no tool; no tools are available"
+    );
+}
+
 #[derive(Clone, Copy, PartialEq)]
 enum Role {
     Guest,

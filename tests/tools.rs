@@ -343,3 +343,27 @@ async fn string_errors_become_failures() {
     assert_eq!(err.kind(), ErrorKind::Failed);
     assert_eq!(err.message(), "it went wrong");
 }
+
+#[test]
+fn retry_after_is_rounded_up_to_the_next_whole_millisecond_for_the_model() {
+    for (after, ms) in [
+        (Duration::from_micros(1_000_500), 1001),
+        (Duration::from_nanos(1), 1),
+        (Duration::from_millis(1500), 1500),
+        (Duration::from_micros(999), 1),
+        (Duration::ZERO, 0),
+    ] {
+        let err = ToolError::rate_limited(Some(after));
+        assert_eq!(err.to_model_json()["retry_after_ms"], ms, "{after:?}");
+        assert_eq!(
+            err.message(),
+            format!("rate limited; retry after {ms} ms"),
+            "{after:?}"
+        );
+        // Read back, it is never shorter than what was asked.
+        let back = ToolError::from_model_json(&err.to_model_json()).unwrap();
+        assert!(back.retry_after().unwrap() >= after, "{after:?}");
+    }
+    let forever = ToolError::rate_limited(Some(Duration::MAX));
+    assert_eq!(forever.to_model_json()["retry_after_ms"], u64::MAX);
+}

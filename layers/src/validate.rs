@@ -36,7 +36,20 @@
 //! ```
 //!
 //! Arguments follow the [argument rules](toolstack::arguments): empty
-//! arguments are read as `{}`. A tool whose described schema does not
+//! arguments are read as `{}`.
+//!
+//! **Bounds.** Arguments longer than
+//! [`max_argument_bytes`](ValidateLayer::max_argument_bytes) (by default
+//! [`DEFAULT_MAX_ARGUMENT_BYTES`], 1 MiB, the limit typed tools use) are
+//! refused before they are parsed; nesting is bounded by serde_json's
+//! recursion limit ([`arguments::MAX_DEPTH`](toolstack::arguments::MAX_DEPTH)).
+//! Only the first ten violations are kept and formatted (the message
+//! counts the rest), each cut after a few kilobytes: jsonschema quotes the
+//! offending value, which may be large. (jsonschema 0.61 finds every
+//! violation before its iterator yields the first; finding them is linear
+//! in the bounded argument size, formatting them is what the cap saves.)
+//!
+//! A tool whose described schema does not
 //! compile is not validated at all (see [`ValidateLayer`]); use
 //! [`Validate::with_schema`] to get the [`SchemaError`] instead.
 
@@ -49,15 +62,19 @@ use std::task::{ready, Context, Poll};
 use futures_core::Stream;
 use pin_project_lite::pin_project;
 use serde_json::Value;
+use toolstack::tool::DEFAULT_MAX_ARGUMENT_BYTES;
 use toolstack::{ToolError, ToolInfo, ToolItem, ToolRequest};
 use tower_layer::Layer;
 use tower_service::Service;
 
-/// The model-facing message lists at most this many violations.
+/// At most this many violations are kept and listed in the message.
 const MAX_LISTED: usize = 10;
 /// A violation's line in the model-facing message is cut after this many
 /// bytes: jsonschema quotes the offending value, which may be large.
 const MAX_LINE: usize = 240;
+/// A violation's [message](Violation::message) is cut after this many
+/// bytes.
+const MAX_MESSAGE: usize = 4096;
 
 /// Wraps a tool in [`Validate`], which checks each call's arguments
 /// against the input schema of the tool the call was dispatched to
@@ -80,16 +97,36 @@ const MAX_LINE: usize = 240;
 /// through a [`Toolbox`](toolstack::Toolbox) or a
 /// [`BoxTool`](toolstack::BoxTool)) is refused, as there is nothing to
 /// check it against.
-#[derive(Clone, Copy, Debug, Default)]
+///
+/// Arguments longer than [`max_argument_bytes`](Self::max_argument_bytes)
+/// are refused before they are parsed.
+#[derive(Clone, Copy, Debug)]
 pub struct ValidateLayer {
-    _priv: (),
+    max_argument_bytes: usize,
 }
 
 impl ValidateLayer {
     /// A layer that validates arguments against the called tool's input
-    /// schema.
+    /// schema, refusing arguments over [`DEFAULT_MAX_ARGUMENT_BYTES`].
     pub fn new() -> Self {
-        ValidateLayer { _priv: () }
+        ValidateLayer {
+            max_argument_bytes: DEFAULT_MAX_ARGUMENT_BYTES,
+        }
+    }
+
+    /// Refuses arguments longer than `bytes` with an invalid-arguments
+    /// error before parsing them (default [`DEFAULT_MAX_ARGUMENT_BYTES`],
+    /// the limit of typed tools; set the same limit as the tools behind
+    /// it, or a lower one).
+    pub fn max_argument_bytes(mut self, bytes: usize) -> Self {
+        self.max_argument_bytes = bytes;
+        self
+    }
+}
+
+impl Default for ValidateLayer {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -100,6 +137,7 @@ impl<S> Layer<S> for ValidateLayer {
         Validate {
             inner,
             schema: Schema::PerTool(Arc::default()),
+            max_argument_bytes: self.max_argument_bytes,
         }
     }
 }
@@ -112,6 +150,7 @@ impl<S> Layer<S> for ValidateLayer {
 pub struct Validate<S> {
     inner: S,
     schema: Schema,
+    max_argument_bytes: usize,
 }
 
 #[derive(Clone)]
@@ -179,7 +218,15 @@ impl<S> Validate<S> {
         Ok(Validate {
             inner,
             schema: Schema::Fixed(compile(schema)?),
+            max_argument_bytes: DEFAULT_MAX_ARGUMENT_BYTES,
         })
+    }
+
+    /// Refuses arguments longer than `bytes` before parsing them, as
+    /// [`ValidateLayer::max_argument_bytes`].
+    pub fn max_argument_bytes(mut self, bytes: usize) -> Self {
+        self.max_argument_bytes = bytes;
+        self
     }
 
     /// The wrapped tool.
@@ -198,6 +245,11 @@ impl<S> Validate<S> {
     }
 
     fn check(&self, request: &ToolRequest) -> Result<(), ToolError> {
+        toolstack::arguments::check_size(
+            request.arguments(),
+            request.name(),
+            self.max_argument_bytes,
+        )?;
         let validator = match &self.schema {
             Schema::Fixed(validator) => validator.clone(),
             Schema::PerTool(compiled) => {
@@ -266,6 +318,7 @@ impl<S: fmt::Debug> fmt::Debug for Validate<S> {
                     Schema::PerTool(_) => "per tool",
                 },
             )
+            .field("max_argument_bytes", &self.max_argument_bytes)
             .finish()
     }
 }
@@ -343,12 +396,20 @@ impl<S: Service<ToolRequest>> fmt::Debug for ResponseFuture<S> {
 #[derive(Clone, Debug)]
 pub struct ValidationError {
     violations: Vec<Violation>,
+    unlisted: usize,
 }
 
 impl ValidationError {
-    /// Every violation found, in the order jsonschema reported them.
+    /// The first violations found (at most ten), in the order jsonschema
+    /// reported them.
     pub fn violations(&self) -> &[Violation] {
         &self.violations
+    }
+
+    /// How many more violations were found past those in
+    /// [`violations`](Self::violations).
+    pub fn unlisted(&self) -> usize {
+        self.unlisted
     }
 }
 
@@ -360,6 +421,9 @@ impl fmt::Display for ValidationError {
         }
         for violation in lines {
             write!(f, "; {violation}")?;
+        }
+        if self.unlisted > 0 {
+            write!(f, "; … and {} more", self.unlisted)?;
         }
         Ok(())
     }
@@ -395,7 +459,7 @@ impl Violation {
     }
 
     /// What is wrong and what was expected, as jsonschema says it
-    /// (`"x" is not of type "integer"`).
+    /// (`"x" is not of type "integer"`), cut after 4 KiB (with `…`).
     pub fn message(&self) -> &str {
         &self.message
     }
@@ -443,31 +507,76 @@ fn compile(schema: &Value) -> Result<Arc<jsonschema::Validator>, SchemaError> {
 
 fn check(validator: &jsonschema::Validator, arguments: &str) -> Result<(), ToolError> {
     let text = toolstack::arguments::or_empty_object(arguments);
-    let instance: Value = serde_json::from_str(text).map_err(toolstack::arguments::not_json)?;
-    let mut errors = validator.iter_errors(&instance).peekable();
-    if errors.peek().is_none() {
+    let instance: Value =
+        serde_json::from_str(text).map_err(|err| toolstack::arguments::not_json_in(text, err))?;
+    if validator.is_valid(&instance) {
         return Ok(());
     }
+    let mut errors = validator.iter_errors(&instance);
     let violations: Vec<Violation> = errors
+        .by_ref()
+        .take(MAX_LISTED)
         .map(|err| Violation {
             pointer: err.instance_path().as_str().to_owned(),
             schema_path: err.schema_path().as_str().to_owned(),
             keyword: err.kind().keyword().to_owned(),
-            message: err.to_string(),
+            message: bounded(&err, MAX_MESSAGE),
         })
         .collect();
-    Err(ToolError::invalid_arguments(model_message(&violations))
-        .with_source(ValidationError { violations }))
+    let unlisted = errors.count();
+    Err(
+        ToolError::invalid_arguments(model_message(&violations, unlisted)).with_source(
+            ValidationError {
+                violations,
+                unlisted,
+            },
+        ),
+    )
+}
+
+/// `value` displayed, cut after `limit` bytes (with `…`) without
+/// formatting the rest.
+fn bounded(value: &impl fmt::Display, limit: usize) -> String {
+    use std::fmt::Write;
+
+    struct Bounded {
+        out: String,
+        limit: usize,
+    }
+    impl Write for Bounded {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            let room = self.limit - self.out.len();
+            if s.len() <= room {
+                self.out.push_str(s);
+                return Ok(());
+            }
+            let mut cut = room;
+            while !s.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            self.out.push_str(&s[..cut]);
+            // Stops the formatting: the rest would be thrown away.
+            Err(fmt::Error)
+        }
+    }
+    let mut writer = Bounded {
+        out: String::new(),
+        limit,
+    };
+    if write!(writer, "{value}").is_err() {
+        writer.out.push('…');
+    }
+    writer.out
 }
 
 /// One line per violation, after a header; a single violation fits on the
 /// header line.
-fn model_message(violations: &[Violation]) -> String {
+fn model_message(violations: &[Violation], unlisted: usize) -> String {
     use std::fmt::Write;
 
     let mut out = String::from("invalid arguments:");
-    let one = violations.len() == 1;
-    for violation in violations.iter().take(MAX_LISTED) {
+    let one = violations.len() == 1 && unlisted == 0;
+    for violation in violations {
         out.push(if one { ' ' } else { '\n' });
         let start = out.len();
         // Writing to a `String` cannot fail.
@@ -481,8 +590,8 @@ fn model_message(violations: &[Violation]) -> String {
             out.push('…');
         }
     }
-    if violations.len() > MAX_LISTED {
-        let _ = write!(out, "\n… and {} more", violations.len() - MAX_LISTED);
+    if unlisted > 0 {
+        let _ = write!(out, "\n… and {unlisted} more");
     }
     out
 }

@@ -201,7 +201,7 @@ async fn malformed_json_is_invalid_arguments_with_the_parser_message() {
 }
 
 #[tokio::test]
-async fn a_long_list_of_violations_is_capped_in_the_message_but_kept_in_the_source() {
+async fn a_long_list_of_violations_keeps_and_lists_the_first_ten_and_counts_the_rest() {
     let schema = json!({"type": "array", "items": {"type": "string"}});
     let svc = Validate::with_schema(
         service_fn(|_: ToolRequest| async { Ok::<_, ToolError>(stream::empty::<ToolItem>()) }),
@@ -212,7 +212,118 @@ async fn a_long_list_of_violations_is_capped_in_the_message_but_kept_in_the_sour
     let err = svc.oneshot(ToolRequest::new("t", args)).await.unwrap_err();
     assert_eq!(err.message().lines().count(), 1 + 10 + 1);
     assert!(err.message().ends_with("… and 2 more"));
-    assert_eq!(violations(&err).violations().len(), 12);
+    let source = violations(&err);
+    assert_eq!(source.violations().len(), 10);
+    assert_eq!(source.violations()[9].pointer(), "/9");
+    assert_eq!(source.unlisted(), 2);
+    assert!(source.to_string().ends_with("; … and 2 more"), "{source}");
+}
+
+#[tokio::test]
+async fn a_hundred_thousand_violations_format_only_ten() {
+    let schema = json!({"type": "array", "items": {"type": "string"}});
+    let svc = Validate::with_schema(
+        service_fn(|_: ToolRequest| async { Ok::<_, ToolError>(stream::empty::<ToolItem>()) }),
+        &schema,
+    )
+    .unwrap();
+    let args = serde_json::to_string(&vec![0; 100_000]).unwrap();
+    let err = svc.oneshot(ToolRequest::new("t", args)).await.unwrap_err();
+    assert!(
+        err.message().ends_with("… and 99990 more"),
+        "{}",
+        err.message()
+    );
+    assert_eq!(violations(&err).violations().len(), 10);
+}
+
+#[tokio::test]
+async fn oversized_arguments_are_refused_before_they_are_parsed() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = ValidateLayer::new()
+        .max_argument_bytes(64)
+        .layer_on(echo(&calls));
+    // Not even JSON: the size is what it is refused for.
+    let args = format!("{{\"city\": \"{}", "x".repeat(100));
+    let err = svc
+        .clone()
+        .oneshot(ToolRequest::new("forecast", args))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArguments);
+    assert_eq!(
+        err.message(),
+        "arguments are 110 bytes; the limit for `forecast` is 64 bytes"
+    );
+    assert!(err.source().is_none(), "nothing was parsed");
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    // At the limit, it is validated as usual.
+    let args = format!(r#"{{"city": "{}"}}"#, "x".repeat(50));
+    assert_eq!(args.len(), 62);
+    let stream = svc.oneshot(ToolRequest::new("forecast", args)).await;
+    assert!(stream.is_ok());
+}
+
+#[tokio::test]
+async fn the_default_argument_limit_is_the_one_typed_tools_use() {
+    let (result, calls) = call_echo(&format!(
+        r#"{{"city": "{}"}}"#,
+        "x".repeat(toolstack::tool::DEFAULT_MAX_ARGUMENT_BYTES)
+    ))
+    .await;
+    let err = result.unwrap_err();
+    assert!(
+        err.message()
+            .ends_with("the limit for `forecast` is 1048576 bytes"),
+        "{}",
+        err.message()
+    );
+    assert_eq!(calls, 0);
+    let schema = json!({"type": "object"});
+    let fixed = Validate::with_schema(
+        service_fn(|_: ToolRequest| async { Ok::<_, ToolError>(stream::empty::<ToolItem>()) }),
+        &schema,
+    )
+    .unwrap()
+    .max_argument_bytes(2);
+    let err = fixed
+        .oneshot(ToolRequest::new("t", "{ }"))
+        .await
+        .unwrap_err();
+    assert!(err.message().contains("is 2 bytes"), "{}", err.message());
+}
+
+#[tokio::test]
+async fn deeply_nested_arguments_are_a_typed_error_not_a_stack_overflow() {
+    let args = format!(
+        r#"{{"city": "Paris", "items": {}{}}}"#,
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let (result, calls) = call_echo(&args).await;
+    let err = result.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArguments);
+    assert!(
+        err.message()
+            .starts_with("arguments are nested too deeply: at most 127 levels"),
+        "{}",
+        err.message()
+    );
+    assert_eq!(calls, 0);
+}
+
+#[tokio::test]
+async fn no_break_spaces_are_not_json_and_name_the_character() {
+    let (result, calls) = call_echo("\u{a0}").await;
+    let err = result.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArguments);
+    assert!(
+        err.message()
+            .starts_with("arguments are not valid JSON: U+00A0 is not whitespace JSON allows"),
+        "{}",
+        err.message()
+    );
+    assert_eq!(calls, 0);
 }
 
 #[tokio::test]
@@ -223,6 +334,16 @@ async fn a_huge_offending_value_is_cut_in_the_message() {
     assert!(err.message().len() < 400, "{}", err.message().len());
     assert!(err.message().ends_with('…'));
     assert!(violations(&err).violations()[0].message().len() > 2000);
+}
+
+#[tokio::test]
+async fn a_violations_message_is_cut_after_four_kilobytes() {
+    let big = "x".repeat(100_000);
+    let (result, _) = call_echo(&json!({"city": "Paris", "days": big}).to_string()).await;
+    let err = result.unwrap_err();
+    let message = violations(&err).violations()[0].message();
+    assert!(message.len() <= 4096 + '…'.len_utf8(), "{}", message.len());
+    assert!(message.starts_with("\"xxx") && message.ends_with('…'));
 }
 
 #[derive(serde::Deserialize, toolstack::schemars::JsonSchema)]

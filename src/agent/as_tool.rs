@@ -4,7 +4,10 @@
 //! Unlike a typed tool, its input follows its own rule on top of the
 //! [argument rules](crate::arguments): `{"message": …}`, or plain text taken
 //! as the message itself (a model asked to "ask the specialist" often sends
-//! just the question).
+//! just the question). An object without `message`, or whose `message` is
+//! not a string, is refused; arguments over
+//! [`DEFAULT_MAX_ARGUMENT_BYTES`](crate::tool::DEFAULT_MAX_ARGUMENT_BYTES)
+//! are refused before they are read.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -20,8 +23,9 @@ use crate::{Describe, Progress, ToolError, ToolInfo, ToolItem, ToolOutput, ToolR
 
 /// An [`Agent`] wrapped as a tool: a supervisor agent can delegate to it.
 ///
-/// Input: `{"message": "..."}`; plain text that is not such an object is
-/// taken as the message itself. While the sub-agent works, its activity
+/// Input: `{"message": "..."}`; plain text that is not JSON is taken as the
+/// message itself. `{"message": 42}` or an object without `message` is an
+/// invalid-arguments error naming `message`. While the sub-agent works, its activity
 /// streams out as progress items (its text as it is written, each tool call
 /// and result); its final answer is the tool's one text item, so the
 /// collected [`ToolResult`](crate::ToolResult) is that answer. A sub-agent
@@ -57,16 +61,27 @@ impl<M> Describe for AgentTool<M> {
     }
 }
 
-/// The message in a call's arguments: `{"message": ...}`, a JSON string, or
-/// the text itself.
-fn message_of(arguments: &str) -> String {
-    match serde_json::from_str::<serde_json::Value>(arguments) {
-        Ok(serde_json::Value::Object(mut map)) => match map.remove("message") {
-            Some(serde_json::Value::String(message)) => message,
-            _ => arguments.to_owned(),
+/// The message in a call's arguments: `{"message": "..."}`, a JSON string,
+/// or the text itself when it is not JSON (or is JSON but not an object).
+/// An object must hold `message`, as a string.
+fn message_of(arguments: &str) -> Result<String, ToolError> {
+    use serde_json::Value;
+
+    let text = crate::arguments::or_empty_object(arguments);
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(mut map)) => match map.remove("message") {
+            Some(Value::String(message)) => Ok(message),
+            Some(other) => Err(ToolError::invalid_arguments(format!(
+                "`message` must be a string (what to ask the agent), got {}",
+                crate::arguments::kind_of(&other)
+            ))),
+            None => Err(ToolError::invalid_arguments(
+                "`message` is required: what to ask the agent",
+            )),
         },
-        Ok(serde_json::Value::String(message)) => message,
-        _ => arguments.to_owned(),
+        Ok(Value::String(message)) => Ok(message),
+        Err(err) if crate::arguments::is_too_deep(&err) => Err(crate::arguments::not_json(err)),
+        _ => Ok(arguments.to_owned()),
     }
 }
 
@@ -86,7 +101,17 @@ where
     }
 
     fn call(&mut self, request: ToolRequest) -> Self::Future {
-        let message = message_of(request.arguments());
+        if let Err(err) = crate::arguments::check_size(
+            request.arguments(),
+            self.info.name(),
+            crate::tool::DEFAULT_MAX_ARGUMENT_BYTES,
+        ) {
+            return ready_future(Err(err));
+        }
+        let message = match message_of(request.arguments()) {
+            Ok(message) => message,
+            Err(err) => return ready_future(Err(err)),
+        };
         if message.trim().is_empty() {
             return ready_future(Err(ToolError::invalid_arguments(
                 "`message` is required: what to ask the agent",

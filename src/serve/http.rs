@@ -147,8 +147,12 @@ use crate::{
     arguments, ErrorKind, ToolError, ToolOutput, ToolRequest, ToolResult, ToolStream, Toolbox,
 };
 
-/// The default limit on a call's body: 1 MiB.
-pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+/// The default limit on a call's body: 1 MiB, the argument limit of typed
+/// tools ([`DEFAULT_MAX_ARGUMENT_BYTES`](crate::tool::DEFAULT_MAX_ARGUMENT_BYTES)),
+/// so that a body the router reads is one a tool would not refuse for its
+/// size. The limit is checked before anything is parsed, and against the
+/// declared length before anything is read.
+pub const DEFAULT_BODY_LIMIT: usize = crate::tool::DEFAULT_MAX_ARGUMENT_BYTES;
 
 /// The default time a call's stream may go without an event before a
 /// keep-alive comment is sent: 15 s, under the 30–60 s idle timeouts that

@@ -66,16 +66,66 @@ impl<Args: DeserializeOwned> Decode<Args> for JsonDecoder {
 }
 
 fn describe_error<Args: DeserializeOwned>(text: &str, err: serde_json::Error) -> ToolError {
-    if err.is_syntax() || err.is_eof() {
+    // serde_json reports an enum given a number, `null` or an array as a
+    // syntax error ("expected value"), though the text is valid JSON: only
+    // text that does not parse at all is "not valid JSON".
+    if err.is_eof() || crate::arguments::is_too_deep(&err) || (err.is_syntax() && !is_json(text)) {
         return crate::arguments::not_json(err);
     }
     let mut de = serde_json::Deserializer::from_str(text);
     let message = match serde_path_to_error::deserialize::<_, Args>(&mut de) {
-        Err(e) if !is_root(e.path()) => format!("invalid value at `{}`: {}", e.path(), e.inner()),
+        Err(e) if !is_root(e.path()) => {
+            if e.inner().is_syntax() {
+                not_a_variant::<Args>(text, e.path())
+                    .unwrap_or_else(|| format!("invalid value at `{}`: {}", e.path(), e.inner()))
+            } else {
+                format!("invalid value at `{}`: {}", e.path(), e.inner())
+            }
+        }
         _ => err.to_string(),
     };
     ToolError::invalid_arguments(message).with_source(err)
 }
+
+fn is_json(text: &str) -> bool {
+    serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok()
+}
+
+/// For an enum field given something that cannot name a variant, what it
+/// was given and the variants it takes (`invalid value at `unit`: got `42`,
+/// expected one of `celsius`, `fahrenheit``): the value at `path` is swapped
+/// for a string no enum has, and serde's "unknown variant" error lists them.
+fn not_a_variant<Args: DeserializeOwned>(
+    text: &str,
+    path: &serde_path_to_error::Path,
+) -> Option<String> {
+    use serde_path_to_error::Segment;
+
+    let mut root: serde_json::Value = serde_json::from_str(text).ok()?;
+    let mut at = &mut root;
+    for segment in path.iter() {
+        at = match segment {
+            Segment::Seq { index } => at.get_mut(*index)?,
+            Segment::Map { key } => at.get_mut(key.as_str())?,
+            _ => return None,
+        };
+    }
+    let found = match &*at {
+        serde_json::Value::Array(_) => "an array".to_owned(),
+        serde_json::Value::Object(_) => "an object".to_owned(),
+        other => format!("`{other}`"),
+    };
+    *at = serde_json::Value::String(NO_VARIANT.to_owned());
+    let err = serde_path_to_error::deserialize::<_, Args>(root).err()?;
+    let message = err.inner().to_string();
+    let expected = message.strip_prefix(&format!("unknown variant `{NO_VARIANT}`, "))?;
+    Some(format!(
+        "invalid value at `{path}`: got {found}, {expected}"
+    ))
+}
+
+/// No enum has a variant of this name.
+const NO_VARIANT: &str = "\0";
 
 fn is_root(path: &serde_path_to_error::Path) -> bool {
     path.iter().next().is_none()

@@ -270,14 +270,11 @@ where
         &self,
         request: ToolRequest,
     ) -> Result<ResponseStream<H::Stream, E, H::Item>, ToolError> {
-        let len = request.arguments().len();
-        if len > self.max_argument_bytes {
-            return Err(ToolError::invalid_arguments(format!(
-                "arguments are {len} bytes; the limit for `{}` is {} bytes",
-                self.info.name(),
-                self.max_argument_bytes
-            )));
-        }
+        crate::arguments::check_size(
+            request.arguments(),
+            self.info.name(),
+            self.max_argument_bytes,
+        )?;
         let args = self.decoder.decode(request.arguments())?;
         let (reporter, queue) = if H::WANTS_CONTEXT {
             let (reporter, queue) = ProgressReporter::new();

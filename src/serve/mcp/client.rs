@@ -18,7 +18,7 @@ use rmcp::service::{
 };
 use rmcp::transport::{IntoTransport, Transport};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{oneshot, Notify};
 use tower_service::Service;
 
 use super::convert;
@@ -31,9 +31,14 @@ use crate::{
 /// it does (a fast server can report progress before the request's send
 /// has returned here).
 const EARLY_TOKENS: usize = 64;
-const EARLY_PER_TOKEN: usize = 64;
 
 /// Routes `notifications/progress` to the call that owns the token.
+///
+/// Each call's progress waits in a queue of at most
+/// [`PROGRESS_BACKLOG`](crate::tool::PROGRESS_BACKLOG) reports, as a local
+/// tool's does: a server that reports faster than the caller reads loses
+/// its oldest reports (a newer one supersedes them), never grows the
+/// client's memory.
 #[derive(Clone, Default)]
 struct ProgressRouter {
     inner: Arc<Mutex<Routes>>,
@@ -41,17 +46,60 @@ struct ProgressRouter {
 
 #[derive(Default)]
 struct Routes {
-    calls: HashMap<ProgressToken, mpsc::UnboundedSender<ProgressNotificationParam>>,
-    early: HashMap<ProgressToken, Vec<ProgressNotificationParam>>,
+    calls: HashMap<ProgressToken, Arc<ProgressQueue>>,
+    early: HashMap<ProgressToken, VecDeque<ProgressNotificationParam>>,
     early_order: VecDeque<ProgressToken>,
+}
+
+/// One call's progress reports, oldest first, at most
+/// [`PROGRESS_BACKLOG`](crate::tool::PROGRESS_BACKLOG).
+#[derive(Default)]
+struct ProgressQueue {
+    reports: Mutex<VecDeque<ProgressNotificationParam>>,
+    arrived: Notify,
+}
+
+/// Adds `param`, dropping the oldest report when `queue` is full.
+fn push_bounded(queue: &mut VecDeque<ProgressNotificationParam>, param: ProgressNotificationParam) {
+    if queue.len() >= crate::tool::PROGRESS_BACKLOG {
+        queue.pop_front();
+    }
+    queue.push_back(param);
+}
+
+impl ProgressQueue {
+    fn push(&self, param: ProgressNotificationParam) {
+        push_bounded(
+            &mut self.reports.lock().unwrap_or_else(|e| e.into_inner()),
+            param,
+        );
+        // Stores a permit when nobody waits: a report pushed between a
+        // reader's empty `pop` and its `notified().await` still wakes it.
+        self.arrived.notify_one();
+    }
+
+    fn pop(&self) -> Option<ProgressNotificationParam> {
+        self.reports
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front()
+    }
+
+    async fn next(&self) -> ProgressNotificationParam {
+        loop {
+            if let Some(param) = self.pop() {
+                return param;
+            }
+            self.arrived.notified().await;
+        }
+    }
 }
 
 impl ProgressRouter {
     fn deliver(&self, param: ProgressNotificationParam) {
         let mut routes = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(tx) = routes.calls.get(&param.progress_token) {
-            // A closed receiver means the call ended; its entry goes with it.
-            let _ = tx.send(param);
+        if let Some(queue) = routes.calls.get(&param.progress_token) {
+            queue.push(param);
             return;
         }
         let token = param.progress_token.clone();
@@ -63,26 +111,20 @@ impl ProgressRouter {
             }
             routes.early_order.push_back(token.clone());
         }
-        let queue = routes.early.entry(token).or_default();
-        if queue.len() < EARLY_PER_TOKEN {
-            queue.push(param);
-        }
+        push_bounded(routes.early.entry(token).or_default(), param);
     }
 
-    fn subscribe(
-        &self,
-        token: ProgressToken,
-    ) -> mpsc::UnboundedReceiver<ProgressNotificationParam> {
-        let (tx, rx) = mpsc::unbounded_channel();
+    fn subscribe(&self, token: ProgressToken) -> Arc<ProgressQueue> {
+        let queue = Arc::new(ProgressQueue::default());
         let mut routes = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(early) = routes.early.remove(&token) {
             routes.early_order.retain(|t| t != &token);
             for param in early {
-                let _ = tx.send(param);
+                queue.push(param);
             }
         }
-        routes.calls.insert(token, tx);
-        rx
+        routes.calls.insert(token, queue.clone());
+        queue
     }
 
     fn unsubscribe(&self, token: &ProgressToken) {
@@ -258,18 +300,7 @@ impl fmt::Debug for McpClient {
 /// Classifies an rmcp error.
 fn service_error(err: ServiceError) -> ToolError {
     match err {
-        ServiceError::McpError(data) => {
-            let kind = if data.code == ErrorCode::METHOD_NOT_FOUND
-                || data.message.starts_with("unknown tool")
-            {
-                ErrorKind::NotFound
-            } else if data.code == ErrorCode::INVALID_PARAMS {
-                ErrorKind::InvalidArguments
-            } else {
-                ErrorKind::Failed
-            };
-            ToolError::new(kind, data.message.to_string())
-        }
+        ServiceError::McpError(data) => protocol_error(data),
         ServiceError::TransportClosed | ServiceError::TransportSend(_) => ToolError::new(
             ErrorKind::Unavailable,
             format!("the MCP connection is closed: {err}"),
@@ -283,12 +314,45 @@ fn service_error(err: ServiceError) -> ToolError {
     }
 }
 
+/// A JSON-RPC error from the server as a [`ToolError`]: of the kind in its
+/// `data` (`{"kind": "not_found"}`, as [`McpServer`](super::McpServer)
+/// sends it), else guessed from the code and, for servers that send no
+/// kind, the message.
+fn protocol_error(data: rmcp::ErrorData) -> ToolError {
+    if let Some(serde_json::Value::Object(fields)) = &data.data {
+        if fields.get("kind").is_some_and(serde_json::Value::is_string) {
+            let mut sent = fields.clone();
+            sent.insert("error".to_owned(), data.message.as_ref().into());
+            if let Some(err) = ToolError::from_model_json(&serde_json::Value::Object(sent)) {
+                return err;
+            }
+        }
+    }
+    let kind =
+        if data.code == ErrorCode::METHOD_NOT_FOUND || data.message.starts_with("unknown tool") {
+            ErrorKind::NotFound
+        } else if data.code == ErrorCode::INVALID_PARAMS {
+            ErrorKind::InvalidArguments
+        } else {
+            ErrorKind::Failed
+        };
+    ToolError::new(kind, data.message.to_string())
+}
+
 /// One tool of a remote MCP server as a local tool service.
 ///
 /// A call sends `tools/call`; the server's progress notifications arrive
 /// as progress items while it runs, then the result's content (and its
 /// structured value) as items, or an error. Dropping the stream before the
 /// result sends `notifications/cancelled`.
+///
+/// Progress waits for the caller in a queue of at most
+/// [`PROGRESS_BACKLOG`](crate::tool::PROGRESS_BACKLOG) reports per call; a
+/// server that floods it loses its oldest reports first, as a local tool's
+/// [`ProgressReporter`](crate::tool::ProgressReporter) does. A JSON-RPC
+/// error takes its kind from the error's `data` (`{"kind": "not_found"}`,
+/// as [`McpServer`](super::McpServer) sends it); for other servers, from
+/// its code and message.
 #[derive(Clone)]
 pub struct McpTool {
     info: Arc<ToolInfo>,
@@ -399,7 +463,7 @@ type Response = Result<ServerResult, ServiceError>;
 /// The state of one remote call, unfolded into its item stream.
 struct RemoteCall {
     guard: CancelGuard,
-    progress: mpsc::UnboundedReceiver<ProgressNotificationParam>,
+    progress: Arc<ProgressQueue>,
     response: Option<oneshot::Receiver<Response>>,
     pending: VecDeque<ToolItem>,
 }
@@ -420,13 +484,13 @@ impl RemoteCall {
             let response = self.response.as_mut()?;
             let outcome = tokio::select! {
                 biased;
-                Some(param) = self.progress.recv() => return Some((progress_item(param), self)),
+                param = self.progress.next() => return Some((progress_item(param), self)),
                 outcome = response => outcome,
             };
             self.response = None;
             self.guard.id = None;
             // Progress sent before the result is routed before it.
-            while let Ok(param) = self.progress.try_recv() {
+            while let Some(param) = self.progress.pop() {
                 self.pending.push_back(progress_item(param));
             }
             let items = match outcome {

@@ -13,8 +13,9 @@
 //! | a JSON item | `structuredContent` (and a text copy in `content`); rmcp drops a non-object value for protocol revisions that require an object |
 //! | progress items | `notifications/progress`, when the request has a progress token |
 //! | a [`ToolError`](crate::ToolError) | a result with `isError: true` and the model-facing error JSON |
-//! | an unknown or hidden tool | a protocol error (`-32602`), as the spec says |
-//! | `notifications/cancelled` | the stream is dropped, which cancels the tool |
+//! | an unknown or hidden tool | a protocol error (`-32602`), as the spec says, with `data: {"kind": "not_found"}` |
+//! | `arguments` over 1 MiB as JSON ([`McpServer::max_argument_bytes`]) | an `invalid_arguments` error result; the tool is not called |
+//! | `notifications/cancelled` | the stream is dropped, which cancels the tool; the request gets no response, as the spec says |
 //!
 //! Tools that want to log to the client find a [`ClientLog`] in their
 //! request's extensions, and tools that ask the client back (sampling,
