@@ -290,13 +290,12 @@ fn more_parallel_calls_than_one_answer_may_hold_are_refused() {
 }
 
 #[test]
-fn a_call_without_a_name_is_an_error_and_a_missing_id_is_made_up() {
+fn a_call_without_a_name_keeps_an_empty_name_and_a_missing_id_is_made_up() {
     let mut acc = Accumulator::new();
     acc.push(&ToolCallDelta::new(0).arguments("{}")).unwrap();
-    assert_eq!(
-        acc.finish().unwrap_err(),
-        AccumulateError::MissingName { index: 0 }
-    );
+    let calls = acc.finish().unwrap();
+    assert_eq!(calls[0].name, "");
+    assert_eq!(calls[0].id, "call_0");
 
     let mut acc = Accumulator::new();
     acc.push(&ToolCallDelta::new(2).name("t").arguments("{}"))

@@ -151,6 +151,26 @@ async fn tool_errors_unknown_tools_and_bad_arguments_go_back_to_the_model() {
 }
 
 #[tokio::test]
+async fn an_empty_tool_name_from_the_model_goes_back_as_an_unknown_tool() {
+    let model = ScriptedModel::new([
+        Turn::new().tool_call("", r#"{"a":1,"b":2}"#),
+        Turn::new().text("Let me use a real tool."),
+    ]);
+    let agent = Agent::new(model, toolbox());
+    let (_, done) = events(&agent, "?").await;
+    let fed_back = tool_messages(&done);
+    assert_eq!(fed_back.len(), 1);
+    assert!(
+        fed_back[0].1.contains("not_found")
+            && fed_back[0].1.contains("names no tool")
+            && fed_back[0].1.contains("add"),
+        "{}",
+        fed_back[0].1
+    );
+    assert_eq!(done.stop, StopReason::Finished, "the run went on");
+}
+
+#[tokio::test]
 async fn max_steps_ends_the_run_with_its_reason() {
     let again = || Turn::new().tool_call("add", r#"{"a":1,"b":1}"#);
     let agent = Agent::new(ScriptedModel::new([again(), again(), again()]), toolbox()).max_steps(2);

@@ -137,15 +137,15 @@ impl Accumulator {
         self.calls.iter().all(Option::is_none)
     }
 
-    /// The complete calls, in index order. A call that never got a name is
-    /// an error; one that never got an id gets `call_<index>`.
+    /// The complete calls, in index order. A call that never got an id gets
+    /// `call_<index>`; one that never got a name keeps an empty name, so
+    /// that it goes to the toolbox like any other and comes back to the
+    /// model as an unknown tool (listing the tools it may call) instead of
+    /// failing the whole answer.
     pub fn finish(self) -> Result<Vec<ToolCall>, AccumulateError> {
         let mut calls = Vec::with_capacity(self.calls.len());
         for (index, call) in self.calls.into_iter().enumerate() {
             let Some(call) = call else { continue };
-            if call.name.is_empty() {
-                return Err(AccumulateError::MissingName { index });
-            }
             calls.push(ToolCall {
                 id: call.id.unwrap_or_else(|| format!("call_{index}")),
                 name: call.name,
@@ -160,11 +160,6 @@ impl Accumulator {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum AccumulateError {
-    /// No fragment of call `index` carried the tool's name.
-    MissingName {
-        /// The call's index in the response.
-        index: usize,
-    },
     /// A fragment's index was beyond the most calls one answer may hold
     /// ([`MAX_TOOL_CALLS_PER_ANSWER`]).
     TooManyCalls {
@@ -178,9 +173,6 @@ pub enum AccumulateError {
 impl fmt::Display for AccumulateError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            AccumulateError::MissingName { index } => {
-                write!(f, "tool call {index} was streamed without a tool name")
-            }
             AccumulateError::TooManyCalls { index, max } => write!(
                 f,
                 "a tool-call fragment had index {index}: one answer may hold at most {max} tool calls"
