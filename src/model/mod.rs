@@ -40,5 +40,8 @@ pub use self::accumulate::{AccumulateError, Accumulator, Pushed, MAX_TOOL_CALLS_
 pub use self::delta::{FinishReason, ModelDelta, ToolCall, ToolCallDelta, Usage};
 pub use self::message::{ChatRequest, Message};
 #[cfg(feature = "openai")]
+#[doc(hidden)]
+pub use self::openai::fuzzing;
+#[cfg(feature = "openai")]
 pub use self::openai::{OpenAiModel, OpenAiStream, MAX_SSE_EVENT_BYTES};
 pub use self::scripted::{ScriptedModel, ScriptedStream, Turn};

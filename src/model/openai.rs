@@ -557,6 +557,28 @@ impl Service<ChatRequest> for OpenAiModel {
     }
 }
 
+/// Hooks for the fuzz targets in `fuzz/`: empty unless built by cargo-fuzz,
+/// which sets `--cfg fuzzing`. Not part of the API.
+#[doc(hidden)]
+#[allow(unexpected_cfgs)]
+pub mod fuzzing {
+    /// Parses `pieces`, the body as the transport split it, as
+    /// [`OpenAiModel`](super::OpenAiModel) parses an answer: every delta
+    /// and the error that ends the stream, if any.
+    #[cfg(fuzzing)]
+    pub fn deltas_from_sse(
+        pieces: Vec<Vec<u8>>,
+    ) -> Vec<Result<super::ModelDelta, super::ToolError>> {
+        use futures_util::{FutureExt, StreamExt};
+        let body = super::stream::iter(pieces.into_iter().map(Ok::<_, std::convert::Infallible>));
+        // Every piece is ready, so the whole parse completes in one poll.
+        super::deltas_from_sse(body)
+            .collect()
+            .now_or_never()
+            .expect("a body whose pieces are all ready parses in one poll")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use futures_util::FutureExt;
