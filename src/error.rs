@@ -259,7 +259,9 @@ impl ToolError {
     }
 
     /// The model-facing form: `{"error": message, "kind": kind}`, plus
-    /// `retry_after_ms` for a rate limit (rounded up to the next whole
+    /// `retry_after_ms` when the error says when to come back (a rate
+    /// limit's, or any [`with_retry_after`](Self::with_retry_after); rounded
+    /// up to the next whole
     /// millisecond: a caller that waits that long has waited long enough)
     /// and `phase` for a timeout.
     pub fn to_model_json(&self) -> serde_json::Value {
@@ -272,16 +274,13 @@ impl ToolError {
             "kind".into(),
             serde_json::Value::String(self.inner.kind.as_str().to_owned()),
         );
-        match self.inner.kind {
-            ErrorKind::Timeout { phase } => {
-                map.insert("phase".into(), phase.as_str().into());
-            }
-            ErrorKind::RateLimited {
-                retry_after: Some(d),
-            } => {
-                map.insert("retry_after_ms".into(), ceil_millis(d).into());
-            }
-            _ => {}
+        if let ErrorKind::Timeout { phase } = self.inner.kind {
+            map.insert("phase".into(), phase.as_str().into());
+        }
+        // Any error may say when to come back (an overloaded or unavailable
+        // endpoint's `Retry-After`), not only a rate limit.
+        if let Some(after) = self.retry_after() {
+            map.insert("retry_after_ms".into(), ceil_millis(after).into());
         }
         serde_json::Value::Object(map)
     }
@@ -331,7 +330,17 @@ impl ToolError {
             "denied" => ErrorKind::Denied,
             _ => ErrorKind::Failed,
         };
-        Some(ToolError::new(kind, message))
+        let error = ToolError::new(kind, message);
+        let after = value
+            .get("retry_after_ms")
+            .and_then(|ms| ms.as_u64())
+            .map(Duration::from_millis);
+        Some(match (after, kind) {
+            (Some(after), kind) if !matches!(kind, ErrorKind::RateLimited { .. }) => {
+                error.with_retry_after(after)
+            }
+            _ => error,
+        })
     }
 
     /// Classifies a `BoxError` from any tower service.

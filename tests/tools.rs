@@ -367,3 +367,20 @@ fn retry_after_is_rounded_up_to_the_next_whole_millisecond_for_the_model() {
     let forever = ToolError::rate_limited(Some(Duration::MAX));
     assert_eq!(forever.to_model_json()["retry_after_ms"], u64::MAX);
 }
+
+#[test]
+fn any_error_that_says_when_to_come_back_tells_the_model_and_reads_back() {
+    // An unavailable endpoint's `Retry-After: 2` (the OpenAI client sets it)
+    // reaches the model, and survives a trip through MCP or HTTP.
+    let err = ToolError::new(ErrorKind::Unavailable, "the endpoint is down")
+        .with_retry_after(Duration::from_millis(2000));
+    let json = err.to_model_json();
+    assert_eq!(json["kind"], "unavailable");
+    assert_eq!(json["retry_after_ms"], 2000);
+    let back = ToolError::from_model_json(&json).unwrap();
+    assert_eq!(back.kind(), ErrorKind::Unavailable);
+    assert_eq!(back.retry_after(), Some(Duration::from_secs(2)));
+    // Without one, no field.
+    let plain = ToolError::failed("no");
+    assert!(plain.to_model_json().get("retry_after_ms").is_none());
+}
