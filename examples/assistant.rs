@@ -218,17 +218,18 @@ fn execute_sql(
 
 fn toolbox(db: Db) -> Toolbox {
     let layers = || {
+        // The README's order: the deadline over everything, the tool's own
+        // idle bound below the admission layers (waiting for quota is not
+        // the tool's time).
         ServiceBuilder::new()
             .stream_trace()
-            .stream_timeout(
-                TimeoutLayer::new()
-                    .deadline(Duration::from_secs(30))
-                    .idle(Duration::from_secs(5)),
-            )
+            .stream_timeout(TimeoutLayer::new().deadline(Duration::from_secs(30)))
             .stream_retry(RetryPolicy::new().max_attempts(3))
-            .stream_rate_limit(RateLimitLayer::per_tool(Quota::per_second(
-                NonZeroU32::new(20).expect("non-zero"),
-            )))
+            .stream_rate_limit(
+                RateLimitLayer::per_tool(Quota::per_second(NonZeroU32::new(20).expect("non-zero")))
+                    .wait_at_most(Duration::from_secs(5)),
+            )
+            .stream_timeout(TimeoutLayer::new().idle(Duration::from_secs(5)))
     };
     let schema_db = db.clone();
     let search = tool::from_fn("search_schema", move |args: SearchSchema| {
@@ -299,8 +300,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     ];
     println!("user: {question}\n");
     // The same stream-aware layers as the tools', on model calls.
+    // A deadline bounds the whole answer (an endless stream of small
+    // deltas included); the first-delta and idle bounds are per attempt.
     let model_layers = ServiceBuilder::new()
         .stream_trace()
+        .stream_timeout(TimeoutLayer::new().deadline(Duration::from_secs(300)))
         .stream_retry(RetryPolicy::new().max_attempts(3))
         .stream_timeout(
             TimeoutLayer::new()
