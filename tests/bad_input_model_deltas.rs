@@ -24,17 +24,17 @@ fn toolbox() -> Toolbox {
     }))
 }
 
+type Deltas = stream::Iter<std::vec::IntoIter<Result<ModelDelta, ToolError>>>;
+
 /// A model whose first answer is `first` and whose every later answer is
 /// "done.".
 fn model(
     first: Vec<Result<ModelDelta, ToolError>>,
 ) -> impl tower::Service<
     ChatRequest,
-    Response = stream::Iter<std::vec::IntoIter<Result<ModelDelta, ToolError>>>,
+    Response = Deltas,
     Error = ToolError,
-    Future = std::future::Ready<
-        Result<stream::Iter<std::vec::IntoIter<Result<ModelDelta, ToolError>>>, ToolError>,
-    >,
+    Future = std::future::Ready<Result<Deltas, ToolError>>,
 > + Clone
        + Send
        + 'static {
