@@ -10,5 +10,10 @@ target=${1:?usage: run.sh TARGET [libFuzzer options…]}
 shift
 mkdir -p "corpus/$target" "artifacts/$target"
 cp -n "seeds/$target"/* "corpus/$target"/ 2>/dev/null || true
+dict=()
+if [ -f "dicts/$target.dict" ]; then
+    dict=("-dict=dicts/$target.dict")
+fi
 exec cargo +nightly fuzz run "$target" "corpus/$target" -- \
-    -max_total_time=600 -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 "$@"
+    -max_total_time=600 -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+    "${dict[@]}" "$@"

@@ -33,6 +33,11 @@ fn typed() -> &'static Toolbox {
     })
 }
 
+fn unevaluated_allowed() -> bool {
+    static ALLOWED: OnceLock<bool> = OnceLock::new();
+    *ALLOWED.get_or_init(|| std::env::var_os("TOOLSTACK_FUZZ_UNEVALUATED").is_some())
+}
+
 fn call(tools: Toolbox, name: &str, arguments: &str) -> ToolResult {
     block_on(async {
         match tools.oneshot(ToolRequest::new(name, arguments)).await {
@@ -57,6 +62,14 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         Some((schema, arguments)) => {
+            // jsonschema 0.61.2 leaks the compiled validator of a schema
+            // with `unevaluatedProperties`/`unevaluatedItems` and a `$ref`
+            // back into it (fuzz/README.md); LeakSanitizer would stop on
+            // every such input. `TOOLSTACK_FUZZ_UNEVALUATED=1` (with
+            // `-detect_leaks=0`) fuzzes them for everything else.
+            if schema.contains("unevaluated") && !unevaluated_allowed() {
+                return;
+            }
             let Ok(schema) = serde_json::from_str::<serde_json::Value>(schema) else {
                 return;
             };

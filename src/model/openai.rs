@@ -268,12 +268,13 @@ fn tool_call_index(call: &Value) -> Result<u32, ToolError> {
     }
 }
 
-/// Why the body stopped before the SSE parser saw it: the transport, or
-/// the bound on one event.
+/// Why the body stopped before the SSE parser saw it: the transport, the
+/// bound on one event, or a line that is not UTF-8.
 #[derive(Debug)]
 enum BodyError<E> {
     Transport(E),
     EventTooLarge,
+    NotUtf8(std::str::Utf8Error),
 }
 
 impl<E: fmt::Display> fmt::Display for BodyError<E> {
@@ -284,6 +285,7 @@ impl<E: fmt::Display> fmt::Display for BodyError<E> {
                 f,
                 "a server-sent event was longer than {MAX_SSE_EVENT_BYTES} bytes"
             ),
+            BodyError::NotUtf8(err) => err.fmt(f),
         }
     }
 }
@@ -293,6 +295,7 @@ impl<E: StdError + 'static> StdError for BodyError<E> {
         match self {
             BodyError::Transport(err) => Some(err),
             BodyError::EventTooLarge => None,
+            BodyError::NotUtf8(err) => Some(err),
         }
     }
 }
@@ -341,19 +344,49 @@ fn after_last_line(piece: &[u8]) -> Option<usize> {
     Some(last + 1)
 }
 
+/// Where the line that starts `lines[at..]` ends: after its LF, CRLF or
+/// lone CR (`lines` holds whole lines, so a CR is never its last byte but
+/// at the body's end), or at the end of `lines`.
+fn line_end(lines: &[u8], at: usize) -> usize {
+    match lines[at..].iter().position(|b| *b == b'\n' || *b == b'\r') {
+        Some(i) if lines[at + i] == b'\r' && lines.get(at + i + 1) == Some(&b'\n') => at + i + 2,
+        Some(i) => at + i + 1,
+        None => lines.len(),
+    }
+}
+
+/// The UTF-8 byte-order mark.
+const BOM: &[u8] = "\u{feff}".as_bytes();
+
 pin_project! {
-    /// The body re-cut after line ends, each event bounded to
-    /// [`MAX_SSE_EVENT_BYTES`].
+    /// The body re-cut into lines, one line per item, each event bounded
+    /// to [`MAX_SSE_EVENT_BYTES`], each line checked to be UTF-8.
     ///
-    /// eventsource-stream buffers without a bound, and re-parses its buffer
-    /// from the start whenever bytes arrive in the middle of a line — a
-    /// long line costs it quadratic time. Handed whole lines only, it
-    /// parses each byte once; the partial line waits here, bounded.
+    /// eventsource-stream 0.2.3, which parses what this hands it, buffers
+    /// without a bound and must be handed no more than it can take:
+    ///
+    /// * it re-parses its buffer from the start whenever bytes arrive in
+    ///   the middle of a line (a long line costs quadratic time), and
+    ///   copies the rest of its buffer after each line it parses (many
+    ///   short lines at once cost quadratic time too): handed one whole
+    ///   line at a time, it parses each byte once, while the partial line
+    ///   waits here, bounded;
+    /// * it holds bytes that are not UTF-8, with everything after them,
+    ///   until the body ends: a line that is not UTF-8 is refused here, as
+    ///   it arrives;
+    /// * it panics on a leading byte-order mark (which it slices one byte
+    ///   of three off): the marks the body starts with are dropped here
+    ///   (the SSE specification ignores one).
     struct WholeLines<S> {
         #[pin]
         body: S,
+        // The start of a line whose end has not arrived.
         partial: Vec<u8>,
+        // Whole lines, handed on one at a time from `at`.
+        lines: Vec<u8>,
+        at: usize,
         event: EventBytes,
+        started: bool,
         ended: bool,
     }
 }
@@ -363,7 +396,10 @@ impl<S> WholeLines<S> {
         WholeLines {
             body,
             partial: Vec::new(),
+            lines: Vec::new(),
+            at: 0,
             event: EventBytes::default(),
+            started: false,
             ended: false,
         }
     }
@@ -379,9 +415,32 @@ where
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
         loop {
+            if *this.at < this.lines.len() {
+                let start = *this.at;
+                *this.at = line_end(this.lines, start);
+                let mut line = &this.lines[start..*this.at];
+                if !*this.started {
+                    *this.started = true;
+                    while let Some(rest) = line.strip_prefix(BOM) {
+                        line = rest;
+                    }
+                    if line.is_empty() {
+                        continue;
+                    }
+                }
+                if let Err(err) = std::str::from_utf8(line) {
+                    *this.ended = true;
+                    this.lines.clear();
+                    *this.at = 0;
+                    return Poll::Ready(Some(Err(BodyError::NotUtf8(err))));
+                }
+                return Poll::Ready(Some(Ok(line.to_vec())));
+            }
             if *this.ended {
                 return Poll::Ready(None);
             }
+            this.lines.clear();
+            *this.at = 0;
             let piece = match ready!(this.body.as_mut().poll_next(cx)) {
                 Some(Ok(piece)) => piece,
                 Some(Err(err)) => {
@@ -392,8 +451,8 @@ where
                 // judge.
                 None => {
                     *this.ended = true;
-                    let rest = std::mem::take(this.partial);
-                    return Poll::Ready((!rest.is_empty()).then_some(Ok(rest)));
+                    std::mem::swap(this.lines, this.partial);
+                    continue;
                 }
             };
             let piece = piece.as_ref();
@@ -404,10 +463,9 @@ where
             match after_last_line(piece) {
                 None => this.partial.extend_from_slice(piece),
                 Some(cut) => {
-                    let mut lines = std::mem::take(this.partial);
-                    lines.extend_from_slice(&piece[..cut]);
+                    std::mem::swap(this.lines, this.partial);
+                    this.lines.extend_from_slice(&piece[..cut]);
                     this.partial.extend_from_slice(&piece[cut..]);
-                    return Poll::Ready(Some(Ok(lines)));
                 }
             }
         }
@@ -442,6 +500,11 @@ where
             format!("the model endpoint's answer was refused: {too_large}"),
         )
         .with_source(too_large),
+        EventStreamError::Transport(BodyError::NotUtf8(err)) => malformed(
+            "the model endpoint sent text that is not UTF-8".into(),
+            emitted,
+        )
+        .with_source(err),
         EventStreamError::Utf8(err) => malformed(
             "the model endpoint sent text that is not UTF-8".into(),
             emitted,
@@ -633,6 +696,26 @@ mod tests {
             }
         }
         (text, acc.finish().expect("named calls"), errors)
+    }
+
+    /// Found while writing `fuzz/fuzz_targets/openai_sse.rs`:
+    /// eventsource-stream copies the rest of its buffer after each line it
+    /// parses, so many short lines handed to it at once cost quadratic time
+    /// (768 KiB of keep-alive comments in one read: minutes). Handed a line
+    /// at a time, it parses each byte once.
+    #[test]
+    fn many_short_lines_in_one_read_parse_in_linear_time() {
+        let mut body = ":\n\n".repeat(1 << 18).into_bytes();
+        body.extend_from_slice(&recorded("\n"));
+        let started = std::time::Instant::now();
+        let (text, calls, errors) = fold(vec![body]);
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!((errors, calls.len()), (0, 2));
+        assert_eq!(text, "Grüße, 漢字 🦀");
     }
 
     proptest! {
