@@ -73,43 +73,30 @@ where
         };
         let retry_after =
             earliest.saturating_duration_since(tokio::time::Instant::now().into_std());
-        let too_long = match self.mode {
-            Mode::Wait { max: Some(max) } if retry_after > max => Some(max),
-            _ => None,
-        };
-        if let Some(max) = too_long {
-            tracing::debug!(
-                operation = R::KIND.operation(),
-                target = request.target(),
-                retry_after_ms = millis_ceil(retry_after),
-                "rate limited for longer than a call may wait; refusing the call"
-            );
-            let message = format!(
+        // A call that may not wait, or would wait longer than it may, is
+        // refused now with its retry-after; the tool never starts.
+        let refusal = match self.mode {
+            Mode::Reject => Some(format!(
+                "rate limit for {} reached; retry after {} ms",
+                self.limiter.bucket_name(CallKey::of(&request)),
+                millis_ceil(retry_after)
+            )),
+            Mode::Wait { max: Some(max) } if retry_after > max => Some(format!(
                 "would wait {} ms for the quota of {}, more than the {} ms a call may wait; the {} never started",
                 millis_ceil(retry_after),
                 self.limiter.bucket_name(CallKey::of(&request)),
                 millis_ceil(max),
                 R::KIND,
-            );
-            return ResponseFuture::rejected(ToolError::new(
-                ErrorKind::RateLimited {
-                    retry_after: Some(retry_after),
-                },
-                message,
-            ));
-        }
-        match self.mode {
-            Mode::Reject => {
+            )),
+            Mode::Wait { .. } => None,
+        };
+        match refusal {
+            Some(message) => {
                 tracing::debug!(
                     operation = R::KIND.operation(),
                     target = request.target(),
                     retry_after_ms = millis_ceil(retry_after),
                     "rate limited; refusing the call"
-                );
-                let message = format!(
-                    "rate limit for {} reached; retry after {} ms",
-                    self.limiter.bucket_name(CallKey::of(&request)),
-                    millis_ceil(retry_after)
                 );
                 ResponseFuture::rejected(ToolError::new(
                     ErrorKind::RateLimited {
@@ -118,7 +105,7 @@ where
                     message,
                 ))
             }
-            Mode::Wait { .. } => {
+            None => {
                 tracing::debug!(
                     operation = R::KIND.operation(),
                     target = request.target(),
