@@ -40,8 +40,9 @@ impl ServerHandler for HandWritten {
         let args = serde_json::Value::Object(params.arguments.unwrap_or_default());
         let args: Add = serde_json::from_value(args)
             .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
-        let sum = add(args);
-        Ok(CallToolResult::success(vec![ContentBlock::text(sum.to_string())]).into())
+        let text = serde_json::to_string(&add(args))
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into())
     }
 }
 

@@ -118,6 +118,17 @@ impl ToolResult {
         self.error = Some(err);
     }
 
+    /// The text the model reads as the tool message, taking the result:
+    /// [`text`](Self::text) without a copy when there is one text item.
+    pub fn into_text(mut self) -> String {
+        if let [ToolOutput::Text { .. }] = self.content.as_slice() {
+            if let Some(ToolOutput::Text { text }) = self.content.pop() {
+                return text;
+            }
+        }
+        self.text()
+    }
+
     /// All text content joined by newlines: what a model reads as the tool
     /// message.
     pub fn text(&self) -> String {

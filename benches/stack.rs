@@ -1,0 +1,635 @@
+//! What a tool call costs, measured the way a model sees the result.
+//!
+//! Every case runs the typed `add` tool on the arguments as a model sends
+//! them (`{"a": 1.5, "b": 2.25}`, a string) and ends with **the text the
+//! model receives** (`{"sum":3.75}`: what the agent puts in the tool
+//! message, `ToolResult::collect(stream).into_text()`), against the same
+//! work written by hand, in the same run:
+//!
+//! * per call: hand-written; tower's `service_fn` + stock `Timeout` +
+//!   `ConcurrencyLimit`; the typed tool called directly; through a
+//!   `Toolbox`; through the toolbox with the README's stack; the stack plus
+//!   `Validate`; and each layer alone over the toolbox, so a regression
+//!   shows per layer;
+//! * throughput: 64 tasks on a 2-thread runtime, hand-written against the
+//!   README stack;
+//! * streaming: 1,000,000 small items through the toolbox and the stack,
+//!   against draining the bare stream;
+//! * memory: 10,000 streaming calls held open, heap per call (bare toolbox,
+//!   README stack).
+//!
+//! `cargo bench --bench stack` runs criterion on the per-call cases, then
+//! prints the summary the README's figures come from: best of 7
+//! interleaved rounds per case, ratios to the hand-written call of the same
+//! round set, allocations per call from the counting allocator below. With
+//! `-- --summary` only the summary runs.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::future::Future;
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use criterion::Criterion;
+use futures_util::{stream, FutureExt, Stream, StreamExt};
+use toolstack::{
+    tool, ToolAnnotations, ToolError, ToolItem, ToolOutput, ToolRequest, ToolResult, Toolbox,
+};
+use toolstack_layers::concurrency::ConcurrencyLimitLayer;
+use toolstack_layers::rate_limit::{Quota, RateLimitLayer};
+use toolstack_layers::retry::RetryPolicy;
+use toolstack_layers::timeout::TimeoutLayer;
+use toolstack_layers::ServiceBuilderExt;
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+use toolstack_demo::add::{add, direct, Add, Sum, ARGS, TEXT};
+
+// ---------------------------------------------------------------------------
+// Counting allocator: allocations and live bytes, only while `COUNTING` is
+// set (so the multi-threaded cases do not contend on the counters).
+
+struct Counting;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+            LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        }
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if COUNTING.load(Ordering::Relaxed) {
+            LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        }
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+            LIVE_BYTES.fetch_add(
+                new_size as isize - layout.size() as isize,
+                Ordering::Relaxed,
+            );
+        }
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocations_per_call(f: &mut dyn FnMut() -> String) -> f64 {
+    const N: usize = 10_000;
+    COUNTING.store(true, Ordering::SeqCst);
+    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    for _ in 0..N {
+        black_box(f());
+    }
+    let after = ALLOCATIONS.load(Ordering::SeqCst);
+    COUNTING.store(false, Ordering::SeqCst);
+    (after - before) as f64 / N as f64
+}
+
+// ---------------------------------------------------------------------------
+// The tool and the stacks.
+
+/// A quota no benchmark reaches, and a permit count no benchmark exhausts:
+/// the layers do all their work and never wait.
+const NEVER: u32 = u32::MAX;
+const PERMITS: usize = 1 << 20;
+
+fn add_tool() -> impl toolstack::Describe
+       + Service<
+    ToolRequest,
+    Response = impl Stream<Item = ToolItem> + Send + 'static,
+    Error = ToolError,
+    Future = impl Send + 'static,
+> + Clone
+       + Send
+       + Sync
+       + 'static {
+    tool::from_fn(
+        "add",
+        |args: Add| async move { Ok::<_, ToolError>(add(args)) },
+    )
+    .description("Adds two numbers.")
+    .annotations(ToolAnnotations::new().read_only())
+}
+
+fn timeouts() -> TimeoutLayer {
+    TimeoutLayer::new()
+        .deadline(Duration::from_secs(30))
+        .first_item(Duration::from_secs(10))
+        .idle(Duration::from_secs(5))
+}
+
+fn per_tool_quota() -> RateLimitLayer {
+    RateLimitLayer::per_tool(Quota::per_second(NonZeroU32::new(NEVER).expect("non-zero")))
+}
+
+/// The README's stack (without `Validate`): trace (no subscriber),
+/// catch-panic, timeout with its three bounds, retry, a per-tool rate limit
+/// that never limits, a concurrency limit.
+macro_rules! readme_stack {
+    () => {
+        ServiceBuilder::new()
+            .stream_trace()
+            .stream_catch_panic()
+            .stream_timeout(timeouts())
+            .stream_retry(RetryPolicy::new().max_attempts(3))
+            .stream_rate_limit(per_tool_quota())
+            .layer(ConcurrencyLimitLayer::new(PERMITS))
+    };
+}
+
+/// The README's stack with `Validate` where the README puts it.
+macro_rules! readme_stack_validated {
+    () => {
+        ServiceBuilder::new()
+            .stream_trace()
+            .stream_catch_panic()
+            .stream_timeout(timeouts())
+            .stream_validate()
+            .stream_retry(RetryPolicy::new().max_attempts(3))
+            .stream_rate_limit(per_tool_quota())
+            .layer(ConcurrencyLimitLayer::new(PERMITS))
+    };
+}
+
+fn stacked() -> Toolbox {
+    Toolbox::new().layered(add_tool(), readme_stack!())
+}
+
+fn noop_cx() -> Context<'static> {
+    Context::from_waker(futures_util::task::noop_waker_ref())
+}
+
+fn ready<S: Service<ToolRequest>>(svc: &mut S) {
+    match svc.poll_ready(&mut noop_cx()) {
+        Poll::Ready(Ok(())) => {}
+        _ => panic!("not ready"),
+    }
+}
+
+/// What the agent does with a tool's response: collect it, take its text.
+fn model_text<St: Stream<Item = ToolItem>>(stream: St) -> String {
+    ToolResult::collect(stream)
+        .now_or_never()
+        .expect("ready")
+        .into_text()
+}
+
+/// The request as the agent builds it from a model's tool call.
+fn request() -> ToolRequest {
+    ToolRequest::new("add", black_box(ARGS)).with_id("call_1")
+}
+
+/// One call of any tool service, to the text the model receives.
+fn call_service<S>(svc: &mut S) -> String
+where
+    S: Service<ToolRequest>,
+    S::Error: std::fmt::Debug,
+    S::Response: Stream<Item = ToolItem>,
+{
+    ready(svc);
+    let stream = svc
+        .call(request())
+        .now_or_never()
+        .expect("ready")
+        .expect("opened");
+    model_text(stream)
+}
+
+fn call_toolbox(toolbox: &Toolbox) -> String {
+    let stream = toolbox
+        .dispatch(request())
+        .now_or_never()
+        .expect("ready")
+        .expect("opened");
+    model_text(stream)
+}
+
+/// tower's own `service_fn` doing the hand-written work, under tower's
+/// stock `Timeout` and `ConcurrencyLimit`.
+fn tower_stock() -> impl FnMut() -> String {
+    let svc = tower::service_fn(|args: &'static str| async move {
+        let parsed: Add = serde_json::from_str(args)?;
+        serde_json::to_string(&add(parsed))
+    });
+    let mut svc = ServiceBuilder::new()
+        .concurrency_limit(PERMITS)
+        .timeout(Duration::from_secs(30))
+        .service(svc);
+    move || {
+        match svc.poll_ready(&mut noop_cx()) {
+            Poll::Ready(Ok(())) => {}
+            _ => panic!("not ready"),
+        }
+        svc.call(black_box(ARGS))
+            .now_or_never()
+            .expect("ready")
+            .expect("added")
+    }
+}
+
+/// The per-call cases, in the order of the README's table.
+fn cases() -> Vec<(&'static str, Box<dyn FnMut() -> String>)> {
+    let mut typed = add_tool();
+    let toolbox = Toolbox::new().tool(add_tool());
+    let stack = stacked();
+    let validated = Toolbox::new().layered(add_tool(), readme_stack_validated!());
+    vec![
+        ("hand-written", Box::new(|| direct(black_box(ARGS)))),
+        (
+            "tower service_fn + Timeout + ConcurrencyLimit",
+            Box::new(tower_stock()),
+        ),
+        (
+            "typed tool, called directly",
+            Box::new(move || call_service(&mut typed)),
+        ),
+        (
+            "typed tool through a Toolbox",
+            Box::new(move || call_toolbox(&toolbox)),
+        ),
+        (
+            "toolbox + README stack",
+            Box::new(move || call_toolbox(&stack)),
+        ),
+        (
+            "toolbox + README stack + Validate",
+            Box::new(move || call_toolbox(&validated)),
+        ),
+    ]
+}
+
+/// Each layer alone over the tool, inside the toolbox (where requests carry
+/// the tool's description, as retry and validate need).
+fn layer_cases() -> Vec<(&'static str, Box<dyn FnMut() -> String>)> {
+    fn one<L>(layer: L) -> Box<dyn FnMut() -> String>
+    where
+        L: tower::Layer<PlainTool>,
+        L::Service: Service<ToolRequest> + Clone + Send + Sync + 'static,
+        <L::Service as Service<ToolRequest>>::Error: Into<ToolError>,
+        <L::Service as Service<ToolRequest>>::Future: Send + 'static,
+        <L::Service as Service<ToolRequest>>::Response: Stream<Item = ToolItem> + Send + 'static,
+    {
+        let toolbox = Toolbox::new().layered(plain_tool(), layer);
+        Box::new(move || call_toolbox(&toolbox))
+    }
+    let toolbox = Toolbox::new().tool(plain_tool());
+    vec![
+        (
+            "no layer (the toolbox)",
+            Box::new(move || call_toolbox(&toolbox)),
+        ),
+        (
+            "trace (no subscriber)",
+            one(ServiceBuilder::new().stream_trace()),
+        ),
+        (
+            "catch_panic",
+            one(ServiceBuilder::new().stream_catch_panic()),
+        ),
+        (
+            "timeout (3 bounds)",
+            one(ServiceBuilder::new().stream_timeout(timeouts())),
+        ),
+        (
+            "retry",
+            one(ServiceBuilder::new().stream_retry(RetryPolicy::new())),
+        ),
+        (
+            "rate_limit (per tool)",
+            one(ServiceBuilder::new().stream_rate_limit(per_tool_quota())),
+        ),
+        (
+            "concurrency_limit",
+            one(ServiceBuilder::new().layer(ConcurrencyLimitLayer::new(PERMITS))),
+        ),
+        ("validate", one(ServiceBuilder::new().stream_validate())),
+    ]
+}
+
+type PlainFn = fn(Add) -> std::future::Ready<Result<Sum, ToolError>>;
+type PlainTool = toolstack::FnTool<toolstack::tool::AsyncFn<PlainFn>, Add>;
+
+/// The same tool with a nameable type, for the per-layer cases.
+fn plain_tool() -> PlainTool {
+    let f: PlainFn = |args| std::future::ready(Ok(add(args)));
+    tool::from_fn("add", f)
+        .description("Adds two numbers.")
+        .annotations(ToolAnnotations::new().read_only())
+}
+
+// ---------------------------------------------------------------------------
+// Timing.
+
+/// ns per call of each case: 7 rounds, each case measured for 100 ms in
+/// every round (interleaved, so drift hits every case alike), best round.
+fn measure(cases: &mut [(&'static str, Box<dyn FnMut() -> String>)]) -> Vec<f64> {
+    let mut best = vec![f64::MAX; cases.len()];
+    for _ in 0..7 {
+        for (i, (_, f)) in cases.iter_mut().enumerate() {
+            let mut n = 0u64;
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_millis(100) {
+                for _ in 0..500 {
+                    black_box(f());
+                }
+                n += 500;
+            }
+            best[i] = best[i].min(start.elapsed().as_nanos() as f64 / n as f64);
+        }
+    }
+    best
+}
+
+fn per_call_summary() {
+    let mut cases = cases();
+    for (name, f) in cases.iter_mut() {
+        assert_eq!(f(), TEXT, "{name}");
+    }
+    let ns = measure(&mut cases);
+    println!("\n## per call (best of 7 interleaved rounds; × hand-written in this run)\n");
+    println!("| path | ns/call | × hand-written | allocations/call |");
+    println!("|---|---|---|---|");
+    for (i, (name, f)) in cases.iter_mut().enumerate() {
+        let allocs = allocations_per_call(f.as_mut());
+        println!(
+            "| {name} | {:.1} | {:.2}× | {allocs:.1} |",
+            ns[i],
+            ns[i] / ns[0]
+        );
+    }
+    let stack = ns[4];
+    println!(
+        "\nValidate on top of the README stack: +{:.2}× hand-written (+{:.1} ns)",
+        (ns[5] - stack) / ns[0],
+        ns[5] - stack
+    );
+
+    let mut layers = layer_cases();
+    for (name, f) in layers.iter_mut() {
+        assert_eq!(f(), TEXT, "{name}");
+    }
+    let ns = measure(&mut layers);
+    println!("\n## each layer alone over the tool, in a toolbox\n");
+    println!("| layer | ns/call | + ns over no layer | allocations/call |");
+    println!("|---|---|---|---|");
+    for (i, (name, f)) in layers.iter_mut().enumerate() {
+        let allocs = allocations_per_call(f.as_mut());
+        println!(
+            "| {name} | {:.1} | {:+.1} | {allocs:.1} |",
+            ns[i],
+            ns[i] - ns[0]
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Throughput: 64 tasks on 2 worker threads.
+
+const TASKS: usize = 64;
+const CALLS_PER_TASK: usize = 20_000;
+
+fn throughput<F, Fut>(runtime: &tokio::runtime::Runtime, make_task: F) -> f64
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    runtime.block_on(async {
+        let start = Instant::now();
+        let tasks: Vec<_> = (0..TASKS).map(|_| tokio::spawn(make_task())).collect();
+        for task in tasks {
+            task.await.expect("task");
+        }
+        (TASKS * CALLS_PER_TASK) as f64 / start.elapsed().as_secs_f64()
+    })
+}
+
+fn throughput_summary() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let stack = stacked();
+    let hand = || async {
+        for i in 0..CALLS_PER_TASK {
+            black_box(direct(black_box(ARGS)));
+            if i % 16 == 0 {
+                tokio::task::yield_now().await;
+            }
+        }
+    };
+    let ours = || {
+        let stack = stack.clone();
+        async move {
+            for i in 0..CALLS_PER_TASK {
+                let stream = stack.clone().oneshot(request()).await.expect("opened");
+                let text = ToolResult::collect(stream).await.into_text();
+                black_box(text);
+                if i % 16 == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+        }
+    };
+    let mut best = [0f64; 2];
+    for _ in 0..5 {
+        best[0] = best[0].max(throughput(&runtime, hand));
+        best[1] = best[1].max(throughput(&runtime, ours));
+    }
+    println!("\n## throughput, {TASKS} tasks on 2 worker threads (best of 5)\n");
+    println!("| path | calls/s | × hand-written |");
+    println!("|---|---|---|");
+    println!("| hand-written | {:.0} | 1.00× |", best[0]);
+    println!(
+        "| toolbox + README stack | {:.0} | {:.2}× |",
+        best[1],
+        best[1] / best[0]
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Streaming: 1,000,000 small items.
+
+const ITEMS: u64 = 1_000_000;
+
+fn items() -> impl Stream<Item = ToolItem> + Send + 'static {
+    stream::iter((0..ITEMS).map(|i| Ok(ToolOutput::json(i.into()))))
+}
+
+fn items_tool() -> impl Service<
+    ToolRequest,
+    Response = impl Stream<Item = ToolItem> + Send + 'static,
+    Error = ToolError,
+    Future = impl Send + 'static,
+> + Clone
+       + Send
+       + Sync
+       + 'static {
+    tower::service_fn(|_: ToolRequest| async { Ok::<_, ToolError>(items()) })
+}
+
+/// Drains a stream whose items are always ready; returns how many came.
+fn drain<St: Stream<Item = ToolItem>>(stream: St) -> u64 {
+    let mut stream = pin!(stream);
+    let mut cx = noop_cx();
+    let mut n = 0;
+    while let Poll::Ready(Some(item)) = stream.as_mut().poll_next(&mut cx) {
+        black_box(item.is_ok());
+        n += 1;
+    }
+    n
+}
+
+fn streaming_summary() {
+    let info =
+        || toolstack::ToolInfo::new("items").with_annotations(ToolAnnotations::new().read_only());
+    let toolbox = Toolbox::new().service(info(), items_tool());
+    let stack = Toolbox::new().service(info(), readme_stack!().service(items_tool()));
+    let through = |toolbox: &Toolbox| {
+        let stream = toolbox
+            .dispatch(ToolRequest::new("items", "{}"))
+            .now_or_never()
+            .expect("ready")
+            .expect("opened");
+        drain(stream)
+    };
+    let mut best = [f64::MAX; 3];
+    for _ in 0..5 {
+        for i in 0..3 {
+            let start = Instant::now();
+            let n = match i {
+                0 => drain(items()),
+                1 => through(&toolbox),
+                _ => through(&stack),
+            };
+            assert_eq!(n, ITEMS);
+            best[i] = best[i].min(start.elapsed().as_nanos() as f64 / ITEMS as f64);
+        }
+    }
+    println!("\n## {ITEMS} items streamed (best of 5)\n");
+    println!("| path | ns/item | M items/s | × the bare stream's items/s |");
+    println!("|---|---|---|---|");
+    for (name, ns) in [
+        ("bare stream", best[0]),
+        ("through a Toolbox", best[1]),
+        ("through the toolbox + README stack", best[2]),
+    ] {
+        println!(
+            "| {name} | {ns:.2} | {:.1} | {:.2}× |",
+            1e3 / ns,
+            best[0] / ns
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Memory: 10,000 streaming calls held open.
+
+const HELD: usize = 10_000;
+
+fn held_tool() -> impl toolstack::Describe
+       + Service<
+    ToolRequest,
+    Response = impl Stream<Item = ToolItem> + Send + 'static,
+    Error = ToolError,
+    Future = impl Send + 'static,
+> + Clone
+       + Send
+       + Sync
+       + 'static {
+    // A streaming tool that has sent nothing yet and waits.
+    tool::from_stream("held", |_: serde_json::Value| {
+        stream::pending::<Result<String, ToolError>>()
+    })
+    .annotations(ToolAnnotations::new().read_only())
+}
+
+/// Heap bytes per call while `HELD` calls are open, each polled once.
+fn heap_per_held_call(toolbox: &Toolbox) -> f64 {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let mut streams = Vec::with_capacity(HELD);
+        COUNTING.store(true, Ordering::SeqCst);
+        let before = LIVE_BYTES.load(Ordering::SeqCst);
+        for _ in 0..HELD {
+            let mut stream = toolbox
+                .dispatch(ToolRequest::new("held", "{}").with_id("call_1"))
+                .await
+                .expect("opened");
+            std::future::poll_fn(|cx| {
+                assert!(stream.poll_next_unpin(cx).is_pending());
+                Poll::Ready(())
+            })
+            .await;
+            streams.push(stream);
+        }
+        let after = LIVE_BYTES.load(Ordering::SeqCst);
+        COUNTING.store(false, Ordering::SeqCst);
+        drop(streams);
+        (after - before) as f64 / HELD as f64
+    })
+}
+
+fn memory_summary() {
+    let bare = Toolbox::new().tool(held_tool());
+    let stack = Toolbox::new().layered(held_tool(), readme_stack!());
+    println!("\n## {HELD} streaming calls held open\n");
+    println!("| path | heap bytes per open call |");
+    println!("|---|---|");
+    println!("| toolbox | {:.0} |", heap_per_held_call(&bare));
+    println!(
+        "| toolbox + README stack | {:.0} |",
+        heap_per_held_call(&stack)
+    );
+}
+
+// ---------------------------------------------------------------------------
+
+fn criterion_cases(c: &mut Criterion) {
+    let mut group = c.benchmark_group("call");
+    for (name, mut f) in cases() {
+        group.bench_function(name, |b| b.iter(&mut f));
+    }
+    group.finish();
+    let mut group = c.benchmark_group("layer");
+    for (name, mut f) in layer_cases() {
+        group.bench_function(name, |b| b.iter(&mut f));
+    }
+    group.finish();
+}
+
+fn main() {
+    // tower's `Timeout` arms a timer on every call, which needs a runtime;
+    // toolstack's timeout arms one only when a tool waits.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let _entered = runtime.enter();
+    let summary_only = std::env::args().any(|a| a == "--summary");
+    if !summary_only {
+        let mut c = Criterion::default().configure_from_args();
+        criterion_cases(&mut c);
+        c.final_summary();
+    }
+    per_call_summary();
+    throughput_summary();
+    streaming_summary();
+    memory_summary();
+}
