@@ -466,7 +466,7 @@ fn throughput_summary() {
 const ITEMS: u64 = 1_000_000;
 
 fn items() -> impl Stream<Item = ToolItem> + Send + 'static {
-    stream::iter((0..ITEMS).map(|i| Ok(ToolOutput::json(i.into()))))
+    stream::iter((0..ITEMS).map(|i| Ok(ToolOutput::json(serde_json::Value::from(i)))))
 }
 
 fn items_tool() -> impl Service<

@@ -23,7 +23,7 @@
 //! let boxed = BoxTool::new(echo);
 //! let mut stream = boxed.oneshot(ToolRequest::new("echo", r#"{"x":1}"#)).await.unwrap();
 //! let item = stream.next().await.unwrap().unwrap();
-//! assert_eq!(item.as_json(), Some(&serde_json::json!({"x": 1})));
+//! assert_eq!(item.as_json().map(toolstack::Json::value), Some(serde_json::json!({"x": 1})));
 //! # });
 //! # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
 //! #     futures_util::FutureExt::now_or_never(f).unwrap()
@@ -361,7 +361,7 @@ impl BoxTool {
                 // clone holds it too (a retry layer outside): the one cost
                 // of a renamed tool, paid only by renamed tools.
                 if request.name() != target.name() {
-                    request.set_name(target.name());
+                    request.set_name(target.name().to_owned());
                 }
                 request.set_info(target.clone());
             }

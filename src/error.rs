@@ -285,6 +285,12 @@ impl ToolError {
         serde_json::Value::Object(map)
     }
 
+    /// The [model-facing form](ToolError::to_model_json) as JSON text: what
+    /// a model reads as the tool message of a failed call.
+    pub fn to_model_text(&self) -> String {
+        self.to_model_json().to_string()
+    }
+
     /// Reads back the [model-facing form](ToolError::to_model_json), as a
     /// remote server (MCP, HTTP) sent it: the kind, message, timeout phase
     /// and retry-after survive the trip. `None` when `value` is not in that

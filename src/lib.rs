@@ -45,7 +45,7 @@
 //! let items: Vec<ToolOutput> = stream.map(Result::unwrap).collect().await;
 //! assert_eq!(items.len(), 4); // progress, 1, progress, 2
 //! assert!(items[0].is_progress());
-//! assert_eq!(items[1].as_json(), Some(&serde_json::json!(1)));
+//! assert_eq!(items[1].as_json().map(toolstack::Json::value), Some(serde_json::json!(1)));
 //! # }).unwrap();
 //! ```
 
@@ -69,7 +69,7 @@ pub mod toolbox;
 pub use boxed::{BoxTool, ToolItem, ToolStream};
 pub use error::{BoxError, ErrorKind, TimeoutPhase, ToolError};
 pub use info::{schema_for, strict_schema, Describe, ToolAnnotations, ToolInfo};
-pub use output::{Media, Progress, Resource, ToolOutput};
+pub use output::{Json, Media, Progress, Resource, ToolOutput};
 pub use request::ToolRequest;
 pub use result::ToolResult;
 pub use tool::{FnTool, ToolContext};

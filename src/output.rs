@@ -20,6 +20,9 @@
 use serde::{Deserialize, Serialize};
 
 /// One item of a tool's response stream.
+///
+/// Small enough to move cheaply through every layer (32 bytes): text and
+/// JSON inline, the rare and larger variants boxed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -29,19 +32,20 @@ pub enum ToolOutput {
         /// The text.
         text: String,
     },
-    /// A structured JSON value (MCP `structuredContent`).
+    /// A structured JSON value (MCP `structuredContent`), kept as the JSON
+    /// text it was serialized to: see [`Json`].
     Json {
         /// The value.
-        value: serde_json::Value,
+        value: Json,
     },
     /// An image, base64-encoded.
-    Image(Media),
+    Image(Box<Media>),
     /// An audio clip, base64-encoded.
-    Audio(Media),
+    Audio(Box<Media>),
     /// An embedded resource.
-    Resource(Resource),
+    Resource(Box<Resource>),
     /// A progress report; not part of the tool's result.
-    Progress(Progress),
+    Progress(Box<Progress>),
 }
 
 impl ToolOutput {
@@ -50,35 +54,43 @@ impl ToolOutput {
         ToolOutput::Text { text: text.into() }
     }
 
-    /// A structured JSON item.
-    pub fn json(value: serde_json::Value) -> Self {
-        ToolOutput::Json { value }
+    /// A structured JSON item from a JSON value.
+    pub fn json(value: impl Into<Json>) -> Self {
+        ToolOutput::Json {
+            value: value.into(),
+        }
+    }
+
+    /// A structured JSON item from any serializable value, serialized once
+    /// to its JSON text (no `serde_json::Value` tree is built).
+    pub fn to_json<T: Serialize + ?Sized>(value: &T) -> Result<Self, serde_json::Error> {
+        Json::to_json(value).map(|value| ToolOutput::Json { value })
     }
 
     /// An image item from base64 data and a mime type such as `image/png`.
     pub fn image(data: impl Into<String>, mime_type: impl Into<String>) -> Self {
-        ToolOutput::Image(Media {
+        ToolOutput::Image(Box::new(Media {
             data: data.into(),
             mime_type: mime_type.into(),
-        })
+        }))
     }
 
     /// An audio item from base64 data and a mime type such as `audio/wav`.
     pub fn audio(data: impl Into<String>, mime_type: impl Into<String>) -> Self {
-        ToolOutput::Audio(Media {
+        ToolOutput::Audio(Box::new(Media {
             data: data.into(),
             mime_type: mime_type.into(),
-        })
+        }))
     }
 
     /// An embedded resource item.
     pub fn resource(resource: Resource) -> Self {
-        ToolOutput::Resource(resource)
+        ToolOutput::Resource(Box::new(resource))
     }
 
     /// A progress item.
     pub fn progress(progress: Progress) -> Self {
-        ToolOutput::Progress(progress)
+        ToolOutput::Progress(Box::new(progress))
     }
 
     /// The text, if this is a text item.
@@ -89,8 +101,8 @@ impl ToolOutput {
         }
     }
 
-    /// The value, if this is a structured JSON item.
-    pub fn as_json(&self) -> Option<&serde_json::Value> {
+    /// The JSON, if this is a structured JSON item.
+    pub fn as_json(&self) -> Option<&Json> {
         match self {
             ToolOutput::Json { value } => Some(value),
             _ => None,
@@ -110,12 +122,12 @@ impl ToolOutput {
         matches!(self, ToolOutput::Progress(_))
     }
 
-    /// An estimate of the item's size in bytes (text, data, JSON text), for
-    /// output limits and logs.
+    /// The item's size in bytes (text, data, JSON text), for output limits
+    /// and logs; a field read for every variant.
     pub fn byte_len(&self) -> usize {
         match self {
             ToolOutput::Text { text } => text.len(),
-            ToolOutput::Json { value } => json_len(value),
+            ToolOutput::Json { value } => value.as_str().len(),
             ToolOutput::Image(m) | ToolOutput::Audio(m) => m.data.len(),
             ToolOutput::Resource(r) => {
                 r.uri.len()
@@ -127,21 +139,114 @@ impl ToolOutput {
     }
 }
 
-fn json_len(value: &serde_json::Value) -> usize {
-    struct Counter(usize);
-    impl std::io::Write for Counter {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
+/// A JSON value as its compact JSON text.
+///
+/// A tool's structured output is serialized once, when it is produced, and
+/// stays text on its way: the model reads text, the HTTP endpoint writes
+/// text, MCP's `content` carries text. Only a consumer that wants a tree —
+/// MCP's `structuredContent`, a test — parses it, with [`Json::value`] or
+/// [`Json::parse`].
+///
+/// The text is always valid JSON: every constructor serializes.
+///
+/// ```
+/// use toolstack::Json;
+///
+/// #[derive(serde::Serialize)]
+/// struct Sum { sum: f64 }
+///
+/// let json = Json::to_json(&Sum { sum: 3.75 }).unwrap();
+/// assert_eq!(json.as_str(), r#"{"sum":3.75}"#);
+/// assert_eq!(json.value(), serde_json::json!({"sum": 3.75}));
+/// assert_eq!(Json::from(serde_json::json!([1, 2])).as_str(), "[1,2]");
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Json(String);
+
+impl Json {
+    /// Serializes `value` to its JSON text.
+    pub fn to_json<T: Serialize + ?Sized>(value: &T) -> Result<Json, serde_json::Error> {
+        serde_json::to_string(value).map(Json)
     }
-    let mut c = Counter(0);
-    // Writing a Value to a counter cannot fail.
-    let _ = serde_json::to_writer(&mut c, value);
-    c.0
+
+    /// The JSON text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The JSON text, owned.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+
+    /// Parses the text into a `T`.
+    pub fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(&self.0)
+    }
+
+    /// The value as a `serde_json::Value` tree (parsed on each call).
+    ///
+    /// A value nested deeper than serde_json reads back (128 levels) comes
+    /// back as a JSON string of its text, never as a panic.
+    pub fn value(&self) -> serde_json::Value {
+        self.parse()
+            .unwrap_or_else(|_| serde_json::Value::String(self.0.clone()))
+    }
+
+    /// Text known to be valid JSON (as the output of a serializer is).
+    pub(crate) fn from_json_text(text: String) -> Json {
+        Json(text)
+    }
+}
+
+impl From<serde_json::Value> for Json {
+    fn from(value: serde_json::Value) -> Self {
+        Json(value.to_string())
+    }
+}
+
+impl From<&serde_json::Value> for Json {
+    fn from(value: &serde_json::Value) -> Self {
+        Json(value.to_string())
+    }
+}
+
+impl PartialEq<serde_json::Value> for Json {
+    /// Equal when the text parses to `other`.
+    fn eq(&self, other: &serde_json::Value) -> bool {
+        self.parse::<serde_json::Value>()
+            .is_ok_and(|value| value == *other)
+    }
+}
+
+impl std::fmt::Debug for Json {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::fmt::Display for Json {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Written as the JSON it holds (embedded raw by serde_json; other
+/// serializers get the parsed value).
+impl Serialize for Json {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::Error;
+        let raw: &serde_json::value::RawValue =
+            serde_json::from_str(&self.0).map_err(S::Error::custom)?;
+        raw.serialize(serializer)
+    }
+}
+
+/// Read from any JSON value.
+impl<'de> Deserialize<'de> for Json {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        serde_json::Value::deserialize(deserializer).map(Json::from)
+    }
 }
 
 impl From<String> for ToolOutput {
@@ -158,13 +263,19 @@ impl From<&str> for ToolOutput {
 
 impl From<serde_json::Value> for ToolOutput {
     fn from(value: serde_json::Value) -> Self {
+        ToolOutput::json(value)
+    }
+}
+
+impl From<Json> for ToolOutput {
+    fn from(value: Json) -> Self {
         ToolOutput::Json { value }
     }
 }
 
 impl From<Progress> for ToolOutput {
     fn from(p: Progress) -> Self {
-        ToolOutput::Progress(p)
+        ToolOutput::progress(p)
     }
 }
 

@@ -14,13 +14,14 @@
 //! let req = ToolRequest::new("add", r#"{"a":1,"b":2}"#)
 //!     .with_id("call_1")
 //!     .with_extension(Caller("alice"));
-//! let retry = req.clone(); // cheap: one shared allocation, small extension map
+//! let retry = req.clone(); // cheap: an atomic increment (and the extension map)
 //! assert_eq!(retry.id(), "call_1");
 //! assert_eq!(retry.name(), "add");
 //! assert_eq!(retry.arguments(), r#"{"a":1,"b":2}"#);
 //! assert_eq!(retry.extensions().get::<Caller>(), Some(&Caller("alice")));
 //! ```
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -30,9 +31,11 @@ use crate::ToolInfo;
 
 /// One call of a tool: call id, tool name, raw JSON arguments, extensions.
 ///
-/// The id, name and arguments share one reference-counted allocation, so
-/// cloning (as a retry layer does for every call) costs one atomic
-/// increment plus a clone of the extension map, which is free when empty.
+/// Building one costs **one allocation**: the id, name and arguments share
+/// one reference-counted block, into which owned `String`s are moved and
+/// `&'static str`s are referenced, never copied. Cloning (as a retry layer
+/// does for every call) costs one atomic increment plus a clone of the
+/// extension map, which is free when empty.
 #[derive(Clone, Default)]
 pub struct ToolRequest {
     call: Arc<Parts>,
@@ -44,19 +47,24 @@ pub struct ToolRequest {
 /// argument text, in one allocation.
 #[derive(Clone, Default)]
 pub(crate) struct Parts {
-    pub(crate) id: String,
-    pub(crate) name: String,
-    pub(crate) arguments: String,
+    pub(crate) id: Cow<'static, str>,
+    pub(crate) name: Cow<'static, str>,
+    pub(crate) arguments: Cow<'static, str>,
 }
 
 impl ToolRequest {
     /// A request to call `name` with `arguments` (JSON text) and an empty id.
     ///
-    /// Passing owned `String`s moves them in without copying.
-    pub fn new(name: impl Into<String>, arguments: impl Into<String>) -> Self {
+    /// Owned `String`s are moved in and `&'static str`s referenced: neither
+    /// is copied. (A borrowed `&str` that is not `'static` needs a
+    /// `.to_owned()`.)
+    pub fn new(
+        name: impl Into<Cow<'static, str>>,
+        arguments: impl Into<Cow<'static, str>>,
+    ) -> Self {
         ToolRequest {
             call: Arc::new(Parts {
-                id: String::new(),
+                id: Cow::Borrowed(""),
                 name: name.into(),
                 arguments: arguments.into(),
             }),
@@ -66,7 +74,7 @@ impl ToolRequest {
     }
 
     /// Sets the call id (the model's `tool_call_id`).
-    pub fn with_id(mut self, id: impl Into<String>) -> Self {
+    pub fn with_id(mut self, id: impl Into<Cow<'static, str>>) -> Self {
         Arc::make_mut(&mut self.call).id = id.into();
         self
     }
@@ -126,12 +134,12 @@ impl ToolRequest {
     }
 
     /// Replaces the arguments.
-    pub fn set_arguments(&mut self, arguments: impl Into<String>) {
+    pub fn set_arguments(&mut self, arguments: impl Into<Cow<'static, str>>) {
         Arc::make_mut(&mut self.call).arguments = arguments.into();
     }
 
     /// Replaces the tool's name (e.g. to route an alias).
-    pub fn set_name(&mut self, name: impl Into<String>) {
+    pub fn set_name(&mut self, name: impl Into<Cow<'static, str>>) {
         Arc::make_mut(&mut self.call).name = name.into();
     }
 

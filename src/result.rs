@@ -23,14 +23,16 @@
 
 use futures_core::Stream;
 use futures_util::StreamExt;
-use serde::{Deserialize, Serialize};
+use serde::ser::{SerializeSeq, SerializeStruct};
+use serde::{Serialize, Serializer};
 
-use crate::{ToolError, ToolOutput};
+use crate::{Json, ToolError, ToolOutput};
 
 /// A collected tool response.
 ///
 /// It serializes in MCP's `CallToolResult` shape, the one the HTTP
-/// endpoint's `result` event carries:
+/// endpoint's `result` event carries (a JSON item is a text block in
+/// `content` and the `structuredContent`):
 ///
 /// ```
 /// use toolstack::{ToolOutput, ToolResult};
@@ -41,26 +43,18 @@ use crate::{ToolError, ToolOutput};
 ///     serde_json::to_string(&result).unwrap(),
 ///     r#"{"content":[{"type":"text","text":"3"}],"structuredContent":3,"isError":false}"#,
 /// );
+/// assert_eq!(result.into_text(), "3");
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ToolResult {
-    /// The content items in order (no progress; JSON items as text copies).
-    pub content: Vec<ToolOutput>,
-    /// The structured output: the JSON item, or an array when there were
-    /// several.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub structured_content: Option<serde_json::Value>,
+    /// The content items in order: no progress; JSON items as they came
+    /// (their text is what a model reads, their value the
+    /// [structured content](Self::structured_content)).
+    pub content: Content,
     /// Whether the call ended in an error.
-    #[serde(default)]
     pub is_error: bool,
     /// The error that ended the call, if any.
-    #[serde(skip)]
     pub error: Option<ToolError>,
-    // How many JSON items went into `structured_content`, to tell several
-    // gathered items from one item that is itself an array.
-    #[serde(skip)]
-    json_items: usize,
 }
 
 impl ToolResult {
@@ -92,54 +86,55 @@ impl ToolResult {
 
     /// Adds one stream item (progress is ignored).
     pub fn push(&mut self, output: ToolOutput) {
-        match output {
-            ToolOutput::Progress(_) => {}
-            ToolOutput::Json { value } => {
-                self.content.push(ToolOutput::text(value.to_string()));
-                self.json_items += 1;
-                self.structured_content = Some(match self.structured_content.take() {
-                    None => value,
-                    Some(serde_json::Value::Array(mut many)) if self.json_items > 2 => {
-                        many.push(value);
-                        serde_json::Value::Array(many)
-                    }
-                    Some(first) => serde_json::Value::Array(vec![first, value]),
-                });
-            }
-            other => self.content.push(other),
+        if !output.is_progress() {
+            self.content.push(output);
         }
     }
 
     /// Records the error that ended the call.
     pub fn push_error(&mut self, err: ToolError) {
-        self.content
-            .push(ToolOutput::text(err.to_model_json().to_string()));
+        self.content.push(ToolOutput::text(err.to_model_text()));
         self.is_error = true;
         self.error = Some(err);
     }
 
-    /// The text the model reads as the tool message, taking the result:
-    /// [`text`](Self::text) without a copy when there is one text item.
-    pub fn into_text(mut self) -> String {
-        if let [ToolOutput::Text { .. }] = self.content.as_slice() {
-            if let Some(ToolOutput::Text { text }) = self.content.pop() {
-                return text;
+    /// The structured output (MCP `structuredContent`): the value of the
+    /// one JSON item, an array of the values when there were several,
+    /// `None` when there was none. Parsed from the items' JSON text.
+    pub fn structured_content(&self) -> Option<serde_json::Value> {
+        let mut values = self.json_items().map(Json::value);
+        let first = values.next()?;
+        match values.next() {
+            None => Some(first),
+            Some(second) => {
+                let mut all = vec![first, second];
+                all.extend(values);
+                Some(serde_json::Value::Array(all))
             }
         }
-        self.text()
     }
 
-    /// All text content joined by newlines: what a model reads as the tool
-    /// message.
+    fn json_items(&self) -> impl Iterator<Item = &Json> + '_ {
+        self.content.iter().filter_map(ToolOutput::as_json)
+    }
+
+    /// The text the model reads as the tool message, taking the result:
+    /// [`text`](Self::text), without a copy when there is one item.
+    pub fn into_text(self) -> String {
+        match self.content.0 {
+            Items::One(ToolOutput::Text { text }) => text,
+            Items::One(ToolOutput::Json { value }) => value.into_string(),
+            _ => self.text(),
+        }
+    }
+
+    /// All text content joined by newlines (JSON items as their JSON
+    /// text): what a model reads as the tool message.
     pub fn text(&self) -> String {
         let mut out = String::new();
-        for item in &self.content {
-            let piece = match item {
-                ToolOutput::Text { text } => text.as_str(),
-                ToolOutput::Image(m) => m.mime_type.as_str(),
-                ToolOutput::Audio(m) => m.mime_type.as_str(),
-                ToolOutput::Resource(r) => r.text.as_deref().unwrap_or(&r.uri),
-                _ => continue,
+        for item in self.content.iter() {
+            let Some(piece) = model_text(item) else {
+                continue;
             };
             if !out.is_empty() {
                 out.push('\n');
@@ -147,5 +142,161 @@ impl ToolResult {
             out.push_str(piece);
         }
         out
+    }
+}
+
+/// What a model reads of one item.
+fn model_text(item: &ToolOutput) -> Option<&str> {
+    Some(match item {
+        ToolOutput::Text { text } => text.as_str(),
+        ToolOutput::Json { value } => value.as_str(),
+        ToolOutput::Image(m) => m.mime_type.as_str(),
+        ToolOutput::Audio(m) => m.mime_type.as_str(),
+        ToolOutput::Resource(r) => r.text.as_deref().unwrap_or(&r.uri),
+        _ => return None,
+    })
+}
+
+impl Serialize for ToolResult {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        struct Blocks<'a>(&'a Content);
+        impl Serialize for Blocks<'_> {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+                for item in self.0.iter() {
+                    match item {
+                        // A JSON item's text copy, for clients that read text.
+                        ToolOutput::Json { value } => seq.serialize_element(&TextBlock {
+                            text: value.as_str(),
+                        })?,
+                        other => seq.serialize_element(other)?,
+                    }
+                }
+                seq.end()
+            }
+        }
+        #[derive(Serialize)]
+        #[serde(tag = "type", rename = "text")]
+        struct TextBlock<'a> {
+            text: &'a str,
+        }
+        struct Structured<'a>(&'a ToolResult);
+        impl Serialize for Structured<'_> {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let mut items = self.0.json_items();
+                match (items.next(), items.next()) {
+                    (Some(one), None) => one.serialize(serializer),
+                    _ => {
+                        let mut seq = serializer.serialize_seq(None)?;
+                        for item in self.0.json_items() {
+                            seq.serialize_element(item)?;
+                        }
+                        seq.end()
+                    }
+                }
+            }
+        }
+        let structured = self.json_items().next().is_some();
+        let mut out = serializer.serialize_struct("ToolResult", 2 + usize::from(structured))?;
+        out.serialize_field("content", &Blocks(&self.content))?;
+        if structured {
+            out.serialize_field("structuredContent", &Structured(self))?;
+        }
+        out.serialize_field("isError", &self.is_error)?;
+        out.end()
+    }
+}
+
+/// The items of a [`ToolResult`]: a list that holds one item without a
+/// separate allocation (most tools answer with one).
+///
+/// It dereferences to a slice and iterates like a `Vec`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Content(Items);
+
+#[derive(Debug, Clone, Default, PartialEq)]
+enum Items {
+    #[default]
+    None,
+    One(ToolOutput),
+    Many(Vec<ToolOutput>),
+}
+
+impl Content {
+    /// Appends an item.
+    pub fn push(&mut self, item: ToolOutput) {
+        self.0 = match std::mem::take(&mut self.0) {
+            Items::None => Items::One(item),
+            Items::One(first) => Items::Many(vec![first, item]),
+            Items::Many(mut all) => {
+                all.push(item);
+                Items::Many(all)
+            }
+        };
+    }
+
+    /// The items as a slice.
+    pub fn as_slice(&self) -> &[ToolOutput] {
+        match &self.0 {
+            Items::None => &[],
+            Items::One(item) => std::slice::from_ref(item),
+            Items::Many(all) => all,
+        }
+    }
+
+    /// The items as a `Vec`.
+    pub fn into_vec(self) -> Vec<ToolOutput> {
+        match self.0 {
+            Items::None => Vec::new(),
+            Items::One(item) => vec![item],
+            Items::Many(all) => all,
+        }
+    }
+}
+
+impl std::ops::Deref for Content {
+    type Target = [ToolOutput];
+
+    fn deref(&self) -> &[ToolOutput] {
+        self.as_slice()
+    }
+}
+
+impl From<Vec<ToolOutput>> for Content {
+    fn from(items: Vec<ToolOutput>) -> Self {
+        Content(Items::Many(items))
+    }
+}
+
+impl FromIterator<ToolOutput> for Content {
+    fn from_iter<I: IntoIterator<Item = ToolOutput>>(iter: I) -> Self {
+        let mut content = Content::default();
+        for item in iter {
+            content.push(item);
+        }
+        content
+    }
+}
+
+impl IntoIterator for Content {
+    type Item = ToolOutput;
+    type IntoIter = std::iter::Chain<std::option::IntoIter<ToolOutput>, std::vec::IntoIter<ToolOutput>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        let (one, many) = match self.0 {
+            Items::None => (None, Vec::new()),
+            Items::One(item) => (Some(item), Vec::new()),
+            Items::Many(all) => (None, all),
+        };
+        one.into_iter().chain(many)
+    }
+}
+
+impl<'a> IntoIterator for &'a Content {
+    type Item = &'a ToolOutput;
+    type IntoIter = std::slice::Iter<'a, ToolOutput>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.as_slice().iter()
     }
 }

@@ -37,7 +37,7 @@ fn toolbox(calls: Arc<AtomicUsize>) -> Toolbox {
 async fn error_for(args: &str) -> (ToolError, usize) {
     let calls = Arc::new(AtomicUsize::new(0));
     let err = toolbox(calls.clone())
-        .oneshot(ToolRequest::new("order", args))
+        .oneshot(ToolRequest::new("order", args.to_owned()))
         .await
         .expect_err("bad arguments must fail the call");
     (err, calls.load(Ordering::SeqCst))
@@ -199,7 +199,7 @@ struct Reading {
 
 async fn reading_error(args: &str) -> ToolError {
     let t = tool::from_fn("read", |_: Reading| async { Ok::<_, ToolError>("ok") });
-    t.oneshot(ToolRequest::new("read", args))
+    t.oneshot(ToolRequest::new("read", args.to_owned()))
         .await
         .expect_err("bad arguments must fail the call")
 }
@@ -319,7 +319,7 @@ fn specialist() -> toolstack::agent::AgentTool<toolstack::model::ScriptedModel> 
 }
 
 async fn ask(args: &str) -> Result<String, ToolError> {
-    let stream = specialist().oneshot(ToolRequest::new("ask", args)).await?;
+    let stream = specialist().oneshot(ToolRequest::new("ask", args.to_owned())).await?;
     Ok(toolstack::ToolResult::collect(stream).await.text())
 }
 

@@ -416,7 +416,7 @@ async fn every_bad_argument_string_is_a_typed_error_naming_the_problem() {
     for row in argument_rows() {
         let calls = Arc::new(AtomicUsize::new(0));
         let result = tools(&calls)
-            .oneshot(ToolRequest::new("book", row.arguments.as_str()))
+            .oneshot(ToolRequest::new("book", row.arguments.clone()))
             .await;
         let got = match &result {
             Ok(_) => Err("the call opened".to_owned()),
@@ -541,7 +541,7 @@ async fn every_bad_tool_name_is_not_found_listing_what_the_caller_may_call() {
     for row in name_rows() {
         let result = toolbox
             .clone()
-            .oneshot(ToolRequest::new(row.name.as_str(), "{}"))
+            .oneshot(ToolRequest::new(row.name.clone(), "{}"))
             .await;
         let got = match &result {
             Ok(_) => Err("the call opened".to_owned()),
@@ -628,7 +628,7 @@ async fn every_bad_input_to_an_agent_tool_names_the_message() {
     for row in agent_rows() {
         let result = ask
             .clone()
-            .oneshot(ToolRequest::new("ask", row.arguments.as_str()))
+            .oneshot(ToolRequest::new("ask", row.arguments.clone()))
             .await;
         let got = match &result {
             Ok(_) => Err("the call opened".to_owned()),
@@ -725,7 +725,7 @@ async fn every_bad_input_to_a_validated_tool_is_refused_before_the_tool() {
     for row in validate_rows() {
         let result = toolbox
             .clone()
-            .oneshot(ToolRequest::new("forecast", row.arguments.as_str()))
+            .oneshot(ToolRequest::new("forecast", row.arguments.clone()))
             .await;
         let got = match &result {
             Ok(_) => Err("the call opened".to_owned()),
@@ -1029,7 +1029,7 @@ async fn every_bad_mcp_call_comes_back_as_a_typed_error() {
     for row in mcp_call_rows() {
         let got = match remote
             .clone()
-            .oneshot(ToolRequest::new("book", row.arguments.as_str()))
+            .oneshot(ToolRequest::new("book", row.arguments.clone()))
             .await
         {
             Err(err) => outcome(&err),

@@ -97,7 +97,7 @@ async fn in_memory(toolbox: Toolbox) -> McpClient {
 
 async fn items(client: &McpClient, name: &str, args: &str) -> Vec<toolstack::ToolItem> {
     let toolbox = client.toolbox().await.unwrap();
-    let stream = toolbox.oneshot(ToolRequest::new(name, args)).await.unwrap();
+    let stream = toolbox.oneshot(ToolRequest::new(name.to_owned(), args.to_owned())).await.unwrap();
     stream.collect().await
 }
 
@@ -123,8 +123,8 @@ async fn remote_call_returns_structured_output() {
     let out = items(&client, "add", r#"{"a": 2, "b": 40}"#).await;
     assert_eq!(out.len(), 1, "{out:?}");
     assert_eq!(
-        out[0].as_ref().unwrap().as_json(),
-        Some(&json!({"sum": 42}))
+        out[0].as_ref().unwrap().as_json().map(toolstack::Json::value),
+        Some(json!({"sum": 42}))
     );
 }
 
@@ -208,7 +208,7 @@ async fn unknown_tool_is_a_protocol_error_and_the_server_goes_on() {
         other => panic!("expected a protocol error, got {other:?}"),
     }
     let out = items(&client, "add", r#"{"a": 1, "b": 1}"#).await;
-    assert_eq!(out[0].as_ref().unwrap().as_json(), Some(&json!({"sum": 2})));
+    assert_eq!(out[0].as_ref().unwrap().as_json().map(toolstack::Json::value), Some(json!({"sum": 2})));
 }
 
 #[tokio::test]
@@ -427,7 +427,7 @@ async fn http_each_caller_sees_and_calls_its_own_tools() {
         2
     );
     let result = ToolResult::collect(stream::iter(out)).await;
-    assert_eq!(result.structured_content, Some(json!({"rows": 3})));
+    assert_eq!(result.structured_content(), Some(json!({"rows": 3})));
 }
 
 /// One HTTP/1.1 exchange on a fresh connection: (status, head, body).
@@ -594,7 +594,7 @@ async fn a_call_keeps_the_connection_open_after_every_handle_is_dropped() {
         .unwrap();
     let result = ToolResult::collect(stream).await;
     assert_eq!(
-        result.structured_content,
+        result.structured_content(),
         Some(json!({"sum": 5})),
         "{result:?}"
     );

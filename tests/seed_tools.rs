@@ -21,7 +21,7 @@ fn toolbox() -> Toolbox {
 }
 
 async fn call(name: &str, args: &str) -> ToolResult {
-    match toolbox().oneshot(ToolRequest::new(name, args)).await {
+    match toolbox().oneshot(ToolRequest::new(name.to_owned(), args.to_owned())).await {
         Ok(stream) => ToolResult::collect(stream).await,
         Err(err) => ToolResult::from_error(err),
     }
@@ -60,11 +60,11 @@ async fn weather_answers_in_the_requested_unit() {
     let r = call("get_weather", r#"{"city":"Paris"}"#).await;
     assert!(!r.is_error, "{r:?}");
     assert_eq!(
-        r.structured_content,
+        r.structured_content(),
         Some(json!({"city":"Paris","temperature":18.0,"unit":"celsius","conditions":"cloudy"}))
     );
     let r = call("get_weather", r#"{"city":"paris","unit":"fahrenheit"}"#).await;
-    assert_eq!(r.structured_content.unwrap()["temperature"], json!(64.4));
+    assert_eq!(r.structured_content().unwrap()["temperature"], json!(64.4));
 }
 
 #[tokio::test]
@@ -97,7 +97,7 @@ async fn calculator_computes_every_operation() {
         (r#"{"operation":"power","a":2,"b":10}"#, 1024.0),
     ] {
         let r = call("calculator", args).await;
-        assert_eq!(r.structured_content, Some(json!(expected)), "{args}");
+        assert_eq!(r.structured_content(), Some(json!(expected)), "{args}");
     }
 }
 
@@ -193,7 +193,7 @@ async fn count_interleaves_progress_before_each_number() {
         let p = pair[0].as_progress().expect("progress first");
         assert_eq!(p.progress, (i + 1) as f64);
         assert_eq!(p.total, Some(3.0));
-        assert_eq!(pair[1].as_json(), Some(&json!(i + 1)));
+        assert_eq!(pair[1].as_json().map(toolstack::Json::value), Some(json!(i + 1)));
     }
     let result = ToolResult::collect(
         toolbox()
@@ -202,5 +202,5 @@ async fn count_interleaves_progress_before_each_number() {
             .unwrap(),
     )
     .await;
-    assert_eq!(result.structured_content, Some(json!([1, 2])));
+    assert_eq!(result.structured_content(), Some(json!([1, 2])));
 }

@@ -254,7 +254,7 @@ async fn toolbox_waits_for_the_tool_to_be_ready_before_calling_it() {
 
     // A busy tool does not hold up the others.
     let r = run(&tb, ToolRequest::new("add", r#"{"a":1,"b":2}"#)).await;
-    assert_eq!(r.structured_content, Some(serde_json::json!(3)));
+    assert_eq!(r.structured_content(), Some(serde_json::json!(3)));
 
     handle.allow(1);
     let (req, respond) = handle.next_request().await.unwrap();
@@ -338,7 +338,7 @@ async fn buffered_tool_errors_keep_their_kind() {
     let r = run(&tb, ToolRequest::new("add", r#"{"a":1}"#)).await;
     assert_eq!(r.error.unwrap().kind(), ErrorKind::InvalidArguments);
     let r = run(&tb, ToolRequest::new("add", r#"{"a":1,"b":1}"#)).await;
-    assert_eq!(r.structured_content, Some(serde_json::json!(2)));
+    assert_eq!(r.structured_content(), Some(serde_json::json!(2)));
 }
 
 #[test]
@@ -375,7 +375,7 @@ async fn the_whole_toolbox_can_be_layered_as_one_service() {
         .service(inner.clone());
     let outer = Toolbox::new().service(ToolInfo::new("plus"), layered);
     let r = run(&outer, ToolRequest::new("plus", r#"{"a":20,"b":22}"#)).await;
-    assert_eq!(r.structured_content, Some(serde_json::json!(42)));
+    assert_eq!(r.structured_content(), Some(serde_json::json!(42)));
 }
 
 // ---- The algebra: merge, nest, prefix, rename, filter, layer. ----
@@ -417,7 +417,7 @@ async fn merge_lists_and_calls_the_tools_of_both_toolboxes() {
     let tb = local.merge(remote);
     assert_eq!(names(&tb), ["add", "ping", "search", "fetch"]);
     let r = run(&tb, ToolRequest::new("add", r#"{"a":1,"b":2}"#)).await;
-    assert_eq!(r.structured_content, Some(serde_json::json!(3)));
+    assert_eq!(r.structured_content(), Some(serde_json::json!(3)));
     assert_eq!(
         run(&tb, ToolRequest::new("fetch", "{}")).await.text(),
         "fetch"
@@ -573,7 +573,7 @@ async fn prefix_renames_every_tool_in_its_place() {
         .prefix("gh");
     assert_eq!(names(&tb), ["gh.search", "gh.add"]);
     let r = run(&tb, ToolRequest::new("gh.add", r#"{"a":2,"b":2}"#)).await;
-    assert_eq!(r.structured_content, Some(serde_json::json!(4)));
+    assert_eq!(r.structured_content(), Some(serde_json::json!(4)));
     let r = run(&tb, ToolRequest::new("gh.search", "{}")).await;
     assert_eq!(
         r.text(),
@@ -694,7 +694,7 @@ async fn layer_wraps_every_tool_in_the_toolbox_but_not_one_added_after() {
         .tool(echo("after"));
 
     let r = run(&tb, ToolRequest::new("add", r#"{"a":1,"b":1}"#)).await;
-    assert_eq!(r.structured_content, Some(serde_json::json!(2)));
+    assert_eq!(r.structured_content(), Some(serde_json::json!(2)));
     let r = run(&tb, ToolRequest::new("gh.search", "{}")).await;
     // The layer sees the call as this toolbox lists it; the tool, as its own.
     assert_eq!(

@@ -51,7 +51,7 @@ where
     if result.error.is_none() {
         // The echoed arguments are the one JSON item.
         assert!(
-            result.structured_content.is_some(),
+            result.structured_content().is_some(),
             "no item for {arguments:?}"
         );
     }

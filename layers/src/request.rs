@@ -150,7 +150,7 @@ impl Request for ToolRequest {
     }
 }
 
-/// Text items as they are, JSON items serialized; media, resources and
+/// Text items as they are, JSON items as their JSON text; media, resources and
 /// progress are not recorded.
 impl Item for ToolOutput {
     #[inline]
@@ -161,9 +161,7 @@ impl Item for ToolOutput {
     fn write_output(&self, out: &mut impl io::Write) -> io::Result<()> {
         match self {
             ToolOutput::Text { text } => out.write_all(text.as_bytes()),
-            ToolOutput::Json { value } => {
-                serde_json::to_writer(out, value).map_err(io::Error::from)
-            }
+            ToolOutput::Json { value } => out.write_all(value.as_str().as_bytes()),
             _ => Ok(()),
         }
     }

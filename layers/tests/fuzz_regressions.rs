@@ -28,7 +28,7 @@ fn a_schema_jsonschema_leaks_on_compiling_is_still_enforced() {
     let call = |arguments: &str| {
         tools
             .clone()
-            .oneshot(ToolRequest::new("raw", arguments))
+            .oneshot(ToolRequest::new("raw", arguments.to_owned()))
             .now_or_never()
             .expect("ready")
     };

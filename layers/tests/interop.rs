@@ -29,7 +29,7 @@ where
     let stream = svc
         .ready()
         .await?
-        .call(ToolRequest::new(name, "{}"))
+        .call(ToolRequest::new(name.to_owned(), "{}"))
         .await?;
     Ok(texts(Box::pin(stream)).await)
 }

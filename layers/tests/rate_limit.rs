@@ -30,7 +30,7 @@ fn ok_tool(name: &'static str) -> BoxTool {
 }
 
 fn request(name: &str) -> ToolRequest {
-    ToolRequest::new(name, "{}")
+    ToolRequest::new(name.to_owned(), "{}")
 }
 
 /// Calls once and reads the whole response.

@@ -59,7 +59,7 @@ async fn call(tools: &Toolbox, name: &str, arguments: &str) -> (ToolResult, Dura
     let start = Instant::now();
     let result = match tools
         .clone()
-        .oneshot(ToolRequest::new(name, arguments))
+        .oneshot(ToolRequest::new(name.to_owned(), arguments.to_owned()))
         .await
     {
         Ok(stream) => ToolResult::collect(stream).await,

@@ -141,7 +141,7 @@ impl AgentToolStream {
         self.reports += 1;
         let mut progress = Progress::new(self.reports as f64);
         progress.message = Some(message);
-        Ok(ToolOutput::Progress(progress))
+        Ok(ToolOutput::progress(progress))
     }
 }
 

@@ -557,7 +557,7 @@ async fn run_tool(
                     Ok(ToolOutput::Progress(progress)) => {
                         let event = AgentEvent::Progress {
                             call_id: call.id.clone(),
-                            progress,
+                            progress: *progress,
                         };
                         let _ = tx.send(event).await;
                     }

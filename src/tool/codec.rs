@@ -153,16 +153,27 @@ impl<T: Serialize + 'static> Encode<T> for JsonEncoder {
         if let Some(text) = any.downcast_mut::<Option<String>>().and_then(Option::take) {
             return Ok(ToolOutput::Text { text });
         }
+        if let Some(value) = any.downcast_mut::<Option<crate::Json>>().and_then(Option::take) {
+            return Ok(ToolOutput::Json { value });
+        }
         let Some(item) = slot else {
             return Err(ToolError::failed("output item was already taken"));
         };
-        match serde_json::to_value(item) {
-            Ok(serde_json::Value::String(text)) => Ok(ToolOutput::Text { text }),
-            Ok(value) => Ok(ToolOutput::Json { value }),
-            Err(err) => Err(ToolError::failed(format!(
-                "the tool's output could not be encoded: {err}"
-            ))
-            .with_source(err)),
+        // Serialized once, to the text the model and the wire want; no
+        // `serde_json::Value` tree in between.
+        match serde_json::to_string(&item) {
+            // A value that serializes to a JSON string is text.
+            Ok(text) if text.starts_with('"') => serde_json::from_str(&text)
+                .map(|text| ToolOutput::Text { text })
+                .map_err(encode_error),
+            Ok(text) => Ok(ToolOutput::Json {
+                value: crate::Json::from_json_text(text),
+            }),
+            Err(err) => Err(encode_error(err)),
         }
     }
+}
+
+fn encode_error(err: serde_json::Error) -> ToolError {
+    ToolError::failed(format!("the tool's output could not be encoded: {err}")).with_source(err)
 }

@@ -38,7 +38,7 @@
 //!
 //! let items = add.clone().oneshot(ToolRequest::new("add", r#"{"a":1,"b":2}"#)).await.unwrap();
 //! let mut items = std::pin::pin!(items); // an async fn's future need not be Unpin
-//! assert_eq!(items.next().await.unwrap().unwrap().as_json(), Some(&serde_json::json!(3)));
+//! assert_eq!(items.next().await.unwrap().unwrap().as_json().map(toolstack::Json::value), Some(serde_json::json!(3)));
 //!
 //! let err = add.oneshot(ToolRequest::new("add", r#"{"a":1,"b":"two"}"#)).await.unwrap_err();
 //! assert!(err.message().contains("`b`"), "{err}");

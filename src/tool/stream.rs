@@ -61,7 +61,7 @@ where
         }
         if let Some(queue) = this.progress {
             if let Some(p) = queue.pop(cx) {
-                return Poll::Ready(Some(Ok(ToolOutput::Progress(p))));
+                return Poll::Ready(Some(Ok(ToolOutput::progress(p))));
             }
         }
         if let Some(item) = this.held.take() {
@@ -83,7 +83,7 @@ where
         if let Some(queue) = this.progress {
             if let Some(p) = queue.pop(cx) {
                 *this.held = item;
-                return Poll::Ready(Some(Ok(ToolOutput::Progress(p))));
+                return Poll::Ready(Some(Ok(ToolOutput::progress(p))));
             }
         }
         match item {

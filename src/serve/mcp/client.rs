@@ -472,7 +472,7 @@ fn progress_item(param: ProgressNotificationParam) -> ToolItem {
     let mut progress = Progress::new(param.progress);
     progress.total = param.total;
     progress.message = param.message;
-    Ok(ToolOutput::Progress(progress))
+    Ok(ToolOutput::progress(progress))
 }
 
 impl RemoteCall {

@@ -3,7 +3,7 @@
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents, Tool};
 use serde_json::Value;
 
-use crate::{Media, Resource, ToolError, ToolInfo, ToolItem, ToolOutput, ToolResult};
+use crate::{Json, Media, Resource, ToolError, ToolInfo, ToolItem, ToolOutput, ToolResult};
 
 /// A [`ToolInfo`] as an MCP tool definition (name, description, input and
 /// output schema, annotations).
@@ -59,11 +59,13 @@ pub fn tool_from_mcp(tool: &Tool) -> ToolInfo {
 pub fn content_block(output: &ToolOutput) -> Option<ContentBlock> {
     Some(match output {
         ToolOutput::Text { text } => ContentBlock::text(text.as_str()),
-        ToolOutput::Json { value } => ContentBlock::text(value.to_string()),
-        ToolOutput::Image(Media { data, mime_type }) => {
+        ToolOutput::Json { value } => ContentBlock::text(value.as_str()),
+        ToolOutput::Image(media) => {
+            let Media { data, mime_type } = &**media;
             ContentBlock::image(data.as_str(), mime_type.as_str())
         }
-        ToolOutput::Audio(Media { data, mime_type }) => {
+        ToolOutput::Audio(media) => {
+            let Media { data, mime_type } = &**media;
             ContentBlock::audio(data.as_str(), mime_type.as_str())
         }
         ToolOutput::Resource(resource) => ContentBlock::resource(resource_contents(resource)),
@@ -99,7 +101,8 @@ pub fn call_result(result: ToolResult) -> CallToolResult {
     };
     // rmcp drops a non-object value for peers whose protocol requires an
     // object (before 2026-07-28) and keeps it for those that allow any.
-    out.structured_content = result.structured_content;
+    // The one place a JSON item's text becomes a tree.
+    out.structured_content = result.structured_content();
     out
 }
 
@@ -119,7 +122,9 @@ pub fn result_items(result: CallToolResult) -> Vec<ToolItem> {
                 Some(value)
                     if serde_json::from_str::<Value>(&text.text).ok().as_ref() == Some(value) =>
                 {
-                    ToolOutput::json(structured.take().expect("checked above"))
+                    // The text parsed, so it is JSON: kept as sent.
+                    structured = None;
+                    ToolOutput::from(Json::from_json_text(text.text))
                 }
                 _ => ToolOutput::text(text.text),
             },

@@ -56,7 +56,7 @@
 //! let result = toolstack::ToolResult::collect(
 //!     tower::ServiceExt::oneshot(remote, toolstack::ToolRequest::new("add", r#"{"a":2,"b":3}"#)).await?,
 //! ).await;
-//! assert_eq!(result.structured_content, Some(serde_json::json!({"sum": 5})), "{result:?}");
+//! assert_eq!(result.structured_content(), Some(serde_json::json!({"sum": 5})), "{result:?}");
 //! # Ok::<_, ToolError>(()) }).unwrap();
 //! ```
 
