@@ -601,6 +601,68 @@ fn memory_summary() {
 
 // ---------------------------------------------------------------------------
 
+/// `-- --sizes`: the bytes each layer's service, future and stream take
+/// (moved on every call and poll).
+fn sizes() {
+    fn show<S: Service<ToolRequest>>(name: &str, mut svc: S)
+    where
+        S::Error: std::fmt::Debug,
+    {
+        ready(&mut svc);
+        let fut = svc.call(request());
+        let service = std::mem::size_of_val(&svc);
+        let future = std::mem::size_of_val(&fut);
+        let stream = fut.now_or_never().expect("ready").expect("opened");
+        println!(
+            "{name:<24} service {service:>4} B  future {future:>4} B  stream {:>4} B",
+            std::mem::size_of_val(&stream)
+        );
+    }
+    println!(
+        "ToolRequest {} B, ToolOutput {} B, ToolItem {} B, ToolResult {} B",
+        std::mem::size_of::<ToolRequest>(),
+        std::mem::size_of::<ToolOutput>(),
+        std::mem::size_of::<ToolItem>(),
+        std::mem::size_of::<ToolResult>()
+    );
+    show("tool", plain_tool());
+    show(
+        "trace",
+        ServiceBuilder::new().stream_trace().service(plain_tool()),
+    );
+    show(
+        "catch_panic",
+        ServiceBuilder::new()
+            .stream_catch_panic()
+            .service(plain_tool()),
+    );
+    show(
+        "timeout",
+        ServiceBuilder::new()
+            .stream_timeout(timeouts())
+            .service(plain_tool()),
+    );
+    show(
+        "retry",
+        ServiceBuilder::new()
+            .stream_retry(RetryPolicy::new())
+            .service(plain_tool()),
+    );
+    show(
+        "rate_limit",
+        ServiceBuilder::new()
+            .stream_rate_limit(per_tool_quota())
+            .service(plain_tool()),
+    );
+    show(
+        "concurrency",
+        ServiceBuilder::new()
+            .layer(ConcurrencyLimitLayer::new(PERMITS))
+            .service(plain_tool()),
+    );
+    show("README stack", readme_stack!().service(plain_tool()));
+}
+
 fn criterion_cases(c: &mut Criterion) {
     let mut group = c.benchmark_group("call");
     for (name, mut f) in cases() {
@@ -622,7 +684,31 @@ fn main() {
         .build()
         .expect("runtime");
     let _entered = runtime.enter();
-    let summary_only = std::env::args().any(|a| a == "--summary");
+    let args: Vec<String> = std::env::args().collect();
+    // `-- --profile NAME`: loop the per-call case whose name contains NAME
+    // for 10 s, for `perf record`.
+    if let Some(i) = args.iter().position(|a| a == "--profile") {
+        let wanted = &args[i + 1];
+        let mut all = cases();
+        all.extend(layer_cases());
+        let (name, f) = all
+            .iter_mut()
+            .find(|(name, _)| name.contains(wanted.as_str()))
+            .expect("a case of that name");
+        eprintln!("profiling {name}");
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            for _ in 0..1000 {
+                black_box(f());
+            }
+        }
+        return;
+    }
+    if args.iter().any(|a| a == "--sizes") {
+        sizes();
+        return;
+    }
+    let summary_only = args.iter().any(|a| a == "--summary");
     if !summary_only {
         let mut c = Criterion::default().configure_from_args();
         criterion_cases(&mut c);

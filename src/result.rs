@@ -280,7 +280,8 @@ impl FromIterator<ToolOutput> for Content {
 
 impl IntoIterator for Content {
     type Item = ToolOutput;
-    type IntoIter = std::iter::Chain<std::option::IntoIter<ToolOutput>, std::vec::IntoIter<ToolOutput>>;
+    type IntoIter =
+        std::iter::Chain<std::option::IntoIter<ToolOutput>, std::vec::IntoIter<ToolOutput>>;
 
     fn into_iter(self) -> Self::IntoIter {
         let (one, many) = match self.0 {

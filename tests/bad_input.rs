@@ -319,7 +319,9 @@ fn specialist() -> toolstack::agent::AgentTool<toolstack::model::ScriptedModel> 
 }
 
 async fn ask(args: &str) -> Result<String, ToolError> {
-    let stream = specialist().oneshot(ToolRequest::new("ask", args.to_owned())).await?;
+    let stream = specialist()
+        .oneshot(ToolRequest::new("ask", args.to_owned()))
+        .await?;
     Ok(toolstack::ToolResult::collect(stream).await.text())
 }
 

@@ -97,7 +97,10 @@ async fn in_memory(toolbox: Toolbox) -> McpClient {
 
 async fn items(client: &McpClient, name: &str, args: &str) -> Vec<toolstack::ToolItem> {
     let toolbox = client.toolbox().await.unwrap();
-    let stream = toolbox.oneshot(ToolRequest::new(name.to_owned(), args.to_owned())).await.unwrap();
+    let stream = toolbox
+        .oneshot(ToolRequest::new(name.to_owned(), args.to_owned()))
+        .await
+        .unwrap();
     stream.collect().await
 }
 
@@ -123,7 +126,11 @@ async fn remote_call_returns_structured_output() {
     let out = items(&client, "add", r#"{"a": 2, "b": 40}"#).await;
     assert_eq!(out.len(), 1, "{out:?}");
     assert_eq!(
-        out[0].as_ref().unwrap().as_json().map(toolstack::Json::value),
+        out[0]
+            .as_ref()
+            .unwrap()
+            .as_json()
+            .map(toolstack::Json::value),
         Some(json!({"sum": 42}))
     );
 }
@@ -208,7 +215,14 @@ async fn unknown_tool_is_a_protocol_error_and_the_server_goes_on() {
         other => panic!("expected a protocol error, got {other:?}"),
     }
     let out = items(&client, "add", r#"{"a": 1, "b": 1}"#).await;
-    assert_eq!(out[0].as_ref().unwrap().as_json().map(toolstack::Json::value), Some(json!({"sum": 2})));
+    assert_eq!(
+        out[0]
+            .as_ref()
+            .unwrap()
+            .as_json()
+            .map(toolstack::Json::value),
+        Some(json!({"sum": 2}))
+    );
 }
 
 #[tokio::test]

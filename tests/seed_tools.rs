@@ -21,7 +21,10 @@ fn toolbox() -> Toolbox {
 }
 
 async fn call(name: &str, args: &str) -> ToolResult {
-    match toolbox().oneshot(ToolRequest::new(name.to_owned(), args.to_owned())).await {
+    match toolbox()
+        .oneshot(ToolRequest::new(name.to_owned(), args.to_owned()))
+        .await
+    {
         Ok(stream) => ToolResult::collect(stream).await,
         Err(err) => ToolResult::from_error(err),
     }
@@ -193,7 +196,10 @@ async fn count_interleaves_progress_before_each_number() {
         let p = pair[0].as_progress().expect("progress first");
         assert_eq!(p.progress, (i + 1) as f64);
         assert_eq!(p.total, Some(3.0));
-        assert_eq!(pair[1].as_json().map(toolstack::Json::value), Some(json!(i + 1)));
+        assert_eq!(
+            pair[1].as_json().map(toolstack::Json::value),
+            Some(json!(i + 1))
+        );
     }
     let result = ToolResult::collect(
         toolbox()

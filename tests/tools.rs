@@ -93,7 +93,12 @@ async fn dropping_the_stream_cancels_the_function_stream() {
     });
     let mut s = Box::pin(t.oneshot(ToolRequest::new("ticker", "{}")).await.unwrap());
     assert_eq!(
-        s.next().await.unwrap().unwrap().as_json().map(toolstack::Json::value),
+        s.next()
+            .await
+            .unwrap()
+            .unwrap()
+            .as_json()
+            .map(toolstack::Json::value),
         Some(serde_json::json!(0))
     );
     assert!(!dropped.load(Ordering::SeqCst));

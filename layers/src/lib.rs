@@ -82,6 +82,7 @@
 
 mod builder;
 pub mod catch_panic;
+mod clock;
 pub mod concurrency;
 #[cfg(feature = "rate-limit")]
 pub mod rate_limit;

@@ -205,7 +205,11 @@ fn toolbox() -> Toolbox {
 }
 
 async fn call(tb: &Toolbox, name: &str) -> Vec<ToolItem> {
-    match tb.clone().oneshot(ToolRequest::new(name.to_owned(), "{}")).await {
+    match tb
+        .clone()
+        .oneshot(ToolRequest::new(name.to_owned(), "{}"))
+        .await
+    {
         Ok(s) => s.collect().await,
         Err(e) => vec![Err(e)],
     }

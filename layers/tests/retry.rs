@@ -260,3 +260,62 @@ async fn retry_layer_reads_idempotency_from_the_tool_annotations() {
     run(&mut unsafe_to_repeat).await;
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
+
+/// A service that counts how often it is cloned.
+struct CountClones<S> {
+    inner: S,
+    clones: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl<S: Clone> Clone for CountClones<S> {
+    fn clone(&self) -> Self {
+        self.clones
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        CountClones {
+            inner: self.inner.clone(),
+            clones: self.clones.clone(),
+        }
+    }
+}
+
+impl<S: Service<ToolRequest>> Service<ToolRequest> for CountClones<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: ToolRequest) -> S::Future {
+        self.inner.call(request)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_clones_the_inner_service_only_when_it_retries() {
+    let tool = Scripted::new(vec![
+        vec![Step::Text(1, "first")],
+        vec![Step::Fail(1, slow())],
+        vec![Step::Text(1, "second")],
+    ]);
+    let clones = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = CountClones {
+        inner: tool.clone(),
+        clones: clones.clone(),
+    };
+    let mut svc = Retry::with_idempotency(counted, policy(), true);
+    let made = clones.load(std::sync::atomic::Ordering::SeqCst);
+
+    // A call that succeeds at once: no clone of the service below.
+    assert_eq!(run(&mut svc).await, ["first"]);
+    assert_eq!(clones.load(std::sync::atomic::Ordering::SeqCst), made);
+
+    // A call that is retried: one clone, for the retry.
+    assert_eq!(run(&mut svc).await, ["second"]);
+    assert_eq!(clones.load(std::sync::atomic::Ordering::SeqCst), made + 1);
+    assert_eq!(tool.calls(), 3);
+}

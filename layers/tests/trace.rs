@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures_util::{stream, StreamExt};
 use support::{scripted, texts, Scripted, Step};
 use toolstack::{tool, ToolError, ToolInfo, ToolOutput, ToolRequest, ToolStream};
-use toolstack_layers::trace::{OnEnd, Outcome, StreamSummary, TraceLayer};
+use toolstack_layers::trace::{OnEnd, StreamSummary, TraceLayer};
 use tower::{Layer, Service, ServiceExt};
 use tracing::Span;
 
@@ -376,7 +376,7 @@ impl<R> OnEnd<R> for Quiet {
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
-async fn trace_reads_no_clock_and_sizes_no_item_when_nothing_listens() {
+async fn a_call_passes_through_untouched_when_nothing_listens() {
     // Nothing listens on this thread. (A subscriber, even one that never
     // enables anything, is needed: with none, the interest that other
     // tests' subscribers register would let the span through.)
@@ -395,12 +395,9 @@ async fn trace_reads_no_clock_and_sizes_no_item_when_nothing_listens() {
     assert!(stream.span().is_disabled());
     texts(stream).await;
 
-    let summaries = quiet.0.lock().unwrap().clone();
-    assert_eq!(summaries.len(), 1);
-    assert_eq!(summaries[0].items(), 2);
-    assert_eq!(summaries[0].bytes(), 0);
-    assert_eq!(summaries[0].duration(), Duration::ZERO);
-    assert_eq!(summaries[0].outcome(), Outcome::Completed);
+    // No span was made and no hook is asked: a hook that says it is not
+    // enabled is never called (so no clock is read and no item sized).
+    assert!(quiet.0.lock().unwrap().is_empty());
 }
 
 #[tokio::test]

@@ -53,7 +53,10 @@ fn echo(calls: &Arc<AtomicUsize>) -> tool::RawTool<impl Fn(ToolRequest) -> Echo 
 async fn call_echo(arguments: &str) -> (Result<String, ToolError>, usize) {
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = ValidateLayer::new().layer_on(echo(&calls));
-    let result = match svc.oneshot(ToolRequest::new("forecast", arguments.to_owned())).await {
+    let result = match svc
+        .oneshot(ToolRequest::new("forecast", arguments.to_owned()))
+        .await
+    {
         Ok(s) => {
             let items: Vec<_> = s.collect().await;
             Ok(items[0].as_ref().unwrap().as_text().unwrap().to_owned())

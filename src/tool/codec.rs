@@ -153,7 +153,10 @@ impl<T: Serialize + 'static> Encode<T> for JsonEncoder {
         if let Some(text) = any.downcast_mut::<Option<String>>().and_then(Option::take) {
             return Ok(ToolOutput::Text { text });
         }
-        if let Some(value) = any.downcast_mut::<Option<crate::Json>>().and_then(Option::take) {
+        if let Some(value) = any
+            .downcast_mut::<Option<crate::Json>>()
+            .and_then(Option::take)
+        {
             return Ok(ToolOutput::Json { value });
         }
         let Some(item) = slot else {

@@ -2,8 +2,10 @@
 //! themselves (governor's limiters).
 
 use std::any::type_name;
+use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasher, Hash, RandomState};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use governor::state::keyed::HashMapStateStore;
@@ -14,7 +16,7 @@ use http::Extensions;
 use super::clock::TokioClock;
 use crate::{CallKind, Request};
 
-type Direct = RateLimiter<NotKeyed, InMemoryState, TokioClock>;
+pub(super) type Direct = RateLimiter<NotKeyed, InMemoryState, TokioClock>;
 type Keyed<K> = RateLimiter<K, HashMapStateStore<K>, TokioClock>;
 
 /// What a limiter reads of a call, whatever its request type.
@@ -26,6 +28,10 @@ pub(super) struct CallKey<'a> {
 }
 
 impl<'a> CallKey<'a> {
+    pub(super) fn target(&self) -> &'a str {
+        self.target
+    }
+
     #[inline]
     pub(super) fn of<R: Request>(request: &'a R) -> Self {
         CallKey {
@@ -48,6 +54,13 @@ pub(super) trait Limiter: fmt::Debug + Send + Sync {
 
     /// Forgets buckets that are full again (indistinguishable from new).
     fn retain_recent(&self);
+
+    /// The bucket every call to `call`'s target takes from, for a service
+    /// to keep and check directly (no lock, no hash) — `Some` only for a
+    /// per-tool limit, where a service in a toolbox calls one tool.
+    fn pin(&self, _call: CallKey<'_>) -> Option<Arc<Direct>> {
+        None
+    }
 }
 
 /// One bucket for every request.
@@ -94,6 +107,11 @@ impl fmt::Debug for Global {
 /// costs nothing and that a caller cannot steer into another tool's bucket.
 pub(super) struct PerTool {
     buckets: Keyed<u64>,
+    // The buckets of the tools a service has pinned (see `Limiter::pin`):
+    // the names a toolbox's tools have, so a bounded set, kept for as long
+    // as the layer lives. A pinned tool's calls all take from its bucket
+    // here, whichever service they come through.
+    pinned: Mutex<HashMap<Box<str>, Arc<Direct>>>,
     seed: RandomState,
     quota: Quota,
 }
@@ -102,18 +120,50 @@ impl PerTool {
     pub(super) fn new(quota: Quota) -> Self {
         PerTool {
             buckets: RateLimiter::hashmap_with_clock(quota, TokioClock),
+            pinned: Mutex::new(HashMap::new()),
             seed: RandomState::new(),
             quota,
         }
     }
+
+    fn pinned(&self) -> std::sync::MutexGuard<'_, HashMap<Box<str>, Arc<Direct>>> {
+        self.pinned
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
+
+/// At most this many tools get a pinned bucket per layer; past it, tools
+/// share the keyed buckets (a layer wrapping that many services is not a
+/// per-tool stack in a toolbox).
+const MAX_PINNED: usize = 4096;
 
 impl Limiter for PerTool {
     fn check(&self, call: CallKey<'_>) -> Result<(), Instant> {
+        let pinned = self.pinned().get(call.target).cloned();
+        if let Some(bucket) = pinned {
+            return bucket.check().map_err(|not| not.earliest_possible());
+        }
         let key = self.seed.hash_one(call.target);
         self.buckets
             .check_key(&key)
             .map_err(|not| not.earliest_possible())
+    }
+
+    fn pin(&self, call: CallKey<'_>) -> Option<Arc<Direct>> {
+        let mut pinned = self.pinned();
+        if let Some(bucket) = pinned.get(call.target) {
+            return Some(Arc::clone(bucket));
+        }
+        if pinned.len() >= MAX_PINNED {
+            return None;
+        }
+        // A tool seen before on the keyed path starts afresh here, once: at
+        // most one extra burst, for a layer used both around one tool and
+        // around a toolbox that has it.
+        let bucket = Arc::new(RateLimiter::direct_with_clock(self.quota, TokioClock));
+        pinned.insert(call.target.into(), Arc::clone(&bucket));
+        Some(bucket)
     }
 
     fn bucket_name(&self, call: CallKey<'_>) -> String {

@@ -1,4 +1,4 @@
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -7,7 +7,7 @@ use toolstack::{ErrorKind, ToolError};
 use tower_service::Service;
 
 use super::layer::Mode;
-use super::limiter::{CallKey, Limiter};
+use super::limiter::{CallKey, Direct, Limiter};
 use super::ResponseFuture;
 use crate::Request;
 
@@ -22,16 +22,53 @@ use crate::Request;
 #[derive(Clone, Debug)]
 pub struct RateLimit<S> {
     inner: S,
-    limiter: Arc<dyn Limiter>,
+    // One reference count per call and clone, whatever the limit.
+    shared: Arc<Shared>,
     mode: Mode,
+}
+
+#[derive(Debug)]
+struct Shared {
+    limiter: Arc<dyn Limiter>,
+    // The bucket of the one target this service (and its clones) calls,
+    // looked up on its first call: a per-tool limit over one tool in a
+    // toolbox is then a direct limiter, checked without a lock or a hash.
+    pin: OnceLock<Option<Pinned>>,
+}
+
+#[derive(Debug)]
+struct Pinned {
+    target: Box<str>,
+    bucket: Arc<Direct>,
 }
 
 impl<S> RateLimit<S> {
     pub(super) fn from_parts(inner: S, limiter: Arc<dyn Limiter>, mode: Mode) -> Self {
         RateLimit {
             inner,
-            limiter,
+            shared: Arc::new(Shared {
+                limiter,
+                pin: OnceLock::new(),
+            }),
             mode,
+        }
+    }
+
+    /// Takes one unit of quota for `call`'s bucket.
+    #[inline]
+    fn check(&self, call: CallKey<'_>) -> Result<(), std::time::Instant> {
+        let Shared { limiter, pin } = &*self.shared;
+        let pinned = pin.get_or_init(|| {
+            limiter.pin(call).map(|bucket| Pinned {
+                target: call.target().into(),
+                bucket,
+            })
+        });
+        match pinned {
+            Some(pinned) if *pinned.target == *call.target() => {
+                pinned.bucket.check().map_err(|not| not.earliest_possible())
+            }
+            _ => limiter.check(call),
         }
     }
 
@@ -67,7 +104,7 @@ where
     }
 
     fn call(&mut self, request: R) -> Self::Future {
-        let earliest = match self.limiter.check(CallKey::of(&request)) {
+        let earliest = match self.check(CallKey::of(&request)) {
             Ok(()) => return ResponseFuture::called(self.inner.call(request)),
             Err(earliest) => earliest,
         };
@@ -78,13 +115,13 @@ where
         let refusal = match self.mode {
             Mode::Reject => Some(format!(
                 "rate limit for {} reached; retry after {} ms",
-                self.limiter.bucket_name(CallKey::of(&request)),
+                self.shared.limiter.bucket_name(CallKey::of(&request)),
                 millis_ceil(retry_after)
             )),
             Mode::Wait { max: Some(max) } if retry_after > max => Some(format!(
                 "would wait {} ms for the quota of {}, more than the {} ms a call may wait; the {} never started",
                 millis_ceil(retry_after),
-                self.limiter.bucket_name(CallKey::of(&request)),
+                self.shared.limiter.bucket_name(CallKey::of(&request)),
                 millis_ceil(max),
                 R::KIND,
             )),
@@ -121,7 +158,7 @@ where
                 ResponseFuture::waiting(
                     self.inner.clone(),
                     request,
-                    Arc::clone(&self.limiter),
+                    Arc::clone(&self.shared.limiter),
                     tokio::time::Instant::from_std(earliest),
                 )
             }

@@ -1,6 +1,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
@@ -14,14 +15,26 @@ use super::policy::refused_before_running;
 use super::{Idempotency, Inferred, RetryPolicy};
 use crate::Request;
 
-/// What a call needs to be tried again.
+/// What a call needs to be tried again: the request, the layer's shared
+/// policy, and — made only when a retry happens — a service to retry on.
 pub(super) struct Attempts<S, R, I> {
-    pub(super) service: S,
+    // Cloned from the shared template, boxed, on the first retry: a call
+    // that succeeds at once carries a pointer, not a copy of the stack.
+    pub(super) service: Option<Box<S>>,
     pub(super) request: R,
-    pub(super) policy: RetryPolicy,
-    pub(super) idempotency: I,
+    pub(super) shared: Arc<Shared<S, I>>,
     /// Attempts made so far.
     pub(super) attempt: u32,
+}
+
+/// What every call of one [`Retry`](super::Retry) service (and its clones)
+/// shares.
+pub(super) struct Shared<S, I> {
+    pub(super) policy: RetryPolicy,
+    pub(super) idempotency: I,
+    // An unready copy of the inner service, cloned for each retry: a clone
+    // of the service the first attempt went to, as tower's retry makes.
+    pub(super) template: S,
 }
 
 impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
@@ -29,7 +42,7 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
     /// is final. `reached` says whether the call may have reached the
     /// service.
     fn retry_delay(&mut self, err: &ToolError, reached: bool) -> Option<Duration> {
-        let policy = &self.policy;
+        let policy = &self.shared.policy;
         if self.attempt >= policy.max_attempts || !policy.is_retryable(err) {
             return None;
         }
@@ -52,7 +65,7 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
         if reached
             && !policy.retry_non_idempotent
             && !refused_before_running(err)
-            && !self.idempotency.is_idempotent(&self.request)
+            && !self.shared.idempotency.is_idempotent(&self.request)
         {
             return None;
         }
@@ -96,7 +109,7 @@ fn poll_open<S, R, I>(
 ) -> Poll<Result<S::Response, ToolError>>
 where
     R: Request + Clone,
-    S: Service<R>,
+    S: Service<R> + Clone,
     S::Error: Into<ToolError>,
     I: Idempotency<R>,
 {
@@ -114,14 +127,19 @@ where
                 state.set(State::Readying);
                 continue;
             }
-            StateProj::Readying => match ready!(attempts.service.poll_ready(cx)) {
-                Ok(()) => {
-                    let future = attempts.service.call(attempts.request.clone());
-                    state.set(State::Calling { future });
-                    continue;
+            StateProj::Readying => {
+                let service = attempts
+                    .service
+                    .get_or_insert_with(|| Box::new(attempts.shared.template.clone()));
+                match ready!(service.poll_ready(cx)) {
+                    Ok(()) => {
+                        let future = service.call(attempts.request.clone());
+                        state.set(State::Calling { future });
+                        continue;
+                    }
+                    Err(err) => (err.into(), false),
                 }
-                Err(err) => (err.into(), false),
-            },
+            }
             StateProj::Streaming { .. } | StateProj::Done => {
                 return Poll::Ready(Err(ToolError::polled_after_completion(
                     "retry::ResponseFuture",
@@ -165,7 +183,7 @@ impl<S: Service<R>, R, I> ResponseFuture<S, R, I> {
 impl<S, R, I> Future for ResponseFuture<S, R, I>
 where
     R: Request + Clone,
-    S: Service<R>,
+    S: Service<R> + Clone,
     S::Error: Into<ToolError>,
     I: Idempotency<R>,
 {
@@ -212,7 +230,7 @@ pin_project! {
 impl<S, R, I, T> Stream for ResponseStream<S, R, I>
 where
     R: Request + Clone,
-    S: Service<R>,
+    S: Service<R> + Clone,
     S::Error: Into<ToolError>,
     S::Response: Stream<Item = Result<T, ToolError>>,
     I: Idempotency<R>,

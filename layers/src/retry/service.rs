@@ -1,10 +1,12 @@
+use std::fmt;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures_core::Stream;
 use toolstack::ToolError;
 use tower_service::Service;
 
-use super::future::Attempts;
+use super::future::{Attempts, Shared};
 use super::{Idempotency, Inferred, ResponseFuture, RetryPolicy};
 use crate::Request;
 
@@ -15,14 +17,33 @@ use crate::Request;
 /// service ([`Idempotency`]): a `bool` given when the `Retry` is made, or
 /// [`Inferred`](super::Inferred) from the call, as
 /// [`RetryLayer`](super::RetryLayer) does.
-#[derive(Debug, Clone)]
 pub struct Retry<S, I = Inferred> {
     inner: S,
-    policy: RetryPolicy,
-    idempotency: I,
+    // The policy, the idempotency rule and a template of the inner service
+    // for retries, shared by every call and clone: a call costs one
+    // reference count, whatever the size of the stack below.
+    shared: Arc<Shared<S, I>>,
 }
 
-impl<S> Retry<S> {
+impl<S: Clone, I> Clone for Retry<S, I> {
+    fn clone(&self) -> Self {
+        Retry {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, I> fmt::Debug for Retry<S, I> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Retry")
+            .field("inner", &self.inner)
+            .field("policy", &self.shared.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Clone> Retry<S> {
     /// Wraps a tool or a model; whether a call may be repeated is
     /// [`Inferred`] from the call (what [`RetryLayer`](super::RetryLayer)
     /// does).
@@ -31,20 +52,23 @@ impl<S> Retry<S> {
     }
 }
 
-impl<S, I> Retry<S, I> {
+impl<S: Clone, I> Retry<S, I> {
     /// Wraps any service, saying whether its calls are idempotent: a
     /// `bool` for every call, or [`Inferred`](super::Inferred).
     pub fn with_idempotency(inner: S, policy: RetryPolicy, idempotency: I) -> Self {
         Retry {
+            shared: Arc::new(Shared {
+                policy,
+                idempotency,
+                template: inner.clone(),
+            }),
             inner,
-            policy,
-            idempotency,
         }
     }
 
     /// The policy.
     pub fn policy(&self) -> &RetryPolicy {
-        &self.policy
+        &self.shared.policy
     }
 
     /// The wrapped service.
@@ -64,7 +88,7 @@ where
     S: Service<R, Response = St> + Clone,
     S::Error: Into<ToolError>,
     St: Stream<Item = Result<T, ToolError>>,
-    I: Idempotency<R> + Clone,
+    I: Idempotency<R>,
 {
     type Response = super::ResponseStream<S, R, I>;
     type Error = ToolError;
@@ -75,17 +99,16 @@ where
     }
 
     fn call(&mut self, request: R) -> Self::Future {
-        if let Some(budget) = &self.policy.budget {
+        if let Some(budget) = &self.shared.policy.budget {
             budget.deposit();
         }
-        // The ready service takes the first attempt; a clone, readied
-        // afterwards, takes any retry.
+        // The ready service takes the first attempt; a clone of the
+        // template, made and readied only then, takes any retry.
         let first = self.inner.call(request.clone());
         let attempts = Attempts {
-            service: self.inner.clone(),
+            service: None,
             request,
-            policy: self.policy.clone(),
-            idempotency: self.idempotency.clone(),
+            shared: self.shared.clone(),
             attempt: 1,
         };
         ResponseFuture::new(first, attempts)

@@ -59,6 +59,11 @@ where
             limits,
             kind: R::KIND,
         };
-        ResponseFuture::new(self.inner.call(request), bounds)
+        let inner = match start {
+            // A rate limit below takes its quota at this same instant.
+            Some(start) => crate::clock::lend(start, || self.inner.call(request)),
+            None => self.inner.call(request),
+        };
+        ResponseFuture::new(inner, bounds)
     }
 }

@@ -18,7 +18,10 @@ pin_project! {
     /// The response future of [`Trace`](super::Trace): polls the inner
     /// future inside the call's span and reports the opening or the failure.
     ///
-    /// Dropping it before it resolves reports an early drop.
+    /// Dropping it before it resolves reports an early drop. When nothing
+    /// listened as the call began (no span, no hook enabled), it is the
+    /// inner future and a word: the span and hooks are boxed, and only a
+    /// watched call has them.
     #[derive(Debug)]
     pub struct ResponseFuture<F, R, OO, OE, OF, OD>
     where
@@ -29,10 +32,24 @@ pin_project! {
     {
         #[pin]
         inner: F,
-        on_open: OO,
-        // Taken when the future resolves: moved into the stream, or ended.
-        guard: Option<EndGuard<R, OE, OF, OD>>,
+        watch: Watch<Box<Opening<R, OO, OE, OF, OD>>>,
     }
+}
+
+/// Whether a call is watched; `Done` once the future resolved.
+#[derive(Debug)]
+enum Watch<T> {
+    // Nothing listens: the call passes through, for a branch per poll.
+    Off,
+    On(T),
+    Done,
+}
+
+/// What a watched call carries until it opens.
+#[derive(Debug)]
+pub(super) struct Opening<R: Request, OO, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> {
+    on_open: OO,
+    guard: EndGuard<R, OE, OF, OD>,
 }
 
 impl<F, R, OO, OE, OF, OD> ResponseFuture<F, R, OO, OE, OF, OD>
@@ -42,11 +59,17 @@ where
     OF: OnFailure<R>,
     OD: OnEarlyDrop<R>,
 {
-    pub(super) fn new(inner: F, on_open: OO, guard: EndGuard<R, OE, OF, OD>) -> Self {
+    pub(super) fn watched(inner: F, on_open: OO, guard: EndGuard<R, OE, OF, OD>) -> Self {
         ResponseFuture {
             inner,
-            on_open,
-            guard: Some(guard),
+            watch: Watch::On(Box::new(Opening { on_open, guard })),
+        }
+    }
+
+    pub(super) fn unwatched(inner: F) -> Self {
+        ResponseFuture {
+            inner,
+            watch: Watch::Off,
         }
     }
 }
@@ -66,32 +89,51 @@ where
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let Some(EndGuard { span, state }) = this.guard.as_mut() else {
-            return Poll::Ready(Err(ToolError::polled_after_completion(
-                "trace::ResponseFuture",
-            )));
-        };
-        let entered = span.enter();
-        match ready!(this.inner.poll(cx)) {
-            Ok(inner) => {
-                this.on_open.on_open(state.elapsed(), span);
-                drop(entered);
-                match this.guard.take() {
-                    Some(guard) => Poll::Ready(Ok(ResponseStream {
+        let opening = match this.watch {
+            Watch::Off => {
+                let opened = ready!(this.inner.poll(cx));
+                *this.watch = Watch::Done;
+                return Poll::Ready(match opened {
+                    Ok(inner) => Ok(ResponseStream {
                         inner: Some(inner),
-                        guard,
-                    })),
-                    None => unreachable!("the guard was borrowed above"),
-                }
+                        guard: None,
+                    }),
+                    Err(err) => Err(err.into()),
+                });
+            }
+            Watch::On(opening) => opening,
+            Watch::Done => {
+                return Poll::Ready(Err(ToolError::polled_after_completion(
+                    "trace::ResponseFuture",
+                )))
+            }
+        };
+        let Opening { on_open, guard } = &mut **opening;
+        let EndGuard { span, state } = guard;
+        let entered = span.enter();
+        let opened = ready!(this.inner.poll(cx));
+        let result = match opened {
+            Ok(inner) => {
+                on_open.on_open(state.elapsed(), span);
+                Ok(inner)
             }
             Err(err) => {
                 let err = err.into();
                 state.fail(&err, span);
-                drop(entered);
-                this.guard.take();
-                Poll::Ready(Err(err))
+                Err(err)
             }
-        }
+        };
+        drop(entered);
+        let Watch::On(opening) = std::mem::replace(this.watch, Watch::Done) else {
+            unreachable!("matched above")
+        };
+        Poll::Ready(result.map(|inner| {
+            let Opening { guard, .. } = *opening;
+            ResponseStream {
+                inner: Some(inner),
+                guard: Some(Box::new(guard)),
+            }
+        }))
     }
 }
 
@@ -99,6 +141,9 @@ pin_project! {
     /// The response stream of [`Trace`](super::Trace): polls the inner
     /// stream inside the call's span, counts the items, and reports the end
     /// of the stream, its (terminal) error, or its drop before the end.
+    ///
+    /// Unwatched (nothing listened as the call began), it is the inner
+    /// stream and a word.
     #[derive(Debug)]
     pub struct ResponseStream<St, R, OE, OF, OD>
     where
@@ -111,7 +156,8 @@ pin_project! {
         // item): it is dropped then and never polled again.
         #[pin]
         inner: Option<St>,
-        guard: EndGuard<R, OE, OF, OD>,
+        // `None` when the call is not watched.
+        guard: Option<Box<EndGuard<R, OE, OF, OD>>>,
     }
 }
 
@@ -122,9 +168,10 @@ where
     OF: OnFailure<R>,
     OD: OnEarlyDrop<R>,
 {
-    /// The call's span.
+    /// The call's span (disabled when nothing listened as the call began).
     pub fn span(&self) -> &Span {
-        &self.guard.span
+        static DISABLED: std::sync::LazyLock<Span> = std::sync::LazyLock::new(Span::none);
+        self.guard.as_ref().map_or(&DISABLED, |guard| &guard.span)
     }
 }
 
@@ -145,7 +192,14 @@ where
         let Some(inner) = this.inner.as_mut().as_pin_mut() else {
             return Poll::Ready(None);
         };
-        let EndGuard { span, state } = this.guard;
+        let Some(guard) = this.guard.as_deref_mut() else {
+            let item = ready!(inner.poll_next(cx));
+            if !matches!(item, Some(Ok(_))) {
+                this.inner.set(None);
+            }
+            return Poll::Ready(item);
+        };
+        let EndGuard { span, state } = guard;
         let _entered = span.enter();
         let item = ready!(inner.poll_next(cx));
         if !matches!(item, Some(Ok(_))) {
@@ -166,10 +220,6 @@ where
     }
 }
 
-/// The per-call bookkeeping, moved from the future into the stream.
-///
-/// Not pinned, so it can move; its `Drop` notices a consumer that walked
-/// away before the call's end.
 pub(super) struct EndGuard<R: Request, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> {
     span: Span,
     state: CallState<R, OE, OF, OD>,

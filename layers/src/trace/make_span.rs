@@ -16,6 +16,13 @@ use tracing::{Level, Span};
 pub trait MakeSpan<R> {
     /// The span of the call `request`.
     fn make_span(&mut self, request: &R) -> Span;
+
+    /// Whether a span made now could be enabled; when it cannot and no
+    /// hook is enabled either, the trace layer makes no span and the call
+    /// passes through. The default says yes: a closure is always asked.
+    fn is_enabled(&self) -> bool {
+        true
+    }
 }
 
 impl<R, F> MakeSpan<R> for F
@@ -61,6 +68,10 @@ impl Default for DefaultMakeSpan {
 }
 
 impl MakeSpan<ToolRequest> for DefaultMakeSpan {
+    fn is_enabled(&self) -> bool {
+        super::level_enabled(self.level)
+    }
+
     fn make_span(&mut self, request: &ToolRequest) -> Span {
         let name = request.name();
         span_dynamic_lvl!(
@@ -79,6 +90,10 @@ impl MakeSpan<ToolRequest> for DefaultMakeSpan {
 }
 
 impl MakeSpan<ChatRequest> for DefaultMakeSpan {
+    fn is_enabled(&self) -> bool {
+        super::level_enabled(self.level)
+    }
+
     fn make_span(&mut self, request: &ChatRequest) -> Span {
         let model = request.model.as_deref();
         span_dynamic_lvl!(

@@ -68,14 +68,20 @@ where
 
     fn call(&mut self, request: R) -> Self::Future {
         let layer = &mut self.layer;
-        let span = layer.make_span.make_span(&request);
-        let span_enabled = !span.is_disabled();
-        let listening = span_enabled
+        // Asked first, and cheaply: with no subscriber (or one that filters
+        // these levels out) the call passes through, building no span and
+        // no field, reading no clock, sizing no item.
+        let watched = layer.make_span.is_enabled()
             || layer.on_open.is_enabled()
             || layer.on_end.is_enabled()
             || layer.on_failure.is_enabled()
             || layer.on_early_drop.is_enabled();
-        let start = listening.then(Instant::now);
+        if !watched {
+            return ResponseFuture::unwatched(self.inner.call(request));
+        }
+        let span = layer.make_span.make_span(&request);
+        let span_enabled = !span.is_disabled();
+        let start = Some(Instant::now());
         if let (Some(max), true) = (layer.record_arguments, span_enabled) {
             let mut input = Recorded::new(max);
             // Fails only when the limit is reached, which is the point.
@@ -99,6 +105,6 @@ where
             layer.on_failure.clone(),
             layer.on_early_drop.clone(),
         );
-        ResponseFuture::new(inner, layer.on_open.clone(), guard)
+        ResponseFuture::watched(inner, layer.on_open.clone(), guard)
     }
 }
