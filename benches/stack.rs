@@ -241,7 +241,10 @@ fn tower_stock() -> impl FnMut() -> String {
 }
 
 /// The per-call cases, in the order of the README's table.
-fn cases() -> Vec<(&'static str, Box<dyn FnMut() -> String>)> {
+/// A named per-call case: one call, to the text the model receives.
+type Case = (&'static str, Box<dyn FnMut() -> String>);
+
+fn cases() -> Vec<Case> {
     let mut typed = add_tool();
     let toolbox = Toolbox::new().tool(add_tool());
     let stack = stacked();
@@ -273,7 +276,7 @@ fn cases() -> Vec<(&'static str, Box<dyn FnMut() -> String>)> {
 
 /// Each layer alone over the tool, inside the toolbox (where requests carry
 /// the tool's description, as retry and validate need).
-fn layer_cases() -> Vec<(&'static str, Box<dyn FnMut() -> String>)> {
+fn layer_cases() -> Vec<Case> {
     fn one<L>(layer: L) -> Box<dyn FnMut() -> String>
     where
         L: tower::Layer<PlainTool>,
@@ -335,7 +338,7 @@ fn plain_tool() -> PlainTool {
 
 /// ns per call of each case: 7 rounds, each case measured for 100 ms in
 /// every round (interleaved, so drift hits every case alike), best round.
-fn measure(cases: &mut [(&'static str, Box<dyn FnMut() -> String>)]) -> Vec<f64> {
+fn measure(cases: &mut [Case]) -> Vec<f64> {
     let mut best = vec![f64::MAX; cases.len()];
     for _ in 0..7 {
         for (i, (_, f)) in cases.iter_mut().enumerate() {
@@ -508,7 +511,7 @@ fn streaming_summary() {
     };
     let mut best = [f64::MAX; 3];
     for _ in 0..5 {
-        for i in 0..3 {
+        for (i, best) in best.iter_mut().enumerate() {
             let start = Instant::now();
             let n = match i {
                 0 => drain(items()),
@@ -516,7 +519,7 @@ fn streaming_summary() {
                 _ => through(&stack),
             };
             assert_eq!(n, ITEMS);
-            best[i] = best[i].min(start.elapsed().as_nanos() as f64 / ITEMS as f64);
+            *best = best.min(start.elapsed().as_nanos() as f64 / ITEMS as f64);
         }
     }
     println!("\n## {ITEMS} items streamed (best of 5)\n");
