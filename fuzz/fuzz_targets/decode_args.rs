@@ -39,7 +39,10 @@ where
     T: serde::de::DeserializeOwned + serde::Serialize + 'static,
 {
     let result = block_on(async {
-        match tool.oneshot(ToolRequest::new(name, arguments)).await {
+        match tool
+            .oneshot(ToolRequest::new(name.to_owned(), arguments.to_owned()))
+            .await
+        {
             Ok(stream) => ToolResult::collect(stream).await,
             Err(err) => {
                 assert_invalid(&err, arguments);

@@ -118,7 +118,10 @@ fn remote() -> &'static Toolbox {
 fn arguments(text: &str) {
     let remote = remote().clone();
     let result = runtime().block_on(async {
-        match remote.oneshot(ToolRequest::new("args", text)).await {
+        match remote
+            .oneshot(ToolRequest::new("args", text.to_owned()))
+            .await
+        {
             Ok(stream) => ToolResult::collect(stream).await,
             Err(err) => {
                 assert_invalid(&err, text);

@@ -40,7 +40,10 @@ fn unevaluated_allowed() -> bool {
 
 fn call(tools: Toolbox, name: &str, arguments: &str) -> ToolResult {
     block_on(async {
-        match tools.oneshot(ToolRequest::new(name, arguments)).await {
+        match tools
+            .oneshot(ToolRequest::new(name.to_owned(), arguments.to_owned()))
+            .await
+        {
             Ok(stream) => ToolResult::collect(stream).await,
             Err(err) => {
                 assert_invalid(&err, arguments);
