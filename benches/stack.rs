@@ -43,7 +43,7 @@ use toolstack_layers::rate_limit::{Quota, RateLimitLayer};
 use toolstack_layers::retry::RetryPolicy;
 use toolstack_layers::timeout::TimeoutLayer;
 use toolstack_layers::ServiceBuilderExt;
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::{Service, ServiceBuilder};
 
 use toolstack_demo::add::{add, direct, Add, Sum, ARGS, TEXT};
 
@@ -333,6 +333,90 @@ fn plain_tool() -> PlainTool {
         .annotations(ToolAnnotations::new().read_only())
 }
 
+/// A tool that answers with nothing, ready at once: the base for the
+/// precise per-layer figures (a layer's own cost, without the tool's work
+/// and the noise of a 300 ns call around it).
+fn empty_tool() -> impl Service<
+    ToolRequest,
+    Response = impl Stream<Item = ToolItem> + Send + 'static,
+    Error = ToolError,
+    Future = impl Send + 'static,
+> + Clone
+       + Send
+       + Sync
+       + 'static {
+    tower::service_fn(|_: ToolRequest| std::future::ready(Ok::<_, ToolError>(stream::empty())))
+}
+
+/// One call of a service over the empty tool: ready, call, open, drain.
+fn call_empty<S>(svc: &mut S, request: &ToolRequest) -> String
+where
+    S: Service<ToolRequest>,
+    S::Error: std::fmt::Debug,
+    S::Response: Stream<Item = ToolItem>,
+{
+    ready(svc);
+    let stream = svc
+        .call(request.clone())
+        .now_or_never()
+        .expect("ready")
+        .expect("opened");
+    assert_eq!(drain(stream), 0);
+    String::new()
+}
+
+/// Each layer alone over the empty tool, called directly (no toolbox):
+/// what the layer itself costs per call.
+fn precise_layer_cases() -> Vec<Case> {
+    fn one<S>(mut svc: S) -> Box<dyn FnMut() -> String>
+    where
+        S: Service<ToolRequest> + 'static,
+        S::Error: std::fmt::Debug,
+        S::Response: Stream<Item = ToolItem>,
+    {
+        let request = ToolRequest::new("empty", "{}");
+        Box::new(move || call_empty(&mut svc, &request))
+    }
+    vec![
+        ("empty tool", one(empty_tool())),
+        (
+            "trace (no subscriber)",
+            one(ServiceBuilder::new().stream_trace().service(empty_tool())),
+        ),
+        (
+            "catch_panic",
+            one(ServiceBuilder::new()
+                .stream_catch_panic()
+                .service(empty_tool())),
+        ),
+        (
+            "timeout (3 bounds)",
+            one(ServiceBuilder::new()
+                .stream_timeout(timeouts())
+                .service(empty_tool())),
+        ),
+        (
+            "retry",
+            one(ServiceBuilder::new()
+                .stream_retry(RetryPolicy::new())
+                .service(empty_tool())),
+        ),
+        (
+            "rate_limit (per tool)",
+            one(ServiceBuilder::new()
+                .stream_rate_limit(per_tool_quota())
+                .service(empty_tool())),
+        ),
+        (
+            "concurrency_limit",
+            one(ServiceBuilder::new()
+                .layer(ConcurrencyLimitLayer::new(PERMITS))
+                .service(empty_tool())),
+        ),
+        ("README stack", one(readme_stack!().service(empty_tool()))),
+    ]
+}
+
 // ---------------------------------------------------------------------------
 // Timing.
 
@@ -398,6 +482,22 @@ fn per_call_summary() {
     }
 }
 
+fn precise_layer_summary() {
+    let mut cases = precise_layer_cases();
+    let ns = measure(&mut cases);
+    println!("\n## each layer alone over an empty tool, called directly\n");
+    println!("| layer | ns/call | + ns over the empty tool | allocations/call |");
+    println!("|---|---|---|---|");
+    for (i, (name, f)) in cases.iter_mut().enumerate() {
+        let allocs = allocations_per_call(f.as_mut());
+        println!(
+            "| {name} | {:.1} | {:+.1} | {allocs:.1} |",
+            ns[i],
+            ns[i] - ns[0]
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Throughput: 64 tasks on 2 worker threads.
 
@@ -438,7 +538,8 @@ fn throughput_summary() {
         let stack = stack.clone();
         async move {
             for i in 0..CALLS_PER_TASK {
-                let stream = stack.clone().oneshot(request()).await.expect("opened");
+                // The agent's path: `dispatch(&self)`, no toolbox clone.
+                let stream = stack.dispatch(request()).await.expect("opened");
                 let text = ToolResult::collect(stream).await.into_text();
                 black_box(text);
                 if i % 16 == 0 {
@@ -520,6 +621,79 @@ fn streaming_summary() {
             };
             assert_eq!(n, ITEMS);
             *best = best.min(start.elapsed().as_nanos() as f64 / ITEMS as f64);
+        }
+    }
+    if std::env::args().any(|a| a == "--stream") {
+        // Per layer, for finding which one costs per item.
+        let only = std::env::var("STREAM_ONLY").ok();
+        let per = |name: &str, toolbox: Toolbox| {
+            if only.as_deref().is_some_and(|o| o != name) {
+                return;
+            }
+            let best = (0..3)
+                .map(|_| {
+                    let start = Instant::now();
+                    assert_eq!(through(&toolbox), ITEMS);
+                    start.elapsed().as_nanos() as f64 / ITEMS as f64
+                })
+                .fold(f64::MAX, f64::min);
+            println!("{name:<24} {best:.2} ns/item");
+        };
+        per(
+            "concurrency",
+            Toolbox::new().service(
+                info(),
+                ServiceBuilder::new()
+                    .layer(ConcurrencyLimitLayer::new(PERMITS))
+                    .service(items_tool()),
+            ),
+        );
+        per("toolbox", Toolbox::new().service(info(), items_tool()));
+        per(
+            "trace",
+            Toolbox::new().service(
+                info(),
+                ServiceBuilder::new().stream_trace().service(items_tool()),
+            ),
+        );
+        per(
+            "catch_panic",
+            Toolbox::new().service(
+                info(),
+                ServiceBuilder::new()
+                    .stream_catch_panic()
+                    .service(items_tool()),
+            ),
+        );
+        per(
+            "timeout",
+            Toolbox::new().service(
+                info(),
+                ServiceBuilder::new()
+                    .stream_timeout(timeouts())
+                    .service(items_tool()),
+            ),
+        );
+        per(
+            "retry",
+            Toolbox::new().service(
+                info(),
+                ServiceBuilder::new()
+                    .stream_retry(RetryPolicy::new())
+                    .service(items_tool()),
+            ),
+        );
+        per(
+            "rate_limit",
+            Toolbox::new().service(
+                info(),
+                ServiceBuilder::new()
+                    .stream_rate_limit(per_tool_quota())
+                    .service(items_tool()),
+            ),
+        );
+        if only.is_some() {
+            return;
         }
     }
     println!("\n## {ITEMS} items streamed (best of 5)\n");
@@ -694,6 +868,12 @@ fn main() {
         let wanted = &args[i + 1];
         let mut all = cases();
         all.extend(layer_cases());
+        // Named `precise NAME`.
+        all.extend(
+            precise_layer_cases()
+                .into_iter()
+                .map(|(name, f)| (&*format!("precise {name}").leak(), f)),
+        );
         let (name, f) = all
             .iter_mut()
             .find(|(name, _)| name.contains(wanted.as_str()))
@@ -707,6 +887,18 @@ fn main() {
         }
         return;
     }
+    if args.iter().any(|a| a == "--stream") {
+        streaming_summary();
+        return;
+    }
+    if args.iter().any(|a| a == "--layers") {
+        precise_layer_summary();
+        return;
+    }
+    if args.iter().any(|a| a == "--throughput") {
+        throughput_summary();
+        return;
+    }
     if args.iter().any(|a| a == "--sizes") {
         sizes();
         return;
@@ -718,6 +910,7 @@ fn main() {
         c.final_summary();
     }
     per_call_summary();
+    precise_layer_summary();
     throughput_summary();
     streaming_summary();
     memory_summary();

@@ -288,7 +288,8 @@ impl ToolError {
     /// The [model-facing form](ToolError::to_model_json) as JSON text: what
     /// a model reads as the tool message of a failed call.
     pub fn to_model_text(&self) -> String {
-        self.to_model_json().to_string()
+        let value = self.to_model_json();
+        serde_json::to_string(&value).unwrap_or_else(|_| value.to_string())
     }
 
     /// Reads back the [model-facing form](ToolError::to_model_json), as a

@@ -201,13 +201,15 @@ impl Json {
 
 impl From<serde_json::Value> for Json {
     fn from(value: serde_json::Value) -> Self {
-        Json(value.to_string())
+        Json::from(&value)
     }
 }
 
 impl From<&serde_json::Value> for Json {
     fn from(value: &serde_json::Value) -> Self {
-        Json(value.to_string())
+        // serde_json's writer, not `Display` (which grows a `String` from
+        // empty through the formatter); a `Value` always serializes.
+        Json(serde_json::to_string(value).unwrap_or_else(|_| value.to_string()))
     }
 }
 

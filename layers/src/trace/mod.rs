@@ -107,10 +107,17 @@ macro_rules! span_dynamic_lvl {
 /// callsite's cached interest, so with no subscriber (or one that filters
 /// this target out) it is a load and a branch, and the call path then reads
 /// no clock and sizes no item.
+#[inline]
 fn level_enabled(level: Level) -> bool {
     if STATIC_MAX_LEVEL < level || LevelFilter::current() < level {
         return false;
     }
+    callsite_enabled(level)
+}
+
+/// The callsite's interest, once the global level lets `level` through.
+#[inline(never)]
+fn callsite_enabled(level: Level) -> bool {
     match level {
         Level::TRACE => tracing::enabled!(Level::TRACE),
         Level::DEBUG => tracing::enabled!(Level::DEBUG),
