@@ -218,7 +218,7 @@ where
 {
     type Item = Result<T, ToolError>;
 
-    #[inline]
+    #[inline(always)]
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.project();
         let (mut inner, kind) = (this.inner, *this.kind);

@@ -237,7 +237,7 @@ where
 {
     type Item = Result<T, ToolError>;
 
-    #[inline]
+    #[inline(always)]
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
         loop {

@@ -161,7 +161,7 @@ where
 {
     type Item = Result<T, ToolError>;
 
-    #[inline]
+    #[inline(always)]
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
         let Some(inner) = this.inner.as_mut().as_pin_mut() else {
