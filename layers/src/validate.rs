@@ -179,22 +179,34 @@ type Entry = (Arc<ToolInfo>, Option<Arc<jsonschema::Validator>>);
 const MAX_CACHED: usize = 1024;
 
 impl Compiled {
-    fn get(&self, info: &Arc<ToolInfo>) -> Option<Arc<jsonschema::Validator>> {
+    /// Runs `f` with the compiled schema of `info`'s tool (`None`: its
+    /// schema does not compile). The first tool's is lent without a lock or
+    /// a reference count.
+    fn with<R>(
+        &self,
+        info: &Arc<ToolInfo>,
+        f: impl FnOnce(Option<&jsonschema::Validator>) -> R,
+    ) -> R {
         let (first, validator) = self
             .first
             .get_or_init(|| (info.clone(), compile_or_warn(info)));
         if Arc::ptr_eq(first, info) {
-            return validator.clone();
+            return f(validator.as_deref());
         }
-        let mut others = self.others.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, validator)) = others.iter().find(|(i, _)| Arc::ptr_eq(i, info)) {
-            return validator.clone();
-        }
-        let validator = compile_or_warn(info);
-        if others.len() < MAX_CACHED {
-            others.push((info.clone(), validator.clone()));
-        }
-        validator
+        let validator = {
+            let mut others = self.others.lock().unwrap_or_else(|e| e.into_inner());
+            match others.iter().find(|(i, _)| Arc::ptr_eq(i, info)) {
+                Some((_, validator)) => validator.clone(),
+                None => {
+                    let validator = compile_or_warn(info);
+                    if others.len() < MAX_CACHED {
+                        others.push((info.clone(), validator.clone()));
+                    }
+                    validator
+                }
+            }
+        };
+        f(validator.as_deref())
     }
 }
 
@@ -250,8 +262,8 @@ impl<S> Validate<S> {
             request.name(),
             self.max_argument_bytes,
         )?;
-        let validator = match &self.schema {
-            Schema::Fixed(validator) => validator.clone(),
+        match &self.schema {
+            Schema::Fixed(validator) => check(validator, request.arguments()),
             Schema::PerTool(compiled) => {
                 let Some(info) = request.info_shared() else {
                     return Err(ToolError::failed(format!(
@@ -262,21 +274,24 @@ impl<S> Validate<S> {
                     ))
                     .with_retryable(false));
                 };
-                match compiled.get(info) {
-                    Some(validator) => validator,
-                    None => return Ok(()),
-                }
+                compiled.with(info, |validator| match validator {
+                    Some(validator) => check(validator, request.arguments()),
+                    None => Ok(()),
+                })
             }
-        };
-        check(&validator, request.arguments())
+        }
     }
 }
 
 /// Readiness is the inner tool's business only once the arguments are
 /// known to be good: `poll_ready` is always ready, and a call that passes
-/// the check drives a clone of the inner tool's readiness in its future
-/// (tower's `Oneshot`). So a call with bad arguments is refused at once —
-/// it waits for no permit or quota below — and a good one waits as usual.
+/// the check asks the inner tool's readiness then. Ready at once (the
+/// common case), the tool is called there; not ready, the call's future
+/// takes that handle — with its place in any queue below — and drives it
+/// (tower's `Oneshot`), while this `Validate` keeps a fresh clone. So a
+/// call with bad arguments is refused at once — it waits for no permit or
+/// quota below — and a good one waits as usual, paying for a clone only
+/// when it has to wait.
 impl<S, St> Service<ToolRequest> for Validate<S>
 where
     S: Service<ToolRequest, Response = St> + Clone,
@@ -297,12 +312,25 @@ where
                 kind: Kind::Rejected { error: Some(err) },
             };
         }
-        ResponseFuture {
-            kind: Kind::Readying {
-                service: self.inner.clone(),
-                request: Some(request),
+        // Asked with a waker that does nothing: a tool not ready now is
+        // handed to the future, whose polls register the caller's waker.
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let kind = match self.inner.poll_ready(&mut cx) {
+            Poll::Ready(Ok(())) => Kind::Called {
+                future: self.inner.call(request),
             },
-        }
+            Poll::Ready(Err(err)) => Kind::Rejected {
+                error: Some(err.into()),
+            },
+            Poll::Pending => {
+                let fresh = self.inner.clone();
+                Kind::Readying {
+                    service: std::mem::replace(&mut self.inner, fresh),
+                    request: Some(request),
+                }
+            }
+        };
+        ResponseFuture { kind }
     }
 }
 

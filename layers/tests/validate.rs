@@ -519,3 +519,74 @@ async fn one_validate_shared_by_two_tools_checks_each_against_its_own_schema() {
         }
     }
 }
+
+/// A service that counts how often it is cloned.
+#[derive(Debug)]
+struct CountClones<S> {
+    inner: S,
+    clones: Arc<AtomicUsize>,
+}
+
+impl<S: Clone> Clone for CountClones<S> {
+    fn clone(&self) -> Self {
+        self.clones.fetch_add(1, Ordering::SeqCst);
+        CountClones {
+            inner: self.inner.clone(),
+            clones: self.clones.clone(),
+        }
+    }
+}
+
+impl<S: Service<ToolRequest>> Service<ToolRequest> for CountClones<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: ToolRequest) -> S::Future {
+        self.inner.call(request)
+    }
+}
+
+#[tokio::test]
+async fn validate_clones_the_tool_only_for_a_call_that_has_to_wait() {
+    use toolstack_layers::concurrency::ConcurrencyLimitLayer;
+
+    let calls = Arc::new(AtomicUsize::new(0));
+    let clones = Arc::new(AtomicUsize::new(0));
+    let limited = ServiceBuilder::new()
+        .layer(ConcurrencyLimitLayer::new(1))
+        .service(CountClones {
+            inner: echo(&calls),
+            clones: clones.clone(),
+        });
+    let mut svc = Validate::with_schema(limited, &forecast_schema()).unwrap();
+    let good = || ToolRequest::new("forecast", r#"{"city":"Oslo"}"#);
+
+    // Bounded: a Validate that held on to a permit would hang here.
+    let within = |f| tokio::time::timeout(std::time::Duration::from_secs(5), f);
+
+    // Ready at once: called in place, no clone.
+    let call = svc.ready().await.unwrap().call(good());
+    let first = within(call).await.expect("opens at once").unwrap();
+    assert_eq!(clones.load(Ordering::SeqCst), 0);
+
+    // The one permit is held by `first`'s stream: this call has to wait,
+    // so its future takes the waiting handle and the Validate a clone.
+    let waiting = svc.ready().await.unwrap().call(good());
+    assert_eq!(clones.load(Ordering::SeqCst), 1);
+    drop(first);
+    let second = within(waiting)
+        .await
+        .expect("opens once the permit is back")
+        .unwrap();
+    let items: Vec<_> = second.collect().await;
+    assert_eq!(items.len(), 1);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
