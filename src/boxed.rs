@@ -1,15 +1,22 @@
 //! Type-erased tools: [`BoxTool`] and its response stream [`ToolStream`].
 //!
 //! A toolbox holds tools of many types, so it erases them. Erasure here
-//! costs **one allocation per call**: the cloned service, its response
-//! future and its response stream live in one boxed state machine, which is
-//! first driven as the call's future (readiness, then opening) and then
-//! handed out, unchanged, as the response stream.
+//! costs **one allocation per call**: the call's response future and its
+//! response stream live in one boxed state machine, which is first driven
+//! as the call's future (opening) and then handed out, unchanged, as the
+//! response stream.
 //!
-//! Each call clones the service and drives *that clone's* `poll_ready`
-//! before calling it (tower's `Oneshot` pattern), so a tool that applies
-//! back-pressure — a `ConcurrencyLimit`, a `Buffer` — is never called while
-//! unready, and one busy tool does not make the others wait.
+//! Each call gets a handle of its own to the tool and asks that handle's
+//! `poll_ready` before calling it, so a tool that applies back-pressure — a
+//! `ConcurrencyLimit`, a `Buffer` — is never called while unready, and one
+//! busy tool does not make the others wait. The handle is a spare kept
+//! from an earlier call on the same thread, or a clone. Ready at once (the
+//! common case), the tool is called as the call is made and the handle is
+//! kept as a spare; not ready, the handle goes into the call's state
+//! machine, which drives its readiness with the caller's waker (tower's
+//! `Oneshot`), keeping its place in any queue. A tool's readiness is asked
+//! once with a waker that does nothing, so a tool must (as tower asks) wake
+//! the waker of its latest poll.
 //!
 //! ```
 //! use futures_util::StreamExt;
@@ -33,7 +40,8 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{ready, Context, Poll};
 
 use futures_core::Stream;
@@ -57,6 +65,8 @@ pin_project! {
         Ready { service: S, request: Option<ToolRequest> },
         Opening { #[pin] future: Fut },
         Open { #[pin] stream: St },
+        // The tool's readiness failed when the call was made.
+        Refused { error: Option<ToolError> },
         Done,
     }
 }
@@ -92,6 +102,13 @@ where
                     }
                 },
                 CallStateProj::Open { .. } => return Poll::Ready(Ok(())),
+                CallStateProj::Refused { error } => {
+                    let err = error
+                        .take()
+                        .unwrap_or_else(|| ToolError::polled_after_completion("a tool call"));
+                    self.set(CallState::Done);
+                    return Poll::Ready(Err(err));
+                }
                 CallStateProj::Done => {
                     return Poll::Ready(Err(ToolError::polled_after_completion("a tool call")))
                 }
@@ -260,7 +277,53 @@ trait ErasedTool: Send + Sync {
     fn call(&self, request: ToolRequest) -> Pin<Box<dyn ErasedCall>>;
 }
 
-struct Erased<S>(S);
+/// A tool erased, with spare handles of it for calls that find it ready.
+struct Erased<S> {
+    // Never called: each call's handle is a clone of it, or a spare.
+    template: S,
+    // Handles that were ready and called, kept for the next call made on
+    // the same thread (one slot per thread index, so threads do not share
+    // a slot's cache line): a call that finds its tool ready at once then
+    // costs no clone of the tool — no reference counts taken and dropped
+    // on every `Arc` in its stack, which is what made calls from several
+    // threads contend.
+    spare: Box<[Spare<S>]>,
+}
+
+#[repr(align(128))]
+struct Spare<S>(Mutex<Option<Box<S>>>);
+
+/// How many spare slots a tool keeps: the threads that can run at once,
+/// to a power of two, at most 64.
+fn spare_slots() -> usize {
+    static SLOTS: OnceLock<usize> = OnceLock::new();
+    *SLOTS.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .clamp(1, 64)
+            .next_power_of_two()
+    })
+}
+
+/// This thread's slot index (the spare slot is this modulo their number).
+fn thread_slot() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    SLOT.with(|slot| *slot)
+}
+
+impl<S: Clone> Erased<S> {
+    fn new(template: S) -> Self {
+        Erased {
+            template,
+            spare: (0..spare_slots())
+                .map(|_| Spare(Mutex::new(None)))
+                .collect(),
+        }
+    }
+}
 
 impl<S> ErasedTool for Erased<S>
 where
@@ -270,10 +333,35 @@ where
     S::Response: Stream<Item = ToolItem> + Send + 'static,
 {
     fn call(&self, request: ToolRequest) -> Pin<Box<dyn ErasedCall>> {
-        Box::pin(CallState::<S, S::Future, S::Response>::Ready {
-            service: self.0.clone(),
-            request: Some(request),
-        })
+        let slot = &self.spare[thread_slot() & (self.spare.len() - 1)].0;
+        let mut service = slot
+            .try_lock()
+            .ok()
+            .and_then(|mut spare| spare.take())
+            .unwrap_or_else(|| Box::new(self.template.clone()));
+        // Asked with a waker that does nothing: a tool that is not ready
+        // now goes into the call, whose polls drive its readiness with the
+        // caller's waker (keeping its place in any queue).
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match service.poll_ready(&mut cx) {
+            Poll::Ready(Ok(())) => {
+                let future = service.call(request);
+                // Called, so unready again and holding nothing: a spare.
+                if let Ok(mut spare) = slot.try_lock() {
+                    if spare.is_none() {
+                        *spare = Some(service);
+                    }
+                }
+                Box::pin(CallState::<S, S::Future, S::Response>::Opening { future })
+            }
+            Poll::Ready(Err(err)) => Box::pin(CallState::<S, S::Future, S::Response>::Refused {
+                error: Some(err.into()),
+            }),
+            Poll::Pending => Box::pin(CallState::<S, S::Future, S::Response>::Ready {
+                service: *service,
+                request: Some(request),
+            }),
+        }
     }
 }
 
@@ -319,7 +407,7 @@ impl BoxTool {
         BoxTool {
             info: info.into(),
             target: None,
-            inner: Arc::new(Erased(service)),
+            inner: Arc::new(Erased::new(service)),
         }
     }
 

@@ -153,8 +153,13 @@ where
                 // to wait. A fresh clone goes into the future and gets ready
                 // only once the wait is over, so that a waiting call holds no
                 // capacity of the inner service (a concurrency permit, a
-                // buffer slot) that calls to other buckets could use; the
-                // readiness already acquired stays here for the next call.
+                // buffer slot) that calls to other buckets could use. The
+                // readiness already acquired is given back too (the ready
+                // handle is dropped for a fresh one): after `call`, a handle
+                // holds nothing, as tower's services do, so a caller may
+                // keep it for its next call (the toolbox does).
+                let fresh = self.inner.clone();
+                drop(std::mem::replace(&mut self.inner, fresh));
                 ResponseFuture::waiting(
                     self.inner.clone(),
                     request,
