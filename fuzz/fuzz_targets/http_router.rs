@@ -94,7 +94,7 @@ fn router() -> axum::Router {
                 // Echoes its argument text as items of every kind.
                 .tool(tool::raw(ToolInfo::new("items"), |request: ToolRequest| {
                     let text = request.arguments().to_owned();
-                    let json = serde_json::from_str(&text).unwrap_or_default();
+                    let json: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
                     futures::stream::iter([
                         Ok(ToolOutput::text(text.clone())),
                         Ok(ToolOutput::json(json)),
