@@ -45,7 +45,7 @@ use toolstack_layers::timeout::TimeoutLayer;
 use toolstack_layers::ServiceBuilderExt;
 use tower::{Service, ServiceBuilder};
 
-use toolstack_demo::add::{add, direct, Add, Sum, ARGS, TEXT};
+use toolstack_demo::add::{add, direct, Add, ARGS, TEXT};
 
 // ---------------------------------------------------------------------------
 // Counting allocator: allocations and live bytes, only while `COUNTING` is
@@ -277,18 +277,19 @@ fn cases() -> Vec<Case> {
 /// Each layer alone over the tool, inside the toolbox (where requests carry
 /// the tool's description, as retry and validate need).
 fn layer_cases() -> Vec<Case> {
-    fn one<L>(layer: L) -> Box<dyn FnMut() -> String>
+    fn one<T, L>(tool: T, layer: L) -> Box<dyn FnMut() -> String>
     where
-        L: tower::Layer<PlainTool>,
+        T: toolstack::Describe,
+        L: tower::Layer<T>,
         L::Service: Service<ToolRequest> + Clone + Send + Sync + 'static,
         <L::Service as Service<ToolRequest>>::Error: Into<ToolError>,
         <L::Service as Service<ToolRequest>>::Future: Send + 'static,
         <L::Service as Service<ToolRequest>>::Response: Stream<Item = ToolItem> + Send + 'static,
     {
-        let toolbox = Toolbox::new().layered(plain_tool(), layer);
+        let toolbox = Toolbox::new().layered(tool, layer);
         Box::new(move || call_toolbox(&toolbox))
     }
-    let toolbox = Toolbox::new().tool(plain_tool());
+    let toolbox = Toolbox::new().tool(add_tool());
     vec![
         (
             "no layer (the toolbox)",
@@ -296,41 +297,42 @@ fn layer_cases() -> Vec<Case> {
         ),
         (
             "trace (no subscriber)",
-            one(ServiceBuilder::new().stream_trace()),
+            one(add_tool(), ServiceBuilder::new().stream_trace()),
         ),
         (
             "catch_panic",
-            one(ServiceBuilder::new().stream_catch_panic()),
+            one(add_tool(), ServiceBuilder::new().stream_catch_panic()),
         ),
         (
             "timeout (3 bounds)",
-            one(ServiceBuilder::new().stream_timeout(timeouts())),
+            one(add_tool(), ServiceBuilder::new().stream_timeout(timeouts())),
         ),
         (
             "retry",
-            one(ServiceBuilder::new().stream_retry(RetryPolicy::new())),
+            one(
+                add_tool(),
+                ServiceBuilder::new().stream_retry(RetryPolicy::new()),
+            ),
         ),
         (
             "rate_limit (per tool)",
-            one(ServiceBuilder::new().stream_rate_limit(per_tool_quota())),
+            one(
+                add_tool(),
+                ServiceBuilder::new().stream_rate_limit(per_tool_quota()),
+            ),
         ),
         (
             "concurrency_limit",
-            one(ServiceBuilder::new().layer(ConcurrencyLimitLayer::new(PERMITS))),
+            one(
+                add_tool(),
+                ServiceBuilder::new().layer(ConcurrencyLimitLayer::new(PERMITS)),
+            ),
         ),
-        ("validate", one(ServiceBuilder::new().stream_validate())),
+        (
+            "validate",
+            one(add_tool(), ServiceBuilder::new().stream_validate()),
+        ),
     ]
-}
-
-type PlainFn = fn(Add) -> std::future::Ready<Result<Sum, ToolError>>;
-type PlainTool = toolstack::FnTool<toolstack::tool::AsyncFn<PlainFn>, Add>;
-
-/// The same tool with a nameable type, for the per-layer cases.
-fn plain_tool() -> PlainTool {
-    let f: PlainFn = |args| std::future::ready(Ok(add(args)));
-    tool::from_fn("add", f)
-        .description("Adds two numbers.")
-        .annotations(ToolAnnotations::new().read_only())
 }
 
 /// A tool that answers with nothing, ready at once: the base for the
@@ -440,62 +442,66 @@ fn measure(cases: &mut [Case]) -> Vec<f64> {
     best
 }
 
-fn per_call_summary() {
-    let mut cases = cases();
-    for (name, f) in cases.iter_mut() {
-        assert_eq!(f(), TEXT, "{name}");
-    }
-    let ns = measure(&mut cases);
-    println!("\n## per call (best of 7 interleaved rounds; × hand-written in this run)\n");
-    println!("| path | ns/call | × hand-written | allocations/call |");
+/// Measures `cases` and prints them as a table: name, ns/call, the
+/// comparison `compare(ns, i)` with the first case, allocations per call.
+/// Returns the ns/call figures.
+fn table(
+    title: &str,
+    columns: &str,
+    cases: &mut [Case],
+    compare: impl Fn(&[f64], usize) -> String,
+) -> Vec<f64> {
+    let ns = measure(cases);
+    println!("\n## {title}\n");
+    println!("{columns}");
     println!("|---|---|---|---|");
     for (i, (name, f)) in cases.iter_mut().enumerate() {
         let allocs = allocations_per_call(f.as_mut());
         println!(
-            "| {name} | {:.1} | {:.2}× | {allocs:.1} |",
+            "| {name} | {:.1} | {} | {allocs:.1} |",
             ns[i],
-            ns[i] / ns[0]
+            compare(&ns, i)
         );
     }
+    ns
+}
+
+/// Runs each case once and checks it answers the model's text.
+fn checked(mut cases: Vec<Case>) -> Vec<Case> {
+    for (name, f) in cases.iter_mut() {
+        assert_eq!(f(), TEXT, "{name}");
+    }
+    cases
+}
+
+fn per_call_summary() {
+    let ns = table(
+        "per call (best of 7 interleaved rounds; × hand-written in this run)",
+        "| path | ns/call | × hand-written | allocations/call |",
+        &mut checked(cases()),
+        |ns, i| format!("{:.2}×", ns[i] / ns[0]),
+    );
     let stack = ns[4];
     println!(
         "\nValidate on top of the README stack: +{:.2}× hand-written (+{:.1} ns)",
         (ns[5] - stack) / ns[0],
         ns[5] - stack
     );
-
-    let mut layers = layer_cases();
-    for (name, f) in layers.iter_mut() {
-        assert_eq!(f(), TEXT, "{name}");
-    }
-    let ns = measure(&mut layers);
-    println!("\n## each layer alone over the tool, in a toolbox\n");
-    println!("| layer | ns/call | + ns over no layer | allocations/call |");
-    println!("|---|---|---|---|");
-    for (i, (name, f)) in layers.iter_mut().enumerate() {
-        let allocs = allocations_per_call(f.as_mut());
-        println!(
-            "| {name} | {:.1} | {:+.1} | {allocs:.1} |",
-            ns[i],
-            ns[i] - ns[0]
-        );
-    }
+    table(
+        "each layer alone over the tool, in a toolbox",
+        "| layer | ns/call | + ns over no layer | allocations/call |",
+        &mut checked(layer_cases()),
+        |ns, i| format!("{:+.1}", ns[i] - ns[0]),
+    );
 }
 
 fn precise_layer_summary() {
-    let mut cases = precise_layer_cases();
-    let ns = measure(&mut cases);
-    println!("\n## each layer alone over an empty tool, called directly\n");
-    println!("| layer | ns/call | + ns over the empty tool | allocations/call |");
-    println!("|---|---|---|---|");
-    for (i, (name, f)) in cases.iter_mut().enumerate() {
-        let allocs = allocations_per_call(f.as_mut());
-        println!(
-            "| {name} | {:.1} | {:+.1} | {allocs:.1} |",
-            ns[i],
-            ns[i] - ns[0]
-        );
-    }
+    table(
+        "each layer alone over an empty tool, called directly",
+        "| layer | ns/call | + ns over the empty tool | allocations/call |",
+        &mut precise_layer_cases(),
+        |ns, i| format!("{:+.1}", ns[i] - ns[0]),
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -802,42 +808,42 @@ fn sizes() {
         std::mem::size_of::<ToolItem>(),
         std::mem::size_of::<ToolResult>()
     );
-    show("tool", plain_tool());
+    show("tool", add_tool());
     show(
         "trace",
-        ServiceBuilder::new().stream_trace().service(plain_tool()),
+        ServiceBuilder::new().stream_trace().service(add_tool()),
     );
     show(
         "catch_panic",
         ServiceBuilder::new()
             .stream_catch_panic()
-            .service(plain_tool()),
+            .service(add_tool()),
     );
     show(
         "timeout",
         ServiceBuilder::new()
             .stream_timeout(timeouts())
-            .service(plain_tool()),
+            .service(add_tool()),
     );
     show(
         "retry",
         ServiceBuilder::new()
             .stream_retry(RetryPolicy::new())
-            .service(plain_tool()),
+            .service(add_tool()),
     );
     show(
         "rate_limit",
         ServiceBuilder::new()
             .stream_rate_limit(per_tool_quota())
-            .service(plain_tool()),
+            .service(add_tool()),
     );
     show(
         "concurrency",
         ServiceBuilder::new()
             .layer(ConcurrencyLimitLayer::new(PERMITS))
-            .service(plain_tool()),
+            .service(add_tool()),
     );
-    show("README stack", readme_stack!().service(plain_tool()));
+    show("README stack", readme_stack!().service(add_tool()));
 }
 
 fn criterion_cases(c: &mut Criterion) {

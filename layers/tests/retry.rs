@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use support::{texts, Scripted, Step};
+use support::{texts, CountClones, Scripted, Step};
 use tokio::time::Instant;
 use toolstack::{
     BoxTool, Describe, ErrorKind, TimeoutPhase, ToolAnnotations, ToolError, ToolRequest,
@@ -259,40 +259,6 @@ async fn retry_layer_reads_idempotency_from_the_tool_annotations() {
     let (mut unsafe_to_repeat, calls) = make(false);
     run(&mut unsafe_to_repeat).await;
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
-}
-
-/// A service that counts how often it is cloned.
-struct CountClones<S> {
-    inner: S,
-    clones: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl<S: Clone> Clone for CountClones<S> {
-    fn clone(&self) -> Self {
-        self.clones
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        CountClones {
-            inner: self.inner.clone(),
-            clones: self.clones.clone(),
-        }
-    }
-}
-
-impl<S: Service<ToolRequest>> Service<ToolRequest> for CountClones<S> {
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: ToolRequest) -> S::Future {
-        self.inner.call(request)
-    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -3,12 +3,15 @@
 //! tool is not called.
 #![cfg(feature = "validate")]
 
+mod support;
+
 use std::error::Error as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use futures_util::{stream, StreamExt};
 use serde_json::{json, Value};
+use support::CountClones;
 use toolstack::{
     tool, BoxTool, Describe, ErrorKind, ToolError, ToolInfo, ToolItem, ToolOutput, ToolRequest,
     Toolbox,
@@ -517,40 +520,6 @@ async fn one_validate_shared_by_two_tools_checks_each_against_its_own_schema() {
                 .unwrap_err();
             assert_eq!(err.kind(), ErrorKind::InvalidArguments, "{name} {bad}");
         }
-    }
-}
-
-/// A service that counts how often it is cloned.
-#[derive(Debug)]
-struct CountClones<S> {
-    inner: S,
-    clones: Arc<AtomicUsize>,
-}
-
-impl<S: Clone> Clone for CountClones<S> {
-    fn clone(&self) -> Self {
-        self.clones.fetch_add(1, Ordering::SeqCst);
-        CountClones {
-            inner: self.inner.clone(),
-            clones: self.clones.clone(),
-        }
-    }
-}
-
-impl<S: Service<ToolRequest>> Service<ToolRequest> for CountClones<S> {
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: ToolRequest) -> S::Future {
-        self.inner.call(request)
     }
 }
 

@@ -20,8 +20,8 @@ pin_project! {
     ///
     /// Dropping it before it resolves reports an early drop. When nothing
     /// listened as the call began (no span, no hook enabled), it is the
-    /// inner future and a word: the span and hooks are boxed, and only a
-    /// watched call has them.
+    /// inner future and a few words: the span and hooks are boxed (once,
+    /// the box then goes to the stream), and only a watched call has them.
     #[derive(Debug)]
     pub struct ResponseFuture<F, R, OO, OE, OF, OD>
     where
@@ -32,24 +32,18 @@ pin_project! {
     {
         #[pin]
         inner: F,
-        watch: Watch<Box<Opening<R, OO, OE, OF, OD>>>,
+        watch: Watch<OO, Box<EndGuard<R, OE, OF, OD>>>,
     }
 }
 
-/// Whether a call is watched; `Done` once the future resolved.
+/// Whether a call is watched (its open hook and the guard the stream
+/// takes over); `Done` once the future resolved.
 #[derive(Debug)]
-enum Watch<T> {
+enum Watch<OO, G> {
     // Nothing listens: the call passes through, for a branch per poll.
     Off,
-    On(T),
+    On(OO, G),
     Done,
-}
-
-/// What a watched call carries until it opens.
-#[derive(Debug)]
-pub(super) struct Opening<R: Request, OO, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> {
-    on_open: OO,
-    guard: EndGuard<R, OE, OF, OD>,
 }
 
 impl<F, R, OO, OE, OF, OD> ResponseFuture<F, R, OO, OE, OF, OD>
@@ -62,7 +56,7 @@ where
     pub(super) fn watched(inner: F, on_open: OO, guard: EndGuard<R, OE, OF, OD>) -> Self {
         ResponseFuture {
             inner,
-            watch: Watch::On(Box::new(Opening { on_open, guard })),
+            watch: Watch::On(on_open, Box::new(guard)),
         }
     }
 
@@ -101,15 +95,15 @@ where
                     Err(err) => Err(err.into()),
                 });
             }
-            Watch::On(opening) => opening,
+            Watch::On(on_open, guard) => (on_open, guard),
             Watch::Done => {
                 return Poll::Ready(Err(ToolError::polled_after_completion(
                     "trace::ResponseFuture",
                 )))
             }
         };
-        let Opening { on_open, guard } = &mut **opening;
-        let EndGuard { span, state } = guard;
+        let (on_open, guard) = opening;
+        let EndGuard { span, state } = &mut **guard;
         let entered = span.enter();
         let opened = ready!(this.inner.poll(cx));
         let result = match opened {
@@ -124,15 +118,12 @@ where
             }
         };
         drop(entered);
-        let Watch::On(opening) = std::mem::replace(this.watch, Watch::Done) else {
+        let Watch::On(_, guard) = std::mem::replace(this.watch, Watch::Done) else {
             unreachable!("matched above")
         };
-        Poll::Ready(result.map(|inner| {
-            let Opening { guard, .. } = *opening;
-            ResponseStream {
-                inner: Some(inner),
-                guard: Some(Box::new(guard)),
-            }
+        Poll::Ready(result.map(|inner| ResponseStream {
+            inner: Some(inner),
+            guard: Some(guard),
         }))
     }
 }

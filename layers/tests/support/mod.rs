@@ -131,3 +131,38 @@ pub async fn texts<S: futures_util::Stream<Item = ToolItem>>(stream: S) -> Vec<S
         .collect()
         .await
 }
+
+/// A service that counts how often it is cloned (the layers that clone
+/// only when they must are pinned with it).
+#[derive(Debug)]
+pub struct CountClones<S> {
+    pub inner: S,
+    pub clones: Arc<AtomicUsize>,
+}
+
+impl<S: Clone> Clone for CountClones<S> {
+    fn clone(&self) -> Self {
+        self.clones.fetch_add(1, Ordering::SeqCst);
+        CountClones {
+            inner: self.inner.clone(),
+            clones: self.clones.clone(),
+        }
+    }
+}
+
+impl<S: tower::Service<ToolRequest>> tower::Service<ToolRequest> for CountClones<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: ToolRequest) -> S::Future {
+        self.inner.call(request)
+    }
+}
