@@ -82,19 +82,50 @@ pub(super) use set_level_method;
 #[derive(Clone)]
 pub struct ClientLog {
     peer: Peer<RoleServer>,
-    level: Arc<AtomicU8>,
+    level: Level,
+}
+
+/// The lowest level the client wants.
+#[derive(Clone)]
+enum Level {
+    /// The session's, from `logging/setLevel` (up to 2025-11-25).
+    Session(Arc<AtomicU8>),
+    /// The request's, from its `_meta` (2026-07-28): none there, no
+    /// messages.
+    Request(Option<u8>),
 }
 
 impl ClientLog {
-    pub(super) fn new(peer: Peer<RoleServer>, level: Arc<AtomicU8>) -> Self {
-        ClientLog { peer, level }
+    /// A log at the session's level.
+    pub(super) fn session(peer: Peer<RoleServer>, level: Arc<AtomicU8>) -> Self {
+        ClientLog {
+            peer,
+            level: Level::Session(level),
+        }
     }
 
-    /// Sends `data` at `level`, unless the client asked for a higher level.
+    /// A log at the level the request's `_meta` asks for
+    /// (`io.modelcontextprotocol/logLevel`); silent without one.
+    pub(super) fn request(peer: Peer<RoleServer>, level: Option<LoggingLevel>) -> Self {
+        ClientLog {
+            peer,
+            level: Level::Request(level.map(level_rank)),
+        }
+    }
+
+    fn threshold(&self) -> Option<u8> {
+        match &self.level {
+            Level::Session(level) => Some(level.load(Ordering::Relaxed)),
+            Level::Request(level) => *level,
+        }
+    }
+
+    /// Sends `data` at `level`, unless the client asked for a higher level
+    /// (or, on 2026-07-28, for no messages at all by setting none).
     /// A client that has gone away is not an error for the tool: the
     /// message is dropped.
     pub async fn log(&self, level: LoggingLevel, data: impl Into<Value>) {
-        if level_rank(level) < self.level.load(Ordering::Relaxed) {
+        if self.threshold().is_none_or(|min| level_rank(level) < min) {
             return;
         }
         let param = LoggingMessageNotificationParam::new(level, data.into());
@@ -127,7 +158,7 @@ impl ClientLog {
 impl std::fmt::Debug for ClientLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClientLog")
-            .field("level", &self.level.load(Ordering::Relaxed))
+            .field("level", &self.threshold())
             .finish()
     }
 }

@@ -60,12 +60,16 @@
 //! # Ok::<_, ToolError>(()) }).unwrap();
 //! ```
 
+mod call;
 mod client;
 pub mod convert;
+mod input;
 mod log;
 mod server;
 
+pub use call::TaskSupport;
 pub use client::{McpClient, McpTool};
+pub use input::ClientInput;
 pub use log::ClientLog;
 pub use rmcp;
-pub use server::McpServer;
+pub use server::{McpServer, ToolsOnly};

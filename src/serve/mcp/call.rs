@@ -1,0 +1,291 @@
+//! A `tools/call` as the server drives it: the tool's stream collected
+//! into a result, stopping where the tool waits for the client's input
+//! (a 2026-07-28 round), kept between rounds, or run as an MCP task.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use futures_util::future::{self, Either, FutureExt};
+use futures_util::StreamExt;
+use rmcp::model::Task;
+use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
+use rmcp::ErrorData;
+
+use super::convert;
+use super::input::{Backend, InputState};
+use crate::boxed::ResponseFuture;
+use crate::{ErrorKind, Progress, ToolError, ToolOutput, ToolResult, ToolStream};
+
+/// Whether a tool's calls may run as MCP tasks (the tasks extension,
+/// `io.modelcontextprotocol/tasks`), set per tool with
+/// [`McpServer::task_support`](super::McpServer::task_support).
+///
+/// A client that did not declare the extension never gets a task: its
+/// calls of an [`Optional`](TaskSupport::Optional) tool run as ordinary
+/// calls, and those of a [`Required`](TaskSupport::Required) one are
+/// refused with the protocol's *missing required client capability* error.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TaskSupport {
+    /// Calls always run to their result (the default).
+    #[default]
+    Forbidden,
+    /// A call that has not finished by the time it first waits (on
+    /// anything but the client's input) becomes a task; one that finishes
+    /// at once answers at once.
+    Optional,
+    /// Every call from a client that supports tasks is a task.
+    Required,
+}
+
+/// What driving a call gave.
+pub(super) enum Step {
+    /// A progress report, to pass on.
+    Progress(Progress),
+    /// The call's result.
+    Done(ToolResult),
+    /// The tool waits for the client's input: the requests are in the
+    /// call's input state.
+    NeedsInput,
+}
+
+enum Phase {
+    Opening(Pin<Box<ResponseFuture>>),
+    Streaming(ToolStream),
+    Finished,
+}
+
+/// One call of a tool, between its rounds.
+pub(super) struct Call {
+    tool: String,
+    phase: Phase,
+    pub(super) input: Arc<InputState>,
+    result: ToolResult,
+}
+
+impl Call {
+    pub(super) fn new(tool: String, opened: ResponseFuture, input: Arc<InputState>) -> Self {
+        Call {
+            tool,
+            phase: Phase::Opening(Box::pin(opened)),
+            input,
+            result: ToolResult::default(),
+        }
+    }
+
+    pub(super) fn tool(&self) -> &str {
+        &self.tool
+    }
+
+    fn finish(&mut self) -> Step {
+        self.phase = Phase::Finished;
+        Step::Done(std::mem::take(&mut self.result))
+    }
+
+    pub(super) fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<Step> {
+        loop {
+            match &mut self.phase {
+                Phase::Opening(opened) => match opened.as_mut().poll(cx) {
+                    Poll::Ready(Ok(stream)) => self.phase = Phase::Streaming(stream),
+                    Poll::Ready(Err(err)) => {
+                        self.result.push_error(err);
+                        return Poll::Ready(self.finish());
+                    }
+                    Poll::Pending => break,
+                },
+                Phase::Streaming(stream) => match stream.poll_next_unpin(cx) {
+                    Poll::Ready(Some(Ok(ToolOutput::Progress(progress)))) => {
+                        return Poll::Ready(Step::Progress(*progress));
+                    }
+                    Poll::Ready(Some(Ok(output))) => self.result.push(output),
+                    Poll::Ready(Some(Err(err))) => {
+                        self.result.push_error(err);
+                        return Poll::Ready(self.finish());
+                    }
+                    Poll::Ready(None) => return Poll::Ready(self.finish()),
+                    Poll::Pending => break,
+                },
+                Phase::Finished => {
+                    self.result
+                        .push_error(ToolError::polled_after_completion("an MCP call"));
+                    return Poll::Ready(Step::Done(std::mem::take(&mut self.result)));
+                }
+            }
+        }
+        // The tool waits: for the client, when it has just asked.
+        if self.input.poll_unsent(cx.waker()) {
+            Poll::Ready(Step::NeedsInput)
+        } else {
+            Poll::Pending
+        }
+    }
+
+    /// The next step.
+    pub(super) fn step(&mut self) -> impl Future<Output = Step> + '_ {
+        future::poll_fn(|cx| self.poll_step(cx))
+    }
+
+    /// The next step if the call can take it without waiting.
+    pub(super) fn look(&mut self) -> impl Future<Output = Option<Step>> + '_ {
+        future::poll_fn(|cx| match self.poll_step(cx) {
+            Poll::Ready(step) => Poll::Ready(Some(step)),
+            Poll::Pending => Poll::Ready(None),
+        })
+    }
+}
+
+/// Calls waiting for their client's next round, under their
+/// `requestState`: a random 128-bit token, so a client can resume only a
+/// call it was given (a forged or altered state finds nothing).
+pub(super) struct Waiting {
+    calls: Mutex<HashMap<String, (Call, Instant)>>,
+    pub(super) ttl: Duration,
+    pub(super) max: usize,
+}
+
+impl Waiting {
+    pub(super) fn new() -> Self {
+        Waiting {
+            calls: Mutex::new(HashMap::new()),
+            ttl: Duration::from_secs(600),
+            max: 1024,
+        }
+    }
+
+    /// Keeps `call` until its client retries; its `requestState`, or
+    /// `None` when too many calls wait already.
+    pub(super) fn park(&self, call: Call) -> Option<String> {
+        let now = Instant::now();
+        let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        // A call whose client never came back is dropped, which cancels
+        // the tool.
+        calls.retain(|_, (_, deadline)| *deadline > now);
+        if calls.len() >= self.max {
+            return None;
+        }
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        calls.insert(token.clone(), (call, now + self.ttl));
+        Some(token)
+    }
+
+    /// The call kept under `token`, if it is a call of `tool` and has not
+    /// expired. A token is good for one retry.
+    pub(super) fn resume(&self, token: &str, tool: &str) -> Option<Call> {
+        let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        let (call, deadline) = calls.remove(token)?;
+        if call.tool() != tool || deadline <= Instant::now() {
+            return None;
+        }
+        Some(call)
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.calls.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// The server's MCP tasks: rmcp's [`TaskManager`] runs and keeps them.
+pub(super) struct Tasks {
+    pub(super) manager: TaskManager,
+    pub(super) ttl: Duration,
+    pub(super) poll_interval: Duration,
+    pub(super) max_running: usize,
+}
+
+impl Tasks {
+    pub(super) fn new() -> Self {
+        Tasks {
+            manager: TaskManager::new(),
+            ttl: Duration::from_secs(300),
+            poll_interval: Duration::from_millis(500),
+            max_running: 1024,
+        }
+    }
+
+    fn options(&self) -> TaskOptions {
+        TaskOptions::new()
+            .with_ttl_ms(self.ttl.as_millis() as u64)
+            .with_poll_interval_ms(self.poll_interval.as_millis() as u64)
+    }
+
+    /// Runs the rest of `call` as a task; `None` when too many run already.
+    pub(super) fn spawn(&self, mut call: Call) -> Option<Task> {
+        if self.manager.running_task_count() >= self.max_running {
+            return None;
+        }
+        Some(self.manager.spawn(self.options(), move |task| {
+            call.input.set_backend(Backend::Task(task.clone()));
+            Box::pin(async move {
+                let status = task.clone();
+                let run = AssertUnwindSafe(async move {
+                    loop {
+                        match call.step().await {
+                            Step::Progress(progress) => {
+                                status.set_status_message(describe(&progress))
+                            }
+                            Step::Done(result) => break result,
+                            // Requests go to the task from now on; none can
+                            // be left from the rounds before.
+                            Step::NeedsInput => {
+                                break ToolResult::from_error(ToolError::failed(
+                                    "the tool asked for input outside its task",
+                                ))
+                            }
+                        }
+                    }
+                })
+                .catch_unwind();
+                let cancelled = std::pin::pin!(task.cancelled());
+                match future::select(std::pin::pin!(run), cancelled).await {
+                    // `tasks/cancel` drops the stream, which cancels the tool.
+                    Either::Right(((), _)) => Err(TaskExit::Cancelled),
+                    Either::Left((Err(_panic), _)) => Err(TaskExit::Error(
+                        ErrorData::internal_error("the tool panicked", None),
+                    )),
+                    Either::Left((Ok(result), _)) => task_outcome(result),
+                }
+            })
+        }))
+    }
+
+    /// A task that has its result already.
+    pub(super) fn finished(&self, result: ToolResult) -> Option<Task> {
+        if self.manager.running_task_count() >= self.max_running {
+            return None;
+        }
+        let outcome = task_outcome(result);
+        Some(
+            self.manager
+                .spawn(self.options(), move |_| Box::pin(future::ready(outcome))),
+        )
+    }
+}
+
+/// A tool's result as a task's end: `completed` (with `isError` for a
+/// tool error), or `failed` for a panic, which the protocol reserves for
+/// failures of the server rather than the tool.
+fn task_outcome(result: ToolResult) -> Result<rmcp::model::CallToolResult, TaskExit> {
+    match &result.error {
+        Some(err) if err.kind() == ErrorKind::Panicked => Err(TaskExit::Error(
+            ErrorData::internal_error(err.message().to_owned(), None),
+        )),
+        _ => Ok(convert::call_result(result)),
+    }
+}
+
+/// A progress report as a task's status message.
+fn describe(progress: &Progress) -> String {
+    let done = match progress.total {
+        Some(total) => format!("{}/{}", progress.progress, total),
+        None => progress.progress.to_string(),
+    };
+    match &progress.message {
+        Some(message) => format!("{done}: {message}"),
+        None => done,
+    }
+}
