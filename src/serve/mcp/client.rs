@@ -1,23 +1,31 @@
 //! [`McpClient`] and [`McpTool`]: a remote MCP server's tools as local
 //! tool services.
 
+#![allow(deprecated)] // sampling and roots: SEP-2577 deprecates them in rmcp
+
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use futures_util::stream;
 use rmcp::model::{
-    CallToolRequestParams, CancelledNotificationParam, ClientCapabilities, ClientConfig,
-    ClientRequest, ErrorCode, Implementation, JsonRpcMessage, JsonRpcNotification,
-    ProgressNotificationParam, ProgressToken, Request, RequestId, ServerNotification, ServerResult,
+    CallToolRequestParams, CallToolResult, CancelTaskParams, CancelledNotificationParam,
+    ClientCapabilities, ClientConfig, ClientRequest, CreateMessageRequestParams,
+    CreateMessageResult, ElicitRequestParams, ElicitResult, ErrorCode, GetTaskParams,
+    Implementation, InputRequest, InputRequests, InputResponses, JsonRpcMessage,
+    JsonRpcNotification, ListRootsResult, NumberOrString, ProgressNotificationParam, ProgressToken,
+    ProtocolVersion, Request, RequestId, ServerNotification, ServerResult, TaskPayload,
+    UpdateTaskParams,
 };
 use rmcp::service::{
-    PeerRequestOptions, RunningService, RxJsonRpcMessage, ServiceError, TxJsonRpcMessage,
+    ClientLifecycleMode, ClientServiceExt, PeerRequestOptions, RequestContext, RunningService,
+    RxJsonRpcMessage, ServiceError, TxJsonRpcMessage,
 };
 use rmcp::transport::{IntoTransport, Transport};
-use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
+use rmcp::{ClientHandler, ErrorData, Peer, RoleClient, ServiceExt};
 use tokio::sync::{oneshot, Notify};
 use tower_service::Service;
 
@@ -133,15 +141,147 @@ impl ProgressRouter {
     }
 }
 
-/// The client side of the connection.
+/// The client side of the connection: the user's answers to a server's
+/// requests for input, if any.
 struct Handler {
     info: ClientConfig,
+    answers: Option<Arc<dyn Answer>>,
+}
+
+fn no_answers(what: &str) -> ErrorData {
+    ErrorData::new(
+        ErrorCode::METHOD_NOT_FOUND,
+        format!("this client answers no {what} requests"),
+        None,
+    )
 }
 
 impl ClientHandler for Handler {
     fn get_info(&self) -> ClientConfig {
         self.info.clone()
     }
+
+    // Revisions up to 2025-11-25: the server asks with a request.
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        match &self.answers {
+            Some(answers) => answers.elicit(params, context).await,
+            None => Err(no_answers("elicitation")),
+        }
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        match &self.answers {
+            Some(answers) => answers.create_message(params, context).await,
+            None => Err(no_answers("sampling")),
+        }
+    }
+
+    async fn list_roots(
+        &self,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, ErrorData> {
+        match &self.answers {
+            Some(answers) => answers.list_roots(context).await,
+            None => Err(no_answers("roots")),
+        }
+    }
+}
+
+/// A user's rmcp [`ClientHandler`], type-erased: what answers a server's
+/// requests for input, whichever way they come (a request on the session,
+/// an input-required result, a task waiting for input).
+trait Answer: Send + Sync + 'static {
+    fn elicit(
+        &self,
+        params: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> BoxFuture<'static, Result<ElicitResult, ErrorData>>;
+    fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> BoxFuture<'static, Result<CreateMessageResult, ErrorData>>;
+    fn list_roots(
+        &self,
+        context: RequestContext<RoleClient>,
+    ) -> BoxFuture<'static, Result<ListRootsResult, ErrorData>>;
+}
+
+struct Answers<H>(Arc<H>);
+
+impl<H: ClientHandler> Answer for Answers<H> {
+    fn elicit(
+        &self,
+        params: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> BoxFuture<'static, Result<ElicitResult, ErrorData>> {
+        let handler = self.0.clone();
+        Box::pin(async move { handler.create_elicitation(params, context).await })
+    }
+
+    fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> BoxFuture<'static, Result<CreateMessageResult, ErrorData>> {
+        let handler = self.0.clone();
+        Box::pin(async move { handler.create_message(params, context).await })
+    }
+
+    fn list_roots(
+        &self,
+        context: RequestContext<RoleClient>,
+    ) -> BoxFuture<'static, Result<ListRootsResult, ErrorData>> {
+        let handler = self.0.clone();
+        Box::pin(async move { handler.list_roots(context).await })
+    }
+}
+
+/// Answers one request for input as its result's JSON.
+async fn answer_one(
+    answers: &dyn Answer,
+    key: String,
+    request: InputRequest,
+    peer: Peer<RoleClient>,
+) -> Result<(String, serde_json::Value), ToolError> {
+    let context = RequestContext::new(NumberOrString::String(key.as_str().into()), peer);
+    let value = match request {
+        InputRequest::Elicitation(request) => answers
+            .elicit(request.params, context)
+            .await
+            .and_then(|r| to_json(&r)),
+        InputRequest::CreateMessage(request) => answers
+            .create_message(request.params, context)
+            .await
+            .and_then(|r| to_json(&r)),
+        InputRequest::ListRoots(_) => answers.list_roots(context).await.and_then(|r| to_json(&r)),
+        other => Err(ErrorData::invalid_params(
+            format!("an input request of an unknown kind: {other:?}"),
+            None,
+        )),
+    };
+    value.map(|v| (key, v)).map_err(|err| {
+        ToolError::new(
+            ErrorKind::Unavailable,
+            format!(
+                "could not answer the MCP server's request for input: {}",
+                err.message
+            ),
+        )
+    })
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Result<serde_json::Value, ErrorData> {
+    serde_json::to_value(value).map_err(|e| ErrorData::internal_error(e.to_string(), None))
 }
 
 /// Routes progress notifications as the transport reads them.
@@ -197,32 +337,132 @@ type Running = RunningService<RoleClient, Handler>;
 pub struct McpClient {
     running: Arc<Running>,
     progress: ProgressRouter,
+    answers: Option<Arc<dyn Answer>>,
+    max_input_rounds: usize,
 }
 
-fn client_info() -> ClientConfig {
-    ClientConfig::new(
-        ClientCapabilities::default(),
-        Implementation::new("toolstack", env!("CARGO_PKG_VERSION")),
-    )
+/// How many input-required rounds one call may take before the client
+/// gives up (rmcp's own helper stops at the same number).
+pub const DEFAULT_MAX_INPUT_ROUNDS: usize = 10;
+
+/// Options for connecting an [`McpClient`]: who answers the server's
+/// requests for input, which lifecycle to use.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), toolstack::ToolError> {
+/// use toolstack::serve::mcp::rmcp::model::{ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction, Implementation};
+/// use toolstack::serve::mcp::rmcp::{service::RequestContext, ClientHandler, ErrorData, RoleClient};
+/// use toolstack::serve::mcp::McpClient;
+///
+/// /// Says yes to every question.
+/// struct Yes;
+///
+/// impl ClientHandler for Yes {
+///     fn get_info(&self) -> ClientConfig {
+///         let caps = ClientCapabilities::builder().enable_elicitation().build();
+///         ClientConfig::new(caps, Implementation::new("yes", "1.0"))
+///     }
+///     async fn create_elicitation(&self, _: ElicitRequestParams, _: RequestContext<RoleClient>)
+///         -> Result<ElicitResult, ErrorData> {
+///         Ok(ElicitResult::new(ElicitationAction::Accept).with_content(serde_json::json!({"confirm": true})))
+///     }
+/// }
+///
+/// let client = McpClient::builder()
+///     .handler(Yes)
+///     .stateless()
+///     .connect_http("http://127.0.0.1:8000/mcp")
+///     .await?;
+/// # let _ = client; Ok(()) }
+/// ```
+pub struct McpClientBuilder {
+    info: ClientConfig,
+    answers: Option<Arc<dyn Answer>>,
+    stateless: bool,
+    max_input_rounds: usize,
 }
 
-impl McpClient {
+impl Default for McpClientBuilder {
+    fn default() -> Self {
+        McpClientBuilder {
+            info: ClientConfig::new(
+                ClientCapabilities::default(),
+                Implementation::new("toolstack", env!("CARGO_PKG_VERSION")),
+            ),
+            answers: None,
+            stateless: false,
+            max_input_rounds: DEFAULT_MAX_INPUT_ROUNDS,
+        }
+    }
+}
+
+impl McpClientBuilder {
+    /// Answers the server's requests for input — elicitation, sampling,
+    /// roots — with `handler`, an rmcp [`ClientHandler`], and announces its
+    /// capabilities (its `get_info`) as the client's: as requests on the
+    /// session (revisions up to 2025-11-25), as the answers of an
+    /// input-required result (2026-07-28; the client retries the call
+    /// with them), or for a task waiting for input (`tasks/update`). Only
+    /// its `get_info`, `create_elicitation`, `create_message` and
+    /// `list_roots` are used.
+    pub fn handler<H: ClientHandler>(mut self, handler: H) -> Self {
+        self.info = handler.get_info();
+        self.answers = Some(Arc::new(Answers(Arc::new(handler))));
+        self
+    }
+
+    /// Speaks revision 2026-07-28 without a session: `server/discover`
+    /// instead of `initialize`, and every request carries its revision and
+    /// the client's capabilities. The server cannot send requests then;
+    /// it asks for input with input-required results, which the client
+    /// answers and retries.
+    pub fn stateless(mut self) -> Self {
+        self.stateless = true;
+        self
+    }
+
+    /// How many input-required rounds one call may take (default
+    /// [`DEFAULT_MAX_INPUT_ROUNDS`]) before it ends with an error.
+    pub fn max_input_rounds(mut self, rounds: usize) -> Self {
+        self.max_input_rounds = rounds;
+        self
+    }
+
     /// Connects over any rmcp client transport (a child process, streamable
-    /// HTTP, an in-memory duplex…) and completes the `initialize` handshake.
-    pub async fn connect<T, E, A>(transport: T) -> Result<Self, ToolError>
+    /// HTTP, an in-memory duplex…): the `initialize` handshake, or
+    /// `server/discover` when [`stateless`](Self::stateless).
+    pub async fn connect<T, E, A>(self, transport: T) -> Result<McpClient, ToolError>
     where
         T: IntoTransport<RoleClient, E, A>,
         E: std::error::Error + Send + Sync + 'static,
     {
         let progress = ProgressRouter::default();
+        let mut info = self.info;
+        // Calls that become tasks still look like streams (see McpTool).
+        info.capabilities
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert(
+                rmcp::model::TASKS_EXTENSION_ID.to_string(),
+                Default::default(),
+            );
         let handler = Handler {
-            info: client_info(),
+            info,
+            answers: self.answers.clone(),
         };
         let tap = ProgressTap {
             inner: transport.into_transport(),
             router: progress.clone(),
         };
-        let running = handler.serve(tap).await.map_err(|err| {
+        let running = if self.stateless {
+            let lifecycle = ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            };
+            handler.serve_with_lifecycle(tap, lifecycle).await
+        } else {
+            handler.serve(tap).await
+        };
+        let running = running.map_err(|err| {
             ToolError::new(
                 ErrorKind::Unavailable,
                 format!("could not connect to the MCP server: {err}"),
@@ -232,11 +472,16 @@ impl McpClient {
         Ok(McpClient {
             running: Arc::new(running),
             progress,
+            answers: self.answers,
+            max_input_rounds: self.max_input_rounds,
         })
     }
 
     /// Starts `command` as a child process and talks MCP over its stdio.
-    pub async fn connect_stdio(command: tokio::process::Command) -> Result<Self, ToolError> {
+    pub async fn connect_stdio(
+        self,
+        command: tokio::process::Command,
+    ) -> Result<McpClient, ToolError> {
         let child = rmcp::transport::TokioChildProcess::new(command).map_err(|err| {
             ToolError::new(
                 ErrorKind::Unavailable,
@@ -244,13 +489,60 @@ impl McpClient {
             )
             .with_source(err)
         })?;
-        Self::connect(child).await
+        self.connect(child).await
+    }
+
+    /// Connects to a streamable HTTP endpoint such as `http://host/mcp`.
+    pub async fn connect_http(self, url: &str) -> Result<McpClient, ToolError> {
+        let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.to_owned());
+        self.connect(transport).await
+    }
+}
+
+impl McpClient {
+    /// Options for connecting: a handler for the server's requests for
+    /// input, the stateless lifecycle.
+    pub fn builder() -> McpClientBuilder {
+        McpClientBuilder::default()
+    }
+
+    /// Connects over any rmcp client transport (a child process, streamable
+    /// HTTP, an in-memory duplex…) and completes the `initialize` handshake.
+    pub async fn connect<T, E, A>(transport: T) -> Result<Self, ToolError>
+    where
+        T: IntoTransport<RoleClient, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        Self::builder().connect(transport).await
+    }
+
+    /// Starts `command` as a child process and talks MCP over its stdio.
+    pub async fn connect_stdio(command: tokio::process::Command) -> Result<Self, ToolError> {
+        Self::builder().connect_stdio(command).await
     }
 
     /// Connects to a streamable HTTP endpoint such as `http://host/mcp`.
     pub async fn connect_http(url: &str) -> Result<Self, ToolError> {
-        let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.to_owned());
-        Self::connect(transport).await
+        Self::builder().connect_http(url).await
+    }
+
+    /// Answers the server's requests for input, as their results' JSON.
+    async fn answer(&self, requests: InputRequests) -> Result<InputResponses, ToolError> {
+        let Some(answers) = &self.answers else {
+            return Err(ToolError::new(
+                ErrorKind::Unavailable,
+                "the MCP server asked for input (elicitation, sampling or roots), and this client \
+                 has no handler to answer it: connect with McpClient::builder().handler(..)",
+            ));
+        };
+        let peer = self.running.peer().clone();
+        let answered = futures_util::future::try_join_all(
+            requests
+                .into_iter()
+                .map(|(key, request)| answer_one(answers.as_ref(), key, request, peer.clone())),
+        )
+        .await?;
+        Ok(answered.into_iter().collect())
     }
 
     /// The server's tools, each a local tool service.
@@ -328,6 +620,20 @@ fn protocol_error(data: rmcp::ErrorData) -> ToolError {
             }
         }
     }
+    if data.code == ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY {
+        let required = data
+            .data
+            .as_ref()
+            .and_then(|d| d.get("requiredCapabilities"))
+            .map(|caps| caps.to_string())
+            .unwrap_or_else(|| "(not named)".to_owned());
+        return ToolError::new(
+            ErrorKind::Unavailable,
+            format!(
+                "the MCP server needs a client capability this client did not declare: {required}"
+            ),
+        );
+    }
     let kind =
         if data.code == ErrorCode::METHOD_NOT_FOUND || data.message.starts_with("unknown tool") {
             ErrorKind::NotFound
@@ -391,28 +697,50 @@ impl Service<ToolRequest> for McpTool {
             if let Some(arguments) = arguments {
                 params = params.with_arguments(arguments);
             }
-            let handle = client
-                .running
-                .peer()
-                .send_cancellable_request(
-                    ClientRequest::CallToolRequest(Request::new(params)),
-                    PeerRequestOptions::no_options(),
-                )
-                .await
-                .map_err(service_error)?;
-            let progress = client.progress.subscribe(handle.progress_token.clone());
+            let sent = client.send(params.clone()).await?;
+            let progress = client.progress.subscribe(sent.token.clone());
             let call = RemoteCall {
                 guard: CancelGuard {
                     client: client.clone(),
-                    id: Some(handle.id.clone()),
+                    id: Some(sent.id),
+                    task: None,
                     router: client.progress.clone(),
-                    token: handle.progress_token.clone(),
+                    token: sent.token,
                 },
                 progress,
-                response: Some(handle.rx),
+                response: Some(sent.rx),
                 pending: VecDeque::new(),
+                params,
+                rounds: 0,
+                task: None,
             };
             Ok(ToolStream::new(stream::unfold(call, RemoteCall::next)))
+        })
+    }
+}
+
+/// A `tools/call` on its way.
+struct Sent {
+    id: RequestId,
+    token: ProgressToken,
+    rx: oneshot::Receiver<Response>,
+}
+
+impl McpClient {
+    async fn send(&self, params: CallToolRequestParams) -> Result<Sent, ToolError> {
+        let handle = self
+            .running
+            .peer()
+            .send_cancellable_request(
+                ClientRequest::CallToolRequest(Request::new(params)),
+                PeerRequestOptions::no_options(),
+            )
+            .await
+            .map_err(service_error)?;
+        Ok(Sent {
+            id: handle.id,
+            token: handle.progress_token,
+            rx: handle.rx,
         })
     }
 }
@@ -426,13 +754,15 @@ fn parse_arguments(raw: &str) -> Result<Option<rmcp::model::JsonObject>, ToolErr
 }
 
 /// Sends `notifications/cancelled` when a call is dropped before its
-/// result, and stops routing its progress.
+/// result (or `tasks/cancel` when it runs as a task), and stops routing
+/// its progress.
 struct CancelGuard {
     // The connection itself, not just its peer: the cancellation task keeps
     // it open until the notification is written, even when this call held
     // the last handle.
     client: McpClient,
     id: Option<RequestId>,
+    task: Option<String>,
     router: ProgressRouter,
     token: ProgressToken,
 }
@@ -440,19 +770,29 @@ struct CancelGuard {
 impl Drop for CancelGuard {
     fn drop(&mut self) {
         self.router.unsubscribe(&self.token);
-        let Some(id) = self.id.take() else { return };
+        let (id, task) = (self.id.take(), self.task.take());
+        if id.is_none() && task.is_none() {
+            return;
+        }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let client = self.client.clone();
         runtime.spawn(async move {
             let peer = client.running.peer();
-            let param = CancelledNotificationParam::new(
-                Some(id),
-                Some("the caller dropped the response stream".to_owned()),
-            );
-            if let Err(err) = peer.notify_cancelled(param).await {
-                tracing::debug!(%err, "cancellation not sent");
+            if let Some(id) = id {
+                let param = CancelledNotificationParam::new(
+                    Some(id),
+                    Some("the caller dropped the response stream".to_owned()),
+                );
+                if let Err(err) = peer.notify_cancelled(param).await {
+                    tracing::debug!(%err, "cancellation not sent");
+                }
+            }
+            if let Some(task) = task {
+                if let Err(err) = peer.cancel_task(CancelTaskParams::new(task)).await {
+                    tracing::debug!(%err, "task cancellation not sent");
+                }
             }
         });
     }
@@ -466,6 +806,30 @@ struct RemoteCall {
     progress: Arc<ProgressQueue>,
     response: Option<oneshot::Receiver<Response>>,
     pending: VecDeque<ToolItem>,
+    // For a retry with the client's input (2026-07-28).
+    params: CallToolRequestParams,
+    rounds: usize,
+    task: Option<RemoteTask>,
+}
+
+/// A call the server runs as a task: polled with `tasks/get`.
+struct RemoteTask {
+    id: String,
+    interval: Duration,
+    status: Option<String>,
+    reports: u32,
+}
+
+impl RemoteTask {
+    fn new(task: &rmcp::model::Task) -> Self {
+        let interval = task.poll_interval_ms.unwrap_or(500).clamp(20, 5_000);
+        RemoteTask {
+            id: task.task_id.clone(),
+            interval: Duration::from_millis(interval),
+            status: task.status_message.clone(),
+            reports: 0,
+        }
+    }
 }
 
 fn progress_item(param: ProgressNotificationParam) -> ToolItem {
@@ -475,11 +839,25 @@ fn progress_item(param: ProgressNotificationParam) -> ToolItem {
     Ok(ToolOutput::progress(progress))
 }
 
+/// A `CallToolResult` the server sent as JSON (a task's result).
+fn result_from_json(result: rmcp::model::JsonObject) -> Vec<ToolItem> {
+    match serde_json::from_value::<CallToolResult>(serde_json::Value::Object(result)) {
+        Ok(result) => convert::result_items(result),
+        Err(err) => vec![Err(ToolError::failed(format!(
+            "the MCP server's task result is malformed: {err}"
+        )))],
+    }
+}
+
 impl RemoteCall {
     async fn next(mut self) -> Option<(ToolItem, RemoteCall)> {
         loop {
             if let Some(item) = self.pending.pop_front() {
                 return Some((item, self));
+            }
+            if self.task.is_some() {
+                self.poll_task().await;
+                continue;
             }
             let response = self.response.as_mut()?;
             let outcome = tokio::select! {
@@ -493,18 +871,132 @@ impl RemoteCall {
             while let Some(param) = self.progress.pop() {
                 self.pending.push_back(progress_item(param));
             }
-            let items = match outcome {
-                Err(_) => vec![Err(ToolError::new(
+            match outcome {
+                Err(_) => self.pending.push_back(Err(ToolError::new(
                     ErrorKind::Unavailable,
                     "the MCP connection closed before the tool answered",
-                ))],
-                Ok(Err(err)) => vec![Err(service_error(err))],
-                Ok(Ok(ServerResult::CallToolResult(result))) => convert::result_items(result),
-                Ok(Ok(other)) => vec![Err(ToolError::failed(format!(
+                ))),
+                Ok(Err(err)) => self.pending.push_back(Err(service_error(err))),
+                Ok(Ok(ServerResult::CallToolResult(result))) => {
+                    self.pending.extend(convert::result_items(result))
+                }
+                Ok(Ok(ServerResult::InputRequiredResult(asked))) => {
+                    if let Err(err) = self.retry(asked).await {
+                        self.pending.push_back(Err(err));
+                    }
+                }
+                Ok(Ok(ServerResult::CreateTaskResult(created))) => {
+                    let task = RemoteTask::new(&created.task);
+                    self.guard.task = Some(task.id.clone());
+                    self.task = Some(task);
+                }
+                Ok(Ok(other)) => self.pending.push_back(Err(ToolError::failed(format!(
                     "the MCP server answered tools/call with an unexpected result: {other:?}"
-                )))],
-            };
-            self.pending.extend(items);
+                )))),
+            }
         }
+    }
+
+    /// Counts a round of input; an error past the client's limit.
+    fn count_round(&mut self) -> Result<(), ToolError> {
+        self.rounds += 1;
+        if self.rounds > self.guard.client.max_input_rounds {
+            return Err(ToolError::failed(format!(
+                "the MCP server asked for input more than {} times in one call",
+                self.guard.client.max_input_rounds
+            )));
+        }
+        Ok(())
+    }
+
+    /// Answers an input-required result and sends the call again.
+    async fn retry(&mut self, asked: rmcp::model::InputRequiredResult) -> Result<(), ToolError> {
+        self.count_round()?;
+        let client = self.guard.client.clone();
+        let answers = match asked.input_requests {
+            Some(requests) => Some(client.answer(requests).await?),
+            None => None,
+        };
+        self.params.input_responses = answers;
+        self.params.request_state = asked.request_state;
+        let sent = client.send(self.params.clone()).await?;
+        // The new request has its own id and progress token.
+        self.guard.router.unsubscribe(&self.guard.token);
+        self.progress = self.guard.router.subscribe(sent.token.clone());
+        self.guard.token = sent.token;
+        self.guard.id = Some(sent.id);
+        self.response = Some(sent.rx);
+        Ok(())
+    }
+
+    /// One look at the task: its status as progress, its input requests
+    /// answered, its end as the stream's last items.
+    async fn poll_task(&mut self) {
+        let Some(task) = &mut self.task else { return };
+        tokio::time::sleep(task.interval).await;
+        let client = self.guard.client.clone();
+        let got = client
+            .running
+            .peer()
+            .get_task(GetTaskParams::new(task.id.clone()))
+            .await;
+        let detailed = match got {
+            Ok(got) => got.task,
+            Err(err) => return self.end_task(vec![Err(service_error(err))], false),
+        };
+        if detailed.task.status_message != task.status {
+            task.status = detailed.task.status_message.clone();
+            if let Some(message) = &task.status {
+                task.reports += 1;
+                let progress = Progress::new(f64::from(task.reports)).message(message.clone());
+                self.pending.push_back(Ok(ToolOutput::progress(progress)));
+            }
+        }
+        match detailed.payload {
+            TaskPayload::Completed { result } => self.end_task(result_from_json(result), true),
+            TaskPayload::Failed { error } => {
+                let err = serde_json::from_value::<ErrorData>(serde_json::Value::Object(error))
+                    .map(protocol_error)
+                    .unwrap_or_else(|e| ToolError::failed(format!("the task failed: {e}")));
+                self.end_task(vec![Err(err)], true)
+            }
+            TaskPayload::Cancelled => self.end_task(
+                vec![Err(ToolError::cancelled(
+                    "the MCP server cancelled the task",
+                ))],
+                true,
+            ),
+            TaskPayload::InputRequired { input_requests } => {
+                let id = task.id.clone();
+                let answered = match self.count_round() {
+                    Ok(()) => client.answer(input_requests).await,
+                    Err(err) => Err(err),
+                };
+                let sent = match answered {
+                    Ok(responses) => client
+                        .running
+                        .peer()
+                        .update_task(UpdateTaskParams::new(id, responses))
+                        .await
+                        .map_err(service_error),
+                    Err(err) => Err(err),
+                };
+                if let Err(err) = sent {
+                    self.end_task(vec![Err(err)], false);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The task is over: `ended` when the server says so; otherwise the
+    /// client gave up on it (an error here), and dropping the stream
+    /// cancels it.
+    fn end_task(&mut self, items: Vec<ToolItem>, ended: bool) {
+        if ended {
+            self.guard.task = None;
+        }
+        self.task = None;
+        self.pending.extend(items);
     }
 }

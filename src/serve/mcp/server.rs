@@ -235,6 +235,13 @@ impl<H: ServerHandler + Clone> McpServer<H> {
         self
     }
 
+    /// How often a client should poll a task (`pollIntervalMs`, default
+    /// 500 ms).
+    pub fn task_poll_interval(mut self, interval: Duration) -> Self {
+        self.shared_tasks().poll_interval = interval;
+        self
+    }
+
     fn shared_waiting(&mut self) -> &mut Waiting {
         if Arc::get_mut(&mut self.waiting).is_none() {
             self.waiting = Arc::new(Waiting::new());
