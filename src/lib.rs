@@ -65,6 +65,7 @@ pub mod result;
 pub mod serve;
 pub mod tool;
 pub mod toolbox;
+pub mod trace_context;
 
 pub use boxed::{BoxTool, ToolItem, ToolStream};
 pub use error::{BoxError, ErrorKind, TimeoutPhase, ToolError};
@@ -74,5 +75,6 @@ pub use request::ToolRequest;
 pub use result::ToolResult;
 pub use tool::{FnTool, ToolContext};
 pub use toolbox::Toolbox;
+pub use trace_context::{McpAttributes, TraceContext};
 
 pub use schemars;

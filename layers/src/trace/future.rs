@@ -224,10 +224,12 @@ impl<R: Request, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> EndGuard<R,
         on_end: OE,
         on_failure: OF,
         on_early_drop: OD,
+        tool_error: bool,
     ) -> Self {
         EndGuard {
             span,
             state: CallState {
+                tool_error,
                 start,
                 items: 0,
                 bytes: 0,
@@ -277,6 +279,9 @@ struct CallState<R, OE, OF, OD> {
     on_failure: OF,
     on_early_drop: OD,
     ended: bool,
+    // A call that came over MCP fails with `error.type = "tool_error"`
+    // (the OpenTelemetry MCP conventions): MCP sends it as `isError`.
+    tool_error: bool,
     // The hooks are generic over the request type; the call's state only
     // names it.
     _request: PhantomData<fn(R)>,
@@ -302,7 +307,12 @@ impl<R: Request, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> CallState<R
         if self.ended {
             return;
         }
-        span.record("error.type", err.kind().as_str());
+        let error_type = if self.tool_error {
+            "tool_error"
+        } else {
+            err.kind().as_str()
+        };
+        span.record("error.type", error_type);
         span.record("otel.status_code", "ERROR");
         self.on_failure.on_failure(err, self.elapsed(), span);
         self.end(Outcome::Failed, span);

@@ -38,7 +38,9 @@ where
 ///
 /// * for a tool call, a span named `execute_tool` whose `otel.name` is
 ///   `execute_tool {tool}`, with `gen_ai.operation.name = "execute_tool"`,
-///   `gen_ai.tool.name` and `gen_ai.tool.call.id`;
+///   `gen_ai.tool.name` and `gen_ai.tool.call.id`, and for a call that came
+///   over MCP ([`McpAttributes`](toolstack::McpAttributes) in its
+///   extensions) `mcp.method.name` and `mcp.protocol.version`;
 /// * for a model call, a span named `chat` whose `otel.name` is
 ///   `chat {model}` (`chat` when the request names no model), with
 ///   `gen_ai.operation.name = "chat"` and `gen_ai.request.model` when
@@ -74,6 +76,7 @@ impl MakeSpan<ToolRequest> for DefaultMakeSpan {
 
     fn make_span(&mut self, request: &ToolRequest) -> Span {
         let name = request.name();
+        let mcp = request.extensions().get::<toolstack::McpAttributes>();
         span_dynamic_lvl!(
             self.level,
             "execute_tool",
@@ -81,6 +84,8 @@ impl MakeSpan<ToolRequest> for DefaultMakeSpan {
             gen_ai.operation.name = "execute_tool",
             gen_ai.tool.name = %name,
             gen_ai.tool.call.id = %request.id(),
+            mcp.method.name = mcp.map(|m| &*m.method),
+            mcp.protocol.version = mcp.and_then(|m| m.protocol_version.as_deref()),
             error.type = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
             gen_ai.tool.call.arguments = tracing::field::Empty,

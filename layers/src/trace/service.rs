@@ -81,6 +81,19 @@ where
         }
         let span = layer.make_span.make_span(&request);
         let span_enabled = !span.is_disabled();
+        // A call from another process continues its caller's trace.
+        #[cfg(feature = "opentelemetry")]
+        if let (Some(parent), true) = (
+            request.extensions().get::<toolstack::TraceContext>(),
+            span_enabled,
+        ) {
+            use tracing_opentelemetry::OpenTelemetrySpanExt;
+            let _ = span.set_parent(parent.to_otel_context());
+        }
+        let tool_error = request
+            .extensions()
+            .get::<toolstack::McpAttributes>()
+            .is_some();
         let start = Some(Instant::now());
         if let (Some(max), true) = (layer.record_arguments, span_enabled) {
             let mut input = Recorded::new(max);
@@ -104,6 +117,7 @@ where
             layer.on_end.clone(),
             layer.on_failure.clone(),
             layer.on_early_drop.clone(),
+            tool_error,
         );
         ResponseFuture::watched(inner, layer.on_open.clone(), guard)
     }

@@ -691,11 +691,22 @@ impl Service<ToolRequest> for McpTool {
     fn call(&mut self, request: ToolRequest) -> Self::Future {
         let client = self.client.clone();
         let name = self.info.name_shared().clone();
+        // Read now, inside the caller's span (a trace layer enters it for
+        // `call`), not when the future first runs.
+        let trace = trace_context(&request);
         Box::pin(async move {
             let arguments = parse_arguments(request.arguments())?;
             let mut params = CallToolRequestParams::new(name.to_string());
             if let Some(arguments) = arguments {
                 params = params.with_arguments(arguments);
+            }
+            // The trace goes on.
+            if let Some(trace) = trace {
+                use rmcp::model::RequestParamsMeta;
+                params.set_traceparent(trace.traceparent());
+                if let Some(state) = trace.tracestate() {
+                    params.set_tracestate(state);
+                }
             }
             let sent = client.send(params.clone()).await?;
             let progress = client.progress.subscribe(sent.token.clone());
@@ -743,6 +754,16 @@ impl McpClient {
             rx: handle.rx,
         })
     }
+}
+
+/// The trace context to send: (with the `opentelemetry` feature) the
+/// current span's, else the one the request came with.
+fn trace_context(request: &ToolRequest) -> Option<crate::TraceContext> {
+    #[cfg(feature = "opentelemetry")]
+    if let Some(current) = crate::TraceContext::current() {
+        return Some(current);
+    }
+    request.extensions().get::<crate::TraceContext>().cloned()
 }
 
 fn parse_arguments(raw: &str) -> Result<Option<rmcp::model::JsonObject>, ToolError> {

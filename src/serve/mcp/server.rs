@@ -27,7 +27,7 @@ use super::convert;
 use super::input::{Backend, InputState};
 use super::log::{ClientLog, LEVEL_UNSET};
 use crate::tool::DEFAULT_MAX_ARGUMENT_BYTES;
-use crate::{ErrorKind, ToolError, ToolRequest, ToolResult, Toolbox};
+use crate::{ErrorKind, McpAttributes, ToolError, ToolRequest, ToolResult, Toolbox, TraceContext};
 
 /// Serves a [`Toolbox`] over MCP: `tools/list` from the tools'
 /// [`ToolInfo`](crate::ToolInfo)s (filtered by the toolbox's resolver),
@@ -366,6 +366,17 @@ impl<H: ServerHandler + Clone> McpServer<H> {
         };
         request.extensions_mut().insert(log);
         request.extensions_mut().insert(input.handle());
+        // The caller's trace, continued by the call's span (trace layer),
+        // and the MCP attributes that span records.
+        if let Some(parent) = context.meta.get_traceparent() {
+            if let Some(trace) = TraceContext::parse(parent, context.meta.get_tracestate()) {
+                request.extensions_mut().insert(trace);
+            }
+        }
+        request.extensions_mut().insert(McpAttributes {
+            method: Cow::Borrowed("tools/call"),
+            protocol_version: context.protocol_version().map(|v| v.as_str().to_owned()),
+        });
         // For tools that talk to the session's client directly.
         request.extensions_mut().insert(context.peer.clone());
         let tool_name = request.name().to_owned();

@@ -1,0 +1,113 @@
+//! A trace that crosses MCP: the client sends its span's context in the
+//! request's `_meta` (`traceparent`), the server's `execute_tool` span
+//! continues it, carrying the MCP attributes of the OpenTelemetry
+//! conventions — checked on the spans an OpenTelemetry SDK exports.
+
+use opentelemetry::trace::{SpanId, TracerProvider as _};
+use opentelemetry::Value;
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use toolstack::serve::mcp::rmcp::ServiceExt as _;
+use toolstack::serve::mcp::{McpClient, McpServer};
+use toolstack::{tool, ToolError, ToolRequest, ToolResult, Toolbox};
+use toolstack_layers::trace::TraceLayer;
+use tower::ServiceExt as _;
+use tracing::Instrument;
+use tracing_subscriber::layer::SubscriberExt;
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Add {
+    a: i64,
+    b: i64,
+}
+
+fn attribute<'a>(span: &'a SpanData, key: &str) -> Option<&'a Value> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| &kv.value)
+}
+
+#[tokio::test]
+async fn the_servers_execute_tool_span_continues_the_clients_trace() {
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let subscriber = tracing_subscriber::registry()
+        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+    // The current-thread runtime runs client and server on this thread.
+    let _default = tracing::subscriber::set_default(subscriber);
+
+    let toolbox = Toolbox::new()
+        .tool(tool::from_fn("add", |Add { a, b }| async move {
+            Ok::<_, ToolError>(a + b)
+        }))
+        .tool(tool::from_fn("fail", |_: Add| async {
+            Err::<i64, _>(ToolError::failed("no"))
+        }))
+        .layer(TraceLayer::new());
+    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        let running = McpServer::new(toolbox).serve(server_io).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    let remote = McpClient::connect(client_io)
+        .await
+        .unwrap()
+        .toolbox()
+        .await
+        .unwrap();
+
+    let turn = tracing::info_span!("agent_turn");
+    let call = |name: &'static str| {
+        let remote = remote.clone();
+        async move {
+            let stream = remote
+                .oneshot(ToolRequest::new(name, r#"{"a":2,"b":3}"#))
+                .await
+                .unwrap();
+            ToolResult::collect(stream).await
+        }
+    };
+    let (sum, failed) = async { (call("add").await, call("fail").await) }
+        .instrument(turn.clone())
+        .await;
+    assert_eq!(sum.into_text(), "5");
+    assert!(failed.is_error);
+    drop(turn);
+    provider.force_flush().unwrap();
+
+    let spans = exporter.get_finished_spans().unwrap();
+    let find = |name: &str| {
+        spans.iter().find(|s| s.name == name).unwrap_or_else(|| {
+            panic!(
+                "no span {name} in {:?}",
+                spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+            )
+        })
+    };
+    let turn = find("agent_turn");
+    let add = find("execute_tool add");
+    // One trace, the server's span a child of the client's.
+    assert_eq!(add.span_context.trace_id(), turn.span_context.trace_id());
+    assert_eq!(add.parent_span_id, turn.span_context.span_id());
+    assert_ne!(add.parent_span_id, SpanId::INVALID);
+    assert!(add.parent_span_is_remote);
+    // The MCP attributes, on the same span.
+    assert_eq!(
+        attribute(add, "mcp.method.name"),
+        Some(&Value::from("tools/call"))
+    );
+    assert_eq!(
+        attribute(add, "mcp.protocol.version"),
+        Some(&Value::from("2025-11-25"))
+    );
+    assert_eq!(attribute(add, "error.type"), None);
+
+    let fail = find("execute_tool fail");
+    assert_eq!(fail.span_context.trace_id(), turn.span_context.trace_id());
+    assert_eq!(
+        attribute(fail, "error.type"),
+        Some(&Value::from("tool_error"))
+    );
+}
