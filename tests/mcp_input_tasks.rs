@@ -12,7 +12,7 @@ use futures_util::StreamExt;
 use serde_json::json;
 use toolstack::serve::mcp::rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, ElicitRequestParams,
-    ElicitResult, ElicitationAction, ErrorCode, Implementation, ListPromptsResult,
+    ElicitResult, ElicitationAction, ErrorCode, Implementation, ListPromptsResult, NumberOrString,
     PaginatedRequestParams, Prompt, ServerCapabilities, ServerConfig,
 };
 use toolstack::serve::mcp::rmcp::service::{RequestContext, ServiceError};
@@ -460,5 +460,91 @@ async fn what_is_not_about_tools_goes_to_the_handler() {
             || format!("{err:?}").contains("METHOD_NOT_FOUND")
             || format!("{err:?}").contains("32601"),
         "{err:?}"
+    );
+}
+
+/// A raw rmcp client that declares the tasks extension and records the
+/// notifications a session gets while its task runs.
+#[derive(Clone, Default)]
+struct Watching {
+    statuses: Arc<std::sync::Mutex<Vec<String>>>,
+    progress: Arc<AtomicUsize>,
+}
+
+impl ClientHandler for Watching {
+    fn get_info(&self) -> ClientConfig {
+        let caps = ClientCapabilities::builder().enable_tasks().build();
+        ClientConfig::new(caps, Implementation::new("watching", "1.0"))
+    }
+
+    async fn on_task_status(
+        &self,
+        params: toolstack::serve::mcp::rmcp::model::TaskStatusNotificationParams,
+        _: toolstack::serve::mcp::rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        let status = serde_json::to_value(params.task.status()).unwrap();
+        self.statuses
+            .lock()
+            .unwrap()
+            .push(status.as_str().unwrap_or_default().to_owned());
+    }
+
+    async fn on_progress(
+        &self,
+        _: toolstack::serve::mcp::rmcp::model::ProgressNotificationParam,
+        _: toolstack::serve::mcp::rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        self.progress.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_hears_of_its_task_as_it_runs() {
+    use toolstack::serve::mcp::rmcp::model::{ProgressToken, RequestParamsMeta};
+    use toolstack::serve::mcp::rmcp::ServiceExt as _;
+    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+    let server =
+        McpServer::new(task_tools(Arc::default())).task_support("report", TaskSupport::Optional);
+    tokio::spawn(async move {
+        let running = server.serve(server_io).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    let watching = Watching::default();
+    let client = watching.clone().serve(client_io).await.unwrap();
+    let mut params = CallToolRequestParams::new("report");
+    params.set_progress_token(ProgressToken(NumberOrString::Number(7)));
+    let created = client.peer().call_tool_once(params).await.unwrap();
+    let CallToolResponse::Task(created) = created else {
+        panic!("{created:?}")
+    };
+    // Three progress reports and three status changes while it ran, then
+    // its end — without polling.
+    for _ in 0..300 {
+        if watching.statuses.lock().unwrap().last().map(String::as_str) == Some("completed") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let statuses = watching.statuses.lock().unwrap().clone();
+    assert_eq!(
+        statuses.last().map(String::as_str),
+        Some("completed"),
+        "{statuses:?}"
+    );
+    assert!(
+        statuses.iter().filter(|s| *s == "working").count() >= 3,
+        "{statuses:?}"
+    );
+    assert_eq!(watching.progress.load(Ordering::SeqCst), 3);
+    let got = client
+        .peer()
+        .get_task(toolstack::serve::mcp::rmcp::model::GetTaskParams::new(
+            created.task.task_id,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(got.task.status()).unwrap(),
+        "completed"
     );
 }

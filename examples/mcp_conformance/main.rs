@@ -285,6 +285,14 @@ fn toolbox() -> Toolbox {
             )
             .description("Elicits every kind of enum field (SEP-1330)"),
         )
+        .tool(
+            tool::from_fn("test_reconnection", |_: NoArgs| async {
+                // Long enough for the client to drop and resume the stream.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                Ok::<_, ToolError>("Reconnection test completed")
+            })
+            .description("Answers after 100 ms, across an SSE reconnection (SEP-1699)"),
+        )
         .merge(input_required_tools())
         .merge(task_tools())
 }

@@ -12,9 +12,12 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::{self, Either, FutureExt};
 use futures_util::StreamExt;
-use rmcp::model::Task;
+use rmcp::model::{
+    DetailedTask, ProgressNotificationParam, ProgressToken, ServerNotification, Task, TaskPayload,
+    TaskStatusNotification, TaskStatusNotificationParams,
+};
 use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
-use rmcp::ErrorData;
+use rmcp::{ErrorData, Peer, RoleServer};
 
 use super::convert;
 use super::input::{Backend, InputState};
@@ -214,7 +217,9 @@ impl Tasks {
     }
 
     /// Runs the rest of `call` as a task; `None` when too many run already.
-    pub(super) fn spawn(&self, mut call: Call) -> Option<Task> {
+    /// On a session, `watcher` gets the task's progress and status as
+    /// notifications while it runs (a stateless client polls `tasks/get`).
+    pub(super) fn spawn(&self, mut call: Call, watcher: Option<Watcher>) -> Option<Task> {
         if self.manager.running_task_count() >= self.max_running {
             return None;
         }
@@ -222,11 +227,17 @@ impl Tasks {
             call.input.set_backend(Backend::Task(task.clone()));
             Box::pin(async move {
                 let status = task.clone();
+                let watching = watcher.clone();
                 let run = AssertUnwindSafe(async move {
                     loop {
                         match call.step().await {
                             Step::Progress(progress) => {
-                                status.set_status_message(describe(&progress))
+                                status.set_status_message(describe(&progress));
+                                if let Some(watcher) = &watching {
+                                    watcher.progress(&progress).await;
+                                    let now = watcher.manager.get_task(status.task_id()).ok();
+                                    watcher.status(now).await;
+                                }
                             }
                             Step::Done(result) => break result,
                             // Requests go to the task from now on; none can
@@ -241,14 +252,21 @@ impl Tasks {
                 })
                 .catch_unwind();
                 let cancelled = std::pin::pin!(task.cancelled());
-                match future::select(std::pin::pin!(run), cancelled).await {
+                let outcome = match future::select(std::pin::pin!(run), cancelled).await {
                     // `tasks/cancel` drops the stream, which cancels the tool.
                     Either::Right(((), _)) => Err(TaskExit::Cancelled),
                     Either::Left((Err(_panic), _)) => Err(TaskExit::Error(
                         ErrorData::internal_error("the tool panicked", None),
                     )),
                     Either::Left((Ok(result), _)) => task_outcome(result),
+                };
+                if let Some(watcher) = &watcher {
+                    // The end, as `tasks/get` will show it once rmcp
+                    // records it.
+                    let task = watcher.manager.get_task(task.task_id()).ok();
+                    watcher.status(task.map(|t| ended(t, &outcome))).await;
                 }
+                outcome
             })
         }))
     }
@@ -264,6 +282,73 @@ impl Tasks {
                 .spawn(self.options(), move |_| Box::pin(future::ready(outcome))),
         )
     }
+}
+
+/// Who hears of a task's progress and status: the session that made it.
+#[derive(Clone)]
+pub(super) struct Watcher {
+    pub(super) peer: Peer<RoleServer>,
+    pub(super) progress_token: Option<ProgressToken>,
+    pub(super) manager: TaskManager,
+}
+
+impl Watcher {
+    async fn progress(&self, progress: &Progress) {
+        if let Some(token) = &self.progress_token {
+            let param = progress_param(token.clone(), progress.clone());
+            if let Err(err) = self.peer.notify_progress(param).await {
+                tracing::debug!(%err, "task progress not sent");
+            }
+        }
+    }
+
+    async fn status(&self, task: Option<DetailedTask>) {
+        let Some(task) = task else { return };
+        let notification = TaskStatusNotification::new(TaskStatusNotificationParams::new(task));
+        let sent = self
+            .peer
+            .send_notification(ServerNotification::TaskStatusNotification(notification))
+            .await;
+        if let Err(err) = sent {
+            tracing::debug!(%err, "task status not sent");
+        }
+    }
+}
+
+/// `task` with the end `outcome` gives it.
+fn ended(
+    task: DetailedTask,
+    outcome: &Result<rmcp::model::CallToolResult, TaskExit>,
+) -> DetailedTask {
+    let object = |value: serde_json::Result<serde_json::Value>| match value {
+        Ok(serde_json::Value::Object(map)) => map,
+        _ => Default::default(),
+    };
+    let payload = match outcome {
+        Ok(result) => TaskPayload::Completed {
+            result: object(serde_json::to_value(result)),
+        },
+        Err(TaskExit::Cancelled) => TaskPayload::Cancelled,
+        Err(TaskExit::Error(error)) => TaskPayload::Failed {
+            error: object(serde_json::to_value(error)),
+        },
+    };
+    DetailedTask::new(task.task, payload)
+}
+
+/// A progress report as an MCP progress notification.
+pub(super) fn progress_param(
+    token: ProgressToken,
+    progress: Progress,
+) -> ProgressNotificationParam {
+    let mut param = ProgressNotificationParam::new(token, progress.progress);
+    if let Some(total) = progress.total {
+        param = param.with_total(total);
+    }
+    if let Some(message) = progress.message {
+        param = param.with_message(message);
+    }
+    param
 }
 
 /// A tool's result as a task's end: `completed` (with `isError` for a

@@ -14,15 +14,15 @@ use rmcp::model::{
     CustomResult, ErrorCode, GetPromptRequestParams, GetPromptResponse, GetTaskParams,
     GetTaskResult, Implementation, InputRequiredResult, ListPromptsResult,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
-    ServerConfig, Tool, UpdateTaskParams,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerConfig, Tool,
+    UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 
-use super::call::{Call, Step, TaskSupport, Tasks, Waiting};
+use super::call::{progress_param, Call, Step, TaskSupport, Tasks, Waiting, Watcher};
 use super::convert;
 use super::input::{Backend, InputState};
 use super::log::{ClientLog, LEVEL_UNSET};
@@ -432,14 +432,7 @@ impl<H: ServerHandler + Clone> McpServer<H> {
             let token = progress_token.clone();
             async move {
                 let Some(token) = token else { return };
-                let mut param = ProgressNotificationParam::new(token, progress.progress);
-                if let Some(total) = progress.total {
-                    param = param.with_total(total);
-                }
-                if let Some(message) = progress.message {
-                    param = param.with_message(message);
-                }
-                if let Err(err) = peer.notify_progress(param).await {
+                if let Err(err) = peer.notify_progress(progress_param(token, progress)).await {
                     tracing::debug!(%err, "progress notification not sent");
                 }
             }
@@ -461,10 +454,17 @@ impl<H: ServerHandler + Clone> McpServer<H> {
                     }
                     Some(Step::NeedsInput) => return Ok(self.park(call)),
                     None => {
-                        return Ok(match self.tasks.spawn(call) {
+                        // A session hears of the task as it runs; a
+                        // stateless request's stream ends with its answer.
+                        let watcher = (!is_stateless_revision(context)).then(|| Watcher {
+                            peer: peer.clone(),
+                            progress_token: progress_token.clone(),
+                            manager: self.tasks.manager.clone(),
+                        });
+                        return Ok(match self.tasks.spawn(call, watcher) {
                             Some(task) => CreateTaskResult::new(task).into(),
                             None => Self::too_many_tasks(),
-                        })
+                        });
                     }
                 }
             }
