@@ -58,8 +58,19 @@ use crate::{ErrorKind, ToolError};
 /// # let _ = delete;
 /// ```
 ///
-/// The mechanism follows the call's protocol revision (see the [module
-/// docs](self)); the tool does not choose it. A client that did not
+/// The mechanism follows the call's protocol revision; the tool does not
+/// choose it:
+///
+/// * up to 2025-11-25, a request on the session (`elicitation/create`, …)
+///   that the tool awaits;
+/// * on 2026-07-28, an *input-required* result listing what the call
+///   needs: the client retries the call with the answers and the server
+///   resumes the same tool stream, kept waiting under an unguessable
+///   `requestState` (requests made together go in one round);
+/// * inside an MCP task, the task's `input_required` status, answered
+///   with `tasks/update`.
+///
+/// A client that did not
 /// declare the capability a request needs gets none: the method returns
 /// an [`Unavailable`](ErrorKind::Unavailable) error, and a call that ends
 /// with that error is answered with the protocol's *missing required
