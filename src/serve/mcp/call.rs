@@ -164,24 +164,32 @@ impl Waiting {
     /// `None` when too many calls wait already.
     pub(super) fn park(&self, call: Call) -> Option<String> {
         let now = Instant::now();
-        let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
-        // A call whose client never came back is dropped, which cancels
-        // the tool.
-        calls.retain(|_, (_, deadline)| *deadline > now);
-        if calls.len() >= self.max {
-            return None;
-        }
         let token = uuid::Uuid::new_v4().simple().to_string();
-        calls.insert(token.clone(), (call, now + self.ttl));
+        let expired = {
+            let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+            let expired = take_expired(&mut calls, now);
+            if calls.len() >= self.max {
+                return None;
+            }
+            calls.insert(token.clone(), (call, now + self.ttl));
+            expired
+        };
+        drop(expired);
         Some(token)
     }
 
     /// The call kept under `token`, if it is a call of `tool` and has not
     /// expired. A token is good for one retry.
     pub(super) fn resume(&self, token: &str, tool: &str) -> Option<Call> {
-        let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
-        let (call, deadline) = calls.remove(token)?;
-        if call.tool() != tool || deadline <= Instant::now() {
+        let now = Instant::now();
+        let (found, expired) = {
+            let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+            let found = calls.remove(token);
+            (found, take_expired(&mut calls, now))
+        };
+        drop(expired);
+        let (call, deadline) = found?;
+        if call.tool() != tool || deadline <= now {
             return None;
         }
         Some(call)
@@ -190,6 +198,21 @@ impl Waiting {
     pub(super) fn len(&self) -> usize {
         self.calls.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
+}
+
+/// Takes out the calls whose clients never came back, to be dropped (which
+/// cancels their tools) once the lock is released: a tool's drop runs no
+/// code under it.
+fn take_expired(
+    calls: &mut HashMap<String, (Call, Instant)>,
+    now: Instant,
+) -> Vec<(Call, Instant)> {
+    let expired: Vec<String> = calls
+        .iter()
+        .filter(|(_, (_, deadline))| *deadline <= now)
+        .map(|(token, _)| token.clone())
+        .collect();
+    expired.iter().filter_map(|t| calls.remove(t)).collect()
 }
 
 /// The server's MCP tasks: rmcp's [`TaskManager`] runs and keeps them.
