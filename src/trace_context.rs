@@ -148,7 +148,7 @@ pub struct McpAttributes {
     /// The JSON-RPC method: `tools/call`.
     pub method: Cow<'static, str>,
     /// The protocol revision of the request (`2026-07-28`, …), when known.
-    pub protocol_version: Option<String>,
+    pub protocol_version: Option<Cow<'static, str>>,
 }
 
 #[cfg(test)]

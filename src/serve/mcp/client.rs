@@ -695,20 +695,12 @@ impl Service<ToolRequest> for McpTool {
         // `call`), not when the future first runs.
         let trace = trace_context(&request);
         Box::pin(async move {
-            let arguments = parse_arguments(request.arguments())?;
-            let mut params = CallToolRequestParams::new(name.to_string());
-            if let Some(arguments) = arguments {
-                params = params.with_arguments(arguments);
-            }
-            // The trace goes on.
-            if let Some(trace) = trace {
-                use rmcp::model::RequestParamsMeta;
-                params.set_traceparent(trace.traceparent());
-                if let Some(state) = trace.tracestate() {
-                    params.set_tracestate(state);
-                }
-            }
-            let sent = client.send(params.clone()).await?;
+            let spec = CallSpec {
+                name,
+                request,
+                trace,
+            };
+            let sent = client.send(spec.params()?).await?;
             let progress = client.progress.subscribe(sent.token.clone());
             let call = RemoteCall {
                 guard: CancelGuard {
@@ -721,12 +713,38 @@ impl Service<ToolRequest> for McpTool {
                 progress,
                 response: Some(sent.rx),
                 pending: VecDeque::new(),
-                params,
+                spec,
                 rounds: 0,
                 task: None,
             };
             Ok(ToolStream::new(stream::unfold(call, RemoteCall::next)))
         })
+    }
+}
+
+/// What a `tools/call` is made of, kept for a retry with the client's
+/// input: the request itself, not a copy of its parsed arguments.
+struct CallSpec {
+    name: Arc<str>,
+    request: ToolRequest,
+    trace: Option<crate::TraceContext>,
+}
+
+impl CallSpec {
+    fn params(&self) -> Result<CallToolRequestParams, ToolError> {
+        let mut params = CallToolRequestParams::new(self.name.to_string());
+        if let Some(arguments) = parse_arguments(self.request.arguments())? {
+            params = params.with_arguments(arguments);
+        }
+        // The trace goes on.
+        if let Some(trace) = &self.trace {
+            use rmcp::model::RequestParamsMeta;
+            params.set_traceparent(trace.traceparent());
+            if let Some(state) = trace.tracestate() {
+                params.set_tracestate(state);
+            }
+        }
+        Ok(params)
     }
 }
 
@@ -828,7 +846,7 @@ struct RemoteCall {
     response: Option<oneshot::Receiver<Response>>,
     pending: VecDeque<ToolItem>,
     // For a retry with the client's input (2026-07-28).
-    params: CallToolRequestParams,
+    spec: CallSpec,
     rounds: usize,
     task: Option<RemoteTask>,
 }
@@ -938,9 +956,10 @@ impl RemoteCall {
             Some(requests) => Some(client.answer(requests).await?),
             None => None,
         };
-        self.params.input_responses = answers;
-        self.params.request_state = asked.request_state;
-        let sent = client.send(self.params.clone()).await?;
+        let mut params = self.spec.params()?;
+        params.input_responses = answers;
+        params.request_state = asked.request_state;
+        let sent = client.send(params).await?;
         // The new request has its own id and progress token.
         self.guard.router.unsubscribe(&self.guard.token);
         self.progress = self.guard.router.subscribe(sent.token.clone());

@@ -375,7 +375,13 @@ impl<H: ServerHandler + Clone> McpServer<H> {
         }
         request.extensions_mut().insert(McpAttributes {
             method: Cow::Borrowed("tools/call"),
-            protocol_version: context.protocol_version().map(|v| v.as_str().to_owned()),
+            protocol_version: context.protocol_version().map(|v| {
+                // A known revision is a constant: no copy per call.
+                match ProtocolVersion::KNOWN_VERSIONS.iter().find(|k| **k == v) {
+                    Some(known) => Cow::Borrowed(known.as_str()),
+                    None => Cow::Owned(v.as_str().to_owned()),
+                }
+            }),
         });
         // For tools that talk to the session's client directly.
         request.extensions_mut().insert(context.peer.clone());
