@@ -4,7 +4,9 @@
 use tower::layer::util::Stack;
 use tower::ServiceBuilder;
 
+use crate::budget::BudgetLayer;
 use crate::catch_panic::CatchPanicLayer;
+use crate::coalesce::CoalesceLayer;
 use crate::concurrency::ConcurrencyLimitLayer;
 #[cfg(feature = "rate-limit")]
 use crate::rate_limit::RateLimitLayer;
@@ -70,6 +72,10 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed {
     /// Adds a [`ValidateLayer`] (the tool below must carry its description).
     #[cfg(feature = "validate")]
     fn stream_validate(self) -> ServiceBuilder<Stack<ValidateLayer, L>>;
+    /// Adds a [`BudgetLayer`]: what reaches the model is capped.
+    fn stream_budget(self, budget: BudgetLayer) -> ServiceBuilder<Stack<BudgetLayer, L>>;
+    /// Adds a [`CoalesceLayer`]: runs of small text items are merged.
+    fn stream_coalesce(self, coalesce: CoalesceLayer) -> ServiceBuilder<Stack<CoalesceLayer, L>>;
 }
 
 impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
@@ -104,6 +110,14 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
     #[cfg(feature = "validate")]
     fn stream_validate(self) -> ServiceBuilder<Stack<ValidateLayer, L>> {
         self.layer(ValidateLayer::new())
+    }
+
+    fn stream_budget(self, budget: BudgetLayer) -> ServiceBuilder<Stack<BudgetLayer, L>> {
+        self.layer(budget)
+    }
+
+    fn stream_coalesce(self, coalesce: CoalesceLayer) -> ServiceBuilder<Stack<CoalesceLayer, L>> {
+        self.layer(coalesce)
     }
 }
 

@@ -21,6 +21,8 @@
 //! | [`concurrency`] | a permit held as long as the stream |
 //! | [`catch_panic`] | a panic anywhere becomes a `Panicked` error |
 //! | [`validate`] (feature `validate`) | arguments checked against the tool's schema first |
+//! | [`budget`] | caps what reaches the model (items, bytes, ≈ tokens): head and tail kept, the cut said in words |
+//! | [`coalesce`] | merges runs of small text items, at most one per window |
 //!
 //! ## Tools and models
 //!
@@ -80,9 +82,11 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
+pub mod budget;
 mod builder;
 pub mod catch_panic;
 mod clock;
+pub mod coalesce;
 pub mod concurrency;
 #[cfg(feature = "rate-limit")]
 pub mod rate_limit;

@@ -125,6 +125,26 @@ pub trait Item {
     ///
     /// [`TraceLayer::record_output`]: crate::trace::TraceLayer::record_output
     fn write_output(&self, out: &mut impl io::Write) -> io::Result<()>;
+
+    /// The item's text, when it is plain text that more text may join (a
+    /// tool's text item, a model's text delta): what
+    /// [`coalesce`](crate::coalesce) merges and [`budget`](crate::budget)
+    /// may cut. `None` for every other item.
+    fn text_mut(&mut self) -> Option<&mut String> {
+        None
+    }
+
+    /// Whether the item is output that reaches a model (and counts against
+    /// a [`budget`](crate::budget)): `false` for progress, and for a
+    /// model's tool-call fragments, finish reason and usage.
+    fn is_output(&self) -> bool {
+        true
+    }
+
+    /// A text item (what a [`budget`](crate::budget) says when it cuts).
+    fn from_text(text: String) -> Self
+    where
+        Self: Sized;
 }
 
 impl Request for ToolRequest {
@@ -164,6 +184,23 @@ impl Item for ToolOutput {
             ToolOutput::Json { value } => out.write_all(value.as_str().as_bytes()),
             _ => Ok(()),
         }
+    }
+
+    #[inline]
+    fn text_mut(&mut self) -> Option<&mut String> {
+        match self {
+            ToolOutput::Text { text } => Some(text),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    fn is_output(&self) -> bool {
+        !matches!(self, ToolOutput::Progress(_))
+    }
+
+    fn from_text(text: String) -> Self {
+        ToolOutput::text(text)
     }
 }
 
@@ -212,5 +249,22 @@ impl Item for ModelDelta {
             ModelDelta::Text(text) => out.write_all(text.as_bytes()),
             _ => Ok(()),
         }
+    }
+
+    #[inline]
+    fn text_mut(&mut self) -> Option<&mut String> {
+        match self {
+            ModelDelta::Text(text) => Some(text),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    fn is_output(&self) -> bool {
+        matches!(self, ModelDelta::Text(_))
+    }
+
+    fn from_text(text: String) -> Self {
+        ModelDelta::Text(text)
     }
 }
