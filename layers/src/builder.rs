@@ -7,6 +7,7 @@ use tower::ServiceBuilder;
 use crate::budget::BudgetLayer;
 use crate::catch_panic::CatchPanicLayer;
 use crate::coalesce::CoalesceLayer;
+use crate::repair::RepairLayer;
 use crate::concurrency::ConcurrencyLimitLayer;
 #[cfg(feature = "rate-limit")]
 use crate::rate_limit::RateLimitLayer;
@@ -76,6 +77,8 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed {
     fn stream_budget(self, budget: BudgetLayer) -> ServiceBuilder<Stack<BudgetLayer, L>>;
     /// Adds a [`CoalesceLayer`]: runs of small text items are merged.
     fn stream_coalesce(self, coalesce: CoalesceLayer) -> ServiceBuilder<Stack<CoalesceLayer, L>>;
+    /// Adds a [`RepairLayer`]: almost-JSON arguments are repaired.
+    fn stream_repair(self, repair: RepairLayer) -> ServiceBuilder<Stack<RepairLayer, L>>;
 }
 
 impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
@@ -118,6 +121,10 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
 
     fn stream_coalesce(self, coalesce: CoalesceLayer) -> ServiceBuilder<Stack<CoalesceLayer, L>> {
         self.layer(coalesce)
+    }
+
+    fn stream_repair(self, repair: RepairLayer) -> ServiceBuilder<Stack<RepairLayer, L>> {
+        self.layer(repair)
     }
 }
 

@@ -23,6 +23,7 @@
 //! | [`validate`] (feature `validate`) | arguments checked against the tool's schema first |
 //! | [`budget`] | caps what reaches the model (items, bytes, ≈ tokens): head and tail kept, the cut said in words |
 //! | [`coalesce`] | merges runs of small text items, at most one per window |
+//! | [`repair`] | almost-JSON arguments (and, over a toolbox, a tool name's case or alias) repaired before they are refused |
 //!
 //! ## Tools and models
 //!
@@ -90,6 +91,7 @@ pub mod coalesce;
 pub mod concurrency;
 #[cfg(feature = "rate-limit")]
 pub mod rate_limit;
+pub mod repair;
 mod request;
 pub mod retry;
 pub mod timeout;

@@ -1,0 +1,382 @@
+//! Repairs a model's common mistakes in a tool call before it is refused.
+//!
+//! Models write almost-JSON: a trailing comma, single quotes, a bare key,
+//! the object in a markdown fence or inside a string, an answer cut off
+//! before its closing brackets. [`Repair`] looks at a call's argument
+//! text only when it is not a JSON object, and then tries a small, strict
+//! set of rules, in this order:
+//!
+//! | rule | before | after |
+//! |---|---|---|
+//! | `fence` | `` ```json {"a": 1} ``` `` | `{"a": 1}` |
+//! | `string` | `"{\"a\": 1}"` | `{"a": 1}` |
+//! | `single_quotes` | `{'a': 'b'}` | `{"a": "b"}` |
+//! | `bare_keys` | `{a: 1}` | `{"a": 1}` |
+//! | `trailing_commas` | `{"a": [1, 2,],}` | `{"a": [1, 2]}` |
+//! | `unclosed` | `{"a": [1, {"b": "x` | `{"a": [1, {"b": "x"}]}` |
+//!
+//! A repaired call goes on with the repaired text (and is validated like
+//! any other by the tool or a [`validate`](crate::validate) layer); each
+//! repair is logged (a `tracing` event in the call's span, naming the
+//! rules) and recorded in the request's extensions as [`Repaired`]. Text
+//! that the rules cannot turn into a JSON object goes on untouched, and
+//! the tool refuses it as before, naming what is wrong.
+//!
+//! Over a toolbox, [`RepairLayer::tool_names`] also repairs the tool's
+//! name: a name that matches a known one but for case, or a configured
+//! [alias](RepairLayer::alias), becomes that name.
+//!
+//! ```
+//! use toolstack::{tool, ToolError, ToolRequest, ToolResult};
+//! use toolstack_layers::repair::RepairLayer;
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! #[derive(serde::Deserialize, toolstack::schemars::JsonSchema)]
+//! #[schemars(crate = "toolstack::schemars")]
+//! struct Add { a: i64, b: i64 }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), ToolError> {
+//! let add = tool::from_fn("add", |Add { a, b }| async move { Ok::<_, ToolError>(a + b) });
+//! let tool = ServiceBuilder::new().layer(RepairLayer::new()).service(add);
+//! let request = ToolRequest::new("add", "```json\n{a: 2, 'b': 3,}\n```");
+//! let result = ToolResult::collect(tool.oneshot(request).await?).await;
+//! assert_eq!(result.into_text(), "5");
+//! # Ok(()) }
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use serde::de::IgnoredAny;
+use toolstack::{ToolError, ToolRequest};
+use tower_layer::Layer;
+use tower_service::Service;
+
+/// The repairs made to one call, in the request's extensions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Repaired {
+    /// The rules that changed the arguments, in order (`fence`, `string`,
+    /// `single_quotes`, `bare_keys`, `trailing_commas`, `unclosed`).
+    pub rules: Vec<&'static str>,
+    /// The tool name the call asked for, when it was repaired.
+    pub name_was: Option<String>,
+}
+
+/// Repairs malformed tool calls: see the [module docs](self).
+#[derive(Clone, Debug, Default)]
+pub struct RepairLayer {
+    names: Option<Arc<Names>>,
+}
+
+#[derive(Debug, Default)]
+struct Names {
+    // Lowercased name (or alias) → the name.
+    known: HashMap<String, String>,
+    exact: std::collections::HashSet<String>,
+}
+
+impl RepairLayer {
+    /// Repairs argument text; names are left as they are.
+    pub fn new() -> Self {
+        RepairLayer::default()
+    }
+
+    /// The names of the tools below (a toolbox's), so that a name that
+    /// differs from one of them only in case becomes that name.
+    pub fn tool_names<'a>(mut self, names: impl IntoIterator<Item = &'a str>) -> Self {
+        let table = Arc::make_mut(self.names.get_or_insert_with(Default::default));
+        for name in names {
+            table.exact.insert(name.to_owned());
+            table.known.insert(name.to_lowercase(), name.to_owned());
+        }
+        self
+    }
+
+    /// A name models use for tool `name` (`run_sql` for `execute_sql`);
+    /// matched without regard to case.
+    pub fn alias(mut self, alias: &str, name: &str) -> Self {
+        let table = Arc::make_mut(self.names.get_or_insert_with(Default::default));
+        table.known.insert(alias.to_lowercase(), name.to_owned());
+        table.exact.insert(name.to_owned());
+        self
+    }
+}
+
+impl Clone for Names {
+    fn clone(&self) -> Self {
+        Names {
+            known: self.known.clone(),
+            exact: self.exact.clone(),
+        }
+    }
+}
+
+impl<S> Layer<S> for RepairLayer {
+    type Service = Repair<S>;
+
+    fn layer(&self, inner: S) -> Repair<S> {
+        Repair {
+            inner,
+            names: self.names.clone(),
+        }
+    }
+}
+
+/// A tool (or toolbox) whose calls are repaired first; see the [module
+/// docs](self).
+#[derive(Clone)]
+pub struct Repair<S> {
+    inner: S,
+    names: Option<Arc<Names>>,
+}
+
+impl<S: fmt::Debug> fmt::Debug for Repair<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Repair")
+            .field("inner", &self.inner)
+            .field("names", &self.names.as_ref().map(|n| n.known.len()))
+            .finish()
+    }
+}
+
+impl<S> Repair<S> {
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// Unwraps the service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S> Service<ToolRequest> for Repair<S>
+where
+    S: Service<ToolRequest>,
+    S::Error: Into<ToolError>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: ToolRequest) -> Self::Future {
+        let mut repaired: Option<Repaired> = None;
+        if let Some(names) = &self.names {
+            if !names.exact.contains(request.name()) {
+                if let Some(name) = names.known.get(&request.name().to_lowercase()) {
+                    let was = request.name().to_owned();
+                    request.set_name(name.clone());
+                    repaired = Some(Repaired {
+                        rules: Vec::new(),
+                        name_was: Some(was),
+                    });
+                }
+            }
+        }
+        // Text past the tools' size bound is refused by the tool anyway.
+        let small = request.arguments().len() <= toolstack::tool::DEFAULT_MAX_ARGUMENT_BYTES;
+        if small && !is_object(request.arguments()) {
+            if let Some((text, rules)) = repair(request.arguments()) {
+                request.set_arguments(text);
+                repaired
+                    .get_or_insert_with(|| Repaired {
+                        rules: Vec::new(),
+                        name_was: None,
+                    })
+                    .rules = rules;
+            }
+        }
+        if let Some(repaired) = repaired {
+            tracing::info!(
+                gen_ai.tool.name = %request.name(),
+                name_was = repaired.name_was.as_deref(),
+                rules = %repaired.rules.join(","),
+                "tool call repaired"
+            );
+            request.extensions_mut().insert(repaired);
+        }
+        self.inner.call(request)
+    }
+}
+
+/// Whether `text` is a JSON object (the one shape tool arguments take; an
+/// empty text counts, as tools read it as `{}`).
+fn is_object(text: &str) -> bool {
+    let trimmed = text.trim_ascii();
+    trimmed.is_empty()
+        || trimmed.starts_with('{') && serde_json::from_str::<IgnoredAny>(trimmed).is_ok()
+}
+
+/// `text` repaired into a JSON object, with the rules that did it; `None`
+/// when the rules cannot make one.
+pub fn repair(text: &str) -> Option<(String, Vec<&'static str>)> {
+    let mut rules = Vec::new();
+    let mut text = text.trim().to_owned();
+    if let Some(inner) = strip_fence(&text) {
+        text = inner;
+        rules.push("fence");
+    }
+    if text.starts_with('"') {
+        if let Ok(serde_json::Value::String(inner)) = serde_json::from_str(&text) {
+            text = inner.trim().to_owned();
+            rules.push("string");
+        }
+    }
+    if is_object(&text) {
+        return (!rules.is_empty()).then_some((text, rules));
+    }
+    if !text.starts_with('{') {
+        return None;
+    }
+    let (fixed, applied) = rewrite(&text);
+    rules.extend(applied);
+    let repaired = serde_json::from_str::<serde_json::Value>(&fixed).ok()?;
+    repaired.is_object().then_some((fixed, rules))
+}
+
+/// The body of a markdown code fence, if `text` is one.
+fn strip_fence(text: &str) -> Option<String> {
+    let rest = text.strip_prefix("```")?;
+    // The info string (`json`) up to the line's end.
+    let body = match rest.find('\n') {
+        Some(line) => &rest[line + 1..],
+        None => rest.trim_start_matches(|c: char| c.is_ascii_alphabetic()),
+    };
+    let body = body.trim_end();
+    let body = body.strip_suffix("```").unwrap_or(body);
+    Some(body.trim().to_owned())
+}
+
+/// One pass over almost-JSON: single-quoted strings become double-quoted,
+/// bare keys are quoted, trailing commas are dropped, and what is left
+/// open at the end (a string, arrays, objects) is closed.
+fn rewrite(text: &str) -> (String, Vec<&'static str>) {
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut applied: Vec<&'static str> = Vec::new();
+    fn note(rule: &'static str, applied: &mut Vec<&'static str>) {
+        if !applied.contains(&rule) {
+            applied.push(rule);
+        }
+    }
+    let mut stack: Vec<char> = Vec::new();
+    let chars: Vec<char> = text.chars().collect();
+    let mut i = 0;
+    // Where an object expects a key (after `{` or `,`).
+    let mut expect_key = false;
+    while i < chars.len() {
+        let c = chars[i];
+        match c {
+            '"' | '\'' => {
+                let quote = c;
+                if quote == '\'' {
+                    note("single_quotes", &mut applied);
+                }
+                out.push('"');
+                i += 1;
+                let mut closed = false;
+                while i < chars.len() {
+                    let d = chars[i];
+                    if d == '\\' && i + 1 < chars.len() {
+                        // An escaped single quote needs no escape in JSON.
+                        if quote == '\'' && chars[i + 1] == '\'' {
+                            out.push('\'');
+                        } else {
+                            out.push(d);
+                            out.push(chars[i + 1]);
+                        }
+                        i += 2;
+                        continue;
+                    }
+                    if d == quote {
+                        closed = true;
+                        i += 1;
+                        break;
+                    }
+                    if d == '"' && quote == '\'' {
+                        out.push_str("\\\"");
+                    } else {
+                        out.push(d);
+                    }
+                    i += 1;
+                }
+                if !closed {
+                    note("unclosed", &mut applied);
+                }
+                out.push('"');
+                expect_key = false;
+                continue;
+            }
+            '{' | '[' => {
+                stack.push(if c == '{' { '}' } else { ']' });
+                expect_key = c == '{';
+                out.push(c);
+            }
+            '}' | ']' => {
+                // A comma right before a closing bracket goes.
+                let trimmed = out.trim_end().len();
+                if out[..trimmed].ends_with(',') {
+                    out.truncate(trimmed - 1);
+                    note("trailing_commas", &mut applied);
+                }
+                if stack.last() == Some(&c) {
+                    stack.pop();
+                }
+                out.push(c);
+                expect_key = false;
+            }
+            ',' => {
+                out.push(c);
+                expect_key = stack.last() == Some(&'}');
+            }
+            c if expect_key && (c.is_alphabetic() || c == '_' || c == '$') => {
+                // A bare key: up to the colon.
+                let start = i;
+                while i < chars.len()
+                    && (chars[i].is_alphanumeric()
+                        || chars[i] == '_'
+                        || chars[i] == '$'
+                        || chars[i] == '-')
+                {
+                    i += 1;
+                }
+                let key: String = chars[start..i].iter().collect();
+                note("bare_keys", &mut applied);
+                out.push('"');
+                out.push_str(&key);
+                out.push('"');
+                expect_key = false;
+                continue;
+            }
+            ':' => {
+                out.push(c);
+                expect_key = false;
+            }
+            _ => out.push(c),
+        }
+        i += 1;
+    }
+    // A cut-off answer: drop a dangling comma or colon, close what is open.
+    if !stack.is_empty() {
+        let trimmed = out.trim_end().len();
+        out.truncate(trimmed);
+        if out.ends_with(',') {
+            out.pop();
+        }
+        if out.ends_with(':') {
+            out.push_str("null");
+        }
+        while let Some(close) = stack.pop() {
+            out.push(close);
+        }
+        note("unclosed", &mut applied);
+    }
+    (out, applied)
+}
