@@ -7,10 +7,10 @@ use tower::ServiceBuilder;
 use crate::budget::BudgetLayer;
 use crate::catch_panic::CatchPanicLayer;
 use crate::coalesce::CoalesceLayer;
-use crate::repair::RepairLayer;
 use crate::concurrency::ConcurrencyLimitLayer;
 #[cfg(feature = "rate-limit")]
 use crate::rate_limit::RateLimitLayer;
+use crate::repair::RepairLayer;
 use crate::retry::{RetryLayer, RetryPolicy};
 use crate::timeout::TimeoutLayer;
 use crate::trace::TraceLayer;

@@ -21,6 +21,7 @@
 //! | [`concurrency`] | a permit held as long as the stream |
 //! | [`catch_panic`] | a panic anywhere becomes a `Panicked` error |
 //! | [`validate`] (feature `validate`) | arguments checked against the tool's schema first |
+//! | [`cache`] (feature `cache`) | results of read-only or idempotent tools kept and replayed; one run per key at a time |
 //! | [`budget`] | caps what reaches the model (items, bytes, ≈ tokens): head and tail kept, the cut said in words |
 //! | [`coalesce`] | merges runs of small text items, at most one per window |
 //! | [`repair`] | almost-JSON arguments (and, over a toolbox, a tool name's case or alias) repaired before they are refused |
@@ -85,6 +86,8 @@
 
 pub mod budget;
 mod builder;
+#[cfg(feature = "cache")]
+pub mod cache;
 pub mod catch_panic;
 mod clock;
 pub mod coalesce;

@@ -230,7 +230,8 @@ pub fn repair(text: &str) -> Option<(String, Vec<&'static str>)> {
             rules.push("string");
         }
     }
-    if is_object(&text) {
+    // Unwrapped into an object already (an empty fence is none).
+    if serde_json::from_str::<serde_json::Value>(&text).is_ok_and(|v| v.is_object()) {
         return (!rules.is_empty()).then_some((text, rules));
     }
     if !text.starts_with('{') {

@@ -45,3 +45,16 @@ fn a_schema_jsonschema_leaks_on_compiling_is_still_enforced() {
     let err = call("{a").expect_err("not JSON");
     assert_eq!(err.kind(), ErrorKind::InvalidArguments);
 }
+
+/// `fuzz/fuzz_targets/repair.rs`: an empty code fence (its body on the
+/// info string's line) was "repaired" into empty text, which is no JSON
+/// object. Now nothing is repaired.
+#[test]
+fn an_empty_fence_is_not_repaired_into_empty_text() {
+    use toolstack_layers::repair::repair;
+    assert_eq!(repair("```jso{\"\" \"\"}\n```"), None);
+    assert_eq!(repair("```\n```"), None);
+    // A fence with an object in it still is.
+    let (fixed, rules) = repair("```json\n{\"a\": 1}\n```").unwrap();
+    assert_eq!((fixed.as_str(), rules), ("{\"a\": 1}", vec!["fence"]));
+}
