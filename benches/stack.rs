@@ -38,8 +38,12 @@ use futures_util::{stream, FutureExt, Stream, StreamExt};
 use toolstack::{
     tool, ToolAnnotations, ToolError, ToolItem, ToolOutput, ToolRequest, ToolResult, Toolbox,
 };
+use toolstack_layers::budget::BudgetLayer;
+use toolstack_layers::cache::CacheLayer;
+use toolstack_layers::coalesce::CoalesceLayer;
 use toolstack_layers::concurrency::ConcurrencyLimitLayer;
 use toolstack_layers::rate_limit::{Quota, RateLimitLayer};
+use toolstack_layers::repair::RepairLayer;
 use toolstack_layers::retry::RetryPolicy;
 use toolstack_layers::timeout::TimeoutLayer;
 use toolstack_layers::ServiceBuilderExt;
@@ -332,6 +336,35 @@ fn layer_cases() -> Vec<Case> {
             "validate",
             one(add_tool(), ServiceBuilder::new().stream_validate()),
         ),
+        (
+            "budget (never cuts)",
+            one(
+                add_tool(),
+                ServiceBuilder::new().stream_budget(BudgetLayer::new().max_items(1000)),
+            ),
+        ),
+        (
+            "coalesce",
+            one(
+                add_tool(),
+                ServiceBuilder::new().stream_coalesce(CoalesceLayer::new()),
+            ),
+        ),
+        (
+            "repair (arguments valid)",
+            one(
+                add_tool(),
+                ServiceBuilder::new().stream_repair(RepairLayer::new()),
+            ),
+        ),
+        (
+            "cache (a hit)",
+            one(
+                add_tool(),
+                ServiceBuilder::new()
+                    .layer(CacheLayer::in_memory(1 << 20, Duration::from_secs(3600))),
+            ),
+        ),
     ]
 }
 
@@ -413,6 +446,24 @@ fn precise_layer_cases() -> Vec<Case> {
             "concurrency_limit",
             one(ServiceBuilder::new()
                 .layer(ConcurrencyLimitLayer::new(PERMITS))
+                .service(empty_tool())),
+        ),
+        (
+            "budget (never cuts)",
+            one(ServiceBuilder::new()
+                .stream_budget(BudgetLayer::new().max_items(1000))
+                .service(empty_tool())),
+        ),
+        (
+            "coalesce",
+            one(ServiceBuilder::new()
+                .stream_coalesce(CoalesceLayer::new())
+                .service(empty_tool())),
+        ),
+        (
+            "repair (arguments valid)",
+            one(ServiceBuilder::new()
+                .stream_repair(RepairLayer::new())
                 .service(empty_tool())),
         ),
         ("README stack", one(readme_stack!().service(empty_tool()))),
@@ -698,6 +749,53 @@ fn streaming_summary() {
                     .service(items_tool()),
             ),
         );
+        per(
+            "budget (never cuts)",
+            Toolbox::new().service(
+                info(),
+                ServiceBuilder::new()
+                    .stream_budget(BudgetLayer::new().max_items(ITEMS as usize))
+                    .service(items_tool()),
+            ),
+        );
+        per(
+            "coalesce (JSON items)",
+            Toolbox::new().service(
+                info(),
+                ServiceBuilder::new()
+                    .stream_coalesce(CoalesceLayer::new())
+                    .service(items_tool()),
+            ),
+        );
+        if only.as_deref().is_none_or(|o| o == "coalesce (text items)") {
+            // Small text items, all ready at once: merged into 4 KiB items.
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .expect("a runtime");
+            let _entered = runtime.enter();
+            let best = (0..3)
+                .map(|_| {
+                    let texts = stream::iter((0..ITEMS).map(|_| Ok(ToolOutput::text("word "))));
+                    let start = Instant::now();
+                    let out = drain(toolstack_layers::coalesce::Coalesced::new(texts));
+                    assert!(out < ITEMS / 100, "{out} items out");
+                    start.elapsed().as_nanos() as f64 / ITEMS as f64
+                })
+                .fold(f64::MAX, f64::min);
+            let bare = (0..3)
+                .map(|_| {
+                    let texts = stream::iter((0..ITEMS).map(|_| Ok(ToolOutput::text("word "))));
+                    let start = Instant::now();
+                    assert_eq!(drain(texts), ITEMS);
+                    start.elapsed().as_nanos() as f64 / ITEMS as f64
+                })
+                .fold(f64::MAX, f64::min);
+            println!(
+                "{:<24} {best:.2} ns/item in (bare text stream {bare:.2})",
+                "coalesce (text items)"
+            );
+        }
         if only.is_some() {
             return;
         }

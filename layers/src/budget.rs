@@ -345,12 +345,14 @@ pin_project! {
         cut_bytes: usize,
         // The error that ends the stream, after the tail.
         error: Option<ToolError>,
+        limits: Limits,
     }
 }
 
 impl<St, T: Item> Budgeted<St, T> {
     fn new(inner: St, config: BudgetLayer, tap: Option<Tap<T>>) -> Self {
         Budgeted {
+            limits: config.limits(),
             inner,
             config,
             tap,
@@ -382,10 +384,11 @@ where
 {
     type Item = Result<T, ToolError>;
 
+    #[inline(always)]
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
         let config = &*this.config;
-        let limits = config.limits();
+        let limits = &*this.limits;
         loop {
             if let Phase::Ending = this.phase {
                 if *this.cut_items > 0 {
@@ -449,7 +452,7 @@ where
                                 cut_items: this.cut_items,
                                 cut_bytes: this.cut_bytes,
                             };
-                            tail.push(T::from_text(rest), &limits);
+                            tail.push(T::from_text(rest), limits);
                             return Poll::Ready(Some(Ok(item)));
                         }
                     }
@@ -461,7 +464,7 @@ where
                 cut_items: this.cut_items,
                 cut_bytes: this.cut_bytes,
             };
-            tail.push(item, &limits);
+            tail.push(item, limits);
         }
     }
 }

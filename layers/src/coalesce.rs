@@ -227,6 +227,7 @@ where
 {
     type Item = Result<T, ToolError>;
 
+    #[inline(always)]
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
         loop {
@@ -239,18 +240,19 @@ where
             }
             match this.inner.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(mut item))) => {
-                    let now = Instant::now();
                     let Some(text) = item.text_mut() else {
-                        // Not text: the held text goes first.
+                        // Not text: the held text goes first. (The clock
+                        // is read only for text.)
                         return Poll::Ready(Some(Ok(match this.held.take() {
                             Some(held) => {
                                 *this.next = Some(Ok(item));
-                                *this.last = Some(now);
+                                *this.last = Some(Instant::now());
                                 held
                             }
                             None => item,
                         })));
                     };
+                    let now = Instant::now();
                     if let Some(held) = this.held.as_mut() {
                         let merged = held.text_mut().expect("held items are text");
                         merged.push_str(text);
