@@ -53,6 +53,7 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub mod agent;
+pub mod approval;
 pub mod arguments;
 pub mod boxed;
 pub mod error;

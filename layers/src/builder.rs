@@ -4,6 +4,7 @@
 use tower::layer::util::Stack;
 use tower::ServiceBuilder;
 
+use crate::approval::ApprovalLayer;
 use crate::budget::BudgetLayer;
 use crate::catch_panic::CatchPanicLayer;
 use crate::coalesce::CoalesceLayer;
@@ -79,6 +80,8 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed {
     fn stream_coalesce(self, coalesce: CoalesceLayer) -> ServiceBuilder<Stack<CoalesceLayer, L>>;
     /// Adds a [`RepairLayer`]: almost-JSON arguments are repaired.
     fn stream_repair(self, repair: RepairLayer) -> ServiceBuilder<Stack<RepairLayer, L>>;
+    /// Adds an [`ApprovalLayer`]: calls are approved before they run.
+    fn stream_approval(self, approval: ApprovalLayer) -> ServiceBuilder<Stack<ApprovalLayer, L>>;
 }
 
 impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
@@ -125,6 +128,10 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
 
     fn stream_repair(self, repair: RepairLayer) -> ServiceBuilder<Stack<RepairLayer, L>> {
         self.layer(repair)
+    }
+
+    fn stream_approval(self, approval: ApprovalLayer) -> ServiceBuilder<Stack<ApprovalLayer, L>> {
+        self.layer(approval)
     }
 }
 

@@ -21,6 +21,7 @@
 //! | [`concurrency`] | a permit held as long as the stream |
 //! | [`catch_panic`] | a panic anywhere becomes a `Panicked` error |
 //! | [`validate`] (feature `validate`) | arguments checked against the tool's schema first |
+//! | [`approval`] | asks an approver before a call runs: allow, deny with a reason the model reads, or other arguments |
 //! | [`cache`] (feature `cache`) | results of read-only or idempotent tools kept and replayed; one run per key at a time |
 //! | [`budget`] | caps what reaches the model (items, bytes, ≈ tokens): head and tail kept, the cut said in words |
 //! | [`coalesce`] | merges runs of small text items, at most one per window |
@@ -84,6 +85,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
+pub mod approval;
 pub mod budget;
 mod builder;
 #[cfg(feature = "cache")]

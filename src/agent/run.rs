@@ -73,6 +73,27 @@ pub enum AgentEvent {
         /// The report.
         progress: Progress,
     },
+    /// A call waits for approval (the approval layer of
+    /// `toolstack-layers` asked); a UI shows it and lets a person answer.
+    ApprovalRequested {
+        /// The call.
+        call_id: String,
+        /// The tool.
+        name: String,
+        /// Its arguments, as the model wrote them.
+        arguments: String,
+    },
+    /// The call's approval was decided.
+    ApprovalDecided {
+        /// The call.
+        call_id: String,
+        /// The tool.
+        name: String,
+        /// What was decided.
+        decision: crate::approval::Decision,
+        /// Who decided.
+        by: String,
+    },
     /// A tool call finished; this is what the model will read.
     ToolResult {
         /// The call.
@@ -548,6 +569,34 @@ async fn run_tool(
     let mut request =
         ToolRequest::new(call.name.clone(), call.arguments.clone()).with_id(call.id.clone());
     *request.extensions_mut() = extensions;
+    // An approval layer below tells the run what it asks and what was
+    // decided.
+    let events = tx.clone();
+    request
+        .extensions_mut()
+        .insert(crate::approval::ApprovalEvents::new(move |event| {
+            let events = events.clone();
+            async move {
+                let event = match event {
+                    crate::approval::ApprovalEvent::Requested(asked) => {
+                        AgentEvent::ApprovalRequested {
+                            call_id: asked.call_id,
+                            name: asked.tool,
+                            arguments: asked.arguments,
+                        }
+                    }
+                    crate::approval::ApprovalEvent::Decided(decided) => {
+                        AgentEvent::ApprovalDecided {
+                            call_id: decided.request.call_id,
+                            name: decided.request.tool,
+                            decision: decided.decision,
+                            by: decided.by,
+                        }
+                    }
+                };
+                let _ = events.send(event).await;
+            }
+        }));
     let mut result = ToolResult::default();
     match toolbox.dispatch(request).await {
         Err(err) => result.push_error(err),

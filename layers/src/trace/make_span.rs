@@ -86,6 +86,8 @@ impl MakeSpan<ToolRequest> for DefaultMakeSpan {
             gen_ai.tool.call.id = %request.id(),
             mcp.method.name = mcp.map(|m| &*m.method),
             mcp.protocol.version = mcp.and_then(|m| m.protocol_version.as_deref()),
+            gen_ai.tool.call.decision = tracing::field::Empty,
+            gen_ai.tool.call.decided_by = tracing::field::Empty,
             error.type = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
             gen_ai.tool.call.arguments = tracing::field::Empty,

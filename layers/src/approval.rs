@@ -1,0 +1,288 @@
+//! Asks before a tool call runs: allow it, deny it with a reason the model
+//! reads, or allow it with other arguments.
+//!
+//! [`Approval`] asks an [`Approver`] — a closure, a channel a UI answers,
+//! a person at a terminal — for each call its policy picks, and waits as
+//! long as a human takes:
+//!
+//! * [`Decision::Allow`]: the call runs.
+//! * [`Decision::Deny`]: it does not; the call fails with a
+//!   [`Denied`](toolstack::ErrorKind::Denied) error carrying the reason,
+//!   which the model reads and can act on (ask, try something else).
+//! * [`Decision::Modify`]: it runs with the approver's arguments, which
+//!   the tool (or a [`validate`](crate::validate) layer below) checks as
+//!   any others.
+//!
+//! **Which calls ask** ([`ApprovalLayer::when`]): by default those of
+//! tools not annotated read-only — destructive ones above all, as MCP's
+//! annotations read; or any rule over the request (its tool, its
+//! arguments, its caller in the extensions).
+//!
+//! **The wait is not the tool's time.** The tool is called only once the
+//! decision is made: a [`timeout`](crate::timeout) layer *below* this one
+//! starts counting then. (Above it, a deadline would count the wait.)
+//!
+//! **Recorded**: each decision is a `tracing` event and is recorded on the
+//! current span as `gen_ai.tool.call.decision` (`allow`, `deny`,
+//! `modified`) and `gen_ai.tool.call.decided_by` — the trace layer's
+//! `execute_tool` span declares both — and goes to the
+//! [`ApprovalEvents`] in the request's extensions: under an
+//! [`Agent`](toolstack::agent::Agent), as
+//! `AgentEvent::ApprovalRequested` / `ApprovalDecided`.
+//!
+//! ```
+//! use toolstack::approval::Decision;
+//! use toolstack::{tool, ErrorKind, ToolAnnotations, ToolError, ToolRequest, Toolbox};
+//! use toolstack_layers::approval::ApprovalLayer;
+//! use tower::ServiceExt;
+//!
+//! #[derive(serde::Deserialize, toolstack::schemars::JsonSchema)]
+//! #[schemars(crate = "toolstack::schemars")]
+//! struct Path { path: String }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), ToolError> {
+//! let delete = tool::from_fn("delete", |p: Path| async move { Ok::<_, ToolError>(format!("deleted {}", p.path)) })
+//!     .annotations(ToolAnnotations { destructive_hint: Some(true), ..Default::default() });
+//! // An approver that refuses anything under /etc.
+//! let approver = |asked: &toolstack::approval::ApprovalRequest| {
+//!     let deny = asked.arguments.contains("/etc");
+//!     async move { if deny { Decision::deny("not under /etc") } else { Decision::Allow } }
+//! };
+//! let tools = Toolbox::new().layered(delete, ApprovalLayer::new(approver));
+//! let err = tools.oneshot(ToolRequest::new("delete", r#"{"path": "/etc/passwd"}"#)).await.unwrap_err();
+//! assert_eq!(err.kind(), ErrorKind::Denied);
+//! assert!(err.message().contains("not under /etc"));
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures_util::future::BoxFuture;
+use pin_project_lite::pin_project;
+use toolstack::approval::{ApprovalEvent, ApprovalEvents, ApprovalRequest, Decided, Decision};
+use toolstack::{ErrorKind, ToolError, ToolRequest};
+use tower_layer::Layer;
+use tower_service::Service;
+
+/// Decides a call: see the [module docs](self). Any
+/// `Fn(&ApprovalRequest) -> impl Future<Output = Decision>` is one.
+pub trait Approver: Send + Sync + 'static {
+    /// The decision for `request`; it may take as long as a person does.
+    fn decide(&self, request: &ApprovalRequest) -> BoxFuture<'static, Decision>;
+}
+
+impl<F, Fut> Approver for F
+where
+    F: Fn(&ApprovalRequest) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Decision> + Send + 'static,
+{
+    fn decide(&self, request: &ApprovalRequest) -> BoxFuture<'static, Decision> {
+        Box::pin(self(request))
+    }
+}
+
+type Policy = Arc<dyn Fn(&ToolRequest) -> bool + Send + Sync>;
+
+/// Asks before calls run: see the [module docs](self).
+#[derive(Clone)]
+pub struct ApprovalLayer {
+    approver: Arc<dyn Approver>,
+    when: Policy,
+    by: Arc<str>,
+}
+
+/// The default policy: ask for any tool not annotated read-only.
+fn not_read_only(request: &ToolRequest) -> bool {
+    request
+        .info()
+        .is_none_or(|info| info.annotations().read_only_hint != Some(true))
+}
+
+impl ApprovalLayer {
+    /// Asks `approver` for every call of a tool not annotated read-only.
+    pub fn new(approver: impl Approver) -> Self {
+        ApprovalLayer {
+            approver: Arc::new(approver),
+            when: Arc::new(not_read_only),
+            by: Arc::from("approver"),
+        }
+    }
+
+    /// Asks only for the calls `when` picks (the tool, its annotations and
+    /// arguments, the caller in the extensions).
+    pub fn when(mut self, when: impl Fn(&ToolRequest) -> bool + Send + Sync + 'static) -> Self {
+        self.when = Arc::new(when);
+        self
+    }
+
+    /// Who decides, as spans and events name them (default `approver`):
+    /// `the user`, `policy`, `an operator`.
+    pub fn decided_by(mut self, by: &str) -> Self {
+        self.by = Arc::from(by);
+        self
+    }
+}
+
+impl fmt::Debug for ApprovalLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApprovalLayer")
+            .field("decided_by", &self.by)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Layer<S> for ApprovalLayer {
+    type Service = Approval<S>;
+
+    fn layer(&self, inner: S) -> Approval<S> {
+        Approval {
+            inner,
+            config: self.clone(),
+        }
+    }
+}
+
+/// A tool whose calls are approved first; see the [module docs](self).
+#[derive(Clone, Debug)]
+pub struct Approval<S> {
+    inner: S,
+    config: ApprovalLayer,
+}
+
+impl<S> Service<ToolRequest> for Approval<S>
+where
+    S: Service<ToolRequest> + Clone + Send + 'static,
+    S::Error: Into<ToolError>,
+    S::Future: Send + 'static,
+    S::Response: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = ToolError;
+    type Future = ResponseFuture<S::Future, S::Response>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: ToolRequest) -> Self::Future {
+        if !(self.config.when)(&request) {
+            return ResponseFuture {
+                state: State::Pass {
+                    future: self.inner.call(request),
+                },
+            };
+        }
+        // The ready service goes with the call; a clone stays.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture {
+            state: State::Asking {
+                future: Box::pin(approve(inner, request, self.config.clone())),
+            },
+        }
+    }
+}
+
+pin_project! {
+    /// The response future of [`Approval`]: the tool's own for a call the
+    /// policy lets through, else the wait for the decision and the call.
+    pub struct ResponseFuture<F, R> {
+        #[pin]
+        state: State<F, R>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F, R> {
+        Pass { #[pin] future: F },
+        Asking { future: BoxFuture<'static, Result<R, ToolError>> },
+    }
+}
+
+impl<F, R, E> Future for ResponseFuture<F, R>
+where
+    F: Future<Output = Result<R, E>>,
+    E: Into<ToolError>,
+{
+    type Output = Result<R, ToolError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProj::Pass { future } => future.poll(cx).map_err(Into::into),
+            StateProj::Asking { future } => future.as_mut().poll(cx),
+        }
+    }
+}
+
+impl<F, R> fmt::Debug for ResponseFuture<F, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self.state {
+            State::Pass { .. } => "approval::ResponseFuture (passed)",
+            State::Asking { .. } => "approval::ResponseFuture (asking)",
+        })
+    }
+}
+
+async fn approve<S>(
+    mut inner: S,
+    mut request: ToolRequest,
+    config: ApprovalLayer,
+) -> Result<S::Response, ToolError>
+where
+    S: Service<ToolRequest>,
+    S::Error: Into<ToolError>,
+{
+    let asked = ApprovalRequest {
+        call_id: request.id().to_owned(),
+        tool: request.name().to_owned(),
+        arguments: request.arguments().to_owned(),
+    };
+    let events = request.extensions().get::<ApprovalEvents>().cloned();
+    if let Some(events) = &events {
+        events.send(ApprovalEvent::Requested(asked.clone())).await;
+    }
+    let decision = config.approver.decide(&asked).await;
+    let span = tracing::Span::current();
+    span.record("gen_ai.tool.call.decision", decision.outcome());
+    span.record("gen_ai.tool.call.decided_by", &*config.by);
+    tracing::info!(
+        gen_ai.tool.name = %asked.tool,
+        gen_ai.tool.call.id = %asked.call_id,
+        gen_ai.tool.call.decision = decision.outcome(),
+        gen_ai.tool.call.decided_by = %config.by,
+        "tool call {}", match &decision {
+            Decision::Allow => "approved",
+            Decision::Deny { .. } => "denied",
+            Decision::Modify { .. } => "approved with other arguments",
+        }
+    );
+    if let Some(events) = &events {
+        let decided = Decided {
+            request: asked,
+            decision: decision.clone(),
+            by: config.by.to_string(),
+        };
+        events.send(ApprovalEvent::Decided(decided)).await;
+    }
+    match decision {
+        Decision::Allow => {}
+        Decision::Modify { arguments } => request.set_arguments(arguments),
+        Decision::Deny { reason } => {
+            return Err(ToolError::new(
+                ErrorKind::Denied,
+                format!(
+                    "the call of `{}` was denied by {}: {reason}",
+                    request.name(),
+                    config.by
+                ),
+            ));
+        }
+    }
+    inner.call(request).await.map_err(Into::into)
+}

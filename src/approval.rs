@@ -1,0 +1,124 @@
+//! The vocabulary of approving a tool call before it runs: what is asked
+//! ([`ApprovalRequest`]), what is decided ([`Decision`], [`Decided`]), and
+//! where a UI hears of both ([`ApprovalEvents`]).
+//!
+//! The approval layer of `toolstack-layers` asks; an
+//! [`Agent`](crate::agent::Agent) puts an [`ApprovalEvents`] in each tool
+//! call's extensions and streams what it hears as
+//! [`AgentEvent::ApprovalRequested`](crate::agent::AgentEvent::ApprovalRequested)
+//! and [`AgentEvent::ApprovalDecided`](crate::agent::AgentEvent::ApprovalDecided).
+
+use std::fmt;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+
+/// A call waiting for approval.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApprovalRequest {
+    /// The call's id (a model's tool-call id).
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// The arguments, as sent.
+    pub arguments: String,
+}
+
+/// What an approver decides for one call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// The call runs as asked.
+    Allow,
+    /// The call does not run: the model reads a `Denied` error with the
+    /// reason, and can try something else.
+    Deny {
+        /// Why, for the model.
+        reason: String,
+    },
+    /// The call runs with these arguments instead (validated as any).
+    Modify {
+        /// The arguments to run with.
+        arguments: String,
+    },
+}
+
+impl Decision {
+    /// A denial, with the reason the model reads.
+    pub fn deny(reason: impl Into<String>) -> Self {
+        Decision::Deny {
+            reason: reason.into(),
+        }
+    }
+
+    /// An approval with other arguments.
+    pub fn modify(arguments: impl Into<String>) -> Self {
+        Decision::Modify {
+            arguments: arguments.into(),
+        }
+    }
+
+    /// `allow`, `deny` or `modified`: the decision's outcome as spans
+    /// record it (`gen_ai.tool.call.decision`).
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Decision::Allow => "allow",
+            Decision::Deny { .. } => "deny",
+            Decision::Modify { .. } => "modified",
+        }
+    }
+}
+
+/// A decision made, as a UI shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decided {
+    /// The call.
+    pub request: ApprovalRequest,
+    /// What was decided.
+    pub decision: Decision,
+    /// Who decided: the approver's name (`the user`, `policy`, …).
+    pub by: String,
+}
+
+/// What the approval layer tells of a call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ApprovalEvent {
+    /// A call waits for a decision.
+    Requested(ApprovalRequest),
+    /// It was decided.
+    Decided(Decided),
+}
+
+type Sink = Arc<dyn Fn(ApprovalEvent) -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// Where the approval layer sends its [`ApprovalEvent`]s: put one in a
+/// call's extensions. The layer awaits each send, so a consumer that
+/// reads slowly slows the call, never loses an event.
+#[derive(Clone)]
+pub struct ApprovalEvents {
+    sink: Sink,
+}
+
+impl ApprovalEvents {
+    /// Events go to `sink`.
+    pub fn new<F, Fut>(sink: F) -> Self
+    where
+        F: Fn(ApprovalEvent) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        ApprovalEvents {
+            sink: Arc::new(move |event| Box::pin(sink(event))),
+        }
+    }
+
+    /// Sends `event`.
+    pub async fn send(&self, event: ApprovalEvent) {
+        (self.sink)(event).await
+    }
+}
+
+impl fmt::Debug for ApprovalEvents {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApprovalEvents").finish_non_exhaustive()
+    }
+}
