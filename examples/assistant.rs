@@ -4,7 +4,12 @@
 //! database, gives an agent three tools — search the schema, show a table,
 //! execute SQL (rows stream out as they are read, with progress every 250
 //! rows) — each stacked with trace, timeout, retry and rate-limit layers,
-//! and prints the agent's event stream live. The model is stacked too
+//! and prints the agent's event stream live. SQL that writes (`INSERT`,
+//! `UPDATE`, `DELETE`, `DROP`) asks the person at the terminal first —
+//! and is denied when nobody is there to answer, as in the scripted run,
+//! where the denial goes back to the model. At most 50 rows of a query
+//! reach the model (its head, its tail, and a note of what was cut); the
+//! terminal counts every row read. The model is stacked too
 //! (trace, retry before its first delta, timeouts to the first delta and
 //! between deltas), and the agent asks again when an answer breaks off
 //! after its first delta. It is the scripted one,
@@ -23,9 +28,15 @@ use rusqlite::Connection;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use toolstack::agent::{Agent, AgentEvent};
+use toolstack::approval::{ApprovalRequest, Decision};
 use toolstack::model::{Message, ScriptedModel, Turn};
 use toolstack::{tool, Progress, ToolAnnotations, ToolContext, ToolError, ToolOutput, Toolbox};
+use toolstack_layers::approval::ApprovalLayer;
+use toolstack_layers::budget::{BudgetLayer, Tap};
 use toolstack_layers::rate_limit::{Quota, RateLimitLayer};
 use toolstack_layers::retry::RetryPolicy;
 use toolstack_layers::timeout::TimeoutLayer;
@@ -102,11 +113,60 @@ struct ShowTable {
     limit: Option<u32>,
 }
 
-/// Run one read-only SQL query; rows stream out as they are read.
+/// Run one SQL statement; rows stream out as they are read.
 #[derive(Deserialize, JsonSchema)]
 struct ExecuteSql {
-    /// A single SELECT statement.
+    /// A single statement. A SELECT runs at once; one that writes waits
+    /// for the user's approval.
     sql: String,
+}
+
+/// Whether `sql` writes (and so needs the user's approval).
+fn writes(sql: &str) -> bool {
+    let sql = sql.to_uppercase();
+    ["INSERT", "UPDATE", "DELETE", "DROP"].iter().any(|w| {
+        sql.split(|c: char| !c.is_ascii_alphabetic())
+            .any(|word| word == *w)
+    })
+}
+
+/// Asks the person at the terminal; with nobody there (stdin is not a
+/// terminal, as in the scripted run), the write is denied.
+fn ask_at_the_terminal(asked: &ApprovalRequest) -> impl std::future::Future<Output = Decision> {
+    let sql = serde_json::from_str::<Value>(&asked.arguments)
+        .ok()
+        .and_then(|v| v.get("sql").and_then(Value::as_str).map(str::to_owned))
+        .unwrap_or_else(|| asked.arguments.clone());
+    async move {
+        if !std::io::stdin().is_terminal() {
+            println!(
+                "
+  ? {sql}
+    (nobody at the terminal to approve a write: denied)"
+            );
+            return Decision::deny(
+                "the user was not there to approve a write; answer from what you have read",
+            );
+        }
+        let answer = tokio::task::spawn_blocking(move || {
+            print!(
+                "
+  ? run this write: {sql}
+    approve? [y/N] "
+            );
+            let _ = std::io::stdout().flush();
+            let mut line = String::new();
+            let _ = std::io::stdin().read_line(&mut line);
+            line
+        })
+        .await
+        .unwrap_or_default();
+        if answer.trim().eq_ignore_ascii_case("y") {
+            Decision::Allow
+        } else {
+            Decision::deny("the user said no to this write")
+        }
+    }
 }
 
 fn search_schema(db: &Db, query: &str) -> Result<Value, ToolError> {
@@ -180,13 +240,6 @@ fn execute_sql(
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     tokio::task::spawn_blocking(move || {
         let run = || -> Result<u64, ToolError> {
-            let trimmed = sql.trim_start().to_lowercase();
-            if !(trimmed.starts_with("select") || trimmed.starts_with("with")) {
-                return Err(ToolError::new(
-                    toolstack::ErrorKind::Denied,
-                    "only SELECT queries may run",
-                ));
-            }
             let db = db
                 .lock()
                 .map_err(|_| ToolError::failed("the database lock was poisoned"))?;
@@ -249,12 +302,33 @@ fn toolbox(db: Db) -> Toolbox {
         tool::from_stream_with_context("execute_sql", move |args: ExecuteSql, ctx: ToolContext| {
             tokio_stream::wrappers::ReceiverStream::new(execute_sql(db.clone(), args.sql, ctx))
         })
-        .description("Run one read-only SQL query; rows stream out as they are read.")
-        .annotations(ToolAnnotations::new().read_only());
+        .description(
+            "Run one SQL statement; rows stream out as they are read. \
+             Statements that write need the user's approval.",
+        )
+        .annotations(ToolAnnotations {
+            destructive_hint: Some(true),
+            ..Default::default()
+        });
+    // Writes wait for the user (outside the timeouts: a person's time is
+    // not the tool's); at most 50 rows reach the model.
+    let sql_layers = ServiceBuilder::new()
+        .stream_approval(
+            ApprovalLayer::new(ask_at_the_terminal)
+                .when(|request| writes(request.arguments()))
+                .decided_by("the user"),
+        )
+        .stream_budget(BudgetLayer::new().max_items(50).notice(|cut| {
+            format!(
+                "[… {} rows omitted here. Narrow the query (WHERE, GROUP BY) or ask for a page (LIMIT/OFFSET).]",
+                cut.items
+            )
+        }))
+        .layer(layers());
     Toolbox::new()
         .layered(search, layers())
         .layered(show, layers())
-        .layered(sql, layers())
+        .layered(sql, sql_layers)
 }
 
 fn script() -> ScriptedModel {
@@ -271,7 +345,11 @@ fn script() -> ScriptedModel {
             "execute_sql",
             r#"{"sql":"SELECT c.country, COUNT(*) AS orders, ROUND(SUM(o.amount), 2) AS revenue FROM orders o JOIN customers c ON c.id = o.customer_id GROUP BY c.country ORDER BY revenue DESC"}"#,
         ),
-        Turn::new().text("Brazil leads on revenue; the per-country totals are in the last result."),
+        Turn::new().text("Let me clear out the test orders under a cent first.").tool_call(
+            "execute_sql",
+            r#"{"sql":"DELETE FROM orders WHERE amount < 0.01"}"#,
+        ),
+        Turn::new().text("I was not allowed to delete anything, so the data stands as it is. Brazil leads on revenue; the per-country totals are in the last result."),
     ])
 }
 
@@ -311,6 +389,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .first_item(Duration::from_secs(60))
                 .idle(Duration::from_secs(20)),
         );
+    // The terminal hears of every row read (a budget tap), not only of
+    // the 50 a query puts in the model's context.
+    let rows_read = Arc::new(AtomicU64::new(0));
+    let counter = rows_read.clone();
+    let mut extensions = http::Extensions::new();
+    extensions.insert(Tap::new(move |item: &ToolOutput| {
+        if matches!(item, ToolOutput::Json { .. }) {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    }));
     let mut events = match endpoint() {
         #[cfg(feature = "openai")]
         Some(model) => {
@@ -321,13 +409,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 // The retry layer cannot take back deltas already shown;
                 // a turn cut off mid-answer is discarded and asked again.
                 .retry_model_turns(2)
-                .run(conversation)
+                .run_with(conversation, extensions)
         }
         _ => Agent::new(model_layers.service(script()), toolbox(db))
             .max_steps(8)
             .parallel_tools(2)
             .retry_model_turns(2)
-            .run(conversation),
+            .run_with(conversation, extensions),
     };
     let mut out = std::io::stdout();
     let mut streamed_rows = 0u64;
@@ -362,6 +450,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     result.content.len()
                 );
             }
+            AgentEvent::ApprovalRequested {
+                name, arguments, ..
+            } => {
+                println!("\n  ? {name} waits for approval: {arguments}")
+            }
+            AgentEvent::ApprovalDecided { decision, by, .. } => {
+                println!("    {} by {by}", decision.outcome())
+            }
             AgentEvent::TurnDiscarded { error } => {
                 println!("\n(the model's answer broke off: {error}; asking again)")
             }
@@ -374,8 +470,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     )
                 });
                 println!(
-                    "\n\ndone: {:?} after {} model turns; {} rows streamed; usage {usage}",
-                    done.stop, done.steps, streamed_rows
+                    "\n\ndone: {:?} after {} model turns; {} rows read, {} of them in the model's context; usage {usage}",
+                    done.stop,
+                    done.steps,
+                    rows_read.load(Ordering::Relaxed),
+                    streamed_rows
                 )
             }
             _ => {}
