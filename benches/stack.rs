@@ -38,6 +38,7 @@ use futures_util::{stream, FutureExt, Stream, StreamExt};
 use toolstack::{
     tool, ToolAnnotations, ToolError, ToolItem, ToolOutput, ToolRequest, ToolResult, Toolbox,
 };
+use toolstack_layers::approval::ApprovalLayer;
 use toolstack_layers::budget::BudgetLayer;
 use toolstack_layers::cache::CacheLayer;
 use toolstack_layers::coalesce::CoalesceLayer;
@@ -126,6 +127,13 @@ fn add_tool() -> impl toolstack::Describe
     )
     .description("Adds two numbers.")
     .annotations(ToolAnnotations::new().read_only())
+}
+
+/// An approver that allows every call at once.
+fn allow(
+    _: &toolstack::approval::ApprovalRequest,
+) -> std::future::Ready<toolstack::approval::Decision> {
+    std::future::ready(toolstack::approval::Decision::Allow)
 }
 
 fn timeouts() -> TimeoutLayer {
@@ -358,6 +366,20 @@ fn layer_cases() -> Vec<Case> {
             ),
         ),
         (
+            "approval (read-only: not asked)",
+            one(
+                add_tool(),
+                ServiceBuilder::new().stream_approval(ApprovalLayer::new(allow)),
+            ),
+        ),
+        (
+            "approval (asked, allowed)",
+            one(
+                add_tool(),
+                ServiceBuilder::new().stream_approval(ApprovalLayer::new(allow).when(|_| true)),
+            ),
+        ),
+        (
             "cache (a hit)",
             one(
                 add_tool(),
@@ -464,6 +486,12 @@ fn precise_layer_cases() -> Vec<Case> {
             "repair (arguments valid)",
             one(ServiceBuilder::new()
                 .stream_repair(RepairLayer::new())
+                .service(empty_tool())),
+        ),
+        (
+            "approval (asked, allowed)",
+            one(ServiceBuilder::new()
+                .stream_approval(ApprovalLayer::new(allow))
                 .service(empty_tool())),
         ),
         ("README stack", one(readme_stack!().service(empty_tool()))),

@@ -310,9 +310,12 @@ fn toolbox(db: Db) -> Toolbox {
             destructive_hint: Some(true),
             ..Default::default()
         });
-    // Writes wait for the user (outside the timeouts: a person's time is
-    // not the tool's); at most 50 rows reach the model.
+    // The same stack, with writes waiting for the user inside the trace
+    // (the decision is on the call's span) and above the timeouts (a
+    // person's time is not the tool's), and at most 50 rows reaching the
+    // model.
     let sql_layers = ServiceBuilder::new()
+        .stream_trace()
         .stream_approval(
             ApprovalLayer::new(ask_at_the_terminal)
                 .when(|request| writes(request.arguments()))
@@ -324,7 +327,13 @@ fn toolbox(db: Db) -> Toolbox {
                 cut.items
             )
         }))
-        .layer(layers());
+        .stream_timeout(TimeoutLayer::new().deadline(Duration::from_secs(30)))
+        .stream_retry(RetryPolicy::new().max_attempts(3))
+        .stream_rate_limit(
+            RateLimitLayer::per_tool(Quota::per_second(NonZeroU32::new(20).expect("non-zero")))
+                .wait_at_most(Duration::from_secs(5)),
+        )
+        .stream_timeout(TimeoutLayer::new().idle(Duration::from_secs(5)));
     Toolbox::new()
         .layered(search, layers())
         .layered(show, layers())

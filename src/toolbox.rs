@@ -149,6 +149,16 @@ struct Inner {
     entries: Vec<Entry>,
     index: HashMap<Arc<str>, usize>,
     resolver: Option<Arc<dyn Resolve>>,
+    // Near-miss names a model writes, repaired at dispatch.
+    names: Option<Arc<NameRepair>>,
+}
+
+/// How [`Toolbox::dispatch`] repairs a name no tool has: by case, or by
+/// an alias.
+#[derive(Clone, Debug, Default)]
+struct NameRepair {
+    // Lowercased alias → the tool's name.
+    aliases: HashMap<String, String>,
 }
 
 #[derive(Clone)]
@@ -447,6 +457,8 @@ impl Toolbox {
             entries: Vec::with_capacity(inner.entries.len()),
             index: HashMap::with_capacity(inner.entries.len()),
             resolver: None,
+            // Aliases name the tools as they were: not the prefixed ones.
+            names: None,
         };
         for entry in inner.entries {
             let entry = entry.leaving(inner.resolver.as_ref());
@@ -655,11 +667,78 @@ impl Toolbox {
 
     /// Starts a call without `&mut self`: looks the tool up, checks it is
     /// visible, and calls it.
-    pub fn dispatch(&self, request: ToolRequest) -> ResponseFuture {
-        match self.get_for(request.name(), request.extensions()) {
-            Some(tool) => tool.call_shared(request),
-            None => ResponseFuture::error(self.unknown_tool(&request)),
+    pub fn dispatch(&self, mut request: ToolRequest) -> ResponseFuture {
+        if let Some(tool) = self.get_for(request.name(), request.extensions()) {
+            return tool.call_shared(request);
         }
+        if let Some(name) = self.repaired_name(request.name(), request.extensions()) {
+            tracing::info!(
+                gen_ai.tool.name = %name,
+                name_was = %request.name(),
+                "tool call repaired: the tool's name"
+            );
+            request.set_name(name);
+            if let Some(tool) = self.get_for(request.name(), request.extensions()) {
+                return tool.call_shared(request);
+            }
+        }
+        ResponseFuture::error(self.unknown_tool(&request))
+    }
+
+    /// Repairs the tool names a model gets nearly right, at dispatch: a
+    /// name that differs from a visible tool's only in case (`Get_Weather`
+    /// for `get_weather`) calls that tool, as does any
+    /// [`alias`](Self::alias). A repair is logged (`tool call repaired`).
+    /// Names are matched exactly otherwise, and an unknown name stays an
+    /// error listing the tools.
+    ///
+    /// ```
+    /// # futures_util::FutureExt::now_or_never(async {
+    /// use toolstack::{tool, ToolError, ToolRequest, ToolResult, Toolbox};
+    ///
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Args {}
+    ///
+    /// let tools = Toolbox::new()
+    ///     .tool(tool::from_fn("get_weather", |_: Args| async { Ok::<_, ToolError>("sunny") }))
+    ///     .repair_names()
+    ///     .alias("weather", "get_weather");
+    /// for name in ["Get_Weather", "WEATHER"] {
+    ///     let stream = tools.dispatch(ToolRequest::new(name, "{}")).await?;
+    ///     assert_eq!(ToolResult::collect(stream).await.into_text(), "sunny");
+    /// }
+    /// # Ok::<_, ToolError>(())
+    /// # }).unwrap().unwrap();
+    /// ```
+    pub fn repair_names(mut self) -> Self {
+        let inner = Arc::make_mut(&mut self.inner);
+        inner.names.get_or_insert_with(Default::default);
+        self
+    }
+
+    /// A name models use for tool `name` (`weather` for `get_weather`),
+    /// matched without regard to case; turns on
+    /// [`repair_names`](Self::repair_names).
+    pub fn alias(mut self, alias: &str, name: &str) -> Self {
+        let inner = Arc::make_mut(&mut self.inner);
+        let names = Arc::make_mut(inner.names.get_or_insert_with(Default::default));
+        names.aliases.insert(alias.to_lowercase(), name.to_owned());
+        self
+    }
+
+    /// The visible tool `wanted` nearly names, if name repair is on.
+    fn repaired_name(&self, wanted: &str, extensions: &Extensions) -> Option<String> {
+        let names = self.inner.names.as_ref()?;
+        if is_longer_than(wanted, MAX_NAME_CHARS) {
+            return None;
+        }
+        let lower = wanted.to_lowercase();
+        if let Some(name) = names.aliases.get(&lower) {
+            return Some(name.clone());
+        }
+        self.infos_for(extensions)
+            .find(|info| info.name().to_lowercase() == lower)
+            .map(|info| info.name().to_owned())
     }
 
     /// The error for a call of a tool that is missing or hidden from this

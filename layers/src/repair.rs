@@ -24,7 +24,10 @@
 //!
 //! Over a toolbox, [`RepairLayer::tool_names`] also repairs the tool's
 //! name: a name that matches a known one but for case, or a configured
-//! [alias](RepairLayer::alias), becomes that name.
+//! [alias](RepairLayer::alias), becomes that name. Under an agent, whose
+//! tools are a [`Toolbox`](toolstack::Toolbox), the toolbox does that at
+//! dispatch: [`Toolbox::repair_names`](toolstack::Toolbox::repair_names),
+//! [`Toolbox::alias`](toolstack::Toolbox::alias).
 //!
 //! ```
 //! use toolstack::{tool, ToolError, ToolRequest, ToolResult};

@@ -192,3 +192,38 @@ async fn under_the_agent_the_models_almost_json_reaches_the_tool() {
         .unwrap();
     assert_eq!(result, "SELECT 4 LIMIT 2");
 }
+
+#[tokio::test]
+async fn under_the_agent_a_near_miss_name_and_almost_json_reach_the_tool() {
+    let toolbox = Toolbox::new()
+        .boxed(query_tool(Arc::default()))
+        .repair_names()
+        .alias("run_sql", "execute_sql")
+        .layer(RepairLayer::new());
+    let model = ScriptedModel::new([
+        Turn::new()
+            .tool_call("Run_SQL", "{sql: 'SELECT 5', limit: 1}")
+            .tool_call("EXECUTE_SQL", r#"{"sql": "SELECT 6", "limit": 1}"#)
+            .tool_call("drop_tables", "{}"),
+        Turn::new().text("done"),
+    ]);
+    let events: Vec<AgentEvent> = Agent::new(model, toolbox)
+        .run(vec![Message::user("q")])
+        .collect()
+        .await;
+    let results: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolResult { result, .. } => Some(result.text()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results[0], "SELECT 5 LIMIT 1");
+    assert_eq!(results[1], "SELECT 6 LIMIT 1");
+    // An unknown name is still an error listing the tools.
+    assert!(
+        results[2].contains("unknown tool `drop_tables`"),
+        "{}",
+        results[2]
+    );
+}
