@@ -20,7 +20,8 @@
 //!   the tool itself).
 //! * **A hit is marked**: its stream begins with a progress item "cached
 //!   result, N s old" (a UI shows it; the model does not read progress),
-//!   and a `tracing` event says `cache = "hit"`.
+//!   the call's span records `toolstack.cache = "hit"`, and a `tracing`
+//!   event says so.
 //! * A tool not annotated as safe to cache is never cached, unless
 //!   [`cache_all`](CacheLayer::cache_all) says so. The annotations come
 //!   with the request, which a [`Toolbox`](toolstack::Toolbox) fills: put
@@ -409,6 +410,8 @@ impl<F> fmt::Debug for ResponseFuture<F> {
 /// `cached`'s items as a stream, marked as a hit.
 fn replay(cached: Cached) -> ToolStream {
     let age = cached.stored_at.elapsed().unwrap_or_default().as_secs();
+    // On the call's span (the trace layer's `execute_tool` declares it).
+    tracing::Span::current().record("toolstack.cache", "hit");
     tracing::info!(cache = "hit", age_s = age, "tool result from the cache");
     let mark = ToolOutput::progress(
         Progress::new(1.0)

@@ -3,6 +3,8 @@
 //! results stored, expiry, single flight, size bound, under the agent.
 #![cfg(feature = "cache")]
 
+mod support;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -250,4 +252,22 @@ async fn under_the_agent_a_repeated_call_is_answered_from_the_cache() {
         .collect();
     assert_eq!(results, ["1+0 (run 1)", "1+0 (run 1)"]);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_hit_is_recorded_on_the_calls_span() {
+    use support::capture::Capture;
+    use toolstack_layers::ServiceBuilderExt;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let stack = tower::ServiceBuilder::new().stream_trace().layer(layer());
+    let service = Toolbox::new().layered(counting(runs, true), stack);
+    items(&service, "{}").await;
+    let capture = Capture::default();
+    let _guard = capture.install();
+    items(&service, "{}").await;
+    let span = capture.tool_span();
+    assert_eq!(
+        span.fields.get("toolstack.cache").map(String::as_str),
+        Some("hit")
+    );
 }

@@ -88,6 +88,7 @@ impl MakeSpan<ToolRequest> for DefaultMakeSpan {
             mcp.protocol.version = mcp.and_then(|m| m.protocol_version.as_deref()),
             gen_ai.tool.call.decision = tracing::field::Empty,
             gen_ai.tool.call.decided_by = tracing::field::Empty,
+            toolstack.cache = tracing::field::Empty,
             error.type = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
             gen_ai.tool.call.arguments = tracing::field::Empty,
