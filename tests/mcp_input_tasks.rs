@@ -4,11 +4,12 @@
 //! as MCP tasks, and what the server delegates to an rmcp handler.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use tokio::sync::{Notify, Semaphore};
 use serde_json::json;
 use toolstack::serve::mcp::rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, ElicitRequestParams,
@@ -248,70 +249,28 @@ async fn a_forged_or_expired_request_state_is_refused_and_the_waiting_calls_are_
     assert!(peer.call_tool_once(altered).await.is_err());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_whose_client_never_comes_back_is_dropped_after_the_input_timeout() {
-    let dropped = Arc::new(AtomicBool::new(false));
-    let flag = dropped.clone();
-    struct SetOnDrop(Arc<AtomicBool>);
-    impl std::ops::Drop for SetOnDrop {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::SeqCst);
-        }
-    }
-    let toolbox = Toolbox::new().tool(tool::from_fn_with_context(
-        "ask",
-        move |_: NoArgs, ctx: ToolContext| {
-            let guard = SetOnDrop(flag.clone());
-            async move {
-                let _guard = guard;
-                input(&ctx)?.confirm("sure?").await?;
-                Ok::<_, ToolError>("done")
-            }
-        },
-    ));
-    let server = McpServer::new(toolbox).input_timeout(Duration::from_millis(50));
-    let handle = server.clone();
-    let addr = serve_http(server).await;
-    let client = stateless(addr, Some(Person::new(true))).await;
-    let first = client
-        .peer()
-        .call_tool_once(CallToolRequestParams::new("ask"))
-        .await
-        .unwrap();
-    let CallToolResponse::InputRequired(asked) = first else {
-        panic!("{first:?}")
-    };
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    // Another call that waits sweeps the expired one out: its tool is
-    // dropped though its client never came back.
-    let second = client
-        .peer()
-        .call_tool_once(CallToolRequestParams::new("ask"))
-        .await
-        .unwrap();
-    assert!(matches!(second, CallToolResponse::InputRequired(_)));
-    assert!(dropped.load(Ordering::SeqCst));
-    assert_eq!(handle.waiting_calls(), 1);
-    // And the first call's retry, too late, is refused.
-    let mut late = CallToolRequestParams::new("ask");
-    late.request_state = asked.request_state;
-    assert!(client.peer().call_tool_once(late).await.is_err());
-}
-
-fn task_tools(dropped: Arc<AtomicBool>) -> Toolbox {
+/// The task fixtures. Each first yields (so that its first poll is
+/// pending and the call becomes a task); `report` then takes a permit of
+/// `steps` before each of its three steps, so a test paces it; `forever`
+/// notifies `dropped` when its stream is dropped.
+fn task_tools(dropped: Arc<Notify>, steps: Arc<Semaphore>) -> Toolbox {
     Toolbox::new()
         .tool(tool::from_fn_with_context(
             "report",
-            |_: NoArgs, ctx: ToolContext| async move {
-                for step in 1..=3 {
-                    tokio::time::sleep(Duration::from_millis(60)).await;
-                    ctx.report(
-                        Progress::new(f64::from(step))
-                            .total(3.0)
-                            .message(format!("step {step}")),
-                    );
+            move |_: NoArgs, ctx: ToolContext| {
+                let steps = steps.clone();
+                async move {
+                    tokio::task::yield_now().await;
+                    for step in 1..=3 {
+                        steps.acquire().await.expect("open").forget();
+                        ctx.report(
+                            Progress::new(f64::from(step))
+                                .total(3.0)
+                                .message(format!("step {step}")),
+                        );
+                    }
+                    Ok::<_, ToolError>(ToolOutput::text("all steps done"))
                 }
-                Ok::<_, ToolError>(ToolOutput::text("all steps done"))
             },
         ))
         .tool(tool::from_fn_with_context(
@@ -319,14 +278,14 @@ fn task_tools(dropped: Arc<AtomicBool>) -> Toolbox {
             move |_: NoArgs, ctx: ToolContext| {
                 let dropped = dropped.clone();
                 async move {
-                    struct Flag(Arc<AtomicBool>);
+                    struct Flag(Arc<Notify>);
                     impl std::ops::Drop for Flag {
                         fn drop(&mut self) {
-                            self.0.store(true, Ordering::SeqCst);
+                            self.0.notify_one();
                         }
                     }
                     let _flag = Flag(dropped);
-                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    tokio::task::yield_now().await;
                     ctx.report(Progress::new(1.0).message("started"));
                     futures_util::future::pending::<()>().await;
                     Ok::<_, ToolError>("never")
@@ -336,7 +295,7 @@ fn task_tools(dropped: Arc<AtomicBool>) -> Toolbox {
         .tool(tool::from_fn_with_context(
             "careful",
             |_: NoArgs, ctx: ToolContext| async move {
-                tokio::time::sleep(Duration::from_millis(30)).await;
+                tokio::task::yield_now().await;
                 let yes = input(&ctx)?.confirm("Drop it?").await?;
                 Ok::<_, ToolError>(format!("confirmed={yes} ({:?})", input(&ctx)?))
             },
@@ -346,8 +305,8 @@ fn task_tools(dropped: Arc<AtomicBool>) -> Toolbox {
         }))
 }
 
-async fn task_server(dropped: Arc<AtomicBool>) -> SocketAddr {
-    let server = McpServer::new(task_tools(dropped))
+async fn task_server(dropped: Arc<Notify>, steps: Arc<Semaphore>) -> SocketAddr {
+    let server = McpServer::new(task_tools(dropped, steps))
         .task_support("report", TaskSupport::Optional)
         .task_support("forever", TaskSupport::Optional)
         .task_support("careful", TaskSupport::Optional)
@@ -358,29 +317,37 @@ async fn task_server(dropped: Arc<AtomicBool>) -> SocketAddr {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_call_runs_as_a_task_and_still_looks_like_a_stream() {
-    let addr = task_server(Arc::default()).await;
+    let steps = Arc::new(Semaphore::new(0));
+    let addr = task_server(Arc::default(), steps.clone()).await;
     let client = stateless(addr, None).await;
 
-    // The server made a task (the tool waited before its result): the
-    // client polled it; the tool's progress messages came as progress
-    // items, then the result.
+    // The server made a task (the tool was pending at its first poll); the
+    // client polls it, and each of the tool's progress messages comes as a
+    // progress item — the next step goes only once the last was seen —
+    // then the result.
     let toolbox = client.toolbox().await.unwrap();
-    let stream = toolbox
+    let mut stream = toolbox
         .oneshot(ToolRequest::new("report", "{}"))
         .await
         .unwrap();
-    let items: Vec<_> = stream.collect().await;
-    let messages: Vec<String> = items
-        .iter()
-        .filter_map(|i| match i {
-            Ok(ToolOutput::Progress(p)) => p.message.clone(),
-            _ => None,
-        })
-        .collect();
-    assert!(!messages.is_empty(), "{items:?}");
-    assert!(messages.iter().all(|m| m.contains("step")), "{messages:?}");
-    let last = items.last().unwrap().as_ref().unwrap();
-    assert_eq!(last.as_text(), Some("all steps done"), "{items:?}");
+    steps.add_permits(1);
+    let mut messages = Vec::new();
+    let mut rest = Vec::new();
+    while let Some(item) = tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .expect("the task goes on")
+    {
+        match item {
+            Ok(ToolOutput::Progress(p)) => {
+                messages.push(p.message.unwrap_or_default());
+                steps.add_permits(1);
+            }
+            other => rest.push(other),
+        }
+    }
+    assert_eq!(messages, ["1/3: step 1", "2/3: step 2", "3/3: step 3"]);
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    assert_eq!(rest[0].as_ref().unwrap().as_text(), Some("all steps done"));
 
     // A tool that answers at once answers without a task.
     assert_eq!(call(&client, "quick", "{}").await.into_text(), "at once");
@@ -388,8 +355,8 @@ async fn a_long_call_runs_as_a_task_and_still_looks_like_a_stream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_a_task_stream_cancels_the_task_and_drops_the_tool() {
-    let dropped = Arc::new(AtomicBool::new(false));
-    let addr = task_server(dropped.clone()).await;
+    let dropped = Arc::new(Notify::new());
+    let addr = task_server(dropped.clone(), Arc::new(Semaphore::new(0))).await;
     let client = stateless(addr, None).await;
     let toolbox = client.toolbox().await.unwrap();
     let mut stream = toolbox
@@ -405,18 +372,14 @@ async fn dropping_a_task_stream_cancels_the_task_and_drops_the_tool() {
     );
     drop(stream);
     // `tasks/cancel` went out; the server dropped the tool's stream.
-    for _ in 0..200 {
-        if dropped.load(Ordering::SeqCst) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("the tool was not dropped after the task stream was");
+    tokio::time::timeout(Duration::from_secs(10), dropped.notified())
+        .await
+        .expect("the tool was not dropped after the task stream was");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_asks_for_input_and_the_client_answers_with_tasks_update() {
-    let addr = task_server(Arc::default()).await;
+    let addr = task_server(Arc::default(), Arc::new(Semaphore::new(0))).await;
     let person = Person::new(true);
     let client = stateless(addr, Some(person.clone())).await;
     let text = call(&client, "careful", "{}").await.into_text();
@@ -477,6 +440,8 @@ async fn what_is_not_about_tools_goes_to_the_handler() {
 struct Watching {
     statuses: Arc<std::sync::Mutex<Vec<String>>>,
     progress: Arc<AtomicUsize>,
+    /// Notified on every notification.
+    completed: Arc<Notify>,
 }
 
 impl ClientHandler for Watching {
@@ -491,10 +456,9 @@ impl ClientHandler for Watching {
         _: toolstack::serve::mcp::rmcp::service::NotificationContext<RoleClient>,
     ) {
         let status = serde_json::to_value(params.task.status()).unwrap();
-        self.statuses
-            .lock()
-            .unwrap()
-            .push(status.as_str().unwrap_or_default().to_owned());
+        let status = status.as_str().unwrap_or_default().to_owned();
+        self.statuses.lock().unwrap().push(status);
+        self.completed.notify_one();
     }
 
     async fn on_progress(
@@ -503,6 +467,7 @@ impl ClientHandler for Watching {
         _: toolstack::serve::mcp::rmcp::service::NotificationContext<RoleClient>,
     ) {
         self.progress.fetch_add(1, Ordering::SeqCst);
+        self.completed.notify_one();
     }
 }
 
@@ -512,7 +477,7 @@ async fn a_session_hears_of_its_task_as_it_runs() {
     use toolstack::serve::mcp::rmcp::ServiceExt as _;
     let (server_io, client_io) = tokio::io::duplex(64 * 1024);
     let server =
-        McpServer::new(task_tools(Arc::default())).task_support("report", TaskSupport::Optional);
+        McpServer::new(task_tools(Arc::default(), Arc::new(Semaphore::new(3)))).task_support("report", TaskSupport::Optional);
     tokio::spawn(async move {
         let running = server.serve(server_io).await.unwrap();
         let _ = running.waiting().await;
@@ -527,16 +492,25 @@ async fn a_session_hears_of_its_task_as_it_runs() {
     };
     // Three progress reports and three status changes while it ran, then
     // its end — without polling.
-    for _ in 0..300 {
-        if watching.statuses.lock().unwrap().last().map(String::as_str) == Some("completed") {
-            break;
+    // rmcp handles each notification in a task of its own: wait until all
+    // have been seen, in whatever order.
+    let all_seen = || {
+        let statuses = watching.statuses.lock().unwrap();
+        statuses.iter().any(|s| s == "completed")
+            && statuses.iter().filter(|s| *s == "working").count() >= 3
+            && watching.progress.load(Ordering::SeqCst) == 3
+    };
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !all_seen() {
+            watching.completed.notified().await;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    })
+    .await
+    .expect("every notification of the task");
     let statuses = watching.statuses.lock().unwrap().clone();
     assert_eq!(
-        statuses.last().map(String::as_str),
-        Some("completed"),
+        statuses.iter().filter(|s| *s == "completed").count(),
+        1,
         "{statuses:?}"
     );
     assert!(

@@ -112,9 +112,14 @@ pub trait CacheStore: Send + Sync + 'static {
 
 /// An in-process [`CacheStore`] (moka): bounded in bytes (keys and items),
 /// entries dropped a time to live after they were stored.
+///
+/// Freshness is decided on tokio's clock (so a test can pause it); moka's
+/// own time to live, on the system clock, frees the memory of entries
+/// nobody asks for again.
 #[derive(Clone)]
 pub struct MemoryStore {
-    cache: moka::sync::Cache<String, Cached>,
+    cache: moka::sync::Cache<String, (Cached, tokio::time::Instant)>,
+    ttl: Duration,
 }
 
 impl MemoryStore {
@@ -122,12 +127,12 @@ impl MemoryStore {
     pub fn new(max_bytes: u64, ttl: Duration) -> Self {
         let cache = moka::sync::Cache::builder()
             .max_capacity(max_bytes)
-            .weigher(|key: &String, value: &Cached| {
+            .weigher(|key: &String, (value, _): &(Cached, tokio::time::Instant)| {
                 u32::try_from(key.len() + value.bytes()).unwrap_or(u32::MAX)
             })
             .time_to_live(ttl)
             .build();
-        MemoryStore { cache }
+        MemoryStore { cache, ttl }
     }
 
     /// How many results are stored (after pending evictions run).
@@ -144,12 +149,20 @@ impl MemoryStore {
 
 impl CacheStore for MemoryStore {
     fn get(&self, key: &str) -> BoxFuture<'static, Option<Cached>> {
-        let hit = self.cache.get(key);
+        let hit = match self.cache.get(key) {
+            Some((cached, stored)) if stored.elapsed() < self.ttl => Some(cached),
+            Some(_) => {
+                self.cache.invalidate(key);
+                None
+            }
+            None => None,
+        };
         Box::pin(std::future::ready(hit))
     }
 
     fn put(&self, key: String, value: Cached) -> BoxFuture<'static, ()> {
-        self.cache.insert(key, value);
+        self.cache
+            .insert(key, (value, tokio::time::Instant::now()));
         Box::pin(std::future::ready(()))
     }
 }

@@ -180,7 +180,7 @@ async fn a_human_long_wait_is_not_the_tools_time_under_a_timeout_below() {
     assert!(started.elapsed() >= Duration::from_secs(600));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn dropping_a_call_that_waits_for_approval_never_runs_the_tool() {
     let runs = Arc::new(AtomicUsize::new(0));
     let (execute, _) = tools(runs.clone());

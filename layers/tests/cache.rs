@@ -196,7 +196,7 @@ async fn errors_dropped_streams_and_results_too_large_are_not_stored() {
     assert_eq!(runs.load(Ordering::SeqCst), 6);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_entry_expires_after_its_time_to_live() {
     let runs = Arc::new(AtomicUsize::new(0));
     let store = MemoryStore::new(1 << 20, Duration::from_millis(50));
@@ -205,10 +205,12 @@ async fn an_entry_expires_after_its_time_to_live() {
     items(&service, "{}").await;
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert_eq!(store.len(), 1);
-    // moka keeps its own (real) clock.
-    std::thread::sleep(Duration::from_millis(120));
+    tokio::time::advance(Duration::from_millis(40)).await;
     items(&service, "{}").await;
-    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "still fresh");
+    tokio::time::advance(Duration::from_millis(20)).await;
+    items(&service, "{}").await;
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "expired");
 }
 
 #[tokio::test(start_paused = true)]

@@ -8,7 +8,9 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures_util::future::{self, Either, FutureExt};
 use futures_util::StreamExt;
@@ -395,5 +397,81 @@ fn describe(progress: &Progress) -> String {
     match &progress.message {
         Some(message) => format!("{done}: {message}"),
         None => done,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::{BoxTool, ToolInfo, ToolRequest};
+
+    /// Counts the dropped calls of a tool that never answers.
+    struct Dropped(Arc<AtomicUsize>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn waiting_call(dropped: &Arc<AtomicUsize>) -> Call {
+        let dropped = dropped.clone();
+        let tool = BoxTool::with_info(
+            ToolInfo::new("ask"),
+            tower::service_fn(move |_: ToolRequest| {
+                let guard = Dropped(dropped.clone());
+                async move {
+                    let _guard = guard;
+                    futures_util::future::pending::<Result<ToolStream, ToolError>>().await
+                }
+            }),
+        );
+        let input = InputState::new(Backend::Rounds, None);
+        Call::new("ask".into(), tool.call_shared(ToolRequest::new("ask", "{}")), input)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_expired_call_is_dropped_by_the_next_park_and_cannot_be_resumed() {
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let mut waiting = Waiting::new();
+        waiting.ttl = Duration::from_millis(50);
+        let first = waiting.park(waiting_call(&dropped)).unwrap();
+        tokio::time::advance(Duration::from_millis(100)).await;
+        // Another call that waits sweeps the expired one out: its tool is
+        // dropped though its client never came back.
+        let second = waiting.park(waiting_call(&dropped)).unwrap();
+        assert_eq!(dropped.load(Ordering::SeqCst), 1);
+        assert_eq!(waiting.len(), 1);
+        // The first call's retry, too late, finds nothing.
+        assert!(waiting.resume(&first, "ask").is_none());
+        // A state is for its own tool, and for one retry.
+        assert!(waiting.resume(&second, "other").is_none());
+        assert!(waiting.resume(&second, "ask").is_none());
+        assert_eq!(dropped.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_after_the_timeout_is_refused_even_with_nothing_parked_since() {
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let mut waiting = Waiting::new();
+        waiting.ttl = Duration::from_millis(50);
+        let token = waiting.park(waiting_call(&dropped)).unwrap();
+        tokio::time::advance(Duration::from_millis(51)).await;
+        assert!(waiting.resume(&token, "ask").is_none());
+        assert_eq!(dropped.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fresh_call_resumes_once_and_the_bound_refuses_more() {
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let mut waiting = Waiting::new();
+        waiting.max = 1;
+        let token = waiting.park(waiting_call(&dropped)).unwrap();
+        assert!(waiting.park(waiting_call(&dropped)).is_none(), "over the bound");
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert!(waiting.resume(&token, "ask").is_some());
+        assert!(waiting.resume(&token, "ask").is_none());
     }
 }
