@@ -665,3 +665,30 @@ async fn turn_retry_leaves_a_failure_before_the_first_delta_to_the_retry_layer()
         (StopReason::ModelError, 1)
     );
 }
+
+/// A tool that keeps its request's extensions past its call (a task it
+/// spawned holds them): the run's event stream still ends.
+#[tokio::test]
+async fn a_request_kept_past_the_run_does_not_keep_its_events_open() {
+    use std::sync::Mutex;
+    use toolstack::ToolContext;
+    let kept: Arc<Mutex<Vec<http::Extensions>>> = Arc::default();
+    let keeper = kept.clone();
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct NoArgs {}
+    let toolbox = Toolbox::new().tool(tool::from_fn_with_context(
+        "keep",
+        move |_: NoArgs, ctx: ToolContext| {
+            keeper.lock().unwrap().push(ctx.extensions().clone());
+            async { Ok::<_, ToolError>("kept") }
+        },
+    ));
+    let model = ScriptedModel::new([Turn::new().tool_call("keep", "{}"), Turn::new().text("ok")]);
+    let events = Agent::new(model, toolbox).run(vec![Message::user("go")]);
+    let events: Vec<AgentEvent> =
+        tokio::time::timeout(std::time::Duration::from_secs(10), events.collect())
+            .await
+            .expect("the stream ends");
+    assert!(matches!(events.last(), Some(AgentEvent::Done(_))));
+    assert_eq!(kept.lock().unwrap().len(), 1);
+}

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use tokio::sync::{Notify, Semaphore};
 use serde_json::json;
+use tokio::sync::{Notify, Semaphore};
 use toolstack::serve::mcp::rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, ElicitRequestParams,
     ElicitResult, ElicitationAction, ErrorCode, Implementation, ListPromptsResult, NumberOrString,
@@ -476,8 +476,8 @@ async fn a_session_hears_of_its_task_as_it_runs() {
     use toolstack::serve::mcp::rmcp::model::{ProgressToken, RequestParamsMeta};
     use toolstack::serve::mcp::rmcp::ServiceExt as _;
     let (server_io, client_io) = tokio::io::duplex(64 * 1024);
-    let server =
-        McpServer::new(task_tools(Arc::default(), Arc::new(Semaphore::new(3)))).task_support("report", TaskSupport::Optional);
+    let server = McpServer::new(task_tools(Arc::default(), Arc::new(Semaphore::new(3))))
+        .task_support("report", TaskSupport::Optional);
     tokio::spawn(async move {
         let running = server.serve(server_io).await.unwrap();
         let _ = running.waiting().await;

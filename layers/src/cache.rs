@@ -127,9 +127,11 @@ impl MemoryStore {
     pub fn new(max_bytes: u64, ttl: Duration) -> Self {
         let cache = moka::sync::Cache::builder()
             .max_capacity(max_bytes)
-            .weigher(|key: &String, (value, _): &(Cached, tokio::time::Instant)| {
-                u32::try_from(key.len() + value.bytes()).unwrap_or(u32::MAX)
-            })
+            .weigher(
+                |key: &String, (value, _): &(Cached, tokio::time::Instant)| {
+                    u32::try_from(key.len() + value.bytes()).unwrap_or(u32::MAX)
+                },
+            )
             .time_to_live(ttl)
             .build();
         MemoryStore { cache, ttl }
@@ -161,8 +163,7 @@ impl CacheStore for MemoryStore {
     }
 
     fn put(&self, key: String, value: Cached) -> BoxFuture<'static, ()> {
-        self.cache
-            .insert(key, (value, tokio::time::Instant::now()));
+        self.cache.insert(key, (value, tokio::time::Instant::now()));
         Box::pin(std::future::ready(()))
     }
 }

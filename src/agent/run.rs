@@ -295,6 +295,11 @@ where
         tx: mpsc::Sender<AgentEvent>,
     ) {
         let tools: Arc<[ToolInfo]> = self.toolbox.infos_for(&extensions).cloned().collect();
+        // An approval layer below the tools tells the run what it asks and
+        // what was decided (each event names its call); set once, every
+        // call's extensions carry it.
+        let mut extensions = extensions;
+        extensions.insert(approval_events(tx.clone()));
         let mut run = Run {
             agent: self,
             // Shared with each model request; by the time the history grows
@@ -559,6 +564,33 @@ where
     }
 }
 
+/// The run's events, as the approval layer's sink. It holds the channel
+/// weakly: a request kept past the run (by a model, by a task a tool
+/// spawned) must not keep the event stream from ending.
+fn approval_events(events: mpsc::Sender<AgentEvent>) -> crate::approval::ApprovalEvents {
+    let events = events.downgrade();
+    crate::approval::ApprovalEvents::new(move |event| {
+        let events = events.upgrade();
+        async move {
+            let Some(events) = events else { return };
+            let event = match event {
+                crate::approval::ApprovalEvent::Requested(asked) => AgentEvent::ApprovalRequested {
+                    call_id: asked.call_id,
+                    name: asked.tool,
+                    arguments: asked.arguments,
+                },
+                crate::approval::ApprovalEvent::Decided(decided) => AgentEvent::ApprovalDecided {
+                    call_id: decided.request.call_id,
+                    name: decided.request.tool,
+                    decision: decided.decision,
+                    by: decided.by,
+                },
+            };
+            let _ = events.send(event).await;
+        }
+    })
+}
+
 /// Runs one call, streaming its items as events; returns its result.
 async fn run_tool(
     toolbox: &Toolbox,
@@ -569,34 +601,6 @@ async fn run_tool(
     let mut request =
         ToolRequest::new(call.name.clone(), call.arguments.clone()).with_id(call.id.clone());
     *request.extensions_mut() = extensions;
-    // An approval layer below tells the run what it asks and what was
-    // decided.
-    let events = tx.clone();
-    request
-        .extensions_mut()
-        .insert(crate::approval::ApprovalEvents::new(move |event| {
-            let events = events.clone();
-            async move {
-                let event = match event {
-                    crate::approval::ApprovalEvent::Requested(asked) => {
-                        AgentEvent::ApprovalRequested {
-                            call_id: asked.call_id,
-                            name: asked.tool,
-                            arguments: asked.arguments,
-                        }
-                    }
-                    crate::approval::ApprovalEvent::Decided(decided) => {
-                        AgentEvent::ApprovalDecided {
-                            call_id: decided.request.call_id,
-                            name: decided.request.tool,
-                            decision: decided.decision,
-                            by: decided.by,
-                        }
-                    }
-                };
-                let _ = events.send(event).await;
-            }
-        }));
     let mut result = ToolResult::default();
     match toolbox.dispatch(request).await {
         Err(err) => result.push_error(err),

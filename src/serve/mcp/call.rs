@@ -429,7 +429,11 @@ mod tests {
             }),
         );
         let input = InputState::new(Backend::Rounds, None);
-        Call::new("ask".into(), tool.call_shared(ToolRequest::new("ask", "{}")), input)
+        Call::new(
+            "ask".into(),
+            tool.call_shared(ToolRequest::new("ask", "{}")),
+            input,
+        )
     }
 
     #[tokio::test(start_paused = true)]
@@ -469,7 +473,10 @@ mod tests {
         let mut waiting = Waiting::new();
         waiting.max = 1;
         let token = waiting.park(waiting_call(&dropped)).unwrap();
-        assert!(waiting.park(waiting_call(&dropped)).is_none(), "over the bound");
+        assert!(
+            waiting.park(waiting_call(&dropped)).is_none(),
+            "over the bound"
+        );
         tokio::time::advance(Duration::from_secs(60)).await;
         assert!(waiting.resume(&token, "ask").is_some());
         assert!(waiting.resume(&token, "ask").is_none());
