@@ -530,3 +530,22 @@ async fn a_session_hears_of_its_task_as_it_runs() {
         "completed"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_asks_for_too_many_inputs_at_once_gets_an_error_not_prompts() {
+    let many = Toolbox::new().tool(tool::from_fn_with_context(
+        "many",
+        |_: NoArgs, ctx: ToolContext| async move {
+            let input = input(&ctx)?;
+            let asks = (0..65).map(|_| input.confirm("again?"));
+            futures_util::future::try_join_all(asks).await?;
+            Ok::<_, ToolError>("never")
+        },
+    ));
+    let addr = serve_http(McpServer::new(many)).await;
+    let person = Person::new(true);
+    let client = stateless(addr, Some(person.clone())).await;
+    let err = call(&client, "many", "{}").await.error.expect("refused");
+    assert!(err.message().contains("asked for 65 inputs"), "{err}");
+    assert_eq!(person.asked.load(Ordering::SeqCst), 0);
+}

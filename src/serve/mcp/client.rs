@@ -345,6 +345,10 @@ pub struct McpClient {
 /// gives up (rmcp's own helper stops at the same number).
 pub const DEFAULT_MAX_INPUT_ROUNDS: usize = 10;
 
+/// How many requests for input one round may carry: a server that asks
+/// for more gets an error, not that many prompts.
+pub const MAX_INPUT_REQUESTS: usize = 64;
+
 /// Options for connecting an [`McpClient`]: who answers the server's
 /// requests for input, which lifecycle to use.
 ///
@@ -535,6 +539,12 @@ impl McpClient {
                  has no handler to answer it: connect with McpClient::builder().handler(..)",
             ));
         };
+        if requests.len() > MAX_INPUT_REQUESTS {
+            return Err(ToolError::failed(format!(
+                "the MCP server asked for {} inputs at once; this client answers at most {MAX_INPUT_REQUESTS}",
+                requests.len()
+            )));
+        }
         let peer = self.running.peer().clone();
         let answered = futures_util::future::try_join_all(
             requests

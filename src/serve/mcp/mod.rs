@@ -68,7 +68,9 @@ mod log;
 mod server;
 
 pub use call::TaskSupport;
-pub use client::{McpClient, McpClientBuilder, McpTool, DEFAULT_MAX_INPUT_ROUNDS};
+pub use client::{
+    McpClient, McpClientBuilder, McpTool, DEFAULT_MAX_INPUT_ROUNDS, MAX_INPUT_REQUESTS,
+};
 pub use input::ClientInput;
 pub use log::ClientLog;
 pub use rmcp;
