@@ -26,6 +26,7 @@ use http::Extensions;
 use tokio::sync::mpsc;
 use tower::ServiceExt;
 use tower_service::Service;
+use tracing::Instrument;
 
 use crate::model::{
     Accumulator, ChatRequest, FinishReason, Message, ModelDelta, Pushed, ToolCall, Usage,
@@ -83,6 +84,16 @@ pub enum AgentEvent {
         /// Its arguments, as the model wrote them.
         arguments: String,
     },
+    /// Every tool call of the step still running waits for a decision
+    /// ([`ApprovalRequested`](Self::ApprovalRequested) before): nothing
+    /// more happens in this run until one is made. A front end that takes
+    /// the person's answer in a later request (the AI SDK's chat protocol
+    /// does, [`serve::ai_sdk`](crate::serve)) ends its response here and
+    /// keeps the run for that answer.
+    AwaitingApproval {
+        /// The calls waiting, in the order they asked.
+        call_ids: Vec<String>,
+    },
     /// The call's approval was decided.
     ApprovalDecided {
         /// The call.
@@ -134,6 +145,18 @@ pub struct AgentDone {
     pub stop: StopReason,
 }
 
+/// `invoke_agent {name}`, or `invoke_agent` for an agent without a name.
+struct AgentSpanName<'a>(Option<&'a str>);
+
+impl std::fmt::Display for AgentSpanName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(name) => write!(f, "invoke_agent {name}"),
+            None => f.write_str("invoke_agent"),
+        }
+    }
+}
+
 /// Why a run stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -158,6 +181,21 @@ pub enum StopReason {
     ContentFilter,
 }
 
+impl StopReason {
+    /// The reason in snake case (`finished`, `max_steps`, …), as spans
+    /// record it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Finished => "finished",
+            StopReason::MaxSteps => "max_steps",
+            StopReason::MaxToolCalls => "max_tool_calls",
+            StopReason::ModelError => "model_error",
+            StopReason::Length => "length",
+            StopReason::ContentFilter => "content_filter",
+        }
+    }
+}
+
 /// Drives a model and a toolbox: calls the model, runs the tool calls it
 /// asks for (concurrently, up to a bound), feeds the results back, and
 /// repeats until the model answers without a tool call or a limit is hit.
@@ -170,6 +208,7 @@ pub enum StopReason {
 #[derive(Debug, Clone)]
 pub struct Agent<M> {
     model: M,
+    name: Option<Arc<str>>,
     model_name: Option<Arc<str>>,
     toolbox: Toolbox,
     max_steps: usize,
@@ -185,6 +224,7 @@ impl<M> Agent<M> {
     pub fn new(model: M, toolbox: Toolbox) -> Self {
         Agent {
             model,
+            name: None,
             model_name: None,
             toolbox,
             max_steps: 10,
@@ -192,6 +232,18 @@ impl<M> Agent<M> {
             parallel: 4,
             turn_retries: 0,
         }
+    }
+
+    /// Names the agent: its runs' `invoke_agent` spans are
+    /// `invoke_agent {name}`, with `gen_ai.agent.name`.
+    pub fn name(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The agent's name, if it has one.
+    pub fn agent_name(&self) -> Option<&str> {
+        self.name.as_deref()
     }
 
     /// Asks for the model `name` in every model request
@@ -282,10 +334,34 @@ where
         // spawned), so dropping the stream drops the model call and tools.
         let (tx, rx) = mpsc::channel(32);
         let agent = self.clone();
+        // The run's span is the parent of its model and tool calls' spans
+        // (the driver runs inside it); a disabled span costs a branch.
+        let span = self.span();
         AgentStream {
-            driver: Some(Box::pin(agent.drive(messages, extensions, tx))),
+            driver: Some(Box::pin(
+                agent.drive(messages, extensions, tx).instrument(span),
+            )),
             events: rx,
         }
+    }
+
+    /// The `invoke_agent` span of a run, with the OpenTelemetry GenAI
+    /// attributes; usage and the outcome are recorded when it ends.
+    fn span(&self) -> tracing::Span {
+        let name = self.name.as_deref();
+        tracing::info_span!(
+            "invoke_agent",
+            otel.name = %AgentSpanName(name),
+            gen_ai.operation.name = "invoke_agent",
+            gen_ai.agent.name = name,
+            gen_ai.request.model = self.model_name.as_deref(),
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            toolstack.agent.steps = tracing::field::Empty,
+            toolstack.agent.stop = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        )
     }
 
     async fn drive(
@@ -299,7 +375,8 @@ where
         // what was decided (each event names its call); set once, every
         // call's extensions carry it.
         let mut extensions = extensions;
-        extensions.insert(approval_events(tx.clone()));
+        let step = Arc::new(std::sync::Mutex::new(StepState::default()));
+        extensions.insert(approval_events(tx.clone(), Arc::clone(&step)));
         let mut run = Run {
             agent: self,
             // Shared with each model request; by the time the history grows
@@ -308,11 +385,23 @@ where
             tools,
             extensions,
             tx,
+            step,
             usage: None,
             steps: 0,
             tool_calls: 0,
         };
         let stop = run.steps().await;
+        let span = tracing::Span::current();
+        if let Some(usage) = &run.usage {
+            span.record("gen_ai.usage.input_tokens", usage.prompt_tokens);
+            span.record("gen_ai.usage.output_tokens", usage.completion_tokens);
+        }
+        span.record("toolstack.agent.steps", run.steps);
+        span.record("toolstack.agent.stop", stop.as_str());
+        if stop == StopReason::ModelError {
+            span.record("error.type", "model_error");
+            span.record("otel.status_code", "ERROR");
+        }
         let Run {
             messages,
             usage,
@@ -338,9 +427,38 @@ struct Run<M> {
     tools: Arc<[ToolInfo]>,
     extensions: Extensions,
     tx: mpsc::Sender<AgentEvent>,
+    /// The step's calls in flight and those waiting for approval.
+    step: Arc<std::sync::Mutex<StepState>>,
     usage: Option<Usage>,
     steps: usize,
     tool_calls: usize,
+}
+
+/// Which calls of the current tool step are running and which of them
+/// wait for a decision: when they are the same, the run can only wait
+/// ([`AgentEvent::AwaitingApproval`]).
+#[derive(Debug, Default)]
+struct StepState {
+    running: usize,
+    waiting: Vec<String>,
+    /// Whether the present wait has been told.
+    told: bool,
+}
+
+impl StepState {
+    /// The calls waiting, if the run now can do nothing but wait and has
+    /// not said so yet.
+    fn stalled(&mut self) -> Option<Vec<String>> {
+        let stalled = self.running > 0 && self.waiting.len() >= self.running;
+        if !stalled {
+            self.told = false;
+            return None;
+        }
+        if std::mem::replace(&mut self.told, true) {
+            return None;
+        }
+        Some(self.waiting.clone())
+    }
 }
 
 /// One model answer, complete.
@@ -504,6 +622,7 @@ where
                     finish = Some(reason);
                     continue;
                 }
+                ModelDelta::Model(_) => continue,
             };
             let _ = self.tx.send(event).await;
         }
@@ -527,12 +646,23 @@ where
         }
         let results: Vec<ToolResult> = stream::iter(calls.clone())
             .map(|call| {
-                let (toolbox, tx, extensions) = (
+                let (toolbox, tx, extensions, step) = (
                     self.agent.toolbox.clone(),
                     self.tx.clone(),
                     self.extensions.clone(),
+                    Arc::clone(&self.step),
                 );
-                async move { run_tool(&toolbox, &call, extensions, &tx).await }
+                async move {
+                    step.lock().unwrap_or_else(|p| p.into_inner()).running += 1;
+                    let running = Running { step: &step };
+                    let result = run_tool(&toolbox, &call, extensions, &tx).await;
+                    drop(running);
+                    let stalled = step.lock().unwrap_or_else(|p| p.into_inner()).stalled();
+                    if let Some(call_ids) = stalled {
+                        let _ = tx.send(AgentEvent::AwaitingApproval { call_ids }).await;
+                    }
+                    result
+                }
             })
             .buffered(self.agent.parallel)
             .collect()
@@ -564,22 +694,52 @@ where
     }
 }
 
-/// The run's events, as the approval layer's sink. It holds the channel
-/// weakly: a request kept past the run (by a model, by a task a tool
-/// spawned) must not keep the event stream from ending.
-fn approval_events(events: mpsc::Sender<AgentEvent>) -> crate::approval::ApprovalEvents {
+/// A call of the step in flight: counted down when it ends or is dropped.
+struct Running<'a> {
+    step: &'a std::sync::Mutex<StepState>,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let mut step = self.step.lock().unwrap_or_else(|p| p.into_inner());
+        step.running = step.running.saturating_sub(1);
+    }
+}
+
+/// The run's events, as the approval layer's sink; it also keeps the
+/// step's waiting calls, to tell when the run can only wait. It holds the
+/// channel weakly: a request kept past the run (by a model, by a task a
+/// tool spawned) must not keep the event stream from ending.
+fn approval_events(
+    events: mpsc::Sender<AgentEvent>,
+    step: Arc<std::sync::Mutex<StepState>>,
+) -> crate::approval::ApprovalEvents {
+    use crate::approval::ApprovalEvent;
     let events = events.downgrade();
     crate::approval::ApprovalEvents::new(move |event| {
         let events = events.upgrade();
+        let stalled = {
+            let mut step = step.lock().unwrap_or_else(|p| p.into_inner());
+            match &event {
+                ApprovalEvent::Requested(asked) => step.waiting.push(asked.call_id.clone()),
+                ApprovalEvent::Decided(decided) => {
+                    let call = &decided.request.call_id;
+                    if let Some(at) = step.waiting.iter().position(|id| id == call) {
+                        step.waiting.remove(at);
+                    }
+                }
+            }
+            step.stalled()
+        };
         async move {
             let Some(events) = events else { return };
             let event = match event {
-                crate::approval::ApprovalEvent::Requested(asked) => AgentEvent::ApprovalRequested {
+                ApprovalEvent::Requested(asked) => AgentEvent::ApprovalRequested {
                     call_id: asked.call_id,
                     name: asked.tool,
                     arguments: asked.arguments,
                 },
-                crate::approval::ApprovalEvent::Decided(decided) => AgentEvent::ApprovalDecided {
+                ApprovalEvent::Decided(decided) => AgentEvent::ApprovalDecided {
                     call_id: decided.request.call_id,
                     name: decided.request.tool,
                     decision: decided.decision,
@@ -587,6 +747,9 @@ fn approval_events(events: mpsc::Sender<AgentEvent>) -> crate::approval::Approva
                 },
             };
             let _ = events.send(event).await;
+            if let Some(call_ids) = stalled {
+                let _ = events.send(AgentEvent::AwaitingApproval { call_ids }).await;
+            }
         }
     })
 }

@@ -17,6 +17,11 @@ pub enum ModelDelta {
     /// chunk). An answer whose endpoint reports none has no `Usage` delta —
     /// which is not the same as a report of zero tokens.
     Usage(Usage),
+    /// The model that answered, as the endpoint names it (OpenAI's
+    /// `model` field; it may differ from the one asked for, as a dated
+    /// snapshot does). Sent at most once, before the rest of the answer
+    /// it belongs to; a trace records it as `gen_ai.response.model`.
+    Model(String),
 }
 
 /// A fragment of a tool call, as OpenAI-style streams send them in

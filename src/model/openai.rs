@@ -531,11 +531,19 @@ where
         /// Whether a delta has been yielded: it decides whether a
         /// malformed chunk is worth asking again.
         emitted: bool,
+        /// The answering model, once a chunk names it, until it is told
+        /// (once per answer, just before the first delta: a chunk that
+        /// only names it is no delta, so a failure after it is still a
+        /// failure before the answer began).
+        model: Option<String>,
+        named: bool,
     }
     let start = Parse {
         events: Box::pin(WholeLines::new(bytes).eventsource()),
         ended: false,
         emitted: false,
+        model: None,
+        named: false,
     };
     stream::unfold(start, |mut parse| async move {
         if parse.ended {
@@ -553,7 +561,17 @@ where
                     "the model reported an error mid-stream: {}",
                     chunk["error"]
                 ))),
-                Ok(chunk) => deltas_of(&chunk),
+                Ok(chunk) => {
+                    if parse.model.is_none() && !parse.named {
+                        // Bounded as a name is.
+                        parse.model = chunk
+                            .get("model")
+                            .and_then(Value::as_str)
+                            .filter(|m| !m.is_empty())
+                            .map(|m| m.chars().take(256).collect());
+                    }
+                    deltas_of(&chunk)
+                }
                 Err(err) => Err(malformed(
                     format!(
                         "malformed chunk from the model: {err}: {}",
@@ -567,7 +585,12 @@ where
         let items: Vec<Result<ModelDelta, ToolError>> = match batch {
             Ok(deltas) => {
                 parse.emitted |= !deltas.is_empty();
-                deltas.into_iter().map(Ok).collect()
+                let model = (!deltas.is_empty())
+                    .then(|| parse.model.take())
+                    .flatten()
+                    .map(ModelDelta::Model);
+                parse.named |= model.is_some();
+                model.into_iter().chain(deltas).map(Ok).collect()
             }
             Err(err) => {
                 parse.ended = true;
