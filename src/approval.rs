@@ -122,3 +122,49 @@ impl fmt::Debug for ApprovalEvents {
         f.debug_struct("ApprovalEvents").finish_non_exhaustive()
     }
 }
+
+type Decide = Arc<dyn Fn(&ApprovalRequest) -> BoxFuture<'static, Decision> + Send + Sync>;
+
+/// The person at the other end of the caller's connection, able to
+/// decide: a front end that can show a call and take an answer (the AI
+/// SDK chat endpoint, [`serve::ai_sdk`](crate::serve)) puts one in a
+/// run's extensions. An approval layer set to
+/// [`caller_decides`](https://docs.rs/toolstack-layers) asks it instead
+/// of its own approver when a call carries one.
+#[derive(Clone)]
+pub struct CallerApprover {
+    decide: Decide,
+    by: Arc<str>,
+}
+
+impl CallerApprover {
+    /// Decisions come from `decide`; `by` names who decides (`the user`).
+    pub fn new<F, Fut>(by: &str, decide: F) -> Self
+    where
+        F: Fn(&ApprovalRequest) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Decision> + Send + 'static,
+    {
+        CallerApprover {
+            decide: Arc::new(move |request| Box::pin(decide(request))),
+            by: Arc::from(by),
+        }
+    }
+
+    /// The decision for `request`, as long as the person takes.
+    pub fn decide(&self, request: &ApprovalRequest) -> BoxFuture<'static, Decision> {
+        (self.decide)(request)
+    }
+
+    /// Who decides.
+    pub fn by(&self) -> &str {
+        &self.by
+    }
+}
+
+impl fmt::Debug for CallerApprover {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallerApprover")
+            .field("by", &self.by)
+            .finish_non_exhaustive()
+    }
+}

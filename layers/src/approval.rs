@@ -64,7 +64,9 @@ use std::task::{Context, Poll};
 
 use futures_util::future::BoxFuture;
 use pin_project_lite::pin_project;
-use toolstack::approval::{ApprovalEvent, ApprovalEvents, ApprovalRequest, Decided, Decision};
+use toolstack::approval::{
+    ApprovalEvent, ApprovalEvents, ApprovalRequest, CallerApprover, Decided, Decision,
+};
 use toolstack::{ErrorKind, ToolError, ToolRequest};
 use tower_layer::Layer;
 use tower_service::Service;
@@ -94,6 +96,7 @@ pub struct ApprovalLayer {
     approver: Arc<dyn Approver>,
     when: Policy,
     by: Arc<str>,
+    caller_decides: bool,
 }
 
 /// The default policy: ask for any tool not annotated read-only.
@@ -110,6 +113,7 @@ impl ApprovalLayer {
             approver: Arc::new(approver),
             when: Arc::new(not_read_only),
             by: Arc::from("approver"),
+            caller_decides: false,
         }
     }
 
@@ -117,6 +121,39 @@ impl ApprovalLayer {
     /// arguments, the caller in the extensions).
     pub fn when(mut self, when: impl Fn(&ToolRequest) -> bool + Send + Sync + 'static) -> Self {
         self.when = Arc::new(when);
+        self
+    }
+
+    /// Lets the person behind the call decide when there is one: a call
+    /// whose extensions carry a [`CallerApprover`] — a front end that can
+    /// ask (the AI SDK chat endpoint puts one in each run) — is decided by
+    /// it, and named by its [`by`](CallerApprover::by); any other call by
+    /// this layer's approver. Off by default: a policy approver is not
+    /// overridden by whoever calls unless asked to.
+    ///
+    /// ```
+    /// use toolstack::approval::{CallerApprover, Decision};
+    /// use toolstack::{tool, ErrorKind, ToolError, ToolRequest, Toolbox};
+    /// use toolstack_layers::approval::ApprovalLayer;
+    /// use tower::ServiceExt;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let wipe = tool::from_fn("wipe", |_: serde_json::Value| async { Ok::<_, ToolError>("wiped") });
+    /// let nobody = |_: &toolstack::approval::ApprovalRequest| async { Decision::deny("nobody to ask") };
+    /// let tools = Toolbox::new().layered(wipe, ApprovalLayer::new(nobody).caller_decides());
+    ///
+    /// let user = CallerApprover::new("the user", |_| async { Decision::Allow });
+    /// let mut call = ToolRequest::new("wipe", "{}");
+    /// call.extensions_mut().insert(user);
+    /// assert!(tools.clone().oneshot(call).await.is_ok());
+    ///
+    /// let err = tools.oneshot(ToolRequest::new("wipe", "{}")).await.unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::Denied);
+    /// # }
+    /// ```
+    pub fn caller_decides(mut self) -> Self {
+        self.caller_decides = true;
         self
     }
 
@@ -247,15 +284,22 @@ where
     if let Some(events) = &events {
         events.send(ApprovalEvent::Requested(asked.clone())).await;
     }
-    let decision = config.approver.decide(&asked).await;
+    let caller = config
+        .caller_decides
+        .then(|| request.extensions().get::<CallerApprover>().cloned())
+        .flatten();
+    let (decision, by) = match &caller {
+        Some(caller) => (caller.decide(&asked).await, caller.by()),
+        None => (config.approver.decide(&asked).await, &*config.by),
+    };
     let span = tracing::Span::current();
     span.record("gen_ai.tool.call.decision", decision.outcome());
-    span.record("gen_ai.tool.call.decided_by", &*config.by);
+    span.record("gen_ai.tool.call.decided_by", by);
     tracing::info!(
         gen_ai.tool.name = %asked.tool,
         gen_ai.tool.call.id = %asked.call_id,
         gen_ai.tool.call.decision = decision.outcome(),
-        gen_ai.tool.call.decided_by = %config.by,
+        gen_ai.tool.call.decided_by = %by,
         "tool call {}", match &decision {
             Decision::Allow => "approved",
             Decision::Deny { .. } => "denied",
@@ -266,7 +310,7 @@ where
         let decided = Decided {
             request: asked,
             decision: decision.clone(),
-            by: config.by.to_string(),
+            by: by.to_owned(),
         };
         events.send(ApprovalEvent::Decided(decided)).await;
     }
@@ -277,9 +321,8 @@ where
             return Err(ToolError::new(
                 ErrorKind::Denied,
                 format!(
-                    "the call of `{}` was denied by {}: {reason}",
+                    "the call of `{}` was denied by {by}: {reason}",
                     request.name(),
-                    config.by
                 ),
             ));
         }

@@ -382,22 +382,7 @@ const PREALLOCATE_MAX: usize = 64 * 1024;
 
 /// Reads at most `limit` bytes of body and checks that they are JSON text.
 async fn read_arguments(body: Body, limit: usize) -> Result<String, Rejection> {
-    // A declared length over the limit is refused before reading anything.
-    let declared = body.size_hint().lower();
-    if declared > limit as u64 {
-        return Err(Rejection::BodyTooLarge { limit });
-    }
-    // Trust a declared length only so far: a client that declares a
-    // megabyte and sends nothing should not cost a megabyte.
-    let mut bytes = Vec::with_capacity((declared as usize).min(PREALLOCATE_MAX));
-    let mut chunks = body.into_data_stream();
-    while let Some(chunk) = chunks.next().await {
-        let chunk: Bytes = chunk.map_err(Rejection::BodyUnreadable)?;
-        if bytes.len() + chunk.len() > limit {
-            return Err(Rejection::BodyTooLarge { limit });
-        }
-        bytes.extend_from_slice(&chunk);
-    }
+    let bytes = read_limited(body, limit).await?;
     let text = String::from_utf8(bytes).map_err(Rejection::BodyNotUtf8)?;
     let arguments = arguments::or_empty_object(&text);
     arguments::check_object_start(arguments).map_err(Rejection::Tool)?;
@@ -414,8 +399,29 @@ async fn read_arguments(body: Body, limit: usize) -> Result<String, Rejection> {
     }
 }
 
+/// Reads at most `limit` bytes of body (`413` beyond).
+pub(super) async fn read_limited(body: Body, limit: usize) -> Result<Vec<u8>, Rejection> {
+    // A declared length over the limit is refused before reading anything.
+    let declared = body.size_hint().lower();
+    if declared > limit as u64 {
+        return Err(Rejection::BodyTooLarge { limit });
+    }
+    // Trust a declared length only so far: a client that declares a
+    // megabyte and sends nothing should not cost a megabyte.
+    let mut bytes = Vec::with_capacity((declared as usize).min(PREALLOCATE_MAX));
+    let mut chunks = body.into_data_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk: Bytes = chunk.map_err(Rejection::BodyUnreadable)?;
+        if bytes.len() + chunk.len() > limit {
+            return Err(Rejection::BodyTooLarge { limit });
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
+}
+
 /// Why a call was answered with an HTTP error instead of an event stream.
-enum Rejection {
+pub(super) enum Rejection {
     Path(PathRejection),
     CallId,
     BodyTooLarge { limit: usize },

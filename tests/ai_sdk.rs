@@ -1,0 +1,378 @@
+//! The agent over HTTP in the AI SDK's UI message stream protocol
+//! (`serve::ai_sdk`): the chunks a run streams, approval parked and
+//! resumed, a disconnect cancelling the run, refused bodies. The same
+//! endpoint read by the `ai` package's own client is `tests/ai_sdk_client.rs`.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use toolstack::agent::Agent;
+use toolstack::approval::Decision;
+use toolstack::model::{ChatRequest, ScriptedModel, Turn};
+use toolstack::serve::ai_sdk::ChatEndpoint;
+use toolstack::{tool, ToolError, Toolbox};
+use toolstack_layers::approval::ApprovalLayer;
+
+/// A scripted model that keeps what it was asked.
+#[derive(Clone)]
+struct Recorded {
+    model: ScriptedModel,
+    seen: Arc<std::sync::Mutex<Vec<ChatRequest>>>,
+}
+
+impl Recorded {
+    fn new(turns: impl IntoIterator<Item = Turn>) -> Self {
+        Recorded {
+            model: ScriptedModel::new(turns),
+            seen: Arc::default(),
+        }
+    }
+
+    fn requests(&self) -> Vec<ChatRequest> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    fn turns_played(&self) -> usize {
+        self.model.turns_played()
+    }
+}
+
+impl tower::Service<ChatRequest> for Recorded {
+    type Response = toolstack::model::ScriptedStream;
+    type Error = ToolError;
+    type Future = <ScriptedModel as tower::Service<ChatRequest>>::Future;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), ToolError>> {
+        self.model.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: ChatRequest) -> Self::Future {
+        self.seen.lock().unwrap().push(request.clone());
+        self.model.call(request)
+    }
+}
+
+fn user(text: &str) -> Value {
+    json!({"id": "u1", "role": "user", "parts": [{"type": "text", "text": text}]})
+}
+
+async fn post(app: &axum::Router, body: Value) -> (StatusCode, axum::http::HeaderMap, Vec<Value>) {
+    let request = Request::post("/").body(Body::from(body.to_string())).unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let (status, headers) = (response.status(), response.headers().clone());
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+    let text = String::from_utf8(bytes.to_vec()).unwrap();
+    if status != StatusCode::OK {
+        return (status, headers, vec![serde_json::from_str(&text).unwrap()]);
+    }
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    let chunks = text
+        .split("\n\n")
+        .filter_map(|event| event.strip_prefix("data: "))
+        .filter(|data| *data != "[DONE]")
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect();
+    (status, headers, chunks)
+}
+
+/// The text of each text part, in order.
+fn texts(chunks: &[Value]) -> Vec<String> {
+    let mut texts: Vec<(String, String)> = Vec::new();
+    for chunk in chunks.iter().filter(|c| c["type"] == "text-delta") {
+        let (id, delta) = (chunk["id"].as_str().unwrap(), chunk["delta"].as_str().unwrap());
+        match texts.iter_mut().find(|(seen, _)| seen == id) {
+            Some((_, text)) => text.push_str(delta),
+            None => texts.push((id.to_owned(), delta.to_owned())),
+        }
+    }
+    texts.into_iter().map(|(_, text)| text).collect()
+}
+
+fn types(chunks: &[Value]) -> Vec<&str> {
+    chunks.iter().map(|c| c["type"].as_str().unwrap()).collect()
+}
+
+fn failing() -> toolstack::BoxTool {
+    toolstack::BoxTool::new(tool::from_fn("fail", |_: Value| async {
+        Err::<String, _>(ToolError::failed("the disk is on fire"))
+    }))
+}
+
+#[tokio::test]
+async fn a_run_streams_text_tool_calls_progress_outputs_and_errors() {
+    let model = ScriptedModel::new([
+        Turn::new()
+            .text("Counting.")
+            .tool_call("count", r#"{"to":3}"#)
+            .tool_call("fail", "{}"),
+        Turn::new().text("Done: 3."),
+    ])
+    .fragment_chars(4);
+    let tools = Toolbox::new().tool(toolstack_demo::tools::count()).tool(failing());
+    let app = ChatEndpoint::new(Agent::new(model, tools)).into_router();
+    let (status, headers, chunks) = post(&app, json!({"id": "c", "messages": [user("count")]})).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["x-vercel-ai-ui-message-stream"], "v1");
+    assert_eq!(headers["content-type"], "text/event-stream");
+
+    let kinds = types(&chunks);
+    assert_eq!(kinds[0], "start");
+    assert!(chunks[0]["messageId"].as_str().unwrap().starts_with("msg-"));
+    assert_eq!(&kinds[1..4], ["start-step", "text-start", "text-delta"]);
+    assert_eq!(chunks[3]["delta"], "Counting.");
+    // The call's input streams in fragments, then is available whole.
+    let call = chunks.iter().find(|c| c["type"] == "tool-input-start").unwrap();
+    assert_eq!(call["toolName"], "count");
+    let id = call["toolCallId"].as_str().unwrap();
+    let deltas: String = chunks
+        .iter()
+        .filter(|c| c["type"] == "tool-input-delta" && c["toolCallId"] == id)
+        .map(|c| c["inputTextDelta"].as_str().unwrap())
+        .collect();
+    assert_eq!(deltas, r#"{"to":3}"#);
+    let input = chunks
+        .iter()
+        .find(|c| c["type"] == "tool-input-available" && c["toolCallId"] == id)
+        .unwrap();
+    assert_eq!(input["input"], json!({"to": 3}));
+    // Items as preliminary outputs, in order; progress as a data part.
+    let preliminary: Vec<&Value> = chunks
+        .iter()
+        .filter(|c| c["type"] == "tool-output-available" && c["preliminary"] == true)
+        .map(|c| &c["output"])
+        .collect();
+    assert_eq!(preliminary, [&json!(1), &json!(2), &json!(3)]);
+    let progress: Vec<&Value> = chunks.iter().filter(|c| c["type"] == "data-progress").collect();
+    assert_eq!(progress.len(), 3);
+    assert_eq!(progress[2]["id"], format!("progress-{id}"));
+    assert_eq!(progress[2]["data"]["progress"], 3.0);
+    assert_eq!(progress[2]["data"]["total"], 3.0);
+    // The final output, and the failing tool's error.
+    let last = chunks
+        .iter()
+        .filter(|c| c["type"] == "tool-output-available" && c["toolCallId"] == id)
+        .next_back()
+        .unwrap();
+    assert_eq!(last.get("preliminary"), None);
+    assert_eq!(last["output"], json!([1, 2, 3]));
+    let error = chunks.iter().find(|c| c["type"] == "tool-output-error").unwrap();
+    assert!(error["errorText"].as_str().unwrap().contains("the disk is on fire"));
+    // A second step for the answer after the tools; a clean finish.
+    assert_eq!(kinds.iter().filter(|k| **k == "start-step").count(), 2);
+    assert_eq!(kinds.iter().filter(|k| **k == "finish-step").count(), 2);
+    assert_eq!(texts(&chunks), ["Counting.", "Done: 3."]);
+    let finish = chunks.last().unwrap();
+    assert_eq!(finish["type"], "finish");
+    assert_eq!(finish["finishReason"], "stop");
+    assert_eq!(finish["messageMetadata"]["steps"], 2);
+    // Every text part opened is closed.
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "text-start").count(),
+        kinds.iter().filter(|k| **k == "text-end").count()
+    );
+}
+
+/// A tool that counts its runs, behind an approval the caller decides.
+fn guarded(runs: Arc<AtomicUsize>) -> Toolbox {
+    let delete = tool::from_fn("delete", move |_: Value| {
+        let runs = Arc::clone(&runs);
+        async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, ToolError>("deleted")
+        }
+    });
+    let nobody = |_: &toolstack::approval::ApprovalRequest| async { Decision::deny("nobody here") };
+    Toolbox::new().layered(delete, ApprovalLayer::new(nobody).caller_decides())
+}
+
+fn answered(first: &[Value], approved: bool, reason: Option<&str>) -> Value {
+    // The assistant message as the AI SDK's client holds it after
+    // `addToolApprovalResponse`.
+    let request = first.iter().find(|c| c["type"] == "tool-approval-request").unwrap();
+    let mut approval = json!({"id": request["approvalId"], "approved": approved});
+    if let Some(reason) = reason {
+        approval["reason"] = json!(reason);
+    }
+    json!({
+        "id": "a1", "role": "assistant",
+        "parts": [
+            {"type": "step-start"},
+            {"type": "tool-delete", "toolCallId": request["toolCallId"], "state": "approval-responded",
+             "input": {}, "approval": approval},
+        ],
+    })
+}
+
+#[tokio::test]
+async fn an_approval_ends_the_response_and_the_answer_resumes_the_same_run() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new([
+        Turn::new().tool_call("delete", "{}"),
+        Turn::new().text("It is gone."),
+    ]);
+    let endpoint = ChatEndpoint::new(Agent::new(model.clone(), guarded(Arc::clone(&runs))));
+    let app = endpoint.clone().into_router();
+    let (_, _, first) = post(&app, json!({"messages": [user("delete it")]})).await;
+    let kinds = types(&first);
+    assert!(kinds.contains(&"tool-approval-request"), "{kinds:?}");
+    let finish = first.last().unwrap();
+    assert_eq!(finish["finishReason"], "tool-calls");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "nothing ran before the answer");
+    assert_eq!(endpoint.waiting_runs(), 1);
+    assert_eq!(model.turns_played(), 1);
+
+    let conversation = json!({"messages": [user("delete it"), answered(&first, true, None)]});
+    let (_, _, second) = post(&app, conversation).await;
+    assert_eq!(second[0]["type"], "start");
+    assert_eq!(second[0]["messageId"], "a1", "the same assistant message goes on");
+    let output = second.iter().find(|c| c["type"] == "tool-output-available").unwrap();
+    assert_eq!(output["output"], "deleted");
+    assert_eq!(output["toolCallId"], first.iter().find(|c| c["type"] == "tool-approval-request").unwrap()["toolCallId"]);
+    assert_eq!(texts(&second), ["It is gone."]);
+    assert_eq!(second.last().unwrap()["finishReason"], "stop");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the tool ran once");
+    assert_eq!(endpoint.waiting_runs(), 0);
+    assert_eq!(model.turns_played(), 2, "the run went on; it was not started again");
+}
+
+#[tokio::test]
+async fn a_denial_reaches_the_model_with_its_reason() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let model = Recorded::new([
+        Turn::new().tool_call("delete", "{}"),
+        Turn::new().text("Kept it."),
+    ]);
+    let app = ChatEndpoint::new(Agent::new(model.clone(), guarded(Arc::clone(&runs)))).into_router();
+    let (_, _, first) = post(&app, json!({"messages": [user("delete it")]})).await;
+    let conversation =
+        json!({"messages": [user("delete it"), answered(&first, false, Some("keep my files"))]});
+    let (_, _, second) = post(&app, conversation).await;
+    assert!(types(&second).contains(&"tool-output-denied"), "{second:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    // What the model read for the call.
+    let history = model.requests();
+    let last = history.last().unwrap();
+    let read = serde_json::to_string(&last.messages).unwrap();
+    assert!(read.contains("keep my files"), "{read}");
+}
+
+#[tokio::test]
+async fn an_answer_for_a_run_no_longer_kept_starts_over_from_the_conversation() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let model = Recorded::new([Turn::new().text("Let us start again.")]);
+    let app = ChatEndpoint::new(Agent::new(model.clone(), guarded(Arc::clone(&runs)))).into_router();
+    let stale = vec![json!({"type": "tool-approval-request", "approvalId": "00", "toolCallId": "call_9"})];
+    let conversation = json!({"messages": [user("delete it"), answered(&stale, true, None)]});
+    let (_, _, chunks) = post(&app, conversation).await;
+    assert_eq!(chunks.last().unwrap()["finishReason"], "stop");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "an unknown approval runs nothing");
+    assert_eq!(model.turns_played(), 1);
+    let read = serde_json::to_string(&model.requests()[0].messages).unwrap();
+    assert!(read.contains("not run"), "{read}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_kept_past_the_timeout_is_dropped_and_bounded_in_number() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new([
+        Turn::new().tool_call("delete", "{}"),
+        Turn::new().tool_call("delete", "{}"),
+        Turn::new().text("Could not ask."),
+    ]);
+    let endpoint = ChatEndpoint::new(Agent::new(model.clone(), guarded(Arc::clone(&runs))))
+        .approval_timeout(Duration::from_secs(60))
+        .max_waiting_runs(1);
+    let app = endpoint.clone().into_router();
+    let (_, _, first) = post(&app, json!({"messages": [user("one")]})).await;
+    assert_eq!(endpoint.waiting_runs(), 1);
+    // The endpoint is full: the second run's call is denied at once.
+    let (_, _, second) = post(&app, json!({"messages": [user("two")]})).await;
+    assert!(types(&second).contains(&"tool-output-denied"), "{second:?}");
+    assert_eq!(second.last().unwrap()["finishReason"], "stop");
+    assert_eq!(endpoint.waiting_runs(), 1);
+    // Past the timeout the first run is gone; its answer starts over.
+    tokio::time::advance(Duration::from_secs(61)).await;
+    let conversation = json!({"messages": [user("one"), answered(&first, true, None)]});
+    let (_, _, _) = post(&app, conversation).await;
+    assert_eq!(endpoint.waiting_runs(), 0);
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_client_that_disconnects_cancels_the_run() {
+    let (dropped_tx, dropped) = tokio::sync::oneshot::channel::<()>();
+    let dropped_tx = Arc::new(std::sync::Mutex::new(Some(dropped_tx)));
+    struct OnDrop(Arc<std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>>);
+    impl Drop for OnDrop {
+        fn drop(&mut self) {
+            if let Some(tx) = self.0.lock().unwrap().take() {
+                let _ = tx.send(());
+            }
+        }
+    }
+    let hang = tool::from_fn("hang", move |_: Value| {
+        let guard = OnDrop(Arc::clone(&dropped_tx));
+        async move {
+            let _guard = guard;
+            std::future::pending::<()>().await;
+            Ok::<_, ToolError>("never")
+        }
+    });
+    let model = ScriptedModel::new([Turn::new().tool_call("hang", "{}")]);
+    let app = ChatEndpoint::new(Agent::new(model, Toolbox::new().tool(hang))).into_router();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let body = json!({"messages": [user("hang")]}).to_string();
+    let mut response = reqwest::Client::new()
+        .post(format!("http://{addr}/"))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let mut seen = String::new();
+    while !seen.contains("tool-input-available") {
+        let chunk = response.chunk().await.unwrap().expect("the stream goes on");
+        seen.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    drop(response);
+    tokio::time::timeout(Duration::from_secs(30), dropped)
+        .await
+        .expect("the tool was dropped when the client went away")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn bodies_that_are_not_chat_requests_are_refused() {
+    let model = ScriptedModel::new([Turn::new().text("never")]);
+    let app = ChatEndpoint::new(Agent::new(model.clone(), Toolbox::new()))
+        .body_limit(1024)
+        .into_router();
+    let cases = [
+        (json!({"nope": 1}), StatusCode::BAD_REQUEST, "not a chat request"),
+        (
+            json!({"messages": [{"role": "wizard", "parts": []}]}),
+            StatusCode::BAD_REQUEST,
+            "role `wizard`",
+        ),
+        (
+            json!({"messages": [{"role": "assistant", "parts": [{"type": "tool-x", "state": "output-available"}]}]}),
+            StatusCode::BAD_REQUEST,
+            "no `toolCallId`",
+        ),
+        (json!({"messages": [user(&"x".repeat(2048))]}), StatusCode::PAYLOAD_TOO_LARGE, ""),
+    ];
+    for (body, status, says) in cases {
+        let (got, _, answer) = post(&app, body).await;
+        assert_eq!(got, status, "{answer:?}");
+        assert!(answer[0].to_string().contains(says), "{answer:?}");
+    }
+    assert_eq!(model.turns_played(), 0);
+}
