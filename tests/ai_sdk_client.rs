@@ -1,0 +1,158 @@
+//! The AI SDK chat endpoint read by the real client: `web/check-chat.mjs`
+//! drives it with the `ai` package (pinned in `web/package.json` and its
+//! lock file, on the Node 22 of the npm package `node`) — its
+//! `DefaultChatTransport`, `readUIMessageStream` and `AbstractChat`, the
+//! engine of `useChat` — and prints the messages the SDK assembled.
+//!
+//! Needs `web/node_modules` (`npm ci` in `web/`, which `.ci/run` does);
+//! without it the test says SKIPPED loudly, and fails when
+//! `TOOLSTACK_REQUIRE_WEB` is set (CI sets it once the install worked).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use serde_json::Value;
+use toolstack::agent::Agent;
+use toolstack::approval::Decision;
+use toolstack::model::{ScriptedModel, Turn};
+use toolstack::serve::ai_sdk::ChatEndpoint;
+use toolstack::{tool, ToolError, Toolbox};
+use toolstack_layers::approval::ApprovalLayer;
+
+fn node() -> Option<PathBuf> {
+    let web = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("web");
+    let node = web.join("node_modules/.bin/node");
+    let ready = node.exists() && web.join("node_modules/ai/package.json").exists();
+    if !ready {
+        let why = "web/node_modules is missing (run `npm ci` in web/)";
+        assert!(
+            std::env::var_os("TOOLSTACK_REQUIRE_WEB").is_none(),
+            "TOOLSTACK_REQUIRE_WEB is set but {why}"
+        );
+        eprintln!("!! SKIPPED: the AI SDK client test did NOT run: {why}");
+        return None;
+    }
+    Some(node)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ai_sdk_client_assembles_what_the_endpoint_streams() {
+    let Some(node) = node() else { return };
+
+    let plain = ScriptedModel::new([
+        Turn::new()
+            .text("Counting, then failing.")
+            .tool_call("count", r#"{"to":3}"#)
+            .tool_call("fail", "{}"),
+        Turn::new().text("Counted to 3; the other tool failed."),
+    ]);
+    let fail = tool::from_fn("fail", |_: Value| async {
+        Err::<String, _>(ToolError::failed("the disk is on fire"))
+    });
+    let tools = Toolbox::new()
+        .tool(toolstack_demo::tools::count())
+        .tool(fail);
+
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&runs);
+    let delete = tool::from_fn("delete_rows", move |_: Value| {
+        let runs = Arc::clone(&counted);
+        async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, ToolError>("deleted 2 rows")
+        }
+    });
+    let nobody = |_: &toolstack::approval::ApprovalRequest| async { Decision::deny("nobody here") };
+    let guarded = Toolbox::new().layered(delete, ApprovalLayer::new(nobody).caller_decides());
+    let approval = ScriptedModel::new([
+        Turn::new().tool_call("delete_rows", r#"{"older_than":"2020"}"#),
+        Turn::new().text("Deleted."),
+    ]);
+
+    let app = axum::Router::new()
+        .nest("/plain", ChatEndpoint::new(Agent::new(plain, tools)).into_router())
+        .nest(
+            "/approval",
+            ChatEndpoint::new(Agent::new(approval, guarded)).into_router(),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("web/check-chat.mjs");
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(node)
+            .arg(script)
+            .arg(base)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "node failed: {stderr}");
+    let results: Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|err| panic!("{err}: {}", String::from_utf8_lossy(&output.stdout)));
+
+    // The stream, as `readUIMessageStream` assembled it.
+    let stream = &results["stream"];
+    assert_eq!(stream["errors"], serde_json::json!([]), "{stream}");
+    let message = &stream["message"];
+    assert_eq!(message["role"], "assistant");
+    let parts = message["parts"].as_array().unwrap();
+    let kinds: Vec<&str> = parts.iter().map(|p| p["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["step-start", "text", "tool-count", "tool-fail", "data-progress", "step-start", "text"],
+        "{message}"
+    );
+    assert_eq!(parts[1]["text"], "Counting, then failing.");
+    assert_eq!(parts[1]["state"], "done");
+    let count = &parts[2];
+    assert_eq!(count["state"], "output-available");
+    assert_eq!(count["input"], serde_json::json!({"to": 3}));
+    assert_eq!(count["output"], serde_json::json!([1, 2, 3]));
+    assert_eq!(count.get("preliminary"), None, "the final output is not preliminary");
+    let fail = &parts[3];
+    assert_eq!(fail["state"], "output-error");
+    assert!(fail["errorText"].as_str().unwrap().contains("the disk is on fire"));
+    let progress = &parts[4];
+    assert_eq!(progress["data"]["progress"], 3.0);
+    assert_eq!(progress["data"]["total"], 3.0);
+    assert_eq!(parts[6]["text"], "Counted to 3; the other tool failed.");
+    // Each streamed item was shown as a preliminary output, in order.
+    let preliminary: Vec<&Value> = stream["preliminary"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| &p["output"])
+        .collect();
+    assert_eq!(preliminary, [&serde_json::json!(1), &serde_json::json!(2), &serde_json::json!(3)]);
+    assert_eq!(message["metadata"]["stop"], "finished");
+
+    // The approval, through `AbstractChat` (the engine of `useChat`).
+    let approval = &results["approval"];
+    assert_eq!(approval["error"], Value::Null, "{approval}");
+    let requested = &approval["requested"]["parts"];
+    let asked = requested
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["type"] == "tool-delete_rows")
+        .unwrap();
+    assert_eq!(asked["state"], "approval-requested");
+    assert_eq!(asked["input"], serde_json::json!({"older_than": "2020"}));
+    let finishes = approval["finishes"].as_array().unwrap();
+    assert_eq!(finishes[0]["finishReason"], "tool-calls");
+    assert_eq!(finishes[1]["finishReason"], "stop");
+    let messages = approval["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2, "the answer continued the same assistant message");
+    let parts = messages[1]["parts"].as_array().unwrap();
+    let done = parts.iter().find(|p| p["type"] == "tool-delete_rows").unwrap();
+    assert_eq!(done["state"], "output-available");
+    assert_eq!(done["output"], "deleted 2 rows");
+    assert_eq!(done["approval"]["approved"], true);
+    assert_eq!(parts.last().unwrap()["text"], "Deleted.");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the approved call ran once");
+}
