@@ -16,6 +16,13 @@
 //! so it runs with no network and no key; with `--features openai` and
 //! `OPENAI_BASE_URL`, `OPENAI_MODEL` (and `OPENAI_API_KEY`) set, a real
 //! OpenAI-compatible endpoint answers instead.
+//!
+//! `cargo run --example assistant --features http -- --web [--port N]`
+//! serves the same agent to a browser instead: one page (plain HTML + JS,
+//! embedded; `examples/assistant.html`) at `http://127.0.0.1:3000/` and
+//! the AI SDK chat endpoint it talks to at `/api/chat`. There the writes
+//! wait for the person's Approve / Deny, and every question replays the
+//! script.
 
 use std::io::Write;
 use std::num::NonZeroU32;
@@ -243,10 +250,26 @@ fn execute_sql(
             let db = db
                 .lock()
                 .map_err(|_| ToolError::failed("the database lock was poisoned"))?;
+            // A query's row count first, so that progress has a total.
+            let reads = sql.trim_start().get(..6).is_some_and(|w| w.eq_ignore_ascii_case("select"));
+            let total: Option<u64> = reads
+                .then(|| {
+                    let count = format!("SELECT COUNT(*) FROM ({})", sql.trim().trim_end_matches(';'));
+                    db.query_row(&count, [], |row| row.get::<_, i64>(0)).ok()
+                })
+                .flatten()
+                .map(|n| n.max(0) as u64);
             let mut stmt = db.prepare(&sql).map_err(sql_error)?;
             let columns: Vec<String> = stmt.column_names().map(str::to_owned).collect();
             let mut rows = stmt.query([]).map_err(sql_error)?;
             let mut n = 0u64;
+            let report = |n: u64| {
+                let mut progress = Progress::new(n as f64).message(format!("{n} rows read"));
+                if let Some(total) = total {
+                    progress = progress.total(total as f64);
+                }
+                ctx.report(progress);
+            };
             while let Some(row) = rows.next().map_err(sql_error)? {
                 let mut object = Map::new();
                 for (i, name) in columns.iter().enumerate() {
@@ -257,8 +280,11 @@ fn execute_sql(
                 }
                 n += 1;
                 if n % PROGRESS_EVERY == 0 {
-                    ctx.report(Progress::new(n as f64).message(format!("{n} rows read")));
+                    report(n);
                 }
+            }
+            if n % PROGRESS_EVERY != 0 && total.is_some() {
+                report(n);
             }
             Ok(n)
         };
@@ -319,7 +345,9 @@ fn toolbox(db: Db) -> Toolbox {
         .stream_approval(
             ApprovalLayer::new(ask_at_the_terminal)
                 .when(|request| writes(request.arguments()))
-                .decided_by("the user"),
+                .decided_by("the user")
+                // In the browser (`--web`), the person there decides.
+                .caller_decides(),
         )
         .stream_budget(BudgetLayer::new().max_items(50).notice(|cut| {
             format!(
@@ -341,7 +369,11 @@ fn toolbox(db: Db) -> Toolbox {
 }
 
 fn script() -> ScriptedModel {
-    ScriptedModel::new([
+    ScriptedModel::new(turns())
+}
+
+fn turns() -> Vec<Turn> {
+    vec![
         Turn::new()
             .text("Let me find where the orders live.")
             .tool_call("search_schema", r#"{"query":"order"}"#),
@@ -359,7 +391,7 @@ fn script() -> ScriptedModel {
             r#"{"sql":"DELETE FROM orders WHERE amount < 0.01"}"#,
         ),
         Turn::new().text("I was not allowed to delete anything, so the data stands as it is. Brazil leads on revenue; the per-country totals are in the last result."),
-    ])
+    ]
 }
 
 /// A real endpoint when `OPENAI_BASE_URL` and `OPENAI_MODEL` are set (and
@@ -380,6 +412,15 @@ fn endpoint() -> Option<std::convert::Infallible> {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let db: Db = Arc::new(Mutex::new(database()?));
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--web") {
+        let port = args
+            .iter()
+            .position(|a| a == "--port")
+            .and_then(|at| args.get(at + 1))
+            .map_or(Ok(3000), |p| p.parse::<u16>())?;
+        return web::serve(db, port).await;
+    }
     let question = "Which country brings the most revenue?";
     let conversation = vec![
         Message::system("You are a careful data analyst with a SQLite database. Use the tools."),
@@ -490,4 +531,92 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     Ok(())
+}
+
+/// `--web`: the page and the AI SDK chat endpoint.
+#[cfg(feature = "http")]
+mod web {
+    use super::*;
+    use toolstack::model::{ChatRequest, ModelDelta};
+    use toolstack::serve::ai_sdk::ChatEndpoint;
+
+    /// The script again for every question: the turn is chosen by how many
+    /// answers the model has given since the user's last message.
+    #[derive(Clone)]
+    struct Replay;
+
+    impl tower::Service<ChatRequest> for Replay {
+        type Response = futures_util::stream::BoxStream<'static, Result<ModelDelta, ToolError>>;
+        type Error = ToolError;
+        type Future = futures_util::future::Ready<Result<Self::Response, ToolError>>;
+
+        fn poll_ready(
+            &mut self,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), ToolError>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, request: ChatRequest) -> Self::Future {
+            let since_user = request
+                .messages
+                .iter()
+                .rev()
+                .take_while(|m| !matches!(m, Message::User { .. }))
+                .filter(|m| matches!(m, Message::Assistant { .. }))
+                .count();
+            let mut turn = turns().into_iter().nth(since_user);
+            // The last turn reads what became of the write it asked about.
+            let denied = request.messages.iter().rev().find_map(|m| match m {
+                Message::Tool { content, .. } => Some(content.contains("denied")),
+                _ => None,
+            });
+            if since_user == 5 && denied == Some(false) {
+                turn = Some(Turn::new().text(
+                    "The test orders under a cent are cleared out. Brazil leads on revenue; the per-country totals are in the last result.",
+                ));
+            }
+            // Call ids unique in the process (a fresh script numbers from 0).
+            static CALLS: AtomicU64 = AtomicU64::new(1);
+            let n = CALLS.fetch_add(1, Ordering::Relaxed);
+            let answer = ScriptedModel::new(turn).call(request).into_inner();
+            futures_util::future::ready(answer.map(|deltas| {
+                deltas
+                    .map(move |delta| match delta {
+                        Ok(ModelDelta::ToolCall(mut call)) => {
+                            if let Some(id) = &mut call.id {
+                                *id = format!("{id}_{n}");
+                            }
+                            Ok(ModelDelta::ToolCall(call))
+                        }
+                        other => other,
+                    })
+                    .boxed()
+            }))
+        }
+    }
+
+    pub async fn serve(db: Db, port: u16) -> Result<(), Box<dyn std::error::Error>> {
+        let agent = Agent::new(Replay, toolbox(db))
+            .name("assistant")
+            .max_steps(8)
+            .parallel_tools(2);
+        let app = axum::Router::new()
+            .route(
+                "/",
+                axum::routing::get(|| async { axum::response::Html(include_str!("assistant.html")) }),
+            )
+            .nest("/api/chat", ChatEndpoint::new(agent).into_router());
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+        println!("serving on http://{}/", listener.local_addr()?);
+        axum::serve(listener, app).await?;
+        Ok(())
+    }
+}
+
+#[cfg(not(feature = "http"))]
+mod web {
+    pub async fn serve(_: super::Db, _: u16) -> Result<(), Box<dyn std::error::Error>> {
+        Err("the web page needs the `http` feature: cargo run --example assistant --features http -- --web".into())
+    }
 }

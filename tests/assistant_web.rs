@@ -1,0 +1,123 @@
+//! The `assistant` example's web page in a real browser: the example
+//! serves it (`--web`, the scripted model), `web/check-page.mjs` loads it
+//! in headless Chromium (Debian's `chromium`, driven by puppeteer-core from
+//! `web/package.json`), asks the question, approves the write, and reports
+//! what the page shows; a screenshot is kept under `target/web/`.
+//!
+//! Needs `web/node_modules` and a `chromium` (`.ci/run` installs both);
+//! without them the test says SKIPPED loudly, and fails when
+//! `TOOLSTACK_REQUIRE_BROWSER` is set (CI sets it once both installed).
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+/// Kills the example when the test ends, however it ends.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn chromium() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("TOOLSTACK_CHROMIUM") {
+        return Some(PathBuf::from(path));
+    }
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths)
+        .flat_map(|dir| ["chromium", "chromium-browser"].map(|name| dir.join(name)))
+        .find(|path| path.exists())
+}
+
+#[test]
+fn the_page_shows_the_agent_at_work_in_a_real_browser() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let node = root.join("web/node_modules/.bin/node");
+    let puppeteer = root.join("web/node_modules/puppeteer-core/package.json");
+    let missing = match chromium() {
+        None => Some("no `chromium` on PATH (Debian: apt-get install chromium)".to_owned()),
+        Some(_) if !node.exists() || !puppeteer.exists() => {
+            Some("web/node_modules is missing (run `npm ci` in web/)".to_owned())
+        }
+        Some(_) => None,
+    };
+    if let Some(why) = missing {
+        assert!(
+            std::env::var_os("TOOLSTACK_REQUIRE_BROWSER").is_none(),
+            "TOOLSTACK_REQUIRE_BROWSER is set but {why}"
+        );
+        eprintln!("!! SKIPPED: the browser test of the assistant's page did NOT run: {why}");
+        return;
+    }
+    let chromium = chromium().unwrap();
+
+    // `cargo test` builds the examples next to the test binaries.
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap();
+    let assistant = dir.join("examples").join(format!("assistant{}", std::env::consts::EXE_SUFFIX));
+    assert!(assistant.exists(), "{} is missing", assistant.display());
+    let mut server = Killed(
+        Command::new(assistant)
+            .args(["--web", "--port", "0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let mut first = String::new();
+    BufReader::new(server.0.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let url = first
+        .trim()
+        .strip_prefix("serving on ")
+        .unwrap_or_else(|| panic!("the example said {first:?}"))
+        .to_owned();
+
+    let shots = dir.parent().unwrap().join("web");
+    std::fs::create_dir_all(&shots).unwrap();
+    let screenshot = shots.join("assistant.png");
+    let _ = std::fs::remove_file(&screenshot);
+    let output = Command::new(node)
+        .arg(root.join("web/check-page.mjs"))
+        .arg(&url)
+        .arg(&screenshot)
+        .arg(&chromium)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "the browser run failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let shown: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|err| panic!("{err}: {}", String::from_utf8_lossy(&output.stdout)));
+    eprintln!("screenshot: {}", screenshot.display());
+    assert!(screenshot.exists());
+
+    assert_eq!(shown["errors"], serde_json::json!([]), "script errors: {shown}");
+    assert_eq!(shown["status"], "done");
+    assert!(shown["asked"].as_str().unwrap().contains("DELETE FROM orders"));
+    // The final answer, after the approved write.
+    let texts = shown["texts"].as_array().unwrap();
+    let last = texts.last().unwrap().as_str().unwrap();
+    assert!(last.starts_with("The test orders under a cent are cleared out. Brazil leads"), "{last}");
+    // Every tool call with its arguments, in order; results as tables.
+    let tools = shown["tools"].as_array().unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["search_schema", "show_table", "execute_sql", "execute_sql", "execute_sql"]
+    );
+    assert!(tools.iter().all(|t| t["state"] == "output-available"), "{shown}");
+    assert_eq!(tools[1]["args"], r#"{"table":"orders","limit":3}"#);
+    assert_eq!(tools[1]["tableRows"], 3);
+    // The 3,000-row query: progress reached 100 %; 50 rows reached the page's table.
+    assert_eq!(tools[2]["percent"], "100");
+    assert_eq!(tools[2]["tableRows"], 50);
+    assert_eq!(tools[3]["tableRows"], 5);
+    assert!(shown["finished"].as_str().unwrap().starts_with("finished (stop) after 6 steps"));
+}
