@@ -64,9 +64,17 @@ fn user(text: &str) -> Value {
 
 async fn post(app: &axum::Router, body: Value) -> (StatusCode, axum::http::HeaderMap, Vec<Value>) {
     let request = Request::post("/").body(Body::from(body.to_string())).unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    let (status, headers) = (response.status(), response.headers().clone());
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+    // A response that never ends (a run not kept when it should be) fails
+    // the test instead of hanging it.
+    let answer = async {
+        let response = app.clone().oneshot(request).await.unwrap();
+        let (status, headers) = (response.status(), response.headers().clone());
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        (status, headers, bytes)
+    };
+    let (status, headers, bytes) = tokio::time::timeout(Duration::from_secs(30), answer)
+        .await
+        .expect("the response ended");
     let text = String::from_utf8(bytes.to_vec()).unwrap();
     if status != StatusCode::OK {
         return (status, headers, vec![serde_json::from_str(&text).unwrap()]);
