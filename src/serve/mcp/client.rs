@@ -379,6 +379,7 @@ pub const MAX_INPUT_REQUESTS: usize = 64;
 ///     .await?;
 /// # let _ = client; Ok(()) }
 /// ```
+#[derive(Clone)]
 pub struct McpClientBuilder {
     info: ClientConfig,
     answers: Option<Arc<dyn Answer>>,

@@ -62,6 +62,7 @@
 
 mod call;
 mod client;
+pub mod balance;
 pub mod convert;
 mod input;
 mod log;
