@@ -27,6 +27,10 @@
 //! | [`coalesce`] | merges runs of small text items, at most one per window |
 //! | [`repair`] | almost-JSON arguments (and, over a toolbox, a tool name's case or alias) repaired before they are refused |
 //!
+//! To send the spans to an OpenTelemetry collector, see `otel` (feature
+//! `otel`): `otel::init_from_env()` at start, configured by the standard
+//! `OTEL_*` variables.
+//!
 //! ## Tools and models
 //!
 //! A model is a service too — `Service<ChatRequest>` answering with a
@@ -94,6 +98,8 @@ pub mod catch_panic;
 mod clock;
 pub mod coalesce;
 pub mod concurrency;
+#[cfg(feature = "otel")]
+pub mod otel;
 #[cfg(feature = "rate-limit")]
 pub mod rate_limit;
 pub mod repair;

@@ -11,8 +11,9 @@ use pin_project_lite::pin_project;
 use toolstack::ToolError;
 use tracing::Span;
 
-use super::{OnEarlyDrop, OnEnd, OnFailure, OnOpen, Outcome, StreamSummary};
-use crate::{Item, Request};
+use super::item::record_finish_reason;
+use super::{OnEarlyDrop, OnEnd, OnFailure, OnOpen, Outcome, ResponseItem, StreamSummary};
+use crate::{CallKind, Item, Request};
 
 pin_project! {
     /// The response future of [`Trace`](super::Trace): polls the inner
@@ -169,7 +170,7 @@ where
 impl<St, T, R, OE, OF, OD> Stream for ResponseStream<St, R, OE, OF, OD>
 where
     St: Stream<Item = Result<T, ToolError>>,
-    T: Item,
+    T: ResponseItem,
     R: Request,
     OE: OnEnd<R>,
     OF: OnFailure<R>,
@@ -197,7 +198,7 @@ where
             this.inner.set(None);
         }
         match &item {
-            Some(Ok(output)) => state.item(output),
+            Some(Ok(output)) => state.item(output, span),
             // An error is the last item of a stream: the call ends here,
             // and dropping the stream afterwards is no early drop.
             Some(Err(err)) => state.fail(err, span),
@@ -237,6 +238,7 @@ impl<R: Request, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> EndGuard<R,
                 on_end,
                 on_failure,
                 on_early_drop,
+                finish_reason: false,
                 ended: false,
                 _request: PhantomData,
             },
@@ -278,6 +280,8 @@ struct CallState<R, OE, OF, OD> {
     on_end: OE,
     on_failure: OF,
     on_early_drop: OD,
+    // Whether the answer told why it stopped (a model call's).
+    finish_reason: bool,
     ended: bool,
     // A call that came over MCP fails with `error.type = "tool_error"`
     // (the OpenTelemetry MCP conventions): MCP sends it as `isError`.
@@ -292,7 +296,10 @@ impl<R: Request, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> CallState<R
         self.start.map_or(Duration::ZERO, |start| start.elapsed())
     }
 
-    fn item<T: Item>(&mut self, output: &T) {
+    fn item<T: ResponseItem>(&mut self, output: &T, span: &Span) {
+        if R::KIND == CallKind::Model {
+            self.model_item(output, span);
+        }
         self.items += 1;
         // `byte_len` serializes JSON items: only worth it when timed.
         if self.start.is_some() {
@@ -300,6 +307,27 @@ impl<R: Request, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> CallState<R
         }
         if let Some(recorder) = &mut self.output {
             recorder.push(output);
+        }
+    }
+
+    /// What a model's delta tells of the whole answer, on the span.
+    fn model_item<T: ResponseItem>(&mut self, delta: &T, span: &Span) {
+        if span.is_disabled() {
+            return;
+        }
+        if let (0, Some(start)) = (self.items, self.start) {
+            // Seconds, from the call to the first delta, as the
+            // conventions measure it.
+            span.record(
+                "gen_ai.response.time_to_first_chunk",
+                start.elapsed().as_secs_f64(),
+            );
+        }
+        delta.record(span);
+        // The first only: a key recorded twice is exported twice.
+        if let (false, Some(reason)) = (self.finish_reason, delta.finish_reason()) {
+            self.finish_reason = true;
+            record_finish_reason(span, &reason);
         }
     }
 
@@ -323,6 +351,11 @@ impl<R: Request, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> CallState<R
             return;
         }
         self.ended = true;
+        // An answer that broke off, or that its consumer left, before its
+        // finish reason: the conventions' `error` for that choice.
+        if R::KIND == CallKind::Model && !self.finish_reason && outcome != Outcome::Completed {
+            record_finish_reason(span, "error");
+        }
         if let Some(recorder) = &self.output {
             span.record(recorder.field, tracing::field::display(&recorder.text));
         }

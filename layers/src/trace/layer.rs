@@ -43,6 +43,25 @@ impl Default for TraceLayer {
     }
 }
 
+impl<OO, OE, OF, OD> TraceLayer<DefaultMakeSpan, OO, OE, OF, OD> {
+    /// Names the model's provider on chat spans (`gen_ai.provider.name`,
+    /// which the conventions require): `openai`, `anthropic`, … See
+    /// [`DefaultMakeSpan::provider`].
+    ///
+    /// ```
+    /// use toolstack::model::ScriptedModel;
+    /// use toolstack_layers::trace::TraceLayer;
+    /// use tower_layer::Layer;
+    ///
+    /// let model = TraceLayer::new().provider("openai").layer(ScriptedModel::new([]));
+    /// # let _ = model;
+    /// ```
+    pub fn provider(mut self, name: &'static str) -> Self {
+        self.make_span = self.make_span.provider(name);
+        self
+    }
+}
+
 impl<M, OO, OE, OF, OD> TraceLayer<M, OO, OE, OF, OD> {
     /// Makes each call's span with `make_span` (a
     /// [`MakeSpan`](super::MakeSpan) or a closure `FnMut(&R) -> Span` for

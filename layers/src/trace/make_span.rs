@@ -11,8 +11,12 @@ use tracing::{Level, Span};
 ///
 /// [`Trace`](super::Trace) records `error.type`, `otel.status_code` and the
 /// request kind's [`input_field`](crate::CallKind::input_field) and
-/// [`output_field`](crate::CallKind::output_field) on it; a span that does
-/// not declare those fields (as `Empty`) simply does not get them.
+/// [`output_field`](crate::CallKind::output_field) on it, and on a chat
+/// span what the answer tells (`gen_ai.response.model`,
+/// `gen_ai.response.finish_reasons`,
+/// `gen_ai.response.time_to_first_chunk`, `gen_ai.usage.input_tokens`,
+/// `gen_ai.usage.output_tokens`); a span that does not declare those
+/// fields (as `Empty`) simply does not get them.
 pub trait MakeSpan<R> {
     /// The span of the call `request`.
     fn make_span(&mut self, request: &R) -> Span;
@@ -37,28 +41,65 @@ where
 /// The default [`MakeSpan`], with the OpenTelemetry GenAI attributes:
 ///
 /// * for a tool call, a span named `execute_tool` whose `otel.name` is
-///   `execute_tool {tool}`, with `gen_ai.operation.name = "execute_tool"`,
-///   `gen_ai.tool.name` and `gen_ai.tool.call.id`, and for a call that came
-///   over MCP ([`McpAttributes`](toolstack::McpAttributes) in its
-///   extensions) `mcp.method.name` and `mcp.protocol.version`;
+///   `execute_tool {tool}` (kind `INTERNAL`), with `gen_ai.operation.name
+///   = "execute_tool"`, `gen_ai.tool.name`, `gen_ai.tool.call.id`,
+///   `gen_ai.tool.type = "function"` and, when the tool has one,
+///   `gen_ai.tool.description`, and for a call that came over MCP
+///   ([`McpAttributes`](toolstack::McpAttributes) in its extensions)
+///   `mcp.method.name` and `mcp.protocol.version`;
 /// * for a model call, a span named `chat` whose `otel.name` is
-///   `chat {model}` (`chat` when the request names no model), with
-///   `gen_ai.operation.name = "chat"` and `gen_ai.request.model` when
-///   known.
+///   `chat {model}` (`chat` when the request names no model; kind
+///   `CLIENT`), with `gen_ai.operation.name = "chat"`,
+///   `gen_ai.provider.name` when [set](Self::provider) and
+///   `gen_ai.request.model` when known; what the answer tells is recorded
+///   as it streams (see the [module docs](super#what-a-chat-span-records)).
+///
+/// The tool's description comes from the request
+/// ([`ToolRequest::info`]), which a [`Toolbox`](toolstack::Toolbox) sets
+/// at dispatch: a trace layer *inside* the toolbox
+/// ([`Toolbox::layer`](toolstack::Toolbox::layer),
+/// [`layered`](toolstack::Toolbox::layered)) records it, one around the
+/// whole toolbox sees no description and leaves the field out.
+///
+/// ```
+/// use toolstack_layers::trace::{DefaultMakeSpan, TraceLayer};
+///
+/// let layer = TraceLayer::new().make_span_with(DefaultMakeSpan::new().provider("openai"));
+/// # let _ = layer;
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct DefaultMakeSpan {
     level: Level,
+    provider: Option<&'static str>,
 }
 
 impl DefaultMakeSpan {
-    /// A span at level `INFO`.
+    /// A span at level `INFO`, with no provider named.
     pub fn new() -> Self {
-        DefaultMakeSpan { level: Level::INFO }
+        DefaultMakeSpan {
+            level: Level::INFO,
+            provider: None,
+        }
     }
 
     /// Sets the span's level.
     pub fn level(mut self, level: Level) -> Self {
         self.level = level;
+        self
+    }
+
+    /// Names the model's provider on chat spans, as
+    /// `gen_ai.provider.name`: `openai`, `anthropic`, `aws.bedrock`,
+    /// `gcp.gemini`, … (the conventions list the well-known names; use one
+    /// of them when it applies).
+    ///
+    /// A model service does not say who serves it, so the trace cannot
+    /// tell; the conventions *require* the attribute on a chat span, so
+    /// set it. An OpenAI-compatible endpoint of another provider is named
+    /// after what the client believes it talks to (the conventions: "the
+    /// instrumentation's best knowledge"). Tool spans do not carry it.
+    pub fn provider(mut self, name: &'static str) -> Self {
+        self.provider = Some(name);
         self
     }
 }
@@ -81,9 +122,14 @@ impl MakeSpan<ToolRequest> for DefaultMakeSpan {
             self.level,
             "execute_tool",
             otel.name = %format_args!("execute_tool {}", name),
+            otel.kind = "internal",
             gen_ai.operation.name = "execute_tool",
             gen_ai.tool.name = %name,
             gen_ai.tool.call.id = %request.id(),
+            // Every tool here is a function the application runs with the
+            // model's arguments: the conventions' `function`.
+            gen_ai.tool.type = "function",
+            gen_ai.tool.description = request.info().and_then(|info| info.description()),
             mcp.method.name = mcp.map(|m| &*m.method),
             mcp.protocol.version = mcp.and_then(|m| m.protocol_version.as_deref()),
             gen_ai.tool.call.decision = tracing::field::Empty,
@@ -108,8 +154,15 @@ impl MakeSpan<ChatRequest> for DefaultMakeSpan {
             self.level,
             "chat",
             otel.name = %ChatSpanName(model),
+            otel.kind = "client",
             gen_ai.operation.name = "chat",
+            gen_ai.provider.name = self.provider,
             gen_ai.request.model = model,
+            gen_ai.response.model = tracing::field::Empty,
+            gen_ai.response.finish_reasons = tracing::field::Empty,
+            gen_ai.response.time_to_first_chunk = tracing::field::Empty,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
             error.type = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
             gen_ai.input.messages = tracing::field::Empty,

@@ -2,18 +2,27 @@
 //! as the response stream, with the OpenTelemetry GenAI attributes.
 //!
 //! [`Trace`] makes a span named `execute_tool` (`otel.name` =
-//! `execute_tool {tool}`) with `gen_ai.operation.name = "execute_tool"`,
-//! `gen_ai.tool.name`, `gen_ai.tool.call.id` and, on failure, `error.type`
-//! (the [`ErrorKind`](toolstack::ErrorKind)) and `otel.status_code =
-//! "ERROR"`. The tool's `call`, and every poll of its future and of its
-//! stream, runs inside the span, so the tool's own events are its children.
+//! `execute_tool {tool}`, kind `INTERNAL`) with `gen_ai.operation.name =
+//! "execute_tool"`, `gen_ai.tool.name`, `gen_ai.tool.call.id`,
+//! `gen_ai.tool.type = "function"`, `gen_ai.tool.description` (when the
+//! layer is inside a toolbox, which gives it the tool's description) and,
+//! on failure, `error.type` (the [`ErrorKind`](toolstack::ErrorKind)) and
+//! `otel.status_code = "ERROR"`. The tool's `call`, and every poll of its
+//! future and of its stream, runs inside the span, so the tool's own
+//! events are its children.
 //!
 //! Over a model (`Service<ChatRequest>`) the span is named `chat`
 //! (`otel.name` = `chat {model}`, or `chat` when the request names no
-//! model; see [`ChatRequest::model`](toolstack::model::ChatRequest::model))
-//! with `gen_ai.operation.name = "chat"` and `gen_ai.request.model`; the
+//! model; see [`ChatRequest::model`](toolstack::model::ChatRequest::model);
+//! kind `CLIENT`) with `gen_ai.operation.name = "chat"`,
+//! `gen_ai.provider.name` (name it with [`TraceLayer::provider`]: a model
+//! service does not say who serves it) and `gen_ai.request.model`; the
 //! items counted are the deltas, and the default events say `model call …`
 //! instead of `tool call …`.
+//!
+//! Inside an agent's run the spans are children of its `invoke_agent`
+//! span: the agent polls its model and tools inside it. To send them to
+//! an OpenTelemetry collector, see `otel` (feature `otel`).
 //!
 //! Each call ends exactly once, reported by one hook:
 //!
@@ -61,6 +70,26 @@
 //! assert_eq!(items.len(), 1);
 //! # }
 //! ```
+//!
+//! # What a chat span records
+//!
+//! The answer tells more as it streams, and the span records it then
+//! (the names are the OpenTelemetry GenAI conventions'):
+//!
+//! | attribute | from |
+//! |---|---|
+//! | `gen_ai.response.time_to_first_chunk` | seconds (a float) from the call to the first delta |
+//! | `gen_ai.response.model` | [`ModelDelta::Model`](toolstack::model::ModelDelta::Model): the model that answered |
+//! | `gen_ai.response.finish_reasons` | [`ModelDelta::Finish`](toolstack::model::ModelDelta::Finish) (`stop`, `tool_calls`, `length`, …); `error` when the answer failed or was dropped before it |
+//! | `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens` | [`ModelDelta::Usage`](toolstack::model::ModelDelta::Usage) |
+//!
+//! The conventions make the finish reasons a string array, one per
+//! choice, which a `tracing` field cannot hold. With the feature
+//! `opentelemetry`, a span that an OpenTelemetry layer records gets the
+//! array (`["stop"]`) on its OpenTelemetry span directly; otherwise the
+//! one reason is a string field. (A `fmt` layer next to an OpenTelemetry
+//! one then does not see it.) What an item records is its
+//! [`ResponseItem`] implementation.
 //!
 //! # Differences from tower-http's `Trace`
 //!
@@ -174,6 +203,7 @@ macro_rules! default_callback {
 }
 
 mod future;
+mod item;
 mod layer;
 mod make_span;
 mod on_early_drop;
@@ -184,6 +214,7 @@ mod service;
 mod summary;
 
 pub use self::future::{ResponseFuture, ResponseStream};
+pub use self::item::ResponseItem;
 pub use self::layer::TraceLayer;
 pub use self::make_span::{DefaultMakeSpan, MakeSpan};
 pub use self::on_early_drop::{DefaultOnEarlyDrop, OnEarlyDrop};

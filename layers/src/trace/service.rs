@@ -9,9 +9,9 @@ use super::future::{EndGuard, OutputRecorder, Recorded, ResponseFuture, Response
 use super::TraceLayer;
 use super::{
     DefaultMakeSpan, DefaultOnEarlyDrop, DefaultOnEnd, DefaultOnFailure, DefaultOnOpen, MakeSpan,
-    OnEarlyDrop, OnEnd, OnFailure, OnOpen,
+    OnEarlyDrop, OnEnd, OnFailure, OnOpen, ResponseItem,
 };
-use crate::{Item, Request};
+use crate::Request;
 
 /// Traces each call of a tool or a model in a span that lives as long as
 /// its stream. See the [module docs](super).
@@ -51,7 +51,7 @@ where
     S: Service<R, Response = St>,
     S::Error: Into<ToolError>,
     St: Stream<Item = Result<T, ToolError>>,
-    T: Item,
+    T: ResponseItem,
     M: MakeSpan<R>,
     OO: OnOpen<R> + Clone,
     OE: OnEnd<R> + Clone,

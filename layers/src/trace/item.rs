@@ -1,0 +1,109 @@
+//! [`ResponseItem`]: what the trace reads of an item for the span — for a
+//! model's answer, the deltas that speak for the whole answer.
+
+use std::borrow::Cow;
+
+use toolstack::model::{FinishReason, ModelDelta};
+use toolstack::ToolOutput;
+use tracing::Span;
+
+use crate::Item;
+
+/// An item of a response stream, as the trace records it on the call's
+/// span: some items speak for the whole response, not only for
+/// themselves.
+///
+/// A model's deltas do: [`ModelDelta::Model`] is recorded as
+/// `gen_ai.response.model`, [`ModelDelta::Usage`] as
+/// `gen_ai.usage.input_tokens` and `gen_ai.usage.output_tokens`, and
+/// [`ModelDelta::Finish`] is the answer's finish reason. A tool's items do
+/// not. Both methods default to nothing, so an item type of one's own
+/// joins with an empty `impl`.
+pub trait ResponseItem: Item {
+    /// Records on `span` what the item says of the whole response.
+    fn record(&self, span: &Span) {
+        let _ = span;
+    }
+
+    /// The finish reason the item carries, as the provider spells it
+    /// (`stop`, `tool_calls`, `length`, `content_filter`, …); the trace
+    /// records it as `gen_ai.response.finish_reasons`.
+    fn finish_reason(&self) -> Option<Cow<'_, str>> {
+        None
+    }
+}
+
+impl ResponseItem for ToolOutput {}
+
+impl ResponseItem for ModelDelta {
+    #[inline]
+    fn record(&self, span: &Span) {
+        match self {
+            ModelDelta::Model(model) => {
+                span.record("gen_ai.response.model", model.as_str());
+            }
+            ModelDelta::Usage(usage) => {
+                // As `i64`: tracing-opentelemetry keeps `i64` an integer
+                // but writes a `u64` as text, and the conventions say int.
+                span.record("gen_ai.usage.input_tokens", int(usage.prompt_tokens));
+                span.record("gen_ai.usage.output_tokens", int(usage.completion_tokens));
+            }
+            _ => {}
+        }
+    }
+
+    #[inline]
+    fn finish_reason(&self) -> Option<Cow<'_, str>> {
+        match self {
+            ModelDelta::Finish(reason) => Some(finish_reason(reason)),
+            _ => None,
+        }
+    }
+}
+
+fn int(tokens: u64) -> i64 {
+    i64::try_from(tokens).unwrap_or(i64::MAX)
+}
+
+/// The reason as OpenAI-style endpoints send it (and as it serializes).
+fn finish_reason(reason: &FinishReason) -> Cow<'_, str> {
+    match reason {
+        FinishReason::Stop => Cow::Borrowed("stop"),
+        FinishReason::ToolCalls => Cow::Borrowed("tool_calls"),
+        FinishReason::Length => Cow::Borrowed("length"),
+        FinishReason::ContentFilter => Cow::Borrowed("content_filter"),
+        FinishReason::Other(other) => Cow::Borrowed(other),
+        // A reason added after this was written: its wire name.
+        other => match serde_json::to_value(other) {
+            Ok(serde_json::Value::String(name)) => Cow::Owned(name),
+            _ => Cow::Borrowed("_OTHER"),
+        },
+    }
+}
+
+/// The field a chat span declares for the finish reasons.
+const FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
+
+/// Records the answer's finish reason. The conventions want a string
+/// array, which a `tracing` field cannot carry: when an OpenTelemetry layer
+/// records the span (feature `opentelemetry`), the array goes straight to
+/// the OpenTelemetry span; otherwise the one reason is a string field.
+/// Never both, so an exported span does not carry the key twice.
+pub(super) fn record_finish_reason(span: &Span, reason: &str) {
+    // A span made without the field (a `MakeSpan` of one's own) asked not
+    // to have it.
+    if span.field(FINISH_REASONS).is_none() {
+        return;
+    }
+    #[cfg(feature = "opentelemetry")]
+    {
+        use opentelemetry::trace::TraceContextExt;
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        if span.context().span().is_recording() {
+            let reasons = opentelemetry::Array::String(vec![reason.to_owned().into()]);
+            span.set_attribute(FINISH_REASONS, opentelemetry::Value::Array(reasons));
+            return;
+        }
+    }
+    span.record(FINISH_REASONS, reason);
+}
