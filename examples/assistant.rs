@@ -18,6 +18,12 @@
 //! OpenAI-compatible endpoint answers instead.
 //!
 //! `cargo run --example assistant --features http -- --web [--port N]`
+//! With `OTEL_EXPORTER_OTLP_ENDPOINT` set (and `OTEL_SERVICE_NAME`), the
+//! run's spans — `invoke_agent assistant`, each `chat` and `execute_tool`
+//! with the GenAI attributes — go to that OpenTelemetry collector
+//! (OTLP/HTTP).
+//!
+//! `cargo run --example assistant --features http -- --web [--port N]`
 //! serves the same agent to a browser instead: one page (plain HTML + JS,
 //! embedded; `examples/assistant.html`) at `http://127.0.0.1:3000/` and
 //! the AI SDK chat endpoint it talks to at `/api/chat`. There the writes
@@ -411,6 +417,12 @@ fn endpoint() -> Option<std::convert::Infallible> {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // Spans to an OpenTelemetry collector when the standard variables name
+    // one; flushed when `_otel` drops at the end of `main`.
+    let _otel = toolstack_layers::otel::init_from_env()?;
+    if _otel.is_some() {
+        println!("(exporting spans over OTLP to the collector in OTEL_EXPORTER_OTLP_ENDPOINT)");
+    }
     let db: Db = Arc::new(Mutex::new(database()?));
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--web") {
@@ -454,6 +466,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(model) => {
             println!("(model: the OpenAI-compatible endpoint in OPENAI_BASE_URL)\n");
             Agent::new(model_layers.service(model), toolbox(db))
+                .name("assistant")
+                .provider("openai")
                 .max_steps(8)
                 .parallel_tools(2)
                 // The retry layer cannot take back deltas already shown;
@@ -462,6 +476,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .run_with(conversation, extensions)
         }
         _ => Agent::new(model_layers.service(script()), toolbox(db))
+            .name("assistant")
+            .model_name("scripted")
             .max_steps(8)
             .parallel_tools(2)
             .retry_model_turns(2)

@@ -37,3 +37,57 @@ fn the_scripted_run_denies_the_write_and_budgets_the_rows() {
         "the budgeted query: {text}"
     );
 }
+
+/// With `OTEL_EXPORTER_OTLP_ENDPOINT` set, the run's spans reach the
+/// collector over OTLP/HTTP: a stand-in collector on loopback receives
+/// `POST /v1/traces` and finds the run's span names in the protobuf (its
+/// strings are plain UTF-8 there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scripted_run_exports_its_spans_to_an_otlp_collector() {
+    use std::sync::{Arc, Mutex};
+    let bodies: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+    let seen = Arc::clone(&bodies);
+    let collector = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let seen = Arc::clone(&seen);
+            async move {
+                seen.lock().unwrap().push(body.to_vec());
+                ""
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, collector).await.unwrap() });
+
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap().join("examples");
+    let assistant = dir.join(format!("assistant{}", std::env::consts::EXE_SUFFIX));
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(assistant)
+            .stdin(std::process::Stdio::null())
+            .env_remove("OPENAI_BASE_URL")
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+            .env("OTEL_SERVICE_NAME", "assistant-under-test")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("exporting spans over OTLP"));
+    let bodies = bodies.lock().unwrap().concat();
+    let has = |needle: &str| bodies.windows(needle.len()).any(|w| w == needle.as_bytes());
+    for needle in [
+        "assistant-under-test",
+        "invoke_agent assistant",
+        "chat scripted",
+        "execute_tool execute_sql",
+        "gen_ai.tool.description",
+        "gen_ai.usage.input_tokens",
+        "gen_ai.tool.call.decision",
+    ] {
+        assert!(has(needle), "`{needle}` was not exported ({} bytes received)", bodies.len());
+    }
+}

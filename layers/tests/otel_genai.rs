@@ -85,6 +85,7 @@ fn agent() -> Agent<Model> {
     ]);
     Agent::new(model, toolbox())
         .name("calculator")
+        .provider("openai")
         .model_name("gpt-test")
 }
 
@@ -185,6 +186,20 @@ async fn an_agent_run_exports_invoke_agent_over_chat_and_execute_tool_spans() {
         attribute(run, "gen_ai.agent.name"),
         Some(&Value::from("calculator"))
     );
+    assert_eq!(
+        attribute(run, "gen_ai.provider.name"),
+        Some(&Value::from("openai"))
+    );
+    // The run's usage, as integers (the two turns' together).
+    assert!(
+        matches!(attribute(run, "gen_ai.usage.input_tokens"), Some(Value::I64(n)) if *n > 0),
+        "{run:?}"
+    );
+    assert!(matches!(
+        attribute(run, "gen_ai.usage.output_tokens"),
+        Some(Value::I64(_))
+    ));
+    assert_eq!(attribute(run, "toolstack.agent.steps"), Some(&Value::I64(2)));
 
     // One chat span per model turn, children of the run.
     let chats = named(&spans, "chat");

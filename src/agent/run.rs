@@ -209,6 +209,7 @@ impl StopReason {
 pub struct Agent<M> {
     model: M,
     name: Option<Arc<str>>,
+    provider: Option<&'static str>,
     model_name: Option<Arc<str>>,
     toolbox: Toolbox,
     max_steps: usize,
@@ -225,6 +226,7 @@ impl<M> Agent<M> {
         Agent {
             model,
             name: None,
+            provider: None,
             model_name: None,
             toolbox,
             max_steps: 10,
@@ -238,6 +240,14 @@ impl<M> Agent<M> {
     /// `invoke_agent {name}`, with `gen_ai.agent.name`.
     pub fn name(mut self, name: impl Into<Arc<str>>) -> Self {
         self.name = Some(name.into());
+        self
+    }
+
+    /// Names the model's provider (`openai`, `anthropic`, … as the
+    /// OpenTelemetry GenAI conventions spell them): its runs'
+    /// `invoke_agent` spans record it as `gen_ai.provider.name`.
+    pub fn provider(mut self, provider: &'static str) -> Self {
+        self.provider = Some(provider);
         self
     }
 
@@ -354,6 +364,7 @@ where
             otel.name = %AgentSpanName(name),
             gen_ai.operation.name = "invoke_agent",
             gen_ai.agent.name = name,
+            gen_ai.provider.name = self.provider,
             gen_ai.request.model = self.model_name.as_deref(),
             gen_ai.usage.input_tokens = tracing::field::Empty,
             gen_ai.usage.output_tokens = tracing::field::Empty,
@@ -392,11 +403,14 @@ where
         };
         let stop = run.steps().await;
         let span = tracing::Span::current();
+        // As integers: OpenTelemetry has no unsigned type, and
+        // tracing-opentelemetry exports a `u64` as text.
+        let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         if let Some(usage) = &run.usage {
-            span.record("gen_ai.usage.input_tokens", usage.prompt_tokens);
-            span.record("gen_ai.usage.output_tokens", usage.completion_tokens);
+            span.record("gen_ai.usage.input_tokens", int(usage.prompt_tokens));
+            span.record("gen_ai.usage.output_tokens", int(usage.completion_tokens));
         }
-        span.record("toolstack.agent.steps", run.steps);
+        span.record("toolstack.agent.steps", int(run.steps as u64));
         span.record("toolstack.agent.stop", stop.as_str());
         if stop == StopReason::ModelError {
             span.record("error.type", "model_error");
