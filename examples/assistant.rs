@@ -257,10 +257,16 @@ fn execute_sql(
                 .lock()
                 .map_err(|_| ToolError::failed("the database lock was poisoned"))?;
             // A query's row count first, so that progress has a total.
-            let reads = sql.trim_start().get(..6).is_some_and(|w| w.eq_ignore_ascii_case("select"));
+            let reads = sql
+                .trim_start()
+                .get(..6)
+                .is_some_and(|w| w.eq_ignore_ascii_case("select"));
             let total: Option<u64> = reads
                 .then(|| {
-                    let count = format!("SELECT COUNT(*) FROM ({})", sql.trim().trim_end_matches(';'));
+                    let count = format!(
+                        "SELECT COUNT(*) FROM ({})",
+                        sql.trim().trim_end_matches(';')
+                    );
                     db.query_row(&count, [], |row| row.get::<_, i64>(0)).ok()
                 })
                 .flatten()
@@ -620,7 +626,9 @@ mod web {
         let app = axum::Router::new()
             .route(
                 "/",
-                axum::routing::get(|| async { axum::response::Html(include_str!("assistant.html")) }),
+                axum::routing::get(|| async {
+                    axum::response::Html(include_str!("assistant.html"))
+                }),
             )
             .nest("/api/chat", ChatEndpoint::new(agent).into_router());
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;

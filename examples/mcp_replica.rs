@@ -37,9 +37,16 @@ struct Record {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let replica: Arc<str> = std::env::var("REPLICA_ID").unwrap_or_else(|_| "replica".into()).into();
+    let replica: Arc<str> = std::env::var("REPLICA_ID")
+        .unwrap_or_else(|_| "replica".into())
+        .into();
     let file = match std::env::var_os("RECORD_FILE") {
-        Some(path) => Some(std::fs::OpenOptions::new().create(true).append(true).open(path)?),
+        Some(path) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)?,
+        ),
         None => None,
     };
     let file = Arc::new(Mutex::new(file));
@@ -54,8 +61,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let record = tool::from_fn("record", move |Record { key }| {
         let (replica, file) = (Arc::clone(&id), Arc::clone(&file));
         async move {
-            if let Some(file) = file.lock().map_err(|_| ToolError::failed("poisoned"))?.as_mut() {
-                writeln!(file, "{key}").map_err(|e| ToolError::failed(format!("cannot record: {e}")))?;
+            if let Some(file) = file
+                .lock()
+                .map_err(|_| ToolError::failed("poisoned"))?
+                .as_mut()
+            {
+                writeln!(file, "{key}")
+                    .map_err(|e| ToolError::failed(format!("cannot record: {e}")))?;
             }
             Ok::<_, ToolError>(serde_json::json!({ "replica": &*replica, "key": key }))
         }
@@ -64,8 +76,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut tools = Toolbox::new().tool(echo).tool(record);
     if std::env::var_os("EXTRA_TOOL").is_some() {
         tools = tools.tool(
-            tool::from_fn("extra", |_: serde_json::Value| async { Ok::<_, ToolError>("extra") })
-                .description("Only on this replica."),
+            tool::from_fn("extra", |_: serde_json::Value| async {
+                Ok::<_, ToolError>("extra")
+            })
+            .description("Only on this replica."),
         );
     }
     let args: Vec<String> = std::env::args().collect();

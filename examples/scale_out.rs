@@ -46,10 +46,21 @@ fn start(id: &str, port: u16, record: &Path) -> (Server, String) {
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {}: {e} (build it: --example mcp_replica)", bin.display()));
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot start {}: {e} (build it: --example mcp_replica)",
+                bin.display()
+            )
+        });
     let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line).expect("its address");
-    let url = line.trim().strip_prefix("listening on ").expect("`listening on URL`").to_owned();
+    BufReader::new(child.stdout.take().expect("piped"))
+        .read_line(&mut line)
+        .expect("its address");
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .expect("`listening on URL`")
+        .to_owned();
     (Server(child), url)
 }
 
@@ -81,9 +92,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .connect(urls.clone())
         .await?;
     let tools: Toolbox = tools.layer(RetryLayer::new(
-        RetryPolicy::new().max_attempts(4).backoff(Duration::from_millis(5), Duration::from_millis(100)),
+        RetryPolicy::new()
+            .max_attempts(4)
+            .backoff(Duration::from_millis(5), Duration::from_millis(100)),
     ));
-    println!("{calls} calls of `record` (not idempotent), {concurrency} at a time, over 3 replicas");
+    println!(
+        "{calls} calls of `record` (not idempotent), {concurrency} at a time, over 3 replicas"
+    );
 
     // Per 100 ms: completions, and per replica.
     let started = Instant::now();
@@ -147,7 +162,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         if let Some(k) = killed_at {
             if restarted_at.is_none() && at > k + Duration::from_secs(1) {
-                let port = urls[1].rsplit(':').next().unwrap().trim_end_matches("/mcp").parse()?;
+                let port = urls[1]
+                    .rsplit(':')
+                    .next()
+                    .unwrap()
+                    .trim_end_matches("/mcp")
+                    .parse()?;
                 servers[1] = Some(start("r1", port, &files[1]).0);
                 restarted_at = Some(at);
             }
@@ -169,24 +189,40 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let timeline = timeline.lock().unwrap().clone();
     let rate = |from: Duration, to: Duration| {
-        let (a, b) = ((from.as_millis() / 100) as usize, (to.as_millis() / 100) as usize);
-        let n: usize = timeline[a.min(timeline.len())..b.min(timeline.len())].iter().map(|s| s[0]).sum();
+        let (a, b) = (
+            (from.as_millis() / 100) as usize,
+            (to.as_millis() / 100) as usize,
+        );
+        let n: usize = timeline[a.min(timeline.len())..b.min(timeline.len())]
+            .iter()
+            .map(|s| s[0])
+            .sum();
         n as f64 / (to - from).as_secs_f64().max(0.1)
     };
     let k = killed_at.unwrap_or(total);
     let r = restarted_at.unwrap_or(total);
-    println!("\nwall time {:.2} s, {:.0} calls/s overall", total.as_secs_f64(), calls as f64 / total.as_secs_f64());
+    println!(
+        "\nwall time {:.2} s, {:.0} calls/s overall",
+        total.as_secs_f64(),
+        calls as f64 / total.as_secs_f64()
+    );
     println!("before the kill: {:.0} calls/s", rate(Duration::ZERO, k));
     println!("kill → restart (1 s): {:.0} calls/s", rate(k, r));
     println!("after the restart: {:.0} calls/s", rate(r, total));
     // The load on the survivors within a second of the kill.
-    let after = &timeline[((k.as_millis() / 100) as usize + 2).min(timeline.len())..((k.as_millis() / 100) as usize + 10).min(timeline.len())];
+    let after = &timeline[((k.as_millis() / 100) as usize + 2).min(timeline.len())
+        ..((k.as_millis() / 100) as usize + 10).min(timeline.len())];
     let on_r1: usize = after.iter().map(|s| s[2]).sum();
     let spread: Vec<usize> = (1..4).map(|i| after.iter().map(|s| s[i]).sum()).collect();
-    println!("from 0.2 s to 1 s after the kill, calls answered per replica (r0, r1, r2): {spread:?}");
+    println!(
+        "from 0.2 s to 1 s after the kill, calls answered per replica (r0, r1, r2): {spread:?}"
+    );
     let tail = &timeline[(r.as_millis() / 100) as usize..];
     let back: usize = tail.iter().map(|s| s[2]).sum();
-    println!("after the restart, calls answered by r1: {back}; replica states: {:?}", replicas.states());
+    println!(
+        "after the restart, calls answered by r1: {back}; replica states: {:?}",
+        replicas.states()
+    );
     println!("\noutcomes:");
     let mut sorted: Vec<_> = outcomes.into_iter().collect();
     sorted.sort();
@@ -195,7 +231,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!("  calls that ran twice (from the replicas' records): {twice}");
     println!("  ok answers not matching the replica's record: {mismatched}");
-    let all_in = replicas.states().iter().all(|(_, s)| *s == ReplicaState::In);
+    let all_in = replicas
+        .states()
+        .iter()
+        .all(|(_, s)| *s == ReplicaState::In);
     let _ = std::fs::remove_dir_all(&dir);
     if twice > 0 || mismatched > 0 || on_r1 > 0 || !all_in {
         return Err("the scale-out proof failed (see above)".into());

@@ -48,7 +48,10 @@ impl tower::Service<ChatRequest> for Recorded {
     type Error = ToolError;
     type Future = <ScriptedModel as tower::Service<ChatRequest>>::Future;
 
-    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), ToolError>> {
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), ToolError>> {
         self.model.poll_ready(cx)
     }
 
@@ -63,13 +66,17 @@ fn user(text: &str) -> Value {
 }
 
 async fn post(app: &axum::Router, body: Value) -> (StatusCode, axum::http::HeaderMap, Vec<Value>) {
-    let request = Request::post("/").body(Body::from(body.to_string())).unwrap();
+    let request = Request::post("/")
+        .body(Body::from(body.to_string()))
+        .unwrap();
     // A response that never ends (a run not kept when it should be) fails
     // the test instead of hanging it.
     let answer = async {
         let response = app.clone().oneshot(request).await.unwrap();
         let (status, headers) = (response.status(), response.headers().clone());
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
         (status, headers, bytes)
     };
     let (status, headers, bytes) = tokio::time::timeout(Duration::from_secs(30), answer)
@@ -93,7 +100,10 @@ async fn post(app: &axum::Router, body: Value) -> (StatusCode, axum::http::Heade
 fn texts(chunks: &[Value]) -> Vec<String> {
     let mut texts: Vec<(String, String)> = Vec::new();
     for chunk in chunks.iter().filter(|c| c["type"] == "text-delta") {
-        let (id, delta) = (chunk["id"].as_str().unwrap(), chunk["delta"].as_str().unwrap());
+        let (id, delta) = (
+            chunk["id"].as_str().unwrap(),
+            chunk["delta"].as_str().unwrap(),
+        );
         match texts.iter_mut().find(|(seen, _)| seen == id) {
             Some((_, text)) => text.push_str(delta),
             None => texts.push((id.to_owned(), delta.to_owned())),
@@ -122,9 +132,12 @@ async fn a_run_streams_text_tool_calls_progress_outputs_and_errors() {
         Turn::new().text("Done: 3."),
     ])
     .fragment_chars(4);
-    let tools = Toolbox::new().tool(toolstack_demo::tools::count()).tool(failing());
+    let tools = Toolbox::new()
+        .tool(toolstack_demo::tools::count())
+        .tool(failing());
     let app = ChatEndpoint::new(Agent::new(model, tools)).into_router();
-    let (status, headers, chunks) = post(&app, json!({"id": "c", "messages": [user("count")]})).await;
+    let (status, headers, chunks) =
+        post(&app, json!({"id": "c", "messages": [user("count")]})).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(headers["x-vercel-ai-ui-message-stream"], "v1");
     assert_eq!(headers["content-type"], "text/event-stream");
@@ -135,7 +148,10 @@ async fn a_run_streams_text_tool_calls_progress_outputs_and_errors() {
     assert_eq!(&kinds[1..4], ["start-step", "text-start", "text-delta"]);
     assert_eq!(chunks[3]["delta"], "Counting.");
     // The call's input streams in fragments, then is available whole.
-    let call = chunks.iter().find(|c| c["type"] == "tool-input-start").unwrap();
+    let call = chunks
+        .iter()
+        .find(|c| c["type"] == "tool-input-start")
+        .unwrap();
     assert_eq!(call["toolName"], "count");
     let id = call["toolCallId"].as_str().unwrap();
     let deltas: String = chunks
@@ -156,7 +172,10 @@ async fn a_run_streams_text_tool_calls_progress_outputs_and_errors() {
         .map(|c| &c["output"])
         .collect();
     assert_eq!(preliminary, [&json!(1), &json!(2), &json!(3)]);
-    let progress: Vec<&Value> = chunks.iter().filter(|c| c["type"] == "data-progress").collect();
+    let progress: Vec<&Value> = chunks
+        .iter()
+        .filter(|c| c["type"] == "data-progress")
+        .collect();
     assert_eq!(progress.len(), 3);
     assert_eq!(progress[2]["id"], format!("progress-{id}"));
     assert_eq!(progress[2]["data"]["progress"], 3.0);
@@ -169,8 +188,14 @@ async fn a_run_streams_text_tool_calls_progress_outputs_and_errors() {
         .unwrap();
     assert_eq!(last.get("preliminary"), None);
     assert_eq!(last["output"], json!([1, 2, 3]));
-    let error = chunks.iter().find(|c| c["type"] == "tool-output-error").unwrap();
-    assert!(error["errorText"].as_str().unwrap().contains("the disk is on fire"));
+    let error = chunks
+        .iter()
+        .find(|c| c["type"] == "tool-output-error")
+        .unwrap();
+    assert!(error["errorText"]
+        .as_str()
+        .unwrap()
+        .contains("the disk is on fire"));
     // A second step for the answer after the tools; a clean finish.
     assert_eq!(kinds.iter().filter(|k| **k == "start-step").count(), 2);
     assert_eq!(kinds.iter().filter(|k| **k == "finish-step").count(), 2);
@@ -202,7 +227,10 @@ fn guarded(runs: Arc<AtomicUsize>) -> Toolbox {
 fn answered(first: &[Value], approved: bool, reason: Option<&str>) -> Value {
     // The assistant message as the AI SDK's client holds it after
     // `addToolApprovalResponse`.
-    let request = first.iter().find(|c| c["type"] == "tool-approval-request").unwrap();
+    let request = first
+        .iter()
+        .find(|c| c["type"] == "tool-approval-request")
+        .unwrap();
     let mut approval = json!({"id": request["approvalId"], "approved": approved});
     if let Some(reason) = reason {
         approval["reason"] = json!(reason);
@@ -231,22 +259,42 @@ async fn an_approval_ends_the_response_and_the_answer_resumes_the_same_run() {
     assert!(kinds.contains(&"tool-approval-request"), "{kinds:?}");
     let finish = first.last().unwrap();
     assert_eq!(finish["finishReason"], "tool-calls");
-    assert_eq!(runs.load(Ordering::SeqCst), 0, "nothing ran before the answer");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "nothing ran before the answer"
+    );
     assert_eq!(endpoint.waiting_runs(), 1);
     assert_eq!(model.turns_played(), 1);
 
     let conversation = json!({"messages": [user("delete it"), answered(&first, true, None)]});
     let (_, _, second) = post(&app, conversation).await;
     assert_eq!(second[0]["type"], "start");
-    assert_eq!(second[0]["messageId"], "a1", "the same assistant message goes on");
-    let output = second.iter().find(|c| c["type"] == "tool-output-available").unwrap();
+    assert_eq!(
+        second[0]["messageId"], "a1",
+        "the same assistant message goes on"
+    );
+    let output = second
+        .iter()
+        .find(|c| c["type"] == "tool-output-available")
+        .unwrap();
     assert_eq!(output["output"], "deleted");
-    assert_eq!(output["toolCallId"], first.iter().find(|c| c["type"] == "tool-approval-request").unwrap()["toolCallId"]);
+    assert_eq!(
+        output["toolCallId"],
+        first
+            .iter()
+            .find(|c| c["type"] == "tool-approval-request")
+            .unwrap()["toolCallId"]
+    );
     assert_eq!(texts(&second), ["It is gone."]);
     assert_eq!(second.last().unwrap()["finishReason"], "stop");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the tool ran once");
     assert_eq!(endpoint.waiting_runs(), 0);
-    assert_eq!(model.turns_played(), 2, "the run went on; it was not started again");
+    assert_eq!(
+        model.turns_played(),
+        2,
+        "the run went on; it was not started again"
+    );
 }
 
 #[tokio::test]
@@ -256,7 +304,8 @@ async fn a_denial_reaches_the_model_with_its_reason() {
         Turn::new().tool_call("delete", "{}"),
         Turn::new().text("Kept it."),
     ]);
-    let app = ChatEndpoint::new(Agent::new(model.clone(), guarded(Arc::clone(&runs)))).into_router();
+    let app =
+        ChatEndpoint::new(Agent::new(model.clone(), guarded(Arc::clone(&runs)))).into_router();
     let (_, _, first) = post(&app, json!({"messages": [user("delete it")]})).await;
     let conversation =
         json!({"messages": [user("delete it"), answered(&first, false, Some("keep my files"))]});
@@ -274,12 +323,18 @@ async fn a_denial_reaches_the_model_with_its_reason() {
 async fn an_answer_for_a_run_no_longer_kept_starts_over_from_the_conversation() {
     let runs = Arc::new(AtomicUsize::new(0));
     let model = Recorded::new([Turn::new().text("Let us start again.")]);
-    let app = ChatEndpoint::new(Agent::new(model.clone(), guarded(Arc::clone(&runs)))).into_router();
-    let stale = vec![json!({"type": "tool-approval-request", "approvalId": "00", "toolCallId": "call_9"})];
+    let app =
+        ChatEndpoint::new(Agent::new(model.clone(), guarded(Arc::clone(&runs)))).into_router();
+    let stale =
+        vec![json!({"type": "tool-approval-request", "approvalId": "00", "toolCallId": "call_9"})];
     let conversation = json!({"messages": [user("delete it"), answered(&stale, true, None)]});
     let (_, _, chunks) = post(&app, conversation).await;
     assert_eq!(chunks.last().unwrap()["finishReason"], "stop");
-    assert_eq!(runs.load(Ordering::SeqCst), 0, "an unknown approval runs nothing");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "an unknown approval runs nothing"
+    );
     assert_eq!(model.turns_played(), 1);
     let read = serde_json::to_string(&model.requests()[0].messages).unwrap();
     assert!(read.contains("not run"), "{read}");
@@ -364,7 +419,11 @@ async fn bodies_that_are_not_chat_requests_are_refused() {
         .body_limit(1024)
         .into_router();
     let cases = [
-        (json!({"nope": 1}), StatusCode::BAD_REQUEST, "not a chat request"),
+        (
+            json!({"nope": 1}),
+            StatusCode::BAD_REQUEST,
+            "not a chat request",
+        ),
         (
             json!({"messages": [{"role": "wizard", "parts": []}]}),
             StatusCode::BAD_REQUEST,
@@ -375,7 +434,11 @@ async fn bodies_that_are_not_chat_requests_are_refused() {
             StatusCode::BAD_REQUEST,
             "no `toolCallId`",
         ),
-        (json!({"messages": [user(&"x".repeat(2048))]}), StatusCode::PAYLOAD_TOO_LARGE, ""),
+        (
+            json!({"messages": [user(&"x".repeat(2048))]}),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "",
+        ),
     ];
     for (body, status, says) in cases {
         let (got, _, answer) = post(&app, body).await;

@@ -71,7 +71,10 @@ async fn the_ai_sdk_client_assembles_what_the_endpoint_streams() {
     ]);
 
     let app = axum::Router::new()
-        .nest("/plain", ChatEndpoint::new(Agent::new(plain, tools)).into_router())
+        .nest(
+            "/plain",
+            ChatEndpoint::new(Agent::new(plain, tools)).into_router(),
+        )
         .nest(
             "/approval",
             ChatEndpoint::new(Agent::new(approval, guarded)).into_router(),
@@ -104,7 +107,15 @@ async fn the_ai_sdk_client_assembles_what_the_endpoint_streams() {
     let kinds: Vec<&str> = parts.iter().map(|p| p["type"].as_str().unwrap()).collect();
     assert_eq!(
         kinds,
-        ["step-start", "text", "tool-count", "tool-fail", "data-progress", "step-start", "text"],
+        [
+            "step-start",
+            "text",
+            "tool-count",
+            "tool-fail",
+            "data-progress",
+            "step-start",
+            "text"
+        ],
         "{message}"
     );
     assert_eq!(parts[1]["text"], "Counting, then failing.");
@@ -113,10 +124,17 @@ async fn the_ai_sdk_client_assembles_what_the_endpoint_streams() {
     assert_eq!(count["state"], "output-available");
     assert_eq!(count["input"], serde_json::json!({"to": 3}));
     assert_eq!(count["output"], serde_json::json!([1, 2, 3]));
-    assert_eq!(count.get("preliminary"), None, "the final output is not preliminary");
+    assert_eq!(
+        count.get("preliminary"),
+        None,
+        "the final output is not preliminary"
+    );
     let fail = &parts[3];
     assert_eq!(fail["state"], "output-error");
-    assert!(fail["errorText"].as_str().unwrap().contains("the disk is on fire"));
+    assert!(fail["errorText"]
+        .as_str()
+        .unwrap()
+        .contains("the disk is on fire"));
     let progress = &parts[4];
     assert_eq!(progress["data"]["progress"], 3.0);
     assert_eq!(progress["data"]["total"], 3.0);
@@ -128,7 +146,14 @@ async fn the_ai_sdk_client_assembles_what_the_endpoint_streams() {
         .iter()
         .map(|p| &p["output"])
         .collect();
-    assert_eq!(preliminary, [&serde_json::json!(1), &serde_json::json!(2), &serde_json::json!(3)]);
+    assert_eq!(
+        preliminary,
+        [
+            &serde_json::json!(1),
+            &serde_json::json!(2),
+            &serde_json::json!(3)
+        ]
+    );
     assert_eq!(message["metadata"]["stop"], "finished");
 
     // The approval, through `AbstractChat` (the engine of `useChat`).
@@ -147,9 +172,16 @@ async fn the_ai_sdk_client_assembles_what_the_endpoint_streams() {
     assert_eq!(finishes[0]["finishReason"], "tool-calls");
     assert_eq!(finishes[1]["finishReason"], "stop");
     let messages = approval["messages"].as_array().unwrap();
-    assert_eq!(messages.len(), 2, "the answer continued the same assistant message");
+    assert_eq!(
+        messages.len(),
+        2,
+        "the answer continued the same assistant message"
+    );
     let parts = messages[1]["parts"].as_array().unwrap();
-    let done = parts.iter().find(|p| p["type"] == "tool-delete_rows").unwrap();
+    let done = parts
+        .iter()
+        .find(|p| p["type"] == "tool-delete_rows")
+        .unwrap();
     assert_eq!(done["state"], "output-available");
     assert_eq!(done["output"], "deleted 2 rows");
     assert_eq!(done["approval"]["approved"], true);

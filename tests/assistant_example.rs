@@ -88,6 +88,10 @@ async fn the_scripted_run_exports_its_spans_to_an_otlp_collector() {
         "gen_ai.usage.input_tokens",
         "gen_ai.tool.call.decision",
     ] {
-        assert!(has(needle), "`{needle}` was not exported ({} bytes received)", bodies.len());
+        assert!(
+            has(needle),
+            "`{needle}` was not exported ({} bytes received)",
+            bodies.len()
+        );
     }
 }

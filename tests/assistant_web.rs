@@ -57,7 +57,9 @@ fn the_page_shows_the_agent_at_work_in_a_real_browser() {
     // `cargo test` builds the examples next to the test binaries.
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().unwrap().parent().unwrap();
-    let assistant = dir.join("examples").join(format!("assistant{}", std::env::consts::EXE_SUFFIX));
+    let assistant = dir
+        .join("examples")
+        .join(format!("assistant{}", std::env::consts::EXE_SUFFIX));
     assert!(assistant.exists(), "{} is missing", assistant.display());
     let mut server = Killed(
         Command::new(assistant)
@@ -98,26 +100,48 @@ fn the_page_shows_the_agent_at_work_in_a_real_browser() {
     eprintln!("screenshot: {}", screenshot.display());
     assert!(screenshot.exists());
 
-    assert_eq!(shown["errors"], serde_json::json!([]), "script errors: {shown}");
+    assert_eq!(
+        shown["errors"],
+        serde_json::json!([]),
+        "script errors: {shown}"
+    );
     assert_eq!(shown["status"], "done");
-    assert!(shown["asked"].as_str().unwrap().contains("DELETE FROM orders"));
+    assert!(shown["asked"]
+        .as_str()
+        .unwrap()
+        .contains("DELETE FROM orders"));
     // The final answer, after the approved write.
     let texts = shown["texts"].as_array().unwrap();
     let last = texts.last().unwrap().as_str().unwrap();
-    assert!(last.starts_with("The test orders under a cent are cleared out. Brazil leads"), "{last}");
+    assert!(
+        last.starts_with("The test orders under a cent are cleared out. Brazil leads"),
+        "{last}"
+    );
     // Every tool call with its arguments, in order; results as tables.
     let tools = shown["tools"].as_array().unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(
         names,
-        ["search_schema", "show_table", "execute_sql", "execute_sql", "execute_sql"]
+        [
+            "search_schema",
+            "show_table",
+            "execute_sql",
+            "execute_sql",
+            "execute_sql"
+        ]
     );
-    assert!(tools.iter().all(|t| t["state"] == "output-available"), "{shown}");
+    assert!(
+        tools.iter().all(|t| t["state"] == "output-available"),
+        "{shown}"
+    );
     assert_eq!(tools[1]["args"], r#"{"table":"orders","limit":3}"#);
     assert_eq!(tools[1]["tableRows"], 3);
     // The 3,000-row query: progress reached 100 %; 50 rows reached the page's table.
     assert_eq!(tools[2]["percent"], "100");
     assert_eq!(tools[2]["tableRows"], 50);
     assert_eq!(tools[3]["tableRows"], 5);
-    assert!(shown["finished"].as_str().unwrap().starts_with("finished (stop) after 6 steps"));
+    assert!(shown["finished"]
+        .as_str()
+        .unwrap()
+        .starts_with("finished (stop) after 6 steps"));
 }

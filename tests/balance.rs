@@ -36,7 +36,11 @@ fn binary() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().unwrap().parent().unwrap().join("examples");
     let bin = dir.join(format!("mcp_replica{}", std::env::consts::EXE_SUFFIX));
-    assert!(bin.exists(), "{} is missing (cargo build --features mcp --example mcp_replica)", bin.display());
+    assert!(
+        bin.exists(),
+        "{} is missing (cargo build --features mcp --example mcp_replica)",
+        bin.display()
+    );
     bin
 }
 
@@ -53,13 +57,21 @@ fn start(id: &str, port: u16, record: &std::path::Path, extra: bool) -> Server {
     }
     let mut child = command.spawn().unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     let url = line
         .trim()
         .strip_prefix("listening on ")
         .unwrap_or_else(|| panic!("the replica said {line:?}"))
         .to_owned();
-    let port = url.rsplit(':').next().unwrap().trim_end_matches("/mcp").parse().unwrap();
+    let port = url
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches("/mcp")
+        .parse()
+        .unwrap();
     Server { child, url, port }
 }
 
@@ -72,7 +84,8 @@ fn scratch(name: &str) -> PathBuf {
 
 /// One call of `record`: the replica that ran it, or the error.
 async fn record(tools: &Toolbox, key: &str) -> Result<String, toolstack::ToolError> {
-    let request = ToolRequest::new("record", format!(r#"{{"key":"{key}"}}"#)).with_id(key.to_owned());
+    let request =
+        ToolRequest::new("record", format!(r#"{{"key":"{key}"}}"#)).with_id(key.to_owned());
     let stream = tools.clone().oneshot(request).await?;
     let result = ToolResult::collect(stream).await;
     if let Some(err) = result.error.clone() {
@@ -100,7 +113,10 @@ async fn a_killed_replica_is_ejected_no_call_is_lost_or_run_twice_and_it_comes_b
     let mut servers: Vec<Option<Server>> = (0..3)
         .map(|i| Some(start(&format!("r{i}"), 0, &files[i], false)))
         .collect();
-    let urls: Vec<String> = servers.iter().map(|s| s.as_ref().unwrap().url.clone()).collect();
+    let urls: Vec<String> = servers
+        .iter()
+        .map(|s| s.as_ref().unwrap().url.clone())
+        .collect();
 
     let (tools, replicas) = Replicas::builder()
         .backoff(Duration::from_millis(100), Duration::from_millis(400))
@@ -139,7 +155,10 @@ async fn a_killed_replica_is_ejected_no_call_is_lost_or_run_twice_and_it_comes_b
                 after_kill.push(replica.clone());
             }
         }
-        assert!(outcomes.insert(key, outcome).is_none(), "one outcome per call");
+        assert!(
+            outcomes.insert(key, outcome).is_none(),
+            "one outcome per call"
+        );
         if outcomes.len() == CALLS / 2 && !killed {
             drop(servers[1].take()); // SIGKILL
             killed = true;
@@ -176,7 +195,10 @@ async fn a_killed_replica_is_ejected_no_call_is_lost_or_run_twice_and_it_comes_b
         }
     }
     eprintln!("outcomes: {ok} ok, {may_have_run} broke on the killed replica, {unsent} unsent");
-    assert!(ok >= CALLS - 64, "at most the calls in flight on r1 may fail: {ok} ok");
+    assert!(
+        ok >= CALLS - 64,
+        "at most the calls in flight on r1 may fail: {ok} ok"
+    );
     // The load moved to the survivors: well after the kill, nothing went to r1.
     assert!(after_kill.len() > 100);
     assert!(after_kill[32..].iter().all(|r| r != "r1"), "{after_kill:?}");
@@ -184,13 +206,30 @@ async fn a_killed_replica_is_ejected_no_call_is_lost_or_run_twice_and_it_comes_b
         *m.entry(p[0].as_str()).or_default() += 1;
         m
     });
-    assert!(spread.len() == 3 && spread.values().all(|&n| n > 30), "{spread:?}");
-    assert!(replicas.states().contains(&(urls[1].clone(), ReplicaState::Ejected)));
+    assert!(
+        spread.len() == 3 && spread.values().all(|&n| n > 30),
+        "{spread:?}"
+    );
+    assert!(replicas
+        .states()
+        .contains(&(urls[1].clone(), ReplicaState::Ejected)));
 
     // Restarted on the same port, it is probed back in and takes calls.
-    let port = urls[1].rsplit(':').next().unwrap().trim_end_matches("/mcp").parse().unwrap();
+    let port = urls[1]
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches("/mcp")
+        .parse()
+        .unwrap();
     servers[1] = Some(start("r1", port, &files[1], false));
-    wait_until("r1 is back", || replicas.states().iter().all(|(_, s)| *s == ReplicaState::In)).await;
+    wait_until("r1 is back", || {
+        replicas
+            .states()
+            .iter()
+            .all(|(_, s)| *s == ReplicaState::In)
+    })
+    .await;
     let mut back = 0;
     for n in 0..90 {
         if record(&tools, &format!("again{n}")).await.unwrap() == "r1" {
@@ -210,7 +249,10 @@ async fn replicas_that_serve_other_tools_are_refused_and_a_call_with_none_ready_
         .connect([a.url.clone(), b.url.clone()])
         .await
         .unwrap_err();
-    assert!(err.message().contains(&b.url) && err.message().contains("`extra`"), "{err}");
+    assert!(
+        err.message().contains(&b.url) && err.message().contains("`extra`"),
+        "{err}"
+    );
 
     let (tools, replicas) = Replicas::builder()
         .backoff(Duration::from_secs(60), Duration::from_secs(60))
@@ -231,8 +273,13 @@ async fn replicas_that_serve_other_tools_are_refused_and_a_call_with_none_ready_
     assert!(first.message().contains("not sent"), "{first}");
     let second = record(&tools, "x2").await.unwrap_err();
     assert_eq!(second.kind(), ErrorKind::Overloaded, "{second}");
-    assert!(second.message().contains("no replica was ready"), "{second}");
-    assert!(std::fs::read_to_string(dir.join("a.log")).unwrap_or_default().is_empty());
+    assert!(
+        second.message().contains("no replica was ready"),
+        "{second}"
+    );
+    assert!(std::fs::read_to_string(dir.join("a.log"))
+        .unwrap_or_default()
+        .is_empty());
     let _ = port;
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -199,7 +199,10 @@ async fn an_agent_run_exports_invoke_agent_over_chat_and_execute_tool_spans() {
         attribute(run, "gen_ai.usage.output_tokens"),
         Some(Value::I64(_))
     ));
-    assert_eq!(attribute(run, "toolstack.agent.steps"), Some(&Value::I64(2)));
+    assert_eq!(
+        attribute(run, "toolstack.agent.steps"),
+        Some(&Value::I64(2))
+    );
 
     // One chat span per model turn, children of the run.
     let chats = named(&spans, "chat");

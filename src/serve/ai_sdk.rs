@@ -271,7 +271,9 @@ where
         };
         let open = Open {
             live: Some(live),
-            out: VecDeque::from([Out::Chunk(json!({"type": "start", "messageId": message_id}))]),
+            out: VecDeque::from([Out::Chunk(
+                json!({"type": "start", "messageId": message_id}),
+            )]),
             stalled: None,
             waiting: Arc::clone(&self.waiting),
             max_waiting_runs: self.max_waiting_runs,
@@ -754,8 +756,9 @@ impl Open {
                 // defence.
                 Step::Event(None) => {
                     live.map.finish_step(&mut self.out);
-                    self.out
-                        .push_back(Out::Chunk(json!({"type": "finish", "finishReason": "other"})));
+                    self.out.push_back(Out::Chunk(
+                        json!({"type": "finish", "finishReason": "other"}),
+                    ));
                     self.out.push_back(Out::Done);
                     self.live = None;
                 }
@@ -850,7 +853,9 @@ impl Mapper {
             }
             AgentEvent::ToolCallInputDelta { index, arguments } => {
                 if let Some(id) = self.writing.get(&index) {
-                    push(json!({"type": "tool-input-delta", "toolCallId": id, "inputTextDelta": arguments}));
+                    push(
+                        json!({"type": "tool-input-delta", "toolCallId": id, "inputTextDelta": arguments}),
+                    );
                 }
             }
             AgentEvent::ToolCall(call) => {
@@ -889,7 +894,9 @@ impl Mapper {
                 self.tool_event(&mut push);
                 let id = self.part_id(&call_id);
                 let approval_id = approvals.approval_id(&call_id);
-                push(json!({"type": "tool-approval-request", "approvalId": approval_id, "toolCallId": id}));
+                push(
+                    json!({"type": "tool-approval-request", "approvalId": approval_id, "toolCallId": id}),
+                );
             }
             AgentEvent::ApprovalDecided {
                 call_id, decision, ..
@@ -919,7 +926,9 @@ impl Mapper {
                 let id = self.part_id(&call_id);
                 if self.parts.insert(id.clone()) {
                     // A call refused before it was announced.
-                    push(json!({"type": "tool-input-available", "toolCallId": id, "toolName": name, "input": {}}));
+                    push(
+                        json!({"type": "tool-input-available", "toolCallId": id, "toolName": name, "input": {}}),
+                    );
                 }
                 if self.denied.remove(&id) {
                     push(json!({"type": "tool-output-denied", "toolCallId": id}));
@@ -928,9 +937,13 @@ impl Mapper {
                         .error
                         .as_ref()
                         .map_or_else(|| result.text(), |err| err.message().to_owned());
-                    push(json!({"type": "tool-output-error", "toolCallId": id, "errorText": message}));
+                    push(
+                        json!({"type": "tool-output-error", "toolCallId": id, "errorText": message}),
+                    );
                 } else {
-                    push(json!({"type": "tool-output-available", "toolCallId": id, "output": result_value(&result)}));
+                    push(
+                        json!({"type": "tool-output-available", "toolCallId": id, "output": result_value(&result)}),
+                    );
                 }
             }
             AgentEvent::TurnDiscarded { .. } => {
@@ -1049,13 +1062,18 @@ fn result_value(result: &ToolResult) -> Value {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// `{prefix}-` and a process-unique number (ids of messages).
 fn new_id(prefix: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(1);
-    format!("{prefix}-{}", new_token_with(NEXT.fetch_add(1, Ordering::Relaxed)))
+    format!(
+        "{prefix}-{}",
+        new_token_with(NEXT.fetch_add(1, Ordering::Relaxed))
+    )
 }
 
 /// 128 unpredictable bits, hex: an approval id.

@@ -217,10 +217,18 @@ impl ReplicasBuilder {
                 "a balanced toolbox needs at least one replica URL",
             ));
         };
-        let client = self.client.clone().connect_http(&first).await.map_err(|err| {
-            unreachable_at_start(&first, err)
-        })?;
-        let reference = client.tools().await?.iter().map(|t| t.info().clone()).collect();
+        let client = self
+            .client
+            .clone()
+            .connect_http(&first)
+            .await
+            .map_err(|err| unreachable_at_start(&first, err))?;
+        let reference = client
+            .tools()
+            .await?
+            .iter()
+            .map(|t| t.info().clone())
+            .collect();
         let (changes, discover) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
             client: self.client,
@@ -327,7 +335,9 @@ impl Health {
         if self.ejected.swap(true, Ordering::AcqRel) {
             return;
         }
-        let Some(set) = self.set.upgrade() else { return };
+        let Some(set) = self.set.upgrade() else {
+            return;
+        };
         {
             let mut states = lock(&set.states);
             match states.get_mut(&self.url) {
@@ -423,7 +433,10 @@ fn classify(err: ToolError, health: &Health, url: &str, first: bool) -> ToolErro
     if first && never_sent(&err) {
         return ToolError::new(
             ErrorKind::Overloaded,
-            format!("replica {url} could not be reached, so the call was not sent: {}", err.message()),
+            format!(
+                "replica {url} could not be reached, so the call was not sent: {}",
+                err.message()
+            ),
         )
         .with_source(err);
     }
