@@ -60,9 +60,9 @@
 //! # Ok::<_, ToolError>(()) }).unwrap();
 //! ```
 
+pub mod balance;
 mod call;
 mod client;
-pub mod balance;
 pub mod convert;
 mod input;
 mod log;
