@@ -183,8 +183,7 @@ async fn a_run_streams_text_tool_calls_progress_outputs_and_errors() {
     // The final output, and the failing tool's error.
     let last = chunks
         .iter()
-        .filter(|c| c["type"] == "tool-output-available" && c["toolCallId"] == id)
-        .next_back()
+        .rfind(|c| c["type"] == "tool-output-available" && c["toolCallId"] == id)
         .unwrap();
     assert_eq!(last.get("preliminary"), None);
     assert_eq!(last["output"], json!([1, 2, 3]));
