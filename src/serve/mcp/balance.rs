@@ -2,7 +2,7 @@
 //! with tower's own balancer (power of two choices over peak-EWMA load),
 //! failed replicas ejected and probed back in.
 //!
-//! [`Replicas::connect`] connects to each URL (streamable HTTP; stateless
+//! [`Replicas::builder()`](Replicas::builder)`.`[`connect`](ReplicasBuilder::connect) connects to each URL (streamable HTTP; stateless
 //! 2026-07-28 requests by default, so any replica can take any call),
 //! checks that every replica serves the same tools — names, descriptions,
 //! schemas, annotations; a mismatch is an error naming the replica and the
