@@ -424,6 +424,11 @@ async fn bodies_that_are_not_chat_requests_are_refused() {
             "not a chat request",
         ),
         (
+            json!({"messages": []}),
+            StatusCode::BAD_REQUEST,
+            "conversation is empty",
+        ),
+        (
             json!({"messages": [{"role": "wizard", "parts": []}]}),
             StatusCode::BAD_REQUEST,
             "role `wizard`",

@@ -400,6 +400,9 @@ impl ChatBody {
 
     /// The conversation as the model's messages.
     fn history(&self) -> Result<Vec<Message>, String> {
+        if self.messages.is_empty() {
+            return Err("the conversation is empty: send at least one message".to_owned());
+        }
         let mut out = Vec::with_capacity(self.messages.len());
         for (at, message) in self.messages.iter().enumerate() {
             match message.role.as_str() {
