@@ -17,12 +17,12 @@
 //! | [`trace`] | one span per call with the GenAI attributes, for the stream's whole life |
 //! | [`timeout`] | deadline, first-item and idle bounds; one typed error, then the end |
 //! | [`retry`] | tries again only before the first item; backoff, budget, idempotency |
-//! | [`rate_limit`] (feature `rate-limit`) | shared, keyed quotas; wait or reject |
+//! | [`rate_limit`] (feature `rate-limit`) | shared, keyed quotas; wait or reject; one quota across processes in Redis (feature `redis`) |
 //! | [`concurrency`] | a permit held as long as the stream |
 //! | [`catch_panic`] | a panic anywhere becomes a `Panicked` error |
 //! | [`validate`] (feature `validate`) | arguments checked against the tool's schema first |
 //! | [`approval`] | asks an approver before a call runs: allow, deny with a reason the model reads, or other arguments |
-//! | [`cache`] (feature `cache`) | results of read-only or idempotent tools kept and replayed; one run per key at a time |
+//! | [`cache`] (feature `cache`) | results of read-only or idempotent tools kept and replayed; one run per key at a time; in memory or in Redis (feature `redis`) |
 //! | [`budget`] | caps what reaches the model (items, bytes, ≈ tokens): head and tail kept, the cut said in words |
 //! | [`coalesce`] | merges runs of small text items, at most one per window |
 //! | [`repair`] | almost-JSON arguments (and, over a toolbox, a tool name's case or alias) repaired before they are refused |

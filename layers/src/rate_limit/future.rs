@@ -9,6 +9,7 @@ use toolstack::{ToolError, ToolRequest};
 use tower_service::Service;
 
 use super::limiter::{CallKey, Limiter};
+use super::shared::Asking;
 use crate::Request;
 
 pin_project! {
@@ -18,7 +19,9 @@ pin_project! {
     /// the limit; to a [`RateLimited`](toolstack::ErrorKind::RateLimited)
     /// error when it was not and the layer rejects; and, when the layer
     /// waits, sleeps until the call's bucket allows it, then gets a clone
-    /// of the inner service ready and calls it.
+    /// of the inner service ready and calls it. When the quota is shared
+    /// by processes (Redis), it first asks the store, and sleeps for as
+    /// long as the store says.
     #[derive(Debug)]
     pub struct ResponseFuture<S, F, R = ToolRequest> {
         #[pin]
@@ -29,6 +32,8 @@ pin_project! {
 pin_project! {
     #[project = StateProj]
     #[derive(Debug)]
+    // `Asking` is made only with the `redis` feature.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     enum State<S, F, R> {
         Called {
             #[pin]
@@ -46,6 +51,10 @@ pin_project! {
             request: Option<R>,
             limiter: Arc<dyn Limiter>,
         },
+        Asking {
+            // Boxed, as `Waiting` is: it holds a service and a request.
+            asking: Box<Asking<S, R>>,
+        },
         Done,
     }
 }
@@ -60,6 +69,15 @@ impl<S, F, R> ResponseFuture<S, F, R> {
     pub(super) fn rejected(error: ToolError) -> Self {
         ResponseFuture {
             state: State::Rejected { error: Some(error) },
+        }
+    }
+
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(super) fn asking(asking: Asking<S, R>) -> Self {
+        ResponseFuture {
+            state: State::Asking {
+                asking: Box::new(asking),
+            },
         }
     }
 
@@ -106,6 +124,13 @@ where
                     return Poll::Ready(Err(error));
                 }
                 StateProj::Done => return Poll::Ready(Err(polled_after_completion())),
+                StateProj::Asking { asking } => match ready!(asking.poll_call(cx)) {
+                    Ok(future) => future,
+                    Err(err) => {
+                        state.set(State::Done);
+                        return Poll::Ready(Err(err));
+                    }
+                },
                 StateProj::Waiting {
                     sleep,
                     allowed,

@@ -7,6 +7,7 @@ use governor::Quota;
 use tower_layer::Layer;
 
 use super::limiter::{Global, Limiter, PerCaller, PerTool};
+use super::shared::SharedStore;
 use super::RateLimit;
 
 /// What a call over the limit does.
@@ -29,9 +30,15 @@ pub(super) enum Mode {
 ///
 /// Calls over the limit wait by default; [`reject`](Self::reject) makes
 /// them fail fast instead.
+///
+/// With the `redis` feature, `redis` moves the buckets into Redis, where
+/// every process that uses the same Redis and key prefix shares them.
 #[derive(Clone)]
 pub struct RateLimitLayer {
     limiter: Arc<dyn Limiter>,
+    // Where the buckets live when processes share them; `limiter` is then
+    // the fallback of a store that fails open.
+    store: Option<Arc<dyn SharedStore>>,
     quota: Quota,
     mode: Mode,
 }
@@ -40,6 +47,7 @@ impl RateLimitLayer {
     fn with(limiter: impl Limiter + 'static, quota: Quota) -> Self {
         RateLimitLayer {
             limiter: Arc::new(limiter),
+            store: None,
             quota,
             mode: Mode::Wait { max: None },
         }
@@ -109,6 +117,21 @@ impl RateLimitLayer {
         self
     }
 
+    /// Keeps the buckets in Redis, shared by every process (and every
+    /// layer) that uses the same Redis and key prefix: the quota is then
+    /// one for all of them, taken atomically on the Redis server's clock.
+    /// The keys ([`global`](Self::global), [`per_tool`](Self::per_tool),
+    /// [`per_caller`](Self::per_caller)), the quota and the mode stay this
+    /// layer's; see [`RedisLimiter`](super::RedisLimiter) for the key
+    /// names, the timeouts and what happens when Redis does not answer.
+    ///
+    /// Every call then takes a round trip to Redis before it starts.
+    #[cfg(feature = "redis")]
+    pub fn redis(mut self, redis: super::RedisLimiter) -> Self {
+        self.store = Some(Arc::new(redis.into_store(self.quota)));
+        self
+    }
+
     /// The quota of each bucket.
     pub fn quota(&self) -> Quota {
         self.quota
@@ -120,7 +143,9 @@ impl RateLimitLayer {
     /// Buckets are otherwise kept for as long as the layer lives, one small
     /// entry per distinct tool name or caller; when names or callers come
     /// from an open set, call this now and then (say, from a timer). It does
-    /// nothing for a [`global`](Self::global) limit.
+    /// nothing for a [`global`](Self::global) limit. Buckets kept in Redis
+    /// (feature `redis`) need none of this: their keys expire once the
+    /// buckets are full again.
     pub fn retain_recent(&self) {
         self.limiter.retain_recent();
     }
@@ -130,7 +155,12 @@ impl<S> Layer<S> for RateLimitLayer {
     type Service = RateLimit<S>;
 
     fn layer(&self, inner: S) -> RateLimit<S> {
-        RateLimit::from_parts(inner, Arc::clone(&self.limiter), self.mode)
+        RateLimit::from_parts(
+            inner,
+            Arc::clone(&self.limiter),
+            self.store.clone(),
+            self.mode,
+        )
     }
 }
 
@@ -138,6 +168,7 @@ impl fmt::Debug for RateLimitLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayer")
             .field("limiter", &self.limiter)
+            .field("store", &self.store)
             .field("mode", &self.mode)
             .finish()
     }

@@ -14,6 +14,7 @@ use governor::{Quota, RateLimiter};
 use http::Extensions;
 
 use super::clock::TokioClock;
+use super::shared::BucketKey;
 use crate::{CallKind, Request};
 
 pub(super) type Direct = RateLimiter<NotKeyed, InMemoryState, TokioClock>;
@@ -55,6 +56,9 @@ pub(super) trait Limiter: fmt::Debug + Send + Sync {
     /// Forgets buckets that are full again (indistinguishable from new).
     fn retain_recent(&self);
 
+    /// The call's bucket as a store shared by processes keys it.
+    fn bucket_key<'a>(&'a self, call: CallKey<'a>) -> BucketKey<'a>;
+
     /// The bucket every call to `call`'s target takes from, for a service
     /// to keep and check directly (no lock, no hash) — `Some` only for a
     /// per-tool limit, where a service in a toolbox calls one tool.
@@ -88,6 +92,10 @@ impl Limiter for Global {
     }
 
     fn retain_recent(&self) {}
+
+    fn bucket_key<'a>(&'a self, _: CallKey<'a>) -> BucketKey<'a> {
+        BucketKey::All
+    }
 }
 
 impl fmt::Debug for Global {
@@ -176,6 +184,13 @@ impl Limiter for PerTool {
     fn retain_recent(&self) {
         self.buckets.retain_recent();
     }
+
+    fn bucket_key<'a>(&'a self, call: CallKey<'a>) -> BucketKey<'a> {
+        BucketKey::Target {
+            kind: call.kind,
+            target: call.target,
+        }
+    }
 }
 
 impl fmt::Debug for PerTool {
@@ -226,6 +241,13 @@ where
 
     fn retain_recent(&self) {
         self.buckets.retain_recent();
+    }
+
+    fn bucket_key<'a>(&'a self, call: CallKey<'a>) -> BucketKey<'a> {
+        match call.extensions.get::<K>() {
+            Some(key) => BucketKey::Caller(key),
+            None => BucketKey::Anonymous,
+        }
     }
 }
 

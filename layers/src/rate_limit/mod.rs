@@ -59,6 +59,18 @@
 //! Time is tokio's clock, so `tokio::time::pause` makes the limiter
 //! deterministic in tests.
 //!
+//! # Shared by processes (feature `redis`)
+//!
+//! The buckets above live in the layer, in one process. With the `redis`
+//! feature, `RateLimitLayer::redis(RedisLimiter::new(manager).prefix(…))`
+//! keeps them in Redis instead, where every process using the same Redis
+//! and prefix takes from the same quota — atomically, by a Lua script on
+//! the server's clock (GCRA, as in process). Keys, quota and modes are the
+//! layer's, unchanged; each call takes one round trip before it starts.
+//! When Redis does not answer within its timeout, the call falls back to
+//! this layer's own limiter (fail open) or fails as `Unavailable` (fail
+//! closed), and a warning on its span says so. See `RedisLimiter`.
+//!
 //! # Models
 //!
 //! Over a model service (`Service<ChatRequest>`) the layer counts model
@@ -75,15 +87,21 @@
 //! | clones | each counts on its own | share the layer's buckets |
 //! | keys | one window per service | global, per tool (or model), or per caller |
 //! | over the limit | `poll_ready` is pending (back-pressure on every caller) | the one call waits, or fails with `RateLimited { retry_after }`; other keys go on |
+//! | across processes | no | with `redis`: one quota for every process on the same Redis and prefix |
 
 mod clock;
 mod future;
 mod layer;
 mod limiter;
+#[cfg(feature = "redis")]
+mod redis;
 mod service;
+mod shared;
 
 pub use self::future::ResponseFuture;
 pub use self::layer::RateLimitLayer;
+#[cfg(feature = "redis")]
+pub use self::redis::RedisLimiter;
 pub use self::service::RateLimit;
 
 /// A rate limit: how many calls in a burst, and how fast that allowance

@@ -8,6 +8,7 @@ use tower_service::Service;
 
 use super::layer::Mode;
 use super::limiter::{CallKey, Direct, Limiter};
+use super::shared::{Asking, SharedStore};
 use super::ResponseFuture;
 use crate::Request;
 
@@ -18,7 +19,8 @@ use crate::Request;
 /// stream is the inner one, untouched: the limit counts calls, not items.
 ///
 /// The inner service must be `Clone`: a call that has to wait gets its own
-/// clone, made ready when the wait is over.
+/// clone, made ready when the wait is over — and so does every call when
+/// the quota is kept in Redis, since each waits for Redis's answer.
 #[derive(Clone, Debug)]
 pub struct RateLimit<S> {
     inner: S,
@@ -34,6 +36,9 @@ struct Shared {
     // looked up on its first call: a per-tool limit over one tool in a
     // toolbox is then a direct limiter, checked without a lock or a hash.
     pin: OnceLock<Option<Pinned>>,
+    // The store shared by processes (Redis), when the quota lives there;
+    // `limiter` is then its fallback.
+    store: Option<Arc<dyn SharedStore>>,
 }
 
 #[derive(Debug)]
@@ -43,12 +48,18 @@ struct Pinned {
 }
 
 impl<S> RateLimit<S> {
-    pub(super) fn from_parts(inner: S, limiter: Arc<dyn Limiter>, mode: Mode) -> Self {
+    pub(super) fn from_parts(
+        inner: S,
+        limiter: Arc<dyn Limiter>,
+        store: Option<Arc<dyn SharedStore>>,
+        mode: Mode,
+    ) -> Self {
         RateLimit {
             inner,
             shared: Arc::new(Shared {
                 limiter,
                 pin: OnceLock::new(),
+                store,
             }),
             mode,
         }
@@ -57,7 +68,7 @@ impl<S> RateLimit<S> {
     /// Takes one unit of quota for `call`'s bucket.
     #[inline]
     fn check(&self, call: CallKey<'_>) -> Result<(), std::time::Instant> {
-        let Shared { limiter, pin } = &*self.shared;
+        let Shared { limiter, pin, .. } = &*self.shared;
         let pinned = pin.get_or_init(|| {
             limiter.pin(call).map(|bucket| Pinned {
                 target: call.target().into(),
@@ -104,44 +115,30 @@ where
     }
 
     fn call(&mut self, request: R) -> Self::Future {
+        if let Some(store) = &self.shared.store {
+            // Every call asks the shared store, so every call waits for its
+            // answer: like a call waiting for quota below, it goes with a
+            // fresh clone, readied only once admitted, and the readiness
+            // acquired for this call is given back.
+            let store = Arc::clone(store);
+            let fresh = self.inner.clone();
+            drop(std::mem::replace(&mut self.inner, fresh));
+            return ResponseFuture::asking(Asking::new(
+                self.inner.clone(),
+                request,
+                store,
+                Arc::clone(&self.shared.limiter),
+                self.mode,
+            ));
+        }
         let earliest = match self.check(CallKey::of(&request)) {
             Ok(()) => return ResponseFuture::called(self.inner.call(request)),
             Err(earliest) => earliest,
         };
         let retry_after =
             earliest.saturating_duration_since(tokio::time::Instant::now().into_std());
-        // A call that may not wait, or would wait longer than it may, is
-        // refused now with its retry-after; the tool never starts.
-        let refusal = match self.mode {
-            Mode::Reject => Some(format!(
-                "rate limit for {} reached; retry after {} ms",
-                self.shared.limiter.bucket_name(CallKey::of(&request)),
-                millis_ceil(retry_after)
-            )),
-            Mode::Wait { max: Some(max) } if retry_after > max => Some(format!(
-                "would wait {} ms for the quota of {}, more than the {} ms a call may wait; the {} never started",
-                millis_ceil(retry_after),
-                self.shared.limiter.bucket_name(CallKey::of(&request)),
-                millis_ceil(max),
-                R::KIND,
-            )),
-            Mode::Wait { .. } => None,
-        };
-        match refusal {
-            Some(message) => {
-                tracing::debug!(
-                    operation = R::KIND.operation(),
-                    target = request.target(),
-                    retry_after_ms = millis_ceil(retry_after),
-                    "rate limited; refusing the call"
-                );
-                ResponseFuture::rejected(ToolError::new(
-                    ErrorKind::RateLimited {
-                        retry_after: Some(retry_after),
-                    },
-                    message,
-                ))
-            }
+        match refusal(self.mode, &*self.shared.limiter, &request, retry_after) {
+            Some(error) => ResponseFuture::rejected(error),
             None => {
                 tracing::debug!(
                     operation = R::KIND.operation(),
@@ -171,8 +168,48 @@ where
     }
 }
 
+/// The error that refuses a call over the limit, when its mode does not
+/// let it wait `retry_after`: always in reject mode, and when the wait is
+/// longer than `wait_at_most`. `None`: the call waits.
+pub(super) fn refusal<R: Request>(
+    mode: Mode,
+    limiter: &dyn Limiter,
+    request: &R,
+    retry_after: Duration,
+) -> Option<ToolError> {
+    // A call that may not wait, or would wait longer than it may, is
+    // refused now with its retry-after; the tool never starts.
+    let message = match mode {
+        Mode::Reject => format!(
+            "rate limit for {} reached; retry after {} ms",
+            limiter.bucket_name(CallKey::of(request)),
+            millis_ceil(retry_after)
+        ),
+        Mode::Wait { max: Some(max) } if retry_after > max => format!(
+            "would wait {} ms for the quota of {}, more than the {} ms a call may wait; the {} never started",
+            millis_ceil(retry_after),
+            limiter.bucket_name(CallKey::of(request)),
+            millis_ceil(max),
+            R::KIND,
+        ),
+        Mode::Wait { .. } => return None,
+    };
+    tracing::debug!(
+        operation = R::KIND.operation(),
+        target = request.target(),
+        retry_after_ms = millis_ceil(retry_after),
+        "rate limited; refusing the call"
+    );
+    Some(ToolError::new(
+        ErrorKind::RateLimited {
+            retry_after: Some(retry_after),
+        },
+        message,
+    ))
+}
+
 /// Whole milliseconds, rounded up: a caller told "retry after 999 ms" when
 /// 999.5 ms are needed would be refused again.
-fn millis_ceil(d: Duration) -> u128 {
+pub(super) fn millis_ceil(d: Duration) -> u128 {
     d.as_nanos().div_ceil(1_000_000)
 }

@@ -29,8 +29,10 @@
 //!   [`Toolbox::layer`](toolstack::Toolbox::layer)).
 //!
 //! The store is pluggable ([`CacheStore`]): [`MemoryStore`] (moka, bounded
-//! in bytes, with a time to live) here; a shared one (Redis) can back the
-//! same layer.
+//! in bytes, with a time to live) in process, and, with the `redis`
+//! feature, `RedisStore`, shared by every process that uses the same Redis
+//! and key prefix (entries expire in Redis; a Redis that does not answer is
+//! a miss, never an error).
 //!
 //! ```
 //! use std::sync::atomic::{AtomicUsize, Ordering};
@@ -62,6 +64,14 @@
 //! assert_eq!(runs.load(Ordering::SeqCst), 1);
 //! # Ok(()) }
 //! ```
+
+#[cfg(feature = "redis")]
+mod encoding;
+#[cfg(feature = "redis")]
+mod redis;
+
+#[cfg(feature = "redis")]
+pub use self::redis::RedisStore;
 
 use std::collections::HashMap;
 use std::fmt;

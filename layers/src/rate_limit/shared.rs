@@ -1,0 +1,351 @@
+//! Admission through a store that several processes share (Redis, see
+//! [`RedisLimiter`](super::RedisLimiter)): a call asks the store for one
+//! cell of its bucket, sleeps for as long as the store says when the bucket
+//! is empty, and — when the store gives no answer in time — falls back as
+//! configured: to the layer's own in-process limiter (fail open) or to an
+//! [`Unavailable`](toolstack::ErrorKind::Unavailable) error (fail closed).
+//!
+//! Nothing here knows Redis: the store is a [`SharedStore`], asked with a
+//! key and answering a [`Verdict`]. Without the `redis` feature no store
+//! exists, and none of this is reached.
+
+#![cfg_attr(not(feature = "redis"), allow(dead_code))]
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::future::Future;
+use std::hash::{Hash, Hasher};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use tokio::time::{Instant, Sleep};
+use toolstack::{BoxError, ErrorKind, ToolError};
+use tower_service::Service;
+
+use super::layer::Mode;
+use super::limiter::{CallKey, Limiter};
+use super::service::{millis_ceil, refusal};
+use crate::{CallKind, Request};
+
+/// What a shared store answers when asked for one cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Verdict {
+    /// The cell was taken: the call may go.
+    Allowed,
+    /// The bucket is empty; one cell comes back after this long.
+    Wait(Duration),
+}
+
+/// Why a shared store gave no verdict.
+#[derive(Debug)]
+pub(super) enum StoreError {
+    /// No answer within the command timeout.
+    TimedOut(Duration),
+    /// The store could not be reached a moment ago, and is left alone
+    /// until its pause is over (one call then tries it again).
+    RecentlyUnreachable,
+    /// The command failed.
+    Failed(BoxError),
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::TimedOut(after) => {
+                write!(f, "no answer within {} ms", after.as_millis())
+            }
+            StoreError::RecentlyUnreachable => {
+                f.write_str("unreachable a moment ago; not asked again yet")
+            }
+            StoreError::Failed(err) => write!(f, "{err}"),
+        }
+    }
+}
+
+impl StdError for StoreError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        match self {
+            StoreError::Failed(err) => Some(&**err),
+            _ => None,
+        }
+    }
+}
+
+/// What a call does when the shared store gives no verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Fallback {
+    /// The layer's in-process limiter decides, with the same quota.
+    Open,
+    /// The call fails as `Unavailable`.
+    Closed,
+}
+
+impl Fallback {
+    fn as_str(self) -> &'static str {
+        match self {
+            Fallback::Open => "open",
+            Fallback::Closed => "closed",
+        }
+    }
+}
+
+/// Which bucket of a shared store a call draws from, as the limiter keys
+/// it; the store turns it into its own key (prefixed, bounded).
+pub(super) enum BucketKey<'a> {
+    /// The one bucket of a global limit.
+    All,
+    /// A per-tool (or per-model) limit's bucket for `target`.
+    Target { kind: CallKind, target: &'a str },
+    /// A per-caller limit's bucket for this caller.
+    Caller(&'a dyn StableHash),
+    /// A per-caller limit's bucket for requests that carry no caller.
+    Anonymous,
+}
+
+/// A caller key fed to a hasher the store chooses (one whose output is
+/// the same in every process), through the key's own [`Hash`].
+pub(super) trait StableHash {
+    fn stable_hash(&self, state: &mut dyn Hasher);
+}
+
+impl<K: Hash> StableHash for K {
+    fn stable_hash(&self, mut state: &mut dyn Hasher) {
+        self.hash(&mut state);
+    }
+}
+
+/// A store of buckets that several processes share.
+pub(super) trait SharedStore: fmt::Debug + Send + Sync {
+    /// The store's name in events and messages: `redis`.
+    fn name(&self) -> &'static str;
+
+    /// What a call does when the store gives no verdict.
+    fn fallback(&self) -> Fallback;
+
+    /// The store's key for `bucket`.
+    fn key(&self, bucket: BucketKey<'_>) -> Arc<str>;
+
+    /// Takes one cell from the bucket under `key`, or says how long until
+    /// one comes back. Resolves within the store's command timeout.
+    fn take(&self, key: &Arc<str>) -> BoxFuture<'static, Result<Verdict, StoreError>>;
+}
+
+/// A call being admitted through a shared store: the state of
+/// [`ResponseFuture`](super::ResponseFuture) until the call is made.
+pub(super) struct Asking<S, R> {
+    step: Step,
+    // Slept on when the store (or, failing open, the local limiter) says
+    // to wait; one timer for the call, reset for each wait.
+    sleep: Option<Pin<Box<Sleep>>>,
+    // A clone of the inner service, made ready only once the call is
+    // admitted: a waiting call holds none of the inner service's capacity.
+    service: S,
+    request: Option<R>,
+    store: Arc<dyn SharedStore>,
+    key: Arc<str>,
+    limiter: Arc<dyn Limiter>,
+    mode: Mode,
+    // Only the first refusal is weighed against `wait_at_most`, as on the
+    // local path: later ones mean another call took the cell woken for.
+    refused: bool,
+}
+
+enum Step {
+    /// Waiting for the store's verdict.
+    Ask(BoxFuture<'static, Result<Verdict, StoreError>>),
+    /// Sleeping until the store may allow the call; then ask again.
+    SleepThenAsk,
+    /// The store failed and the call fails open: the local limiter decides.
+    Local,
+    /// Sleeping until the local limiter may allow the call.
+    SleepThenLocal,
+    /// Admitted: the service is made ready and called.
+    Admitted,
+}
+
+impl<S, R: Request> Asking<S, R> {
+    pub(super) fn new(
+        service: S,
+        request: R,
+        store: Arc<dyn SharedStore>,
+        limiter: Arc<dyn Limiter>,
+        mode: Mode,
+    ) -> Self {
+        let key = store.key(limiter.bucket_key(CallKey::of(&request)));
+        Asking {
+            step: Step::Ask(store.take(&key)),
+            sleep: None,
+            service,
+            request: Some(request),
+            store,
+            key,
+            limiter,
+            mode,
+            refused: false,
+        }
+    }
+
+    fn sleep_until(&mut self, until: Instant) {
+        match &mut self.sleep {
+            Some(sleep) => sleep.as_mut().reset(until),
+            None => self.sleep = Some(Box::pin(tokio::time::sleep_until(until))),
+        }
+    }
+
+    /// A refusal of the call, when its mode does not let it wait
+    /// `retry_after` (only the first time it is told to wait).
+    fn refuse(&mut self, request: &R, retry_after: Duration) -> Option<ToolError> {
+        if std::mem::replace(&mut self.refused, true) {
+            return None;
+        }
+        refusal(self.mode, &*self.limiter, request, retry_after)
+    }
+
+    /// Drives the admission; resolves to the inner service's response
+    /// future once the call is made, or to the error that refused it.
+    pub(super) fn poll_call(&mut self, cx: &mut Context<'_>) -> Poll<Result<S::Future, ToolError>>
+    where
+        S: Service<R>,
+        S::Error: Into<ToolError>,
+    {
+        loop {
+            match &mut self.step {
+                Step::Ask(ask) => {
+                    let verdict = ready!(ask.as_mut().poll(cx));
+                    let Some(request) = self.request.take() else {
+                        return Poll::Ready(Err(polled_after_completion()));
+                    };
+                    let outcome = self.decide(&request, verdict);
+                    self.request = Some(request);
+                    if let Err(err) = outcome {
+                        return Poll::Ready(Err(err));
+                    }
+                }
+                Step::SleepThenAsk | Step::SleepThenLocal => {
+                    if let Some(sleep) = &mut self.sleep {
+                        ready!(sleep.as_mut().poll(cx));
+                    }
+                    self.step = match self.step {
+                        Step::SleepThenAsk => Step::Ask(self.store.take(&self.key)),
+                        _ => Step::Local,
+                    };
+                }
+                Step::Local => {
+                    let Some(request) = self.request.take() else {
+                        return Poll::Ready(Err(polled_after_completion()));
+                    };
+                    let outcome = match self.limiter.check(CallKey::of(&request)) {
+                        Ok(()) => {
+                            self.step = Step::Admitted;
+                            Ok(())
+                        }
+                        Err(earliest) => {
+                            let until = Instant::from_std(earliest);
+                            let retry_after = until.saturating_duration_since(Instant::now());
+                            match self.refuse(&request, retry_after) {
+                                Some(err) => Err(err),
+                                None => {
+                                    self.sleep_until(until);
+                                    self.step = Step::SleepThenLocal;
+                                    Ok(())
+                                }
+                            }
+                        }
+                    };
+                    self.request = Some(request);
+                    if let Err(err) = outcome {
+                        return Poll::Ready(Err(err));
+                    }
+                }
+                Step::Admitted => {
+                    if let Err(err) = ready!(self.service.poll_ready(cx)) {
+                        return Poll::Ready(Err(err.into()));
+                    }
+                    let Some(request) = self.request.take() else {
+                        return Poll::Ready(Err(polled_after_completion()));
+                    };
+                    return Poll::Ready(Ok(self.service.call(request)));
+                }
+            }
+        }
+    }
+
+    /// The next step after the store's `verdict`, or the error that ends
+    /// the call.
+    fn decide(
+        &mut self,
+        request: &R,
+        verdict: Result<Verdict, StoreError>,
+    ) -> Result<(), ToolError> {
+        match verdict {
+            Ok(Verdict::Allowed) => self.step = Step::Admitted,
+            Ok(Verdict::Wait(retry_after)) => {
+                if let Some(err) = self.refuse(request, retry_after) {
+                    return Err(err);
+                }
+                tracing::debug!(
+                    operation = R::KIND.operation(),
+                    target = request.target(),
+                    toolstack.rate_limit.store = self.store.name(),
+                    wait_ms = millis_ceil(retry_after),
+                    "rate limited by the shared quota; waiting"
+                );
+                self.sleep_until(Instant::now() + retry_after);
+                self.step = Step::SleepThenAsk;
+            }
+            Err(err) => {
+                let fallback = self.store.fallback();
+                // On the call's span (polled inside the trace layer's), so a
+                // trace shows which calls the shared quota did not decide.
+                tracing::warn!(
+                    operation = R::KIND.operation(),
+                    target = request.target(),
+                    toolstack.rate_limit.store = self.store.name(),
+                    toolstack.rate_limit.fallback = fallback.as_str(),
+                    error = %err,
+                    "the shared rate limit's store is unreachable"
+                );
+                match fallback {
+                    Fallback::Open => self.step = Step::Local,
+                    Fallback::Closed => {
+                        return Err(ToolError::new(
+                            ErrorKind::Unavailable,
+                            format!(
+                                "the shared rate limit for {} could not be checked: its store ({}) is unreachable; the {} never started",
+                                self.limiter.bucket_name(CallKey::of(request)),
+                                self.store.name(),
+                                R::KIND,
+                            ),
+                        )
+                        .with_source(err));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<S, R> fmt::Debug for Asking<S, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let step = match self.step {
+            Step::Ask(_) => "ask",
+            Step::SleepThenAsk => "sleep, then ask",
+            Step::Local => "local",
+            Step::SleepThenLocal => "sleep, then local",
+            Step::Admitted => "admitted",
+        };
+        f.debug_struct("Asking")
+            .field("store", &self.store)
+            .field("key", &self.key)
+            .field("step", &step)
+            .finish()
+    }
+}
+
+fn polled_after_completion() -> ToolError {
+    ToolError::polled_after_completion("rate_limit::ResponseFuture")
+}
