@@ -1,0 +1,381 @@
+//! The scale-out proof for the shared rate limit: W worker processes (this
+//! binary, `--worker`) call a tool behind one `RateLimitLayer` quota kept
+//! in Redis (`RedisLimiter`, same prefix), as hard as they can, for S
+//! seconds. The parent starts its own `redis-server`, sums what the
+//! workers admitted, and compares it with the quota; then it runs the
+//! workers again and stops Redis half-way, once failing open (each worker's
+//! local limiter takes over) and once failing closed (`Unavailable`).
+//!
+//! ```text
+//! cargo build --release --example shared_quota
+//! target/release/examples/shared_quota --quota 2000 --seconds 30 --workers 4
+//! ```
+
+use std::io::{BufRead, BufReader};
+use std::net::{Ipv4Addr, TcpListener};
+use std::num::NonZeroU32;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tower::{ServiceBuilder, ServiceExt};
+
+use toolstack::{tool, ErrorKind, ToolError, ToolRequest, ToolResult};
+use toolstack_layers::rate_limit::{Quota, RateLimitLayer, RedisLimiter};
+
+/// Counts are kept per slot of this length.
+const SLOT: Duration = Duration::from_millis(100);
+
+fn flag<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|at| args.get(at + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn now_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis()
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--worker") {
+        return worker(&args).await;
+    }
+    let quota: u32 = flag(&args, "--quota", 2000);
+    let seconds: u64 = flag(&args, "--seconds", 30);
+    let workers: usize = flag(&args, "--workers", 4);
+    let outage_seconds: u64 = flag(&args, "--outage-seconds", 4);
+    let mut redis = Redis::start()?;
+    println!(
+        "{workers} worker processes share a quota of {quota} calls/s in Redis ({})",
+        redis.url()
+    );
+
+    // 1. The shared quota, Redis up.
+    let run = run_workers(
+        workers,
+        &redis.url(),
+        quota,
+        seconds,
+        "open",
+        "shared",
+        None,
+        &mut redis,
+    )?;
+    let steady = run.rate(1.0, seconds as f64);
+    let error = (steady - f64::from(quota)) / f64::from(quota) * 100.0;
+    println!(
+        "\nshared quota, {seconds} s: admitted {} calls ({:.1}/s from 1 s to the end; {error:+.2} % of the quota), refused {}, per worker {:?}",
+        run.admitted(),
+        steady,
+        run.refused,
+        run.per_worker
+    );
+
+    // 2. Redis stopped half-way, failing open, then failing closed.
+    let half = outage_seconds as f64 / 2.0;
+    let mut outcomes = Vec::new();
+    for mode in ["open", "closed"] {
+        redis.restart()?;
+        let stop_at = Duration::from_secs_f64(half);
+        let run = run_workers(
+            workers,
+            &redis.url(),
+            quota,
+            outage_seconds,
+            mode,
+            mode,
+            Some(stop_at),
+            &mut redis,
+        )?;
+        let before = run.rate(0.5, half);
+        let after = run.rate(half + 0.5, outage_seconds as f64);
+        println!(
+            "fail {mode}, Redis stopped at {half} s: {before:.0} admitted/s before, {after:.0}/s after; {} unavailable",
+            run.unavailable
+        );
+        outcomes.push((mode, before, after, run.unavailable));
+    }
+    let (_, _, open_after, _) = outcomes[0];
+    let (_, _, closed_after, closed_unavailable) = outcomes[1];
+    let within = error.abs() <= 2.0;
+    let open_ok = open_after > f64::from(quota) * 1.5; // each worker's own quota
+    let closed_ok = closed_after < f64::from(quota) * 0.05 && closed_unavailable > 0;
+    println!(
+        "\nwithin 2 % of the quota: {within}; fail open admits on the local limiters: {open_ok}; fail closed refuses: {closed_ok}"
+    );
+    if !(within && open_ok && closed_ok) {
+        return Err("the shared-quota proof failed (see above)".into());
+    }
+    Ok(())
+}
+
+/// What the workers of one run counted, summed.
+struct Run {
+    /// Admitted calls per slot since the common start.
+    slots: Vec<u64>,
+    refused: u64,
+    unavailable: u64,
+    per_worker: Vec<u64>,
+}
+
+impl Run {
+    fn admitted(&self) -> u64 {
+        self.slots.iter().sum()
+    }
+
+    /// Admitted calls per second from `from` to `to` seconds.
+    fn rate(&self, from: f64, to: f64) -> f64 {
+        let slot = SLOT.as_secs_f64();
+        let (a, b) = ((from / slot).round() as usize, (to / slot).round() as usize);
+        let n: u64 = self.slots[a.min(self.slots.len())..b.min(self.slots.len())]
+            .iter()
+            .sum();
+        n as f64 / (to - from)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_workers(
+    workers: usize,
+    url: &str,
+    quota: u32,
+    seconds: u64,
+    mode: &str,
+    prefix: &str,
+    stop_redis_at: Option<Duration>,
+    redis: &mut Redis,
+) -> Result<Run, Box<dyn std::error::Error>> {
+    let exe = std::env::current_exe()?;
+    // A common start, a moment ahead, so every worker counts from the same instant.
+    let start = now_ms() + 1500;
+    let children: Vec<Child> = (0..workers)
+        .map(|_| {
+            Command::new(&exe)
+                .args([
+                    "--worker", "--redis", url, "--mode", mode, "--prefix", prefix,
+                ])
+                .args([
+                    "--quota",
+                    &quota.to_string(),
+                    "--seconds",
+                    &seconds.to_string(),
+                ])
+                .args(["--start", &start.to_string()])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+        })
+        .collect::<Result<_, _>>()?;
+    if let Some(at) = stop_redis_at {
+        let wait = (start + at.as_millis()).saturating_sub(now_ms());
+        std::thread::sleep(Duration::from_millis(wait as u64));
+        redis.stop();
+    }
+    let mut run = Run {
+        slots: Vec::new(),
+        refused: 0,
+        unavailable: 0,
+        per_worker: Vec::new(),
+    };
+    for mut child in children {
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
+        child.wait()?;
+        let report: serde_json::Value =
+            serde_json::from_str(&line).map_err(|e| format!("a worker's report {line:?}: {e}"))?;
+        let slots: Vec<u64> = serde_json::from_value(report["slots"].clone())?;
+        if run.slots.len() < slots.len() {
+            run.slots.resize(slots.len(), 0);
+        }
+        for (sum, n) in run.slots.iter_mut().zip(&slots) {
+            *sum += n;
+        }
+        run.per_worker.push(slots.iter().sum());
+        run.refused += report["refused"].as_u64().unwrap_or(0);
+        run.unavailable += report["unavailable"].as_u64().unwrap_or(0);
+    }
+    Ok(run)
+}
+
+/// One worker: calls as hard as it can through the shared quota and
+/// reports, as one JSON line, what was admitted per slot.
+async fn worker(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
+    let url: String = flag(args, "--redis", String::new());
+    let quota: u32 = flag(args, "--quota", 2000);
+    let seconds: u64 = flag(args, "--seconds", 30);
+    let prefix: String = flag(args, "--prefix", "shared".to_owned());
+    let start: u128 = flag(args, "--start", now_ms());
+    let closed = flag(args, "--mode", "open".to_owned()) == "closed";
+
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_millis(250)))
+        .set_response_timeout(Some(Duration::from_millis(250)))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(500));
+    let manager = ConnectionManager::new_with_config(redis::Client::open(url)?, config).await?;
+    let limiter = RedisLimiter::new(manager).prefix(format!("proof:{prefix}"));
+    let limiter = if closed {
+        limiter.fail_closed()
+    } else {
+        limiter.fail_open()
+    };
+    // A small burst, so that the steady rate is the quota's.
+    let per_second = NonZeroU32::new(quota).ok_or("the quota must be positive")?;
+    let burst = NonZeroU32::new((quota / 100).max(1)).expect("positive");
+    let limit = RateLimitLayer::global(Quota::per_second(per_second).allow_burst(burst))
+        .reject()
+        .redis(limiter);
+    let work = tool::from_fn("work", |_: serde_json::Value| async {
+        Ok::<_, ToolError>("done")
+    });
+    // In a toolbox: its calls are boxed, so the spawned loops are `Send`.
+    let work = toolstack::Toolbox::new().layered(work, ServiceBuilder::new().layer(limit));
+
+    let wait = start.saturating_sub(now_ms());
+    tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+    let began = tokio::time::Instant::now();
+    let end = began + Duration::from_secs(seconds);
+    let slots = Arc::new(Mutex::new(vec![
+        0u64;
+        (seconds * 1000 / SLOT.as_millis() as u64)
+            as usize
+            + 1
+    ]));
+    let (refused, unavailable) = (Arc::new(Mutex::new(0u64)), Arc::new(Mutex::new(0u64)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let (work, slots, refused, unavailable, stop) = (
+                work.clone(),
+                slots.clone(),
+                refused.clone(),
+                unavailable.clone(),
+                stop.clone(),
+            );
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) && tokio::time::Instant::now() < end {
+                    let outcome = match work.clone().oneshot(ToolRequest::new("work", "{}")).await {
+                        Ok(stream) => ToolResult::collect(stream).await.error.map_or(Ok(()), Err),
+                        Err(err) => Err(err),
+                    };
+                    let at = began.elapsed();
+                    match outcome {
+                        Ok(()) => {
+                            let slot = (at.as_millis() / SLOT.as_millis()) as usize;
+                            if let Some(n) = slots.lock().unwrap().get_mut(slot) {
+                                *n += 1;
+                            }
+                        }
+                        Err(err) if matches!(err.kind(), ErrorKind::RateLimited { .. }) => {
+                            *refused.lock().unwrap() += 1
+                        }
+                        Err(err) if err.kind() == ErrorKind::Unavailable => {
+                            *unavailable.lock().unwrap() += 1;
+                            // Failing closed is at once: do not spin on it.
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
+                        Err(err) => return Err(err),
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await??;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let slots = slots.lock().unwrap().clone();
+    let report = serde_json::json!({
+        "slots": slots,
+        "refused": *refused.lock().unwrap(),
+        "unavailable": *unavailable.lock().unwrap(),
+    });
+    println!("{report}");
+    Ok(())
+}
+
+/// The parent's own `redis-server`: a free loopback port, a temporary
+/// directory, nothing saved; stopped with SIGKILL, restarted on the same port.
+struct Redis {
+    child: Option<Child>,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl Redis {
+    fn start() -> Result<Redis, Box<dyn std::error::Error>> {
+        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+            .local_addr()?
+            .port();
+        let dir =
+            std::env::temp_dir().join(format!("toolstack-shared-quota-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let mut redis = Redis {
+            child: None,
+            port,
+            dir,
+        };
+        redis.restart()?;
+        Ok(redis)
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn restart(&mut self) -> Result<(), Box<dyn std::error::Error>> {
+        self.stop();
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+            ])
+            .arg(&self.dir)
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                format!("cannot start redis-server (Debian: apt-get install redis-server): {e}")
+            })?;
+        self.child = Some(child);
+        // Ready when it answers PING.
+        let client = redis::Client::open(self.url())?;
+        for _ in 0..200 {
+            if let Ok(mut connection) = client.get_connection() {
+                if redis::cmd("PING").query::<String>(&mut connection).is_ok() {
+                    return Ok(());
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Err("redis-server did not answer PING within 2 s".into())
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
