@@ -98,6 +98,8 @@ pub mod catch_panic;
 mod clock;
 pub mod coalesce;
 pub mod concurrency;
+#[cfg(feature = "redis")]
+mod health;
 #[cfg(feature = "otel")]
 pub mod otel;
 #[cfg(feature = "rate-limit")]

@@ -1,15 +1,14 @@
 //! [`RedisStore`]: cached results in Redis, shared by processes.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::health::Health;
 use futures_util::future::BoxFuture;
 use redis::aio::ConnectionManager;
 use redis::RedisError;
 use sha2::{Digest, Sha256};
-use tokio::time::Instant;
 
 use super::encoding::{decode, encode};
 use super::{CacheStore, Cached};
@@ -251,61 +250,4 @@ impl fmt::Debug for RedisStore {
             .field("recheck_after", &self.recheck_after)
             .finish_non_exhaustive()
     }
-}
-
-/// Whether Redis is worth asking: after it could not be reached, it is
-/// left alone for a pause; then the first command to come claims the one
-/// retry. (The rate limit's Redis store keeps the same state.)
-#[derive(Debug)]
-struct Health {
-    start: Instant,
-    /// Until when (microseconds since `start`, plus one) Redis is left
-    /// alone; 0 while it answers.
-    down_until: AtomicU64,
-}
-
-impl Health {
-    fn new() -> Self {
-        Health {
-            start: Instant::now(),
-            down_until: AtomicU64::new(0),
-        }
-    }
-
-    fn now(&self) -> u64 {
-        micros(self.start.elapsed()).saturating_add(1)
-    }
-
-    fn should_ask(&self, pause: Duration) -> bool {
-        let until = self.down_until.load(Ordering::Acquire);
-        if until == 0 {
-            return true;
-        }
-        let now = self.now();
-        now >= until
-            && self
-                .down_until
-                .compare_exchange(
-                    until,
-                    now.saturating_add(micros(pause)),
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .is_ok()
-    }
-
-    fn reachable(&self) {
-        if self.down_until.load(Ordering::Relaxed) != 0 {
-            self.down_until.store(0, Ordering::Release);
-        }
-    }
-
-    fn unreachable(&self, pause: Duration) {
-        let until = self.now().saturating_add(micros(pause));
-        self.down_until.store(until, Ordering::Release);
-    }
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }

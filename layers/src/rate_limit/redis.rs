@@ -3,16 +3,15 @@
 
 use std::fmt;
 use std::hash::Hasher;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use crate::health::Health;
 use futures_util::future::BoxFuture;
 use governor::Quota;
 use redis::aio::ConnectionManager;
 use redis::{RedisError, Script};
 use sha2::{Digest, Sha256};
-use tokio::time::Instant;
 
 use super::shared::{BucketKey, Fallback, SharedStore, StoreError, Verdict};
 
@@ -430,61 +429,6 @@ impl Hasher for StableHasher {
 
     fn write_isize(&mut self, i: isize) {
         self.write_u64(i as i64 as u64);
-    }
-}
-
-/// Whether Redis is worth asking: after it could not be reached, calls
-/// fall back without asking for a pause; then the first call to come
-/// claims the one retry (the others keep falling back until it answers).
-#[derive(Debug)]
-struct Health {
-    start: Instant,
-    /// Until when (microseconds since `start`, plus one) Redis is left
-    /// alone; 0 while it answers.
-    down_until: AtomicU64,
-}
-
-impl Health {
-    fn new() -> Self {
-        Health {
-            start: Instant::now(),
-            down_until: AtomicU64::new(0),
-        }
-    }
-
-    fn now(&self) -> u64 {
-        micros_ceil(self.start.elapsed()).saturating_add(1)
-    }
-
-    fn should_ask(&self, pause: Duration) -> bool {
-        let until = self.down_until.load(Ordering::Acquire);
-        if until == 0 {
-            return true;
-        }
-        let now = self.now();
-        now >= until
-            && self
-                .down_until
-                .compare_exchange(
-                    until,
-                    now.saturating_add(micros_ceil(pause)),
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .is_ok()
-    }
-
-    fn reachable(&self) {
-        // A read first: calls on many threads would otherwise all write
-        // the one shared line.
-        if self.down_until.load(Ordering::Relaxed) != 0 {
-            self.down_until.store(0, Ordering::Release);
-        }
-    }
-
-    fn unreachable(&self, pause: Duration) {
-        let until = self.now().saturating_add(micros_ceil(pause));
-        self.down_until.store(until, Ordering::Release);
     }
 }
 
