@@ -113,6 +113,7 @@ async fn a_killed_replica_is_ejected_no_call_is_lost_or_run_twice_and_it_comes_b
     let mut servers: Vec<Option<Server>> = (0..3)
         .map(|i| Some(start(&format!("r{i}"), 0, &files[i], false)))
         .collect();
+    let ports: Vec<u16> = servers.iter().map(|s| s.as_ref().unwrap().port).collect();
     let urls: Vec<String> = servers
         .iter()
         .map(|s| s.as_ref().unwrap().url.clone())
@@ -215,14 +216,7 @@ async fn a_killed_replica_is_ejected_no_call_is_lost_or_run_twice_and_it_comes_b
         .contains(&(urls[1].clone(), ReplicaState::Ejected)));
 
     // Restarted on the same port, it is probed back in and takes calls.
-    let port = urls[1]
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .trim_end_matches("/mcp")
-        .parse()
-        .unwrap();
-    servers[1] = Some(start("r1", port, &files[1], false));
+    servers[1] = Some(start("r1", ports[1], &files[1], false));
     wait_until("r1 is back", || {
         replicas
             .states()
@@ -266,7 +260,6 @@ async fn replicas_that_serve_other_tools_are_refused_and_a_call_with_none_ready_
 
     // The only replica dies: the call that finds it gone ejects it, and
     // the next waits for a ready replica, then fails unsent.
-    let port = a.port;
     drop(a);
     let first = record(&tools, "x1").await.unwrap_err();
     assert_eq!(first.kind(), ErrorKind::Overloaded, "{first}");
@@ -280,6 +273,5 @@ async fn replicas_that_serve_other_tools_are_refused_and_a_call_with_none_ready_
     assert!(std::fs::read_to_string(dir.join("a.log"))
         .unwrap_or_default()
         .is_empty());
-    let _ = port;
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -292,7 +292,6 @@ where
             HeaderValue::from_static("v1"),
         );
         headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-        headers.insert("cache-control", HeaderValue::from_static("no-cache"));
         response
     }
 

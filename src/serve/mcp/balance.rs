@@ -109,7 +109,7 @@ struct Inner {
 }
 
 /// Where a replica stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum ReplicaState {
     /// In the balancer.
@@ -163,18 +163,6 @@ impl Replicas {
             .collect();
         states.sort();
         states
-    }
-}
-
-impl PartialOrd for ReplicaState {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for ReplicaState {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (*self as u8).cmp(&(*other as u8))
     }
 }
 
