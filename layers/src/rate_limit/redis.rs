@@ -21,12 +21,17 @@ use super::shared::{BucketKey, Fallback, SharedStore, StoreError, Verdict};
 const GCRA: &str = r"
 -- KEYS[1]: the bucket's TAT, in microseconds of this server's clock.
 -- ARGV[1]: the emission interval (one cell), ARGV[2]: the burst tolerance
--- ((burst - 1) intervals), both in microseconds.
+-- ((burst - 1) intervals), both in microseconds. ARGV[3], when given: the
+-- time to take as now, in microseconds (the tests' clock; the layer never
+-- sends it).
 -- {1, 0}: a cell was taken. {0, wait}: none left; one comes back in `wait`
 -- microseconds (nothing is written).
 if redis.replicate_commands then redis.replicate_commands() end
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local now = tonumber(ARGV[3])
+if not now then
+  local time = redis.call('TIME')
+  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+end
 local interval = tonumber(ARGV[1])
 local tolerance = tonumber(ARGV[2])
 local tat = tonumber(redis.call('GET', KEYS[1])) or now
@@ -432,12 +437,107 @@ impl Hasher for StableHasher {
     }
 }
 
+// The tests' own `redis-server` (the integration tests' helper).
+#[cfg(test)]
+#[path = "../../tests/support/redis.rs"]
+mod test_server;
+
 #[cfg(test)]
 mod tests {
     use std::num::NonZeroU32;
 
+    use super::test_server::RedisServer;
     use super::*;
     use crate::CallKind;
+
+    /// The script on `key`, as if the server's clock read `now` (µs).
+    async fn take_at(
+        connection: &mut redis::aio::MultiplexedConnection,
+        key: &str,
+        (interval, tolerance): (u64, u64),
+        now: u64,
+    ) -> (i64, i64) {
+        SCRIPT
+            .key(key)
+            .arg(interval)
+            .arg(tolerance)
+            .arg(now)
+            .invoke_async(connection)
+            .await
+            .expect("the script runs")
+    }
+
+    fn quota(per_second: u32, burst: u32) -> Quota {
+        Quota::per_second(NonZeroU32::new(per_second).unwrap())
+            .allow_burst(NonZeroU32::new(burst).unwrap())
+    }
+
+    // A server's clock in microseconds, as `TIME` gives it (2026).
+    const T0: u64 = 1_796_000_000_000_000;
+
+    #[tokio::test]
+    async fn the_script_admits_the_burst_then_one_cell_per_interval_on_its_clock() {
+        let Some(server) = RedisServer::start("the script's arithmetic") else {
+            return;
+        };
+        let mut redis = server.connection().await;
+        // 1 call/s with a burst of 5: the tolerance is 4 s. Keys live as
+        // long as their bucket is not full, in real time: at least a
+        // second here, far longer than the test takes between two steps.
+        let q = script_quota(quota(1, 5));
+        assert_eq!(q, (1_000_000, 4_000_000));
+        for _ in 0..5 {
+            assert_eq!(take_at(&mut redis, "b", q, T0).await, (1, 0));
+        }
+        assert_eq!(take_at(&mut redis, "b", q, T0).await, (0, 1_000_000));
+        assert_eq!(take_at(&mut redis, "b", q, T0 + 999_999).await, (0, 1));
+        assert_eq!(take_at(&mut redis, "b", q, T0 + 1_000_000).await, (1, 0));
+        assert_eq!(
+            take_at(&mut redis, "b", q, T0 + 1_000_000).await,
+            (0, 1_000_000)
+        );
+
+        // Continuous demand (an ask every 70 ms for 200 s): one cell per
+        // interval, none lost to rounding, none gained.
+        let mut admitted = 0;
+        let mut now = T0 + 1_000_000;
+        let end = now + 200_000_000;
+        while now < end {
+            now += 70_000;
+            admitted += take_at(&mut redis, "b", q, now).await.0;
+        }
+        assert_eq!(admitted, 200, "admitted in 200 s at 1/s");
+
+        // A stall longer than the tolerance: the bucket is full again, and
+        // holds no more than its burst.
+        now += 60_000_000;
+        let mut burst = 0;
+        for _ in 0..10 {
+            burst += take_at(&mut redis, "b", q, now).await.0;
+        }
+        assert_eq!(burst, 5);
+    }
+
+    #[tokio::test]
+    async fn an_interval_that_does_not_divide_a_second_loses_a_microsecond_a_cell_at_most() {
+        let Some(server) = RedisServer::start("the script's rounding") else {
+            return;
+        };
+        let mut redis = server.connection().await;
+        // 3 calls/s: 333,333.33 µs a cell, kept as 333,334; a burst of 2,
+        // so that an ask up to one cell late still gets its cell.
+        let q = script_quota(quota(3, 2));
+        assert_eq!(q, (333_334, 333_334));
+        let mut admitted = 0;
+        let mut now = T0;
+        // 100 s of demand, an ask every 20 ms: the burst and 300 cells,
+        // less the one the rounding (2 µs per 3 cells) delays past the end.
+        while now <= T0 + 100_000_000 {
+            admitted += take_at(&mut redis, "r", q, now).await.0;
+            now += 20_000;
+        }
+        assert_eq!(admitted, 2 + 300 - 1, "admitted in 100 s at 3/s");
+    }
 
     fn tool(target: &str) -> String {
         let bucket = BucketKey::Target {
