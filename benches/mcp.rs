@@ -15,8 +15,8 @@ use rmcp::model::{
 };
 use rmcp::service::{RequestContext, RunningService};
 use rmcp::{ErrorData, RoleClient, RoleServer, ServerHandler, ServiceExt};
-use toolstack::serve::mcp::rmcp;
-use toolstack::serve::mcp::{McpClient, McpServer};
+use toolstack::mcp::rmcp;
+use toolstack::mcp::{McpClient, McpServer};
 use toolstack::{tool, ToolError, ToolRequest, ToolResult, Toolbox};
 use tower::ServiceExt as _;
 

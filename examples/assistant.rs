@@ -559,8 +559,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 #[cfg(feature = "http")]
 mod web {
     use super::*;
+    use toolstack::http::ai_sdk::ChatEndpoint;
     use toolstack::model::{ChatRequest, ModelDelta};
-    use toolstack::serve::ai_sdk::ChatEndpoint;
 
     /// The script again for every question: the turn is chosen by how many
     /// answers the model has given since the user's last message.

@@ -19,14 +19,14 @@
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
-use toolstack::serve::mcp::rmcp::model::{
+use toolstack::mcp::rmcp::model::{
     ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult,
     ElicitRequestParams, ElicitResult, ElicitationAction, Implementation, ListRootsResult, Role,
     Root, SamplingMessage, SamplingMessageContentBlock,
 };
-use toolstack::serve::mcp::rmcp::service::RequestContext;
-use toolstack::serve::mcp::rmcp::{ClientHandler, ErrorData, RoleClient};
-use toolstack::serve::mcp::McpClient;
+use toolstack::mcp::rmcp::service::RequestContext;
+use toolstack::mcp::rmcp::{ClientHandler, ErrorData, RoleClient};
+use toolstack::mcp::McpClient;
 use toolstack::{ToolError, ToolRequest, ToolResult};
 use tower::ServiceExt;
 

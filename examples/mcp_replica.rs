@@ -1,5 +1,5 @@
 //! One replica of an MCP tool server, for the balanced toolbox
-//! (`serve::mcp::balance`): the scale-out example and tests start several.
+//! (`mcp::balance`): the scale-out example and tests start several.
 //!
 //! ```text
 //! REPLICA_ID=r1 RECORD_FILE=/tmp/r1.log cargo run --features mcp --example mcp_replica -- --port 0
@@ -19,8 +19,8 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use toolstack::serve::mcp::rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
-use toolstack::serve::mcp::McpServer;
+use toolstack::mcp::rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
+use toolstack::mcp::McpServer;
 use toolstack::{tool, ToolAnnotations, ToolError, Toolbox};
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]

@@ -23,8 +23,8 @@ use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, StreamExt};
-use toolstack::serve::mcp::rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
-use toolstack::serve::mcp::McpServer;
+use toolstack::mcp::rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
+use toolstack::mcp::McpServer;
 use toolstack::{tool, Progress, ToolAnnotations, ToolError, ToolOutput, Toolbox};
 
 /// Who is calling, put in the request's extensions by the auth check.

@@ -127,7 +127,7 @@ type Decide = Arc<dyn Fn(&ApprovalRequest) -> BoxFuture<'static, Decision> + Sen
 
 /// The person at the other end of the caller's connection, able to
 /// decide: a front end that can show a call and take an answer (the AI
-/// SDK chat endpoint, [`serve::ai_sdk`](crate::serve)) puts one in a
+/// SDK chat endpoint, [`http::ai_sdk`](crate::http::ai_sdk)) puts one in a
 /// run's extensions. An approval layer set to
 /// [`caller_decides`](https://docs.rs/toolstack-layers) asks it instead
 /// of its own approver when a call carries one.

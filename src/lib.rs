@@ -11,8 +11,12 @@
 //! * [`tool`] — tools from typed async functions and from functions that
 //!   return streams; the input JSON Schema comes from the argument type.
 //! * [`Toolbox`] — tools by name, itself a tool; per-caller visibility.
-//! * `serve::http` (feature `http`) — a toolbox as an axum router: list the
-//!   tools, call one with its output streamed as server-sent events.
+//! * `http` (feature `http`) — a toolbox as an axum router (list the tools,
+//!   call one with its output streamed as server-sent events), and an
+//!   agent as the Vercel AI SDK's chat endpoint (`http::ai_sdk`).
+//! * `mcp` (feature `mcp`) — the Model Context Protocol (rmcp): a toolbox
+//!   as an MCP server, remote MCP tools as local tool services, a toolbox
+//!   balanced over replicas.
 //!
 //! Because a tool is a tower service, tower's `ServiceBuilder` and layers
 //! apply to it; the stream-aware layers (timeout between items, retry that
@@ -57,13 +61,15 @@ pub mod approval;
 pub mod arguments;
 pub mod boxed;
 pub mod error;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod info;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 pub mod model;
 pub mod output;
 pub mod request;
 pub mod result;
-#[cfg(any(feature = "http", feature = "mcp"))]
-pub mod serve;
 pub mod tool;
 pub mod toolbox;
 pub mod trace_context;

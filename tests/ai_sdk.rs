@@ -1,5 +1,5 @@
 //! The agent over HTTP in the AI SDK's UI message stream protocol
-//! (`serve::ai_sdk`): the chunks a run streams, approval parked and
+//! (`http::ai_sdk`): the chunks a run streams, approval parked and
 //! resumed, a disconnect cancelling the run, refused bodies. The same
 //! endpoint read by the `ai` package's own client is `tests/ai_sdk_client.rs`.
 
@@ -14,8 +14,8 @@ use tower::ServiceExt;
 
 use toolstack::agent::Agent;
 use toolstack::approval::Decision;
+use toolstack::http::ai_sdk::ChatEndpoint;
 use toolstack::model::{ChatRequest, ScriptedModel, Turn};
-use toolstack::serve::ai_sdk::ChatEndpoint;
 use toolstack::{tool, ToolError, Toolbox};
 use toolstack_layers::approval::ApprovalLayer;
 

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use serde_json::Value;
 use toolstack::agent::Agent;
 use toolstack::approval::Decision;
+use toolstack::http::ai_sdk::ChatEndpoint;
 use toolstack::model::{ScriptedModel, Turn};
-use toolstack::serve::ai_sdk::ChatEndpoint;
 use toolstack::{tool, ToolError, Toolbox};
 use toolstack_layers::approval::ApprovalLayer;
 

@@ -14,13 +14,13 @@ use axum::response::{IntoResponse, Response};
 use futures_util::{stream, StreamExt};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use toolstack::serve::mcp::rmcp::model::{CallToolRequestParams, ErrorCode};
-use toolstack::serve::mcp::rmcp::service::ServiceError;
-use toolstack::serve::mcp::rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use toolstack::serve::mcp::rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
-use toolstack::serve::mcp::rmcp::transport::StreamableHttpClientTransport;
-use toolstack::serve::mcp::rmcp::ServiceExt as _;
-use toolstack::serve::mcp::{McpClient, McpServer};
+use toolstack::mcp::rmcp::model::{CallToolRequestParams, ErrorCode};
+use toolstack::mcp::rmcp::service::ServiceError;
+use toolstack::mcp::rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use toolstack::mcp::rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
+use toolstack::mcp::rmcp::transport::StreamableHttpClientTransport;
+use toolstack::mcp::rmcp::ServiceExt as _;
+use toolstack::mcp::{McpClient, McpServer};
 use toolstack::{
     tool, Describe, ErrorKind, Progress, Resource, ToolAnnotations, ToolContext, ToolError,
     ToolOutput, ToolRequest, ToolResult, Toolbox,
@@ -655,44 +655,35 @@ async fn an_unknown_tool_error_carries_its_kind_in_data() {
 /// A server of someone else's: one tool, `odd`, whose every call is the
 /// protocol error given.
 #[derive(Clone)]
-struct ErrorServer(toolstack::serve::mcp::rmcp::ErrorData);
+struct ErrorServer(toolstack::mcp::rmcp::ErrorData);
 
-impl toolstack::serve::mcp::rmcp::ServerHandler for ErrorServer {
-    fn get_info(&self) -> toolstack::serve::mcp::rmcp::model::ServerConfig {
-        use toolstack::serve::mcp::rmcp::model::{ServerCapabilities, ServerConfig};
+impl toolstack::mcp::rmcp::ServerHandler for ErrorServer {
+    fn get_info(&self) -> toolstack::mcp::rmcp::model::ServerConfig {
+        use toolstack::mcp::rmcp::model::{ServerCapabilities, ServerConfig};
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
     }
 
     async fn list_tools(
         &self,
-        _: Option<toolstack::serve::mcp::rmcp::model::PaginatedRequestParams>,
-        _: toolstack::serve::mcp::rmcp::service::RequestContext<
-            toolstack::serve::mcp::rmcp::RoleServer,
-        >,
-    ) -> Result<
-        toolstack::serve::mcp::rmcp::model::ListToolsResult,
-        toolstack::serve::mcp::rmcp::ErrorData,
-    > {
+        _: Option<toolstack::mcp::rmcp::model::PaginatedRequestParams>,
+        _: toolstack::mcp::rmcp::service::RequestContext<toolstack::mcp::rmcp::RoleServer>,
+    ) -> Result<toolstack::mcp::rmcp::model::ListToolsResult, toolstack::mcp::rmcp::ErrorData> {
         let schema = serde_json::Map::from_iter([("type".to_owned(), json!("object"))]);
-        let tool = toolstack::serve::mcp::rmcp::model::Tool::new_with_raw("odd", None, schema);
-        Ok(toolstack::serve::mcp::rmcp::model::ListToolsResult::with_all_items(vec![tool]))
+        let tool = toolstack::mcp::rmcp::model::Tool::new_with_raw("odd", None, schema);
+        Ok(toolstack::mcp::rmcp::model::ListToolsResult::with_all_items(vec![tool]))
     }
 
     async fn call_tool(
         &self,
         _: CallToolRequestParams,
-        _: toolstack::serve::mcp::rmcp::service::RequestContext<
-            toolstack::serve::mcp::rmcp::RoleServer,
-        >,
-    ) -> Result<
-        toolstack::serve::mcp::rmcp::model::CallToolResponse,
-        toolstack::serve::mcp::rmcp::ErrorData,
-    > {
+        _: toolstack::mcp::rmcp::service::RequestContext<toolstack::mcp::rmcp::RoleServer>,
+    ) -> Result<toolstack::mcp::rmcp::model::CallToolResponse, toolstack::mcp::rmcp::ErrorData>
+    {
         Err(self.0.clone())
     }
 }
 
-async fn error_from(data: toolstack::serve::mcp::rmcp::ErrorData) -> ToolError {
+async fn error_from(data: toolstack::mcp::rmcp::ErrorData) -> ToolError {
     let (server_io, client_io) = tokio::io::duplex(64 * 1024);
     tokio::spawn(async move {
         let running = ErrorServer(data).serve(server_io).await.unwrap();
@@ -707,7 +698,7 @@ async fn error_from(data: toolstack::serve::mcp::rmcp::ErrorData) -> ToolError {
 
 #[tokio::test]
 async fn the_client_takes_the_error_kind_from_data_and_the_message_only_as_a_fallback() {
-    use toolstack::serve::mcp::rmcp::ErrorData;
+    use toolstack::mcp::rmcp::ErrorData;
     // The kind in `data` wins over the code and the words.
     let err = error_from(ErrorData::internal_error(
         "no such thing here",
@@ -912,9 +903,9 @@ async fn a_flood_of_progress_keeps_only_the_newest_reports_per_call() {
     // before it: by then the client has routed all thousand.
     client
         .peer()
-        .send_request(
-            toolstack::serve::mcp::rmcp::model::ClientRequest::PingRequest(Default::default()),
-        )
+        .send_request(toolstack::mcp::rmcp::model::ClientRequest::PingRequest(
+            Default::default(),
+        ))
         .await
         .unwrap();
     let out: Vec<toolstack::ToolItem> = call.collect().await;

@@ -11,17 +11,15 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use serde_json::json;
 use tokio::sync::{Notify, Semaphore};
-use toolstack::serve::mcp::rmcp::model::{
+use toolstack::mcp::rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, ElicitRequestParams,
     ElicitResult, ElicitationAction, ErrorCode, Implementation, ListPromptsResult, NumberOrString,
     PaginatedRequestParams, Prompt, ServerCapabilities, ServerConfig,
 };
-use toolstack::serve::mcp::rmcp::service::{RequestContext, ServiceError};
-use toolstack::serve::mcp::rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
-use toolstack::serve::mcp::rmcp::{
-    ClientHandler, ErrorData, RoleClient, RoleServer, ServerHandler,
-};
-use toolstack::serve::mcp::{ClientInput, McpClient, McpServer, TaskSupport};
+use toolstack::mcp::rmcp::service::{RequestContext, ServiceError};
+use toolstack::mcp::rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
+use toolstack::mcp::rmcp::{ClientHandler, ErrorData, RoleClient, RoleServer, ServerHandler};
+use toolstack::mcp::{ClientInput, McpClient, McpServer, TaskSupport};
 use toolstack::{
     tool, ErrorKind, Progress, ToolContext, ToolError, ToolOutput, ToolRequest, ToolResult, Toolbox,
 };
@@ -176,7 +174,7 @@ async fn a_tool_asks_the_user_mid_call_in_input_required_rounds() {
 async fn the_same_tool_asks_with_session_requests_on_2025_11_25() {
     let (server_io, client_io) = tokio::io::duplex(64 * 1024);
     tokio::spawn(async move {
-        use toolstack::serve::mcp::rmcp::ServiceExt as _;
+        use toolstack::mcp::rmcp::ServiceExt as _;
         let running = McpServer::new(drop_table()).serve(server_io).await.unwrap();
         let _ = running.waiting().await;
     });
@@ -452,8 +450,8 @@ impl ClientHandler for Watching {
 
     async fn on_task_status(
         &self,
-        params: toolstack::serve::mcp::rmcp::model::TaskStatusNotificationParams,
-        _: toolstack::serve::mcp::rmcp::service::NotificationContext<RoleClient>,
+        params: toolstack::mcp::rmcp::model::TaskStatusNotificationParams,
+        _: toolstack::mcp::rmcp::service::NotificationContext<RoleClient>,
     ) {
         let status = serde_json::to_value(params.task.status()).unwrap();
         let status = status.as_str().unwrap_or_default().to_owned();
@@ -463,8 +461,8 @@ impl ClientHandler for Watching {
 
     async fn on_progress(
         &self,
-        _: toolstack::serve::mcp::rmcp::model::ProgressNotificationParam,
-        _: toolstack::serve::mcp::rmcp::service::NotificationContext<RoleClient>,
+        _: toolstack::mcp::rmcp::model::ProgressNotificationParam,
+        _: toolstack::mcp::rmcp::service::NotificationContext<RoleClient>,
     ) {
         self.progress.fetch_add(1, Ordering::SeqCst);
         self.completed.notify_one();
@@ -473,8 +471,8 @@ impl ClientHandler for Watching {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_hears_of_its_task_as_it_runs() {
-    use toolstack::serve::mcp::rmcp::model::{ProgressToken, RequestParamsMeta};
-    use toolstack::serve::mcp::rmcp::ServiceExt as _;
+    use toolstack::mcp::rmcp::model::{ProgressToken, RequestParamsMeta};
+    use toolstack::mcp::rmcp::ServiceExt as _;
     let (server_io, client_io) = tokio::io::duplex(64 * 1024);
     let server = McpServer::new(task_tools(Arc::default(), Arc::new(Semaphore::new(3))))
         .task_support("report", TaskSupport::Optional);
@@ -520,7 +518,7 @@ async fn a_session_hears_of_its_task_as_it_runs() {
     assert_eq!(watching.progress.load(Ordering::SeqCst), 3);
     let got = client
         .peer()
-        .get_task(toolstack::serve::mcp::rmcp::model::GetTaskParams::new(
+        .get_task(toolstack::mcp::rmcp::model::GetTaskParams::new(
             created.task.task_id,
         ))
         .await

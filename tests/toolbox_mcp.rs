@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use futures_util::StreamExt;
 use http::Extensions;
 use toolstack::agent::{Agent, AgentEvent, StopReason};
+use toolstack::mcp::rmcp::ServiceExt as _;
+use toolstack::mcp::{McpClient, McpServer};
 use toolstack::model::{ChatRequest, Message, ScriptedModel, Turn};
-use toolstack::serve::mcp::rmcp::ServiceExt as _;
-use toolstack::serve::mcp::{McpClient, McpServer};
 use toolstack::{tool, ToolError, ToolInfo, Toolbox};
 use tower::ServiceBuilder;
 

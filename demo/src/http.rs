@@ -49,7 +49,7 @@ use axum::Router;
 use futures_util::StreamExt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use toolstack::serve::http::HttpTools;
+use toolstack::http::HttpTools;
 use toolstack::{tool, Progress, ToolAnnotations, ToolContext, ToolError, ToolInfo, Toolbox};
 
 /// Who is calling, as the bearer check found it.

@@ -3,10 +3,10 @@
 //! toolbox: the door through which a toolstack server becomes fully
 //! conformant.
 //!
-//! [`McpServer::with_handler`]: toolstack::serve::mcp::McpServer::with_handler
+//! [`McpServer::with_handler`]: toolstack::mcp::McpServer::with_handler
 
 use serde_json::{json, Value};
-use toolstack::serve::mcp::rmcp::model::{
+use toolstack::mcp::rmcp::model::{
     CompleteRequestParams, CompleteResult, CompletionInfo, ContentBlock, ElicitRequest,
     ElicitRequestParams, GetPromptRequestParams, GetPromptResponse, GetPromptResult, ImageContent,
     InputRequest, InputRequests, InputRequiredResult, ListPromptsResult,
@@ -15,8 +15,8 @@ use toolstack::serve::mcp::rmcp::model::{
     ReadResourceResult, Resource, ResourceContents, ResourceTemplate, Role, ServerCapabilities,
     ServerConfig, SubscribeRequestParams, UnsubscribeRequestParams,
 };
-use toolstack::serve::mcp::rmcp::service::RequestContext;
-use toolstack::serve::mcp::rmcp::{ErrorData, RoleServer, ServerHandler};
+use toolstack::mcp::rmcp::service::RequestContext;
+use toolstack::mcp::rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use super::PNG;
 

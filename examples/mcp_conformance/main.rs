@@ -18,12 +18,12 @@ use std::time::Duration;
 
 use futures_util::stream;
 use serde_json::{json, Value};
-use toolstack::serve::mcp::rmcp::model::{
+use toolstack::mcp::rmcp::model::{
     CreateMessageRequestParams, ElicitRequestParams, ElicitResult, SamplingMessage,
 };
-use toolstack::serve::mcp::rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
-use toolstack::serve::mcp::rmcp::{Peer, RoleServer};
-use toolstack::serve::mcp::{ClientInput, ClientLog, McpServer, TaskSupport};
+use toolstack::mcp::rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
+use toolstack::mcp::rmcp::{Peer, RoleServer};
+use toolstack::mcp::{ClientInput, ClientLog, McpServer, TaskSupport};
 use toolstack::{tool, Progress, Resource, ToolContext, ToolError, ToolInfo, ToolOutput, Toolbox};
 
 /// A 1×1 red PNG.
@@ -349,7 +349,7 @@ fn question(text: &str) -> CreateMessageRequestParams {
 }
 
 #[allow(deprecated)]
-fn reply_text(reply: &toolstack::serve::mcp::rmcp::model::CreateMessageResult) -> String {
+fn reply_text(reply: &toolstack::mcp::rmcp::model::CreateMessageResult) -> String {
     reply
         .message
         .content
@@ -653,7 +653,7 @@ fn task_tools() -> Toolbox {
 /// current ones still offer it.
 #[allow(deprecated)]
 fn sampling_tool() -> toolstack::BoxTool {
-    use toolstack::serve::mcp::rmcp::model;
+    use toolstack::mcp::rmcp::model;
     toolstack::BoxTool::new(
         tool::from_fn_with_context(
             "test_sampling",

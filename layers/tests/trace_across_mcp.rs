@@ -6,8 +6,8 @@
 use opentelemetry::trace::{SpanId, TracerProvider as _};
 use opentelemetry::Value;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
-use toolstack::serve::mcp::rmcp::ServiceExt as _;
-use toolstack::serve::mcp::{McpClient, McpServer};
+use toolstack::mcp::rmcp::ServiceExt as _;
+use toolstack::mcp::{McpClient, McpServer};
 use toolstack::{tool, ToolError, ToolRequest, ToolResult, Toolbox};
 use toolstack_layers::trace::TraceLayer;
 use tower::ServiceExt as _;

@@ -88,7 +88,7 @@ pub enum AgentEvent {
     /// ([`ApprovalRequested`](Self::ApprovalRequested) before): nothing
     /// more happens in this run until one is made. A front end that takes
     /// the person's answer in a later request (the AI SDK's chat protocol
-    /// does, [`serve::ai_sdk`](crate::serve)) ends its response here and
+    /// does, [`http::ai_sdk`](crate::http::ai_sdk)) ends its response here and
     /// keeps the run for that answer.
     AwaitingApproval {
         /// The calls waiting, in the order they asked.

@@ -30,7 +30,7 @@
 //! then the result; dropping the stream sends `notifications/cancelled`.
 //!
 //! ```
-//! use toolstack::serve::mcp::{McpClient, McpServer};
+//! use toolstack::mcp::{McpClient, McpServer};
 //! use toolstack::{tool, ToolError, Toolbox};
 //!
 //! #[derive(serde::Deserialize, schemars::JsonSchema)]

@@ -327,7 +327,7 @@ type Running = RunningService<RoleClient, Handler>;
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), toolstack::ToolError> {
-/// use toolstack::serve::mcp::McpClient;
+/// use toolstack::mcp::McpClient;
 ///
 /// let client = McpClient::connect_http("http://127.0.0.1:8000/mcp").await?;
 /// let toolbox = client.toolbox().await?; // every remote tool, callable locally
@@ -354,9 +354,9 @@ pub const MAX_INPUT_REQUESTS: usize = 64;
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), toolstack::ToolError> {
-/// use toolstack::serve::mcp::rmcp::model::{ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction, Implementation};
-/// use toolstack::serve::mcp::rmcp::{service::RequestContext, ClientHandler, ErrorData, RoleClient};
-/// use toolstack::serve::mcp::McpClient;
+/// use toolstack::mcp::rmcp::model::{ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction, Implementation};
+/// use toolstack::mcp::rmcp::{service::RequestContext, ClientHandler, ErrorData, RoleClient};
+/// use toolstack::mcp::McpClient;
 ///
 /// /// Says yes to every question.
 /// struct Yes;

@@ -119,9 +119,9 @@ impl<H: ServerHandler + Clone> McpServer<H> {
     /// stay the server's.
     ///
     /// ```
-    /// use toolstack::serve::mcp::rmcp::model::{ListPromptsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig};
-    /// use toolstack::serve::mcp::rmcp::{service::RequestContext, ErrorData, RoleServer, ServerHandler};
-    /// use toolstack::serve::mcp::McpServer;
+    /// use toolstack::mcp::rmcp::model::{ListPromptsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig};
+    /// use toolstack::mcp::rmcp::{service::RequestContext, ErrorData, RoleServer, ServerHandler};
+    /// use toolstack::mcp::McpServer;
     ///
     /// #[derive(Clone)]
     /// struct Prompts;

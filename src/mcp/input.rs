@@ -41,7 +41,7 @@ use crate::{ErrorKind, ToolError};
 /// reads it from its [`ToolContext`](crate::ToolContext):
 ///
 /// ```
-/// use toolstack::serve::mcp::ClientInput;
+/// use toolstack::mcp::ClientInput;
 /// use toolstack::{tool, ErrorKind, ToolContext, ToolError};
 ///
 /// #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -277,7 +277,7 @@ impl ClientInput {
     /// one request in a call: asking twice under one key is an error.
     ///
     /// ```
-    /// # async fn run(input: toolstack::serve::mcp::ClientInput) -> Result<(), toolstack::ToolError> {
+    /// # async fn run(input: toolstack::mcp::ClientInput) -> Result<(), toolstack::ToolError> {
     /// let ok = input.with_key("confirm").confirm("Drop the table?").await?;
     /// # let _ = ok; Ok(()) }
     /// ```

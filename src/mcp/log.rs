@@ -65,7 +65,7 @@ pub(super) use set_level_method;
 /// and logs when called over MCP:
 ///
 /// ```
-/// use toolstack::serve::mcp::ClientLog;
+/// use toolstack::mcp::ClientLog;
 /// use toolstack::{tool, ToolContext, ToolError};
 ///
 /// #[derive(serde::Deserialize, schemars::JsonSchema)]

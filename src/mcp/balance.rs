@@ -34,7 +34,7 @@
 //!   (5 s), a call fails as `Overloaded` without being sent.
 //!
 //! ```no_run
-//! use toolstack::serve::mcp::balance::Replicas;
+//! use toolstack::mcp::balance::Replicas;
 //!
 //! # async fn demo() -> Result<(), toolstack::ToolError> {
 //! let (tools, replicas) = Replicas::builder()

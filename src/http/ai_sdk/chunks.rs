@@ -1,0 +1,418 @@
+//! The response: a run's agent events mapped to UI message stream chunks.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::response::sse::Event;
+use futures_core::Stream;
+use futures_util::{stream, StreamExt};
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use crate::agent::{AgentEvent, AgentStream, StopReason};
+use crate::approval::Decision;
+use crate::{ToolOutput, ToolResult};
+
+use super::approvals::{Approvals, Parked, WaitingRuns};
+use super::ids::lock;
+
+/// A run in progress, between responses when it waits: its events, what
+/// the mapping has said, its approvals.
+pub(super) struct Live {
+    pub(super) events: AgentStream,
+    pub(super) map: Mapper,
+    pub(super) approvals: Arc<Approvals>,
+}
+
+impl Live {
+    pub(super) fn new(events: AgentStream, approvals: Arc<Approvals>) -> Self {
+        Live {
+            events,
+            map: Mapper::default(),
+            approvals,
+        }
+    }
+}
+
+pub(super) enum Out {
+    Chunk(Value),
+    Done,
+}
+
+/// One response's stream.
+pub(super) struct Open {
+    pub(super) live: Option<Live>,
+    pub(super) out: VecDeque<Out>,
+    /// The calls of an [`AgentEvent::AwaitingApproval`] not followed by
+    /// another event: once the caller's approver is asked about all of
+    /// them, the run is kept and the response ends.
+    pub(super) stalled: Option<Vec<String>>,
+    pub(super) waiting: Arc<Mutex<WaitingRuns>>,
+    pub(super) max_waiting_runs: usize,
+    pub(super) approval_timeout: Duration,
+}
+
+pub(super) enum Step {
+    Event(Option<AgentEvent>),
+    AllAsked,
+}
+
+impl Open {
+    pub(super) fn into_stream(self) -> impl Stream<Item = Result<Event, Infallible>> + Send {
+        stream::unfold(self, |mut open| async move {
+            let out = open.next().await?;
+            let event = match out {
+                Out::Chunk(chunk) => Event::default().data(chunk.to_string()),
+                Out::Done => Event::default().data("[DONE]"),
+            };
+            Some((Ok(event), open))
+        })
+    }
+
+    pub(super) async fn next(&mut self) -> Option<Out> {
+        loop {
+            if let Some(out) = self.out.pop_front() {
+                return Some(out);
+            }
+            let live = self.live.as_mut()?;
+            let stalled = self.stalled.as_deref();
+            let step = std::future::poll_fn(|cx: &mut Context<'_>| {
+                if let Some(calls) = stalled {
+                    if live.approvals.all_asked(calls, cx.waker()) {
+                        return Poll::Ready(Step::AllAsked);
+                    }
+                }
+                live.events.poll_next_unpin(cx).map(Step::Event)
+            })
+            .await;
+            match step {
+                Step::AllAsked => self.park(),
+                Step::Event(Some(AgentEvent::AwaitingApproval { call_ids })) => {
+                    self.stalled = Some(call_ids);
+                }
+                Step::Event(Some(event)) => {
+                    self.stalled = None;
+                    let done = matches!(event, AgentEvent::Done(_));
+                    let approvals = Arc::clone(&live.approvals);
+                    live.map.event(event, &approvals, &mut self.out);
+                    if done {
+                        self.live = None;
+                        self.out.push_back(Out::Done);
+                    }
+                }
+                // The agent's stream always ends with `Done`; this is only
+                // defence.
+                Step::Event(None) => {
+                    live.map.finish_step(&mut self.out);
+                    self.out.push_back(Out::Chunk(
+                        json!({"type": "finish", "finishReason": "other"}),
+                    ));
+                    self.out.push_back(Out::Done);
+                    self.live = None;
+                }
+            }
+        }
+    }
+
+    /// The run waits on the person: keep it under its approval ids and end
+    /// the response — or, with no room, deny its calls and go on.
+    pub(super) fn park(&mut self) {
+        let calls = self.stalled.take().unwrap_or_default();
+        let Some(mut live) = self.live.take() else {
+            return;
+        };
+        let mut waiting = lock(&self.waiting);
+        waiting.sweep(self.approval_timeout);
+        if waiting.runs.len() >= self.max_waiting_runs {
+            drop(waiting);
+            live.approvals.deny_all(
+                "not run: the server holds too many conversations waiting for approval; ask again later",
+            );
+            self.live = Some(live);
+            return;
+        }
+        live.map.finish_step(&mut self.out);
+        self.out.push_back(Out::Chunk(
+            json!({"type": "finish", "finishReason": "tool-calls"}),
+        ));
+        self.out.push_back(Out::Done);
+        let approval_ids = live.approvals.ids_of(&calls);
+        let key = waiting.next;
+        waiting.next += 1;
+        for id in &approval_ids {
+            waiting.by_approval.insert(id.clone(), key);
+        }
+        waiting.runs.insert(
+            key,
+            Parked {
+                live,
+                approval_ids,
+                since: Instant::now(),
+            },
+        );
+    }
+}
+
+/// Turns agent events into chunks, keeping what the protocol needs: the
+/// open text part, the step, the ids the tool parts got.
+#[derive(Default)]
+pub(super) struct Mapper {
+    pub(super) step_open: bool,
+    /// A tool event came in this step: the next model event begins another.
+    pub(super) after_tools: bool,
+    pub(super) text: Option<String>,
+    pub(super) texts: u64,
+    /// The current answer's calls being written: index → the part's id.
+    pub(super) writing: BTreeMap<u32, String>,
+    /// Call ids with a tool part.
+    pub(super) parts: HashSet<String>,
+    /// A call's id → its part's id, where they differ (an id that came
+    /// after the call's first fragment).
+    pub(super) alias: HashMap<String, String>,
+    /// Calls denied by their approval: they end `tool-output-denied`.
+    pub(super) denied: HashSet<String>,
+}
+
+impl Mapper {
+    pub(super) fn event(
+        &mut self,
+        event: AgentEvent,
+        approvals: &Approvals,
+        out: &mut VecDeque<Out>,
+    ) {
+        let mut push = |chunk: Value| out.push_back(Out::Chunk(chunk));
+        match event {
+            AgentEvent::TextDelta(delta) => {
+                self.model_event(&mut push);
+                let id = match &self.text {
+                    Some(id) => id.clone(),
+                    None => {
+                        self.texts += 1;
+                        let id = format!("text-{}", self.texts);
+                        push(json!({"type": "text-start", "id": id}));
+                        self.text = Some(id.clone());
+                        id
+                    }
+                };
+                push(json!({"type": "text-delta", "id": id, "delta": delta}));
+            }
+            AgentEvent::ToolCallStarted { index, id, name } => {
+                self.model_event(&mut push);
+                self.close_text(&mut push);
+                let id = id.unwrap_or_else(|| format!("call_{index}"));
+                self.writing.insert(index, id.clone());
+                self.parts.insert(id.clone());
+                push(json!({"type": "tool-input-start", "toolCallId": id, "toolName": name}));
+            }
+            AgentEvent::ToolCallInputDelta { index, arguments } => {
+                if let Some(id) = self.writing.get(&index) {
+                    push(
+                        json!({"type": "tool-input-delta", "toolCallId": id, "inputTextDelta": arguments}),
+                    );
+                }
+            }
+            AgentEvent::ToolCall(call) => {
+                self.tool_event(&mut push);
+                let id = self.part_of_call(&call.id);
+                let text = crate::arguments::or_empty_object(&call.arguments);
+                match serde_json::from_str::<Value>(text) {
+                    Ok(input) => push(json!({
+                        "type": "tool-input-available", "toolCallId": id,
+                        "toolName": call.name, "input": input,
+                    })),
+                    Err(err) => push(json!({
+                        "type": "tool-input-error", "toolCallId": id, "toolName": call.name,
+                        "input": call.arguments, "errorText": format!("the arguments are not JSON: {err}"),
+                    })),
+                }
+            }
+            AgentEvent::ToolOutput { call_id, output } => {
+                self.tool_event(&mut push);
+                let id = self.part_id(&call_id);
+                push(json!({
+                    "type": "tool-output-available", "toolCallId": id,
+                    "output": item_value(&output), "preliminary": true,
+                }));
+            }
+            AgentEvent::Progress { call_id, progress } => {
+                self.tool_event(&mut push);
+                let id = self.part_id(&call_id);
+                push(json!({
+                    "type": "data-progress", "id": format!("progress-{id}"),
+                    "data": {"toolCallId": id, "progress": progress.progress,
+                             "total": progress.total, "message": progress.message},
+                }));
+            }
+            AgentEvent::ApprovalRequested { call_id, .. } => {
+                self.tool_event(&mut push);
+                let id = self.part_id(&call_id);
+                let approval_id = approvals.approval_id(&call_id);
+                push(
+                    json!({"type": "tool-approval-request", "approvalId": approval_id, "toolCallId": id}),
+                );
+            }
+            AgentEvent::ApprovalDecided {
+                call_id, decision, ..
+            } => {
+                self.tool_event(&mut push);
+                let id = self.part_id(&call_id);
+                let approved = !matches!(decision, Decision::Deny { .. });
+                if !approved {
+                    self.denied.insert(id);
+                }
+                // The caller's own answer is already in its message.
+                if !approvals.asked(&call_id) {
+                    let approval_id = approvals.approval_id(&call_id);
+                    let mut chunk = json!({"type": "tool-approval-response", "approvalId": approval_id, "approved": approved});
+                    if let Decision::Deny { reason } = decision {
+                        chunk["reason"] = Value::String(reason);
+                    }
+                    push(chunk);
+                }
+            }
+            AgentEvent::ToolResult {
+                call_id,
+                name,
+                result,
+            } => {
+                self.tool_event(&mut push);
+                let id = self.part_id(&call_id);
+                if self.parts.insert(id.clone()) {
+                    // A call refused before it was announced.
+                    push(
+                        json!({"type": "tool-input-available", "toolCallId": id, "toolName": name, "input": {}}),
+                    );
+                }
+                if self.denied.remove(&id) {
+                    push(json!({"type": "tool-output-denied", "toolCallId": id}));
+                } else if result.is_error {
+                    let message = result
+                        .error
+                        .as_ref()
+                        .map_or_else(|| result.text(), |err| err.message().to_owned());
+                    push(
+                        json!({"type": "tool-output-error", "toolCallId": id, "errorText": message}),
+                    );
+                } else {
+                    push(
+                        json!({"type": "tool-output-available", "toolCallId": id, "output": result_value(&result)}),
+                    );
+                }
+            }
+            AgentEvent::TurnDiscarded { .. } => {
+                self.text = None;
+                self.writing.clear();
+                push(json!({"type": "reset-step"}));
+            }
+            AgentEvent::Error(err) => {
+                self.close_text(&mut push);
+                push(json!({"type": "error", "errorText": err.message()}));
+            }
+            AgentEvent::Done(done) => {
+                self.finish_step(out);
+                let usage = done.usage.map(|usage| {
+                    json!({"inputTokens": usage.prompt_tokens, "outputTokens": usage.completion_tokens})
+                });
+                out.push_back(Out::Chunk(json!({
+                    "type": "finish",
+                    "finishReason": finish_reason(done.stop),
+                    "messageMetadata": {"usage": usage, "steps": done.steps, "stop": done.stop.as_str()},
+                })));
+            }
+            // Handled by the response; any later event is ignored here.
+            _ => {}
+        }
+    }
+
+    /// A model event: it opens a step, or a new one after the tool calls.
+    pub(super) fn model_event(&mut self, push: &mut impl FnMut(Value)) {
+        if self.step_open && !self.after_tools {
+            return;
+        }
+        if self.step_open {
+            self.close_text(push);
+            push(json!({"type": "finish-step"}));
+        }
+        push(json!({"type": "start-step"}));
+        self.step_open = true;
+        self.after_tools = false;
+        self.writing.clear();
+    }
+
+    pub(super) fn tool_event(&mut self, push: &mut impl FnMut(Value)) {
+        self.close_text(push);
+        self.after_tools = true;
+    }
+
+    pub(super) fn close_text(&mut self, push: &mut impl FnMut(Value)) {
+        if let Some(id) = self.text.take() {
+            push(json!({"type": "text-end", "id": id}));
+        }
+    }
+
+    pub(super) fn finish_step(&mut self, out: &mut VecDeque<Out>) {
+        let mut push = |chunk: Value| out.push_back(Out::Chunk(chunk));
+        self.close_text(&mut push);
+        if std::mem::take(&mut self.step_open) {
+            push(json!({"type": "finish-step"}));
+        }
+    }
+
+    /// The part of a complete call: the one its first fragment opened.
+    pub(super) fn part_of_call(&mut self, call_id: &str) -> String {
+        let written = self
+            .writing
+            .iter()
+            .find(|(_, id)| *id == call_id)
+            .map(|(index, _)| *index);
+        let id = match written {
+            Some(index) => self.writing.remove(&index),
+            None => self.writing.pop_first().map(|(_, id)| id),
+        };
+        let id = id.unwrap_or_else(|| call_id.to_owned());
+        if id != call_id {
+            self.alias.insert(call_id.to_owned(), id.clone());
+        }
+        self.parts.insert(id.clone());
+        id
+    }
+
+    pub(super) fn part_id(&self, call_id: &str) -> String {
+        self.alias
+            .get(call_id)
+            .cloned()
+            .unwrap_or_else(|| call_id.to_owned())
+    }
+}
+
+pub(super) fn finish_reason(stop: StopReason) -> &'static str {
+    match stop {
+        StopReason::Finished => "stop",
+        StopReason::Length => "length",
+        StopReason::ContentFilter => "content-filter",
+        StopReason::ModelError => "error",
+        _ => "other",
+    }
+}
+
+/// One streamed item as a preliminary output: text as a string, JSON as
+/// its value, anything else as its JSON.
+pub(super) fn item_value(output: &ToolOutput) -> Value {
+    if let Some(text) = output.as_text() {
+        return Value::String(text.to_owned());
+    }
+    if let Some(json) = output.as_json() {
+        return json.value();
+    }
+    serde_json::to_value(output).unwrap_or(Value::Null)
+}
+
+/// A result as the final output: its structured content, else its text.
+pub(super) fn result_value(result: &ToolResult) -> Value {
+    result
+        .structured_content()
+        .unwrap_or_else(|| Value::String(result.text()))
+}

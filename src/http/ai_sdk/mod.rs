@@ -1,0 +1,349 @@
+//! An [`Agent`] over HTTP in the Vercel AI SDK's *UI message stream*
+//! protocol (v1): the protocol that the `ai` package's `useChat` and
+//! `readUIMessageStream` read, so a front end written for the AI SDK
+//! shows a toolstack agent as it works — text as it streams, each tool
+//! call as its arguments are written, its streamed output, progress,
+//! results, errors, and approval requests with their answers.
+//!
+//! [`ChatEndpoint`] is an axum [`Router`] with one route, `POST /`, to
+//! [`nest`](Router::nest) where the front end posts (`/api/chat` is the AI
+//! SDK's default). It takes the chat request the AI SDK's
+//! `DefaultChatTransport` sends — `{"id", "messages": [UIMessage…],
+//! "trigger", "messageId"}` — and answers `200` with server-sent events,
+//! each event's data one chunk of JSON, then `data: [DONE]`. The response
+//! carries the protocol's header, `x-vercel-ai-ui-message-stream: v1`.
+//!
+//! # The caller
+//!
+//! The HTTP request's extensions go to
+//! [`Agent::run_with`]: what an auth layer in front put there (a user id,
+//! a role) is what the toolbox's resolver, a per-caller limit and the
+//! tools see, exactly as with [`http`](crate::http). A client
+//! that disconnects drops the response, and with it the run: the model
+//! call and the running tools are cancelled.
+//!
+//! # The mapping
+//!
+//! | agent event | chunks |
+//! |---|---|
+//! | (the response opens) | `start` with a `messageId` |
+//! | a model turn begins | `start-step` (and `finish-step` for the turn before, with its tool calls) |
+//! | [`TextDelta`](AgentEvent::TextDelta) | `text-start` (once per run of text), `text-delta`; `text-end` when something else comes |
+//! | [`ToolCallStarted`](AgentEvent::ToolCallStarted) | `tool-input-start` |
+//! | [`ToolCallInputDelta`](AgentEvent::ToolCallInputDelta) | `tool-input-delta` |
+//! | [`ToolCall`](AgentEvent::ToolCall) | `tool-input-available` with the parsed input (`tool-input-error` if it is not JSON) |
+//! | [`ToolOutput`](AgentEvent::ToolOutput) | `tool-output-available` with `preliminary: true`: the item (text as a string, JSON as its value, media as their JSON) |
+//! | [`Progress`](AgentEvent::Progress) | `data-progress` with `id` = `progress-{toolCallId}` (updated in place) and `data` = `{toolCallId, progress, total, message}` |
+//! | [`ApprovalRequested`](AgentEvent::ApprovalRequested) | `tool-approval-request` with an `approvalId` |
+//! | [`ApprovalDecided`](AgentEvent::ApprovalDecided) by someone other than the caller | `tool-approval-response` |
+//! | [`ToolResult`](AgentEvent::ToolResult) | `tool-output-available` (the structured content, else the text), `tool-output-error` (the error's message), or `tool-output-denied` for a denied call |
+//! | [`TurnDiscarded`](AgentEvent::TurnDiscarded) | `reset-step` (the half-written answer is removed) |
+//! | [`Error`](AgentEvent::Error) | `error` with the message |
+//! | [`Done`](AgentEvent::Done) | `finish-step`, `finish` with a `finishReason` (`stop`, `length`, `content-filter`, `error`, `other`) and `messageMetadata` = `{usage: {inputTokens, outputTokens}, steps, stop}` |
+//!
+//! Tool parts are static (`tool-{name}`), as the AI SDK makes them for
+//! tools it knows.
+//!
+//! # Approval
+//!
+//! Every run carries a [`CallerApprover`]: with `toolstack-layers`'
+//! approval layer set to `caller_decides()`, a call it asks about is put
+//! to the person at the front end. The agent then runs on until every
+//! running call waits for an answer
+//! ([`AwaitingApproval`](AgentEvent::AwaitingApproval)); the response ends
+//! there (`finish` with `finishReason: "tool-calls"`), and the run is kept,
+//! as it is, under its approval ids. The front end sends the answers the
+//! protocol's way — the conversation again, the tool parts now
+//! `approval-responded` (`addToolApprovalResponse` in `useChat`) — and
+//! that request **resumes the same run**: each call gets its decision (a
+//! denial's `reason` is what the model reads), a call left unanswered is
+//! denied, and the run's stream goes on in the new response, continuing
+//! the same assistant message. Nothing is re-run; a tool's side effects
+//! happen once.
+//!
+//! A kept run is bounded in number ([`max_waiting_runs`](ChatEndpoint::max_waiting_runs),
+//! 256) and time ([`approval_timeout`](ChatEndpoint::approval_timeout),
+//! 10 minutes; an expired run is dropped, cancelling its calls). When the
+//! endpoint is full, a run's calls are denied at once with a reason the
+//! model reads. An answer for a run no longer kept (expired, or the server
+//! restarted) starts a new run from the conversation, each unanswered call
+//! reading as not run. The approval id — 128 random bits — is what
+//! entitles a request to resume a run.
+//!
+//! # The conversation
+//!
+//! The `messages` become the run's history: `system` and `user` messages
+//! their text parts; an `assistant` message, per step (`step-start`), its
+//! text and tool calls, each answered by its output (`output-available`),
+//! its `errorText`, a denial, or "not run". Other parts (files,
+//! reasoning, data) are skipped. The body is bounded
+//! ([`body_limit`](ChatEndpoint::body_limit), 4 MiB, checked before
+//! parsing; JSON nesting as deep as `serde_json` allows, 128); a body that
+//! is not a chat request is a `400` naming what is wrong.
+//!
+//! # Example
+//!
+//! ```
+//! use axum::body::Body;
+//! use axum::http::Request;
+//! use tower::ServiceExt;
+//! use toolstack::agent::Agent;
+//! use toolstack::model::{ScriptedModel, Turn};
+//! use toolstack::http::ai_sdk::ChatEndpoint;
+//! use toolstack::Toolbox;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let agent = Agent::new(ScriptedModel::new([Turn::new().text("Hello!")]), Toolbox::new());
+//! let app = axum::Router::new().nest("/api/chat", ChatEndpoint::new(agent).into_router());
+//!
+//! let body = r#"{"id":"c1","messages":[{"id":"m1","role":"user","parts":[{"type":"text","text":"Hi"}]}]}"#;
+//! let response = app.oneshot(Request::post("/api/chat").body(Body::from(body)).unwrap()).await.unwrap();
+//! assert_eq!(response.headers()["x-vercel-ai-ui-message-stream"], "v1");
+//! let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+//! let body = std::str::from_utf8(&body).unwrap();
+//! assert!(body.contains(r#"{"type":"text-delta","id":"text-1","delta":"Hello!"}"#));
+//! assert!(body.ends_with("data: [DONE]\n\n"));
+//! # }
+//! ```
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::sse::{KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use futures_core::Stream;
+use serde_json::json;
+use tower_service::Service;
+
+use crate::agent::Agent;
+use crate::approval::Decision;
+use crate::model::{ChatRequest, ModelDelta};
+use crate::ToolError;
+
+mod approvals;
+mod chunks;
+mod ids;
+mod request;
+
+use approvals::{Approvals, WaitingRuns};
+use chunks::{Live, Open, Out};
+use ids::{lock, new_id};
+use request::{Answer, ChatBody};
+/// The default limit on a chat request's body: 4 MiB.
+pub const DEFAULT_BODY_LIMIT: usize = 4 * 1024 * 1024;
+
+/// The default bound on runs kept for an approval answer.
+pub const DEFAULT_MAX_WAITING_RUNS: usize = 256;
+
+/// The default time a run is kept for an approval answer: 10 minutes.
+pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Who decides, as spans and events name the person at the front end.
+const THE_USER: &str = "the user";
+
+/// An agent served in the AI SDK's UI message stream protocol; see the
+/// [module docs](self).
+pub struct ChatEndpoint<M> {
+    agent: Agent<M>,
+    body_limit: usize,
+    keep_alive: Option<Duration>,
+    max_waiting_runs: usize,
+    approval_timeout: Duration,
+    waiting: Arc<Mutex<WaitingRuns>>,
+}
+
+impl<M: Clone> Clone for ChatEndpoint<M> {
+    fn clone(&self) -> Self {
+        ChatEndpoint {
+            agent: self.agent.clone(),
+            body_limit: self.body_limit,
+            keep_alive: self.keep_alive,
+            max_waiting_runs: self.max_waiting_runs,
+            approval_timeout: self.approval_timeout,
+            waiting: Arc::clone(&self.waiting),
+        }
+    }
+}
+
+impl<M> std::fmt::Debug for ChatEndpoint<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatEndpoint")
+            .field("body_limit", &self.body_limit)
+            .field("keep_alive", &self.keep_alive)
+            .field("max_waiting_runs", &self.max_waiting_runs)
+            .field("approval_timeout", &self.approval_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M> ChatEndpoint<M> {
+    /// Serves `agent`, with the default limits and a keep-alive comment
+    /// every 15 s of silence.
+    pub fn new(agent: Agent<M>) -> Self {
+        ChatEndpoint {
+            agent,
+            body_limit: DEFAULT_BODY_LIMIT,
+            keep_alive: Some(super::tools::DEFAULT_KEEP_ALIVE),
+            max_waiting_runs: DEFAULT_MAX_WAITING_RUNS,
+            approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
+            waiting: Arc::default(),
+        }
+    }
+
+    /// Refuses a body longer than `bytes` with `413`, without reading more.
+    pub fn body_limit(mut self, bytes: usize) -> Self {
+        self.body_limit = bytes;
+        self
+    }
+
+    /// Sends a keep-alive comment each time `interval` passes without a
+    /// chunk. Zero turns the comments off.
+    pub fn keep_alive(mut self, interval: Duration) -> Self {
+        self.keep_alive = (!interval.is_zero()).then_some(interval);
+        self
+    }
+
+    /// Keeps at most `runs` runs waiting for an approval answer; beyond
+    /// that, a run's calls are denied at once.
+    pub fn max_waiting_runs(mut self, runs: usize) -> Self {
+        self.max_waiting_runs = runs;
+        self
+    }
+
+    /// Drops a run whose approval answer has not come within `timeout`.
+    pub fn approval_timeout(mut self, timeout: Duration) -> Self {
+        self.approval_timeout = timeout;
+        self
+    }
+
+    /// How many runs wait for an approval answer now.
+    pub fn waiting_runs(&self) -> usize {
+        lock(&self.waiting).runs.len()
+    }
+}
+
+impl<M, St> ChatEndpoint<M>
+where
+    M: Service<ChatRequest, Response = St> + Clone + Send + Sync + 'static,
+    M::Error: Into<ToolError>,
+    M::Future: Send + 'static,
+    St: Stream<Item = Result<ModelDelta, ToolError>> + Send + 'static,
+{
+    /// The router: `POST /`. Generic over the state of the app it nests
+    /// into (it carries its own).
+    pub fn into_router<S>(self) -> Router<S>
+    where
+        S: Clone + Send + Sync + 'static,
+    {
+        Router::new()
+            .route("/", post(chat::<M, St>))
+            .with_state(Arc::new(self))
+    }
+
+    /// The response to one chat request: a resumed run if it answers a
+    /// kept one, else a new run.
+    fn respond(&self, request: ChatBody, extensions: axum::http::Extensions) -> Response {
+        let answers = request.approval_answers();
+        let resumed = (!answers.is_empty())
+            .then(|| self.resume(&answers))
+            .flatten();
+        let (live, message_id) = match resumed {
+            Some(live) => {
+                let id = request.last_assistant_id().map(str::to_owned);
+                (live, id.unwrap_or_else(|| new_id("msg")))
+            }
+            None => {
+                let history = match request.history() {
+                    Ok(history) => history,
+                    Err(why) => return bad_request(why),
+                };
+                let approvals = Arc::new(Approvals::default());
+                let mut extensions = extensions;
+                extensions.insert(approvals.caller());
+                let events = self.agent.run_with(history, extensions);
+                (Live::new(events, approvals), new_id("msg"))
+            }
+        };
+        let open = Open {
+            live: Some(live),
+            out: VecDeque::from([Out::Chunk(
+                json!({"type": "start", "messageId": message_id}),
+            )]),
+            stalled: None,
+            waiting: Arc::clone(&self.waiting),
+            max_waiting_runs: self.max_waiting_runs,
+            approval_timeout: self.approval_timeout,
+        };
+        let events = Sse::new(open.into_stream());
+        let mut response = match self.keep_alive {
+            Some(interval) => events
+                .keep_alive(KeepAlive::new().interval(interval))
+                .into_response(),
+            None => events.into_response(),
+        };
+        let headers = response.headers_mut();
+        headers.insert(
+            "x-vercel-ai-ui-message-stream",
+            HeaderValue::from_static("v1"),
+        );
+        headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+        response
+    }
+
+    /// Takes the kept run these answers are for, and gives each of its
+    /// calls its decision.
+    fn resume(&self, answers: &[Answer]) -> Option<Live> {
+        let parked = {
+            let mut waiting = lock(&self.waiting);
+            waiting.sweep(self.approval_timeout);
+            let key = answers
+                .iter()
+                .find_map(|answer| waiting.by_approval.get(&answer.approval_id).copied())?;
+            waiting.take(key)?
+        };
+        for approval_id in &parked.approval_ids {
+            let decision = match answers.iter().find(|a| &a.approval_id == approval_id) {
+                Some(Answer { approved: true, .. }) => Decision::Allow,
+                Some(Answer {
+                    reason: Some(reason),
+                    ..
+                }) if !reason.trim().is_empty() => Decision::deny(reason.clone()),
+                Some(_) => Decision::deny("the user denied the call"),
+                None => Decision::deny("the user gave no answer"),
+            };
+            parked.live.approvals.answer(approval_id, decision);
+        }
+        Some(parked.live)
+    }
+}
+
+async fn chat<M, St>(State(endpoint): State<Arc<ChatEndpoint<M>>>, request: Request) -> Response
+where
+    M: Service<ChatRequest, Response = St> + Clone + Send + Sync + 'static,
+    M::Error: Into<ToolError>,
+    M::Future: Send + 'static,
+    St: Stream<Item = Result<ModelDelta, ToolError>> + Send + 'static,
+{
+    let (parts, body) = request.into_parts();
+    let bytes = match super::tools::read_limited(body, endpoint.body_limit).await {
+        Ok(bytes) => bytes,
+        Err(rejection) => return rejection.into_response(),
+    };
+    let request: ChatBody = match serde_json::from_slice(&bytes) {
+        Ok(request) => request,
+        Err(err) => return bad_request(format!("the body is not a chat request: {err}")),
+    };
+    endpoint.respond(request, parts.extensions)
+}
+
+/// A `400` with the model-facing error shape of `http`.
+fn bad_request(why: String) -> Response {
+    let body = json!({"error": why, "kind": "invalid_request"});
+    (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
+}

@@ -1,0 +1,155 @@
+//! The request: what the AI SDK's chat transport posts (UI messages and
+//! their parts), read into the agent's history and the approval answers.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::model::{Message, ToolCall};
+
+/// What the AI SDK's `DefaultChatTransport` posts.
+#[derive(Deserialize)]
+pub(super) struct ChatBody {
+    pub(super) messages: Vec<UiMessage>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct UiMessage {
+    #[serde(default)]
+    pub(super) id: Option<String>,
+    pub(super) role: String,
+    #[serde(default)]
+    pub(super) parts: Vec<Value>,
+}
+
+/// A person's answer to one approval request.
+pub(super) struct Answer {
+    pub(super) approval_id: String,
+    pub(super) approved: bool,
+    pub(super) reason: Option<String>,
+}
+
+impl ChatBody {
+    /// The approval answers in the last message, if it is the assistant's.
+    pub(super) fn approval_answers(&self) -> Vec<Answer> {
+        let Some(last) = self.messages.last().filter(|m| m.role == "assistant") else {
+            return Vec::new();
+        };
+        last.parts
+            .iter()
+            .filter(|part| part["state"] == "approval-responded")
+            .filter_map(|part| {
+                let approval = &part["approval"];
+                Some(Answer {
+                    approval_id: approval["id"].as_str()?.to_owned(),
+                    approved: approval["approved"].as_bool()?,
+                    reason: approval["reason"].as_str().map(str::to_owned),
+                })
+            })
+            .collect()
+    }
+
+    pub(super) fn last_assistant_id(&self) -> Option<&str> {
+        let last = self.messages.last().filter(|m| m.role == "assistant")?;
+        last.id.as_deref().filter(|id| !id.is_empty())
+    }
+
+    /// The conversation as the model's messages.
+    pub(super) fn history(&self) -> Result<Vec<Message>, String> {
+        if self.messages.is_empty() {
+            return Err("the conversation is empty: send at least one message".to_owned());
+        }
+        let mut out = Vec::with_capacity(self.messages.len());
+        for (at, message) in self.messages.iter().enumerate() {
+            match message.role.as_str() {
+                "system" => out.push(Message::system(texts(&message.parts))),
+                "user" => out.push(Message::user(texts(&message.parts))),
+                "assistant" => assistant(&message.parts, &mut out)
+                    .map_err(|why| format!("message {at} (assistant): {why}"))?,
+                other => {
+                    return Err(format!(
+                        "message {at} has role `{}`: expected `system`, `user` or `assistant`",
+                        other.chars().take(64).collect::<String>()
+                    ))
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The text parts of a message, joined.
+pub(super) fn texts(parts: &[Value]) -> String {
+    let mut text = String::new();
+    for part in parts.iter().filter(|part| part["type"] == "text") {
+        if let Some(piece) = part["text"].as_str() {
+            text.push_str(piece);
+        }
+    }
+    text
+}
+
+/// An assistant message's steps as assistant messages and the tool
+/// results that answer their calls.
+pub(super) fn assistant(parts: &[Value], out: &mut Vec<Message>) -> Result<(), String> {
+    let mut text = String::new();
+    let mut calls = Vec::new();
+    let mut results = Vec::new();
+    let mut flush = |text: &mut String, calls: &mut Vec<ToolCall>, results: &mut Vec<Message>| {
+        if !text.is_empty() || !calls.is_empty() {
+            out.push(Message::Assistant {
+                content: (!text.is_empty()).then(|| std::mem::take(text)),
+                tool_calls: std::mem::take(calls),
+            });
+            out.append(results);
+        }
+    };
+    for (at, part) in parts.iter().enumerate() {
+        let kind = part["type"].as_str().unwrap_or_default();
+        let name = match kind {
+            "step-start" => {
+                flush(&mut text, &mut calls, &mut results);
+                continue;
+            }
+            "text" => {
+                text.push_str(part["text"].as_str().unwrap_or_default());
+                continue;
+            }
+            "dynamic-tool" => part["toolName"].as_str().unwrap_or_default(),
+            _ => match kind.strip_prefix("tool-") {
+                Some(name) => name,
+                None => continue,
+            },
+        };
+        let id = part["toolCallId"]
+            .as_str()
+            .filter(|id| !id.is_empty())
+            .ok_or_else(|| format!("part {at} (`{kind}`) has no `toolCallId`"))?;
+        let arguments = match &part["input"] {
+            Value::Null => "{}".to_owned(),
+            input => input.to_string(),
+        };
+        let result = match part["state"].as_str().unwrap_or_default() {
+            "output-available" => match &part["output"] {
+                Value::String(text) => text.clone(),
+                output => output.to_string(),
+            },
+            "output-error" => part["errorText"]
+                .as_str()
+                .unwrap_or("the call failed")
+                .to_owned(),
+            "output-denied" => match part["approval"]["reason"].as_str() {
+                Some(reason) => format!("not run: the user denied the call: {reason}"),
+                None => "not run: the user denied the call".to_owned(),
+            },
+            _ => "not run: the call got no answer (its approval was not given in time)".to_owned(),
+        };
+        calls.push(ToolCall {
+            id: id.to_owned(),
+            name: name.to_owned(),
+            arguments,
+        });
+        results.push(Message::tool(id, result));
+    }
+    flush(&mut text, &mut calls, &mut results);
+    Ok(())
+}
