@@ -1,0 +1,363 @@
+//! [`McpClient`] and [`McpTool`]: a remote MCP server's tools as local
+//! tool services.
+
+#![allow(deprecated)] // sampling and roots: SEP-2577 deprecates them in rmcp
+
+use std::fmt;
+use std::sync::Arc;
+
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, ErrorCode, Implementation, InputRequests, InputResponses,
+    ProtocolVersion,
+};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService, ServiceError};
+use rmcp::transport::IntoTransport;
+use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
+
+use crate::mcp::convert;
+use crate::{ErrorKind, ToolError, Toolbox};
+
+mod handler;
+mod progress;
+mod tap;
+mod tool;
+
+use handler::{answer_one, Answer, Answers, Handler};
+use progress::ProgressRouter;
+use tap::ProgressTap;
+pub use tool::McpTool;
+
+type Running = RunningService<RoleClient, Handler>;
+
+/// A connection to an MCP server, whose tools become local tool services.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), toolstack::ToolError> {
+/// use toolstack::mcp::McpClient;
+///
+/// let client = McpClient::connect_http("http://127.0.0.1:8000/mcp").await?;
+/// let toolbox = client.toolbox().await?; // every remote tool, callable locally
+/// # let _ = toolbox; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct McpClient {
+    running: Arc<Running>,
+    progress: ProgressRouter,
+    answers: Option<Arc<dyn Answer>>,
+    max_input_rounds: usize,
+}
+
+/// How many input-required rounds one call may take before the client
+/// gives up (rmcp's own helper stops at the same number).
+pub const DEFAULT_MAX_INPUT_ROUNDS: usize = 10;
+
+/// How many requests for input one round may carry: a server that asks
+/// for more gets an error, not that many prompts.
+pub const MAX_INPUT_REQUESTS: usize = 64;
+
+/// Options for connecting an [`McpClient`]: who answers the server's
+/// requests for input, which lifecycle to use.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), toolstack::ToolError> {
+/// use toolstack::mcp::rmcp::model::{ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction, Implementation};
+/// use toolstack::mcp::rmcp::{service::RequestContext, ClientHandler, ErrorData, RoleClient};
+/// use toolstack::mcp::McpClient;
+///
+/// /// Says yes to every question.
+/// struct Yes;
+///
+/// impl ClientHandler for Yes {
+///     fn get_info(&self) -> ClientConfig {
+///         let caps = ClientCapabilities::builder().enable_elicitation().build();
+///         ClientConfig::new(caps, Implementation::new("yes", "1.0"))
+///     }
+///     async fn create_elicitation(&self, _: ElicitRequestParams, _: RequestContext<RoleClient>)
+///         -> Result<ElicitResult, ErrorData> {
+///         Ok(ElicitResult::new(ElicitationAction::Accept).with_content(serde_json::json!({"confirm": true})))
+///     }
+/// }
+///
+/// let client = McpClient::builder()
+///     .handler(Yes)
+///     .stateless()
+///     .connect_http("http://127.0.0.1:8000/mcp")
+///     .await?;
+/// # let _ = client; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct McpClientBuilder {
+    info: ClientConfig,
+    answers: Option<Arc<dyn Answer>>,
+    stateless: bool,
+    max_input_rounds: usize,
+}
+
+impl Default for McpClientBuilder {
+    fn default() -> Self {
+        McpClientBuilder {
+            info: ClientConfig::new(
+                ClientCapabilities::default(),
+                Implementation::new("toolstack", env!("CARGO_PKG_VERSION")),
+            ),
+            answers: None,
+            stateless: false,
+            max_input_rounds: DEFAULT_MAX_INPUT_ROUNDS,
+        }
+    }
+}
+
+impl McpClientBuilder {
+    /// Answers the server's requests for input — elicitation, sampling,
+    /// roots — with `handler`, an rmcp [`ClientHandler`], and announces its
+    /// capabilities (its `get_info`) as the client's: as requests on the
+    /// session (revisions up to 2025-11-25), as the answers of an
+    /// input-required result (2026-07-28; the client retries the call
+    /// with them), or for a task waiting for input (`tasks/update`). Only
+    /// its `get_info`, `create_elicitation`, `create_message` and
+    /// `list_roots` are used.
+    pub fn handler<H: ClientHandler>(mut self, handler: H) -> Self {
+        self.info = handler.get_info();
+        self.answers = Some(Arc::new(Answers(Arc::new(handler))));
+        self
+    }
+
+    /// Speaks revision 2026-07-28 without a session: `server/discover`
+    /// instead of `initialize`, and every request carries its revision and
+    /// the client's capabilities. The server cannot send requests then;
+    /// it asks for input with input-required results, which the client
+    /// answers and retries.
+    pub fn stateless(mut self) -> Self {
+        self.stateless = true;
+        self
+    }
+
+    /// How many input-required rounds one call may take (default
+    /// [`DEFAULT_MAX_INPUT_ROUNDS`]) before it ends with an error.
+    pub fn max_input_rounds(mut self, rounds: usize) -> Self {
+        self.max_input_rounds = rounds;
+        self
+    }
+
+    /// Connects over any rmcp client transport (a child process, streamable
+    /// HTTP, an in-memory duplex…): the `initialize` handshake, or
+    /// `server/discover` when [`stateless`](Self::stateless).
+    pub async fn connect<T, E, A>(self, transport: T) -> Result<McpClient, ToolError>
+    where
+        T: IntoTransport<RoleClient, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let progress = ProgressRouter::default();
+        let mut info = self.info;
+        // Calls that become tasks still look like streams (see McpTool).
+        info.capabilities
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert(
+                rmcp::model::TASKS_EXTENSION_ID.to_string(),
+                Default::default(),
+            );
+        let handler = Handler {
+            info,
+            answers: self.answers.clone(),
+        };
+        let tap = ProgressTap {
+            inner: transport.into_transport(),
+            router: progress.clone(),
+        };
+        let running = if self.stateless {
+            let lifecycle = ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            };
+            handler.serve_with_lifecycle(tap, lifecycle).await
+        } else {
+            handler.serve(tap).await
+        };
+        let running = running.map_err(|err| {
+            ToolError::new(
+                ErrorKind::Unavailable,
+                format!("could not connect to the MCP server: {err}"),
+            )
+            .with_source(err)
+        })?;
+        Ok(McpClient {
+            running: Arc::new(running),
+            progress,
+            answers: self.answers,
+            max_input_rounds: self.max_input_rounds,
+        })
+    }
+
+    /// Starts `command` as a child process and talks MCP over its stdio.
+    pub async fn connect_stdio(
+        self,
+        command: tokio::process::Command,
+    ) -> Result<McpClient, ToolError> {
+        let child = rmcp::transport::TokioChildProcess::new(command).map_err(|err| {
+            ToolError::new(
+                ErrorKind::Unavailable,
+                format!("could not start the MCP server process: {err}"),
+            )
+            .with_source(err)
+        })?;
+        self.connect(child).await
+    }
+
+    /// Connects to a streamable HTTP endpoint such as `http://host/mcp`.
+    pub async fn connect_http(self, url: &str) -> Result<McpClient, ToolError> {
+        let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.to_owned());
+        self.connect(transport).await
+    }
+}
+
+impl McpClient {
+    /// Options for connecting: a handler for the server's requests for
+    /// input, the stateless lifecycle.
+    pub fn builder() -> McpClientBuilder {
+        McpClientBuilder::default()
+    }
+
+    /// Connects over any rmcp client transport (a child process, streamable
+    /// HTTP, an in-memory duplex…) and completes the `initialize` handshake.
+    pub async fn connect<T, E, A>(transport: T) -> Result<Self, ToolError>
+    where
+        T: IntoTransport<RoleClient, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        Self::builder().connect(transport).await
+    }
+
+    /// Starts `command` as a child process and talks MCP over its stdio.
+    pub async fn connect_stdio(command: tokio::process::Command) -> Result<Self, ToolError> {
+        Self::builder().connect_stdio(command).await
+    }
+
+    /// Connects to a streamable HTTP endpoint such as `http://host/mcp`.
+    pub async fn connect_http(url: &str) -> Result<Self, ToolError> {
+        Self::builder().connect_http(url).await
+    }
+
+    /// Answers the server's requests for input, as their results' JSON.
+    async fn answer(&self, requests: InputRequests) -> Result<InputResponses, ToolError> {
+        let Some(answers) = &self.answers else {
+            return Err(ToolError::new(
+                ErrorKind::Unavailable,
+                "the MCP server asked for input (elicitation, sampling or roots), and this client \
+                 has no handler to answer it: connect with McpClient::builder().handler(..)",
+            ));
+        };
+        if requests.len() > MAX_INPUT_REQUESTS {
+            return Err(ToolError::failed(format!(
+                "the MCP server asked for {} inputs at once; this client answers at most {MAX_INPUT_REQUESTS}",
+                requests.len()
+            )));
+        }
+        let peer = self.running.peer().clone();
+        let answered = futures_util::future::try_join_all(
+            requests
+                .into_iter()
+                .map(|(key, request)| answer_one(answers.as_ref(), key, request, peer.clone())),
+        )
+        .await?;
+        Ok(answered.into_iter().collect())
+    }
+
+    /// The server's tools, each a local tool service.
+    pub async fn tools(&self) -> Result<Vec<McpTool>, ToolError> {
+        let tools = self.running.list_all_tools().await.map_err(service_error)?;
+        Ok(tools
+            .iter()
+            .map(|tool| McpTool {
+                info: Arc::new(convert::tool_from_mcp(tool)),
+                client: self.clone(),
+            })
+            .collect())
+    }
+
+    /// The server's tools in a [`Toolbox`] (add a resolver to it to decide
+    /// per caller which remote tools are visible).
+    pub async fn toolbox(&self) -> Result<Toolbox, ToolError> {
+        let mut toolbox = Toolbox::new();
+        for tool in self.tools().await? {
+            if let Err(dup) = toolbox.try_insert(crate::BoxTool::new(tool)) {
+                tracing::warn!(tool = dup.name(), "the MCP server listed a tool twice");
+            }
+        }
+        Ok(toolbox)
+    }
+
+    /// The underlying rmcp peer, for requests beyond tools.
+    pub fn peer(&self) -> &Peer<RoleClient> {
+        self.running.peer()
+    }
+}
+
+impl fmt::Debug for McpClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("McpClient")
+            .field(
+                "server",
+                &self
+                    .running
+                    .peer_info()
+                    .and_then(|i| i.server_info.as_ref().map(|s| s.name.clone())),
+            )
+            .finish()
+    }
+}
+
+/// Classifies an rmcp error.
+fn service_error(err: ServiceError) -> ToolError {
+    match err {
+        ServiceError::McpError(data) => protocol_error(data),
+        ServiceError::TransportClosed | ServiceError::TransportSend(_) => ToolError::new(
+            ErrorKind::Unavailable,
+            format!("the MCP connection is closed: {err}"),
+        )
+        .with_source(err),
+        ServiceError::Timeout { .. } => {
+            ToolError::timeout(crate::TimeoutPhase::Open, err.to_string()).with_source(err)
+        }
+        ServiceError::Cancelled { .. } => ToolError::cancelled(err.to_string()).with_source(err),
+        other => ToolError::failed(other.to_string()).with_source(other),
+    }
+}
+
+/// A JSON-RPC error from the server as a [`ToolError`]: of the kind in its
+/// `data` (`{"kind": "not_found"}`, as [`McpServer`](super::McpServer)
+/// sends it), else guessed from the code and, for servers that send no
+/// kind, the message.
+fn protocol_error(data: rmcp::ErrorData) -> ToolError {
+    if let Some(serde_json::Value::Object(fields)) = &data.data {
+        if fields.get("kind").is_some_and(serde_json::Value::is_string) {
+            let mut sent = fields.clone();
+            sent.insert("error".to_owned(), data.message.as_ref().into());
+            if let Some(err) = ToolError::from_model_json(&serde_json::Value::Object(sent)) {
+                return err;
+            }
+        }
+    }
+    if data.code == ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY {
+        let required = data
+            .data
+            .as_ref()
+            .and_then(|d| d.get("requiredCapabilities"))
+            .map(|caps| caps.to_string())
+            .unwrap_or_else(|| "(not named)".to_owned());
+        return ToolError::new(
+            ErrorKind::Unavailable,
+            format!(
+                "the MCP server needs a client capability this client did not declare: {required}"
+            ),
+        );
+    }
+    let kind =
+        if data.code == ErrorCode::METHOD_NOT_FOUND || data.message.starts_with("unknown tool") {
+            ErrorKind::NotFound
+        } else if data.code == ErrorCode::INVALID_PARAMS {
+            ErrorKind::InvalidArguments
+        } else {
+            ErrorKind::Failed
+        };
+    ToolError::new(kind, data.message.to_string())
+}

@@ -1,0 +1,428 @@
+//! [`McpTool`]: one remote tool as a local tool service — the call, its
+//! progress, cancellation and task polling.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use futures_util::stream;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, CancelTaskParams, CancelledNotificationParam,
+    ClientRequest, GetTaskParams, ProgressNotificationParam, ProgressToken, Request, RequestId,
+    ServerResult, TaskPayload, UpdateTaskParams,
+};
+use rmcp::service::{PeerRequestOptions, ServiceError};
+use rmcp::ErrorData;
+use tokio::sync::oneshot;
+use tower_service::Service;
+
+use crate::mcp::convert;
+use crate::{
+    Describe, ErrorKind, Progress, ToolError, ToolInfo, ToolItem, ToolOutput, ToolRequest,
+    ToolStream,
+};
+
+use super::progress::{ProgressQueue, ProgressRouter};
+use super::{protocol_error, service_error, McpClient};
+
+/// One tool of a remote MCP server as a local tool service.
+///
+/// A call sends `tools/call`; the server's progress notifications arrive
+/// as progress items while it runs, then the result's content (and its
+/// structured value) as items, or an error. Dropping the stream before the
+/// result sends `notifications/cancelled`.
+///
+/// Progress waits for the caller in a queue of at most
+/// [`PROGRESS_BACKLOG`](crate::tool::PROGRESS_BACKLOG) reports per call; a
+/// server that floods it loses its oldest reports first, as a local tool's
+/// [`ProgressReporter`](crate::tool::ProgressReporter) does. A JSON-RPC
+/// error takes its kind from the error's `data` (`{"kind": "not_found"}`,
+/// as [`McpServer`](super::McpServer) sends it); for other servers, from
+/// its code and message.
+#[derive(Clone)]
+pub struct McpTool {
+    pub(super) info: Arc<ToolInfo>,
+    pub(super) client: McpClient,
+}
+
+impl Describe for McpTool {
+    fn info(&self) -> &ToolInfo {
+        &self.info
+    }
+}
+
+impl fmt::Debug for McpTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("McpTool")
+            .field("name", &self.info.name())
+            .finish()
+    }
+}
+
+impl Service<ToolRequest> for McpTool {
+    type Response = ToolStream;
+    type Error = ToolError;
+    type Future = BoxFuture<'static, Result<ToolStream, ToolError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: ToolRequest) -> Self::Future {
+        let client = self.client.clone();
+        let name = self.info.name_shared().clone();
+        // Read now, inside the caller's span (a trace layer enters it for
+        // `call`), not when the future first runs.
+        let trace = trace_context(&request);
+        Box::pin(async move {
+            let spec = CallSpec {
+                name,
+                request,
+                trace,
+            };
+            let sent = client.send(spec.params()?).await?;
+            let progress = client.progress.subscribe(sent.token.clone());
+            let call = RemoteCall {
+                guard: CancelGuard {
+                    client: client.clone(),
+                    id: Some(sent.id),
+                    task: None,
+                    router: client.progress.clone(),
+                    token: sent.token,
+                },
+                progress,
+                response: Some(sent.rx),
+                pending: VecDeque::new(),
+                spec,
+                rounds: 0,
+                task: None,
+            };
+            Ok(ToolStream::new(stream::unfold(call, RemoteCall::next)))
+        })
+    }
+}
+
+/// What a `tools/call` is made of, kept for a retry with the client's
+/// input: the request itself, not a copy of its parsed arguments.
+pub(super) struct CallSpec {
+    pub(super) name: Arc<str>,
+    pub(super) request: ToolRequest,
+    pub(super) trace: Option<crate::TraceContext>,
+}
+
+impl CallSpec {
+    pub(super) fn params(&self) -> Result<CallToolRequestParams, ToolError> {
+        let mut params = CallToolRequestParams::new(self.name.to_string());
+        if let Some(arguments) = parse_arguments(self.request.arguments())? {
+            params = params.with_arguments(arguments);
+        }
+        // The trace goes on.
+        if let Some(trace) = &self.trace {
+            use rmcp::model::RequestParamsMeta;
+            params.set_traceparent(trace.traceparent());
+            if let Some(state) = trace.tracestate() {
+                params.set_tracestate(state);
+            }
+        }
+        Ok(params)
+    }
+}
+
+/// A `tools/call` on its way.
+pub(super) struct Sent {
+    pub(super) id: RequestId,
+    pub(super) token: ProgressToken,
+    pub(super) rx: oneshot::Receiver<Response>,
+}
+
+impl McpClient {
+    pub(super) async fn send(&self, params: CallToolRequestParams) -> Result<Sent, ToolError> {
+        let handle = self
+            .running
+            .peer()
+            .send_cancellable_request(
+                ClientRequest::CallToolRequest(Request::new(params)),
+                PeerRequestOptions::no_options(),
+            )
+            .await
+            .map_err(service_error)?;
+        Ok(Sent {
+            id: handle.id,
+            token: handle.progress_token,
+            rx: handle.rx,
+        })
+    }
+}
+
+/// The trace context to send: (with the `opentelemetry` feature) the
+/// current span's, else the one the request came with.
+pub(super) fn trace_context(request: &ToolRequest) -> Option<crate::TraceContext> {
+    #[cfg(feature = "opentelemetry")]
+    if let Some(current) = crate::TraceContext::current() {
+        return Some(current);
+    }
+    request.extensions().get::<crate::TraceContext>().cloned()
+}
+
+pub(super) fn parse_arguments(raw: &str) -> Result<Option<rmcp::model::JsonObject>, ToolError> {
+    // An empty text sends no `arguments` at all, which MCP reads as none.
+    if raw.trim_ascii().is_empty() {
+        return Ok(None);
+    }
+    crate::arguments::parse_object(raw).map(Some)
+}
+
+/// Sends `notifications/cancelled` when a call is dropped before its
+/// result (or `tasks/cancel` when it runs as a task), and stops routing
+/// its progress.
+pub(super) struct CancelGuard {
+    // The connection itself, not just its peer: the cancellation task keeps
+    // it open until the notification is written, even when this call held
+    // the last handle.
+    pub(super) client: McpClient,
+    pub(super) id: Option<RequestId>,
+    pub(super) task: Option<String>,
+    pub(super) router: ProgressRouter,
+    pub(super) token: ProgressToken,
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        self.router.unsubscribe(&self.token);
+        let (id, task) = (self.id.take(), self.task.take());
+        if id.is_none() && task.is_none() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let client = self.client.clone();
+        runtime.spawn(async move {
+            let peer = client.running.peer();
+            if let Some(id) = id {
+                let param = CancelledNotificationParam::new(
+                    Some(id),
+                    Some("the caller dropped the response stream".to_owned()),
+                );
+                if let Err(err) = peer.notify_cancelled(param).await {
+                    tracing::debug!(%err, "cancellation not sent");
+                }
+            }
+            if let Some(task) = task {
+                if let Err(err) = peer.cancel_task(CancelTaskParams::new(task)).await {
+                    tracing::debug!(%err, "task cancellation not sent");
+                }
+            }
+        });
+    }
+}
+
+pub(super) type Response = Result<ServerResult, ServiceError>;
+
+/// The state of one remote call, unfolded into its item stream.
+pub(super) struct RemoteCall {
+    pub(super) guard: CancelGuard,
+    pub(super) progress: Arc<ProgressQueue>,
+    pub(super) response: Option<oneshot::Receiver<Response>>,
+    pub(super) pending: VecDeque<ToolItem>,
+    // For a retry with the client's input (2026-07-28).
+    pub(super) spec: CallSpec,
+    pub(super) rounds: usize,
+    pub(super) task: Option<RemoteTask>,
+}
+
+/// A call the server runs as a task: polled with `tasks/get`.
+pub(super) struct RemoteTask {
+    pub(super) id: String,
+    pub(super) interval: Duration,
+    pub(super) status: Option<String>,
+    pub(super) reports: u32,
+}
+
+impl RemoteTask {
+    pub(super) fn new(task: &rmcp::model::Task) -> Self {
+        let interval = task.poll_interval_ms.unwrap_or(500).clamp(20, 5_000);
+        RemoteTask {
+            id: task.task_id.clone(),
+            interval: Duration::from_millis(interval),
+            status: task.status_message.clone(),
+            reports: 0,
+        }
+    }
+}
+
+pub(super) fn progress_item(param: ProgressNotificationParam) -> ToolItem {
+    let mut progress = Progress::new(param.progress);
+    progress.total = param.total;
+    progress.message = param.message;
+    Ok(ToolOutput::progress(progress))
+}
+
+/// A `CallToolResult` the server sent as JSON (a task's result).
+pub(super) fn result_from_json(result: rmcp::model::JsonObject) -> Vec<ToolItem> {
+    match serde_json::from_value::<CallToolResult>(serde_json::Value::Object(result)) {
+        Ok(result) => convert::result_items(result),
+        Err(err) => vec![Err(ToolError::failed(format!(
+            "the MCP server's task result is malformed: {err}"
+        )))],
+    }
+}
+
+impl RemoteCall {
+    pub(super) async fn next(mut self) -> Option<(ToolItem, RemoteCall)> {
+        loop {
+            if let Some(item) = self.pending.pop_front() {
+                return Some((item, self));
+            }
+            if self.task.is_some() {
+                self.poll_task().await;
+                continue;
+            }
+            let response = self.response.as_mut()?;
+            let outcome = tokio::select! {
+                biased;
+                param = self.progress.next() => return Some((progress_item(param), self)),
+                outcome = response => outcome,
+            };
+            self.response = None;
+            self.guard.id = None;
+            // Progress sent before the result is routed before it.
+            while let Some(param) = self.progress.pop() {
+                self.pending.push_back(progress_item(param));
+            }
+            match outcome {
+                Err(_) => self.pending.push_back(Err(ToolError::new(
+                    ErrorKind::Unavailable,
+                    "the MCP connection closed before the tool answered",
+                ))),
+                Ok(Err(err)) => self.pending.push_back(Err(service_error(err))),
+                Ok(Ok(ServerResult::CallToolResult(result))) => {
+                    self.pending.extend(convert::result_items(result))
+                }
+                Ok(Ok(ServerResult::InputRequiredResult(asked))) => {
+                    if let Err(err) = self.retry(asked).await {
+                        self.pending.push_back(Err(err));
+                    }
+                }
+                Ok(Ok(ServerResult::CreateTaskResult(created))) => {
+                    let task = RemoteTask::new(&created.task);
+                    self.guard.task = Some(task.id.clone());
+                    self.task = Some(task);
+                }
+                Ok(Ok(other)) => self.pending.push_back(Err(ToolError::failed(format!(
+                    "the MCP server answered tools/call with an unexpected result: {other:?}"
+                )))),
+            }
+        }
+    }
+
+    /// Counts a round of input; an error past the client's limit.
+    pub(super) fn count_round(&mut self) -> Result<(), ToolError> {
+        self.rounds += 1;
+        if self.rounds > self.guard.client.max_input_rounds {
+            return Err(ToolError::failed(format!(
+                "the MCP server asked for input more than {} times in one call",
+                self.guard.client.max_input_rounds
+            )));
+        }
+        Ok(())
+    }
+
+    /// Answers an input-required result and sends the call again.
+    pub(super) async fn retry(
+        &mut self,
+        asked: rmcp::model::InputRequiredResult,
+    ) -> Result<(), ToolError> {
+        self.count_round()?;
+        let client = self.guard.client.clone();
+        let answers = match asked.input_requests {
+            Some(requests) => Some(client.answer(requests).await?),
+            None => None,
+        };
+        let mut params = self.spec.params()?;
+        params.input_responses = answers;
+        params.request_state = asked.request_state;
+        let sent = client.send(params).await?;
+        // The new request has its own id and progress token.
+        self.guard.router.unsubscribe(&self.guard.token);
+        self.progress = self.guard.router.subscribe(sent.token.clone());
+        self.guard.token = sent.token;
+        self.guard.id = Some(sent.id);
+        self.response = Some(sent.rx);
+        Ok(())
+    }
+
+    /// One look at the task: its status as progress, its input requests
+    /// answered, its end as the stream's last items.
+    pub(super) async fn poll_task(&mut self) {
+        let Some(task) = &mut self.task else { return };
+        tokio::time::sleep(task.interval).await;
+        let client = self.guard.client.clone();
+        let got = client
+            .running
+            .peer()
+            .get_task(GetTaskParams::new(task.id.clone()))
+            .await;
+        let detailed = match got {
+            Ok(got) => got.task,
+            Err(err) => return self.end_task(vec![Err(service_error(err))], false),
+        };
+        if detailed.task.status_message != task.status {
+            task.status = detailed.task.status_message.clone();
+            if let Some(message) = &task.status {
+                task.reports += 1;
+                let progress = Progress::new(f64::from(task.reports)).message(message.clone());
+                self.pending.push_back(Ok(ToolOutput::progress(progress)));
+            }
+        }
+        match detailed.payload {
+            TaskPayload::Completed { result } => self.end_task(result_from_json(result), true),
+            TaskPayload::Failed { error } => {
+                let err = serde_json::from_value::<ErrorData>(serde_json::Value::Object(error))
+                    .map(protocol_error)
+                    .unwrap_or_else(|e| ToolError::failed(format!("the task failed: {e}")));
+                self.end_task(vec![Err(err)], true)
+            }
+            TaskPayload::Cancelled => self.end_task(
+                vec![Err(ToolError::cancelled(
+                    "the MCP server cancelled the task",
+                ))],
+                true,
+            ),
+            TaskPayload::InputRequired { input_requests } => {
+                let id = task.id.clone();
+                let answered = match self.count_round() {
+                    Ok(()) => client.answer(input_requests).await,
+                    Err(err) => Err(err),
+                };
+                let sent = match answered {
+                    Ok(responses) => client
+                        .running
+                        .peer()
+                        .update_task(UpdateTaskParams::new(id, responses))
+                        .await
+                        .map_err(service_error),
+                    Err(err) => Err(err),
+                };
+                if let Err(err) = sent {
+                    self.end_task(vec![Err(err)], false);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The task is over: `ended` when the server says so; otherwise the
+    /// client gave up on it (an error here), and dropping the stream
+    /// cancels it.
+    pub(super) fn end_task(&mut self, items: Vec<ToolItem>, ended: bool) {
+        if ended {
+            self.guard.task = None;
+        }
+        self.task = None;
+        self.pending.extend(items);
+    }
+}
