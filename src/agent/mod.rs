@@ -37,7 +37,10 @@
 //! ```
 
 mod as_tool;
+mod event;
 mod run;
+mod service;
 
 pub use self::as_tool::{AgentTool, AgentToolStream};
-pub use self::run::{Agent, AgentDone, AgentEvent, AgentRequest, AgentStream, StopReason};
+pub use self::event::{AgentDone, AgentEvent, StopReason};
+pub use self::service::{Agent, AgentRequest, AgentStream};

@@ -1,4 +1,4 @@
-//! The agent loop: [`Agent`], its [`AgentEvent`]s, and one run's state.
+//! One run of the agent loop: its state, turn by turn.
 //!
 //! A run alternates a *model turn* — one model call, its deltas streamed
 //! as events and folded into text and complete tool calls — and a *tool
@@ -14,455 +14,54 @@
 //! [`StopReason::Length`] / [`StopReason::ContentFilter`], so a truncated
 //! answer is never mistaken for a finished one.
 
-use std::future::Future;
-use std::pin::{pin, Pin};
+use std::pin::pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use futures_core::Stream;
-use futures_util::future::{ready, Ready};
 use futures_util::{stream, StreamExt};
 use http::Extensions;
 use tokio::sync::mpsc;
 use tower::ServiceExt;
 use tower_service::Service;
-use tracing::Instrument;
 
 use crate::model::{
     Accumulator, ChatRequest, FinishReason, Message, ModelDelta, Pushed, ToolCall, Usage,
 };
-use crate::{
-    ErrorKind, Progress, ToolError, ToolInfo, ToolOutput, ToolRequest, ToolResult, Toolbox,
-};
+use crate::{ErrorKind, ToolError, ToolInfo, ToolOutput, ToolRequest, ToolResult, Toolbox};
 
-/// What an agent run streams, as it happens.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub enum AgentEvent {
-    /// Text from the model.
-    TextDelta(String),
-    /// The model started writing a tool call (for a UI that shows the
-    /// arguments being written).
-    ToolCallStarted {
-        /// The call's index in this model answer.
-        index: u32,
-        /// The call id, if the first fragment carried it.
-        id: Option<String>,
-        /// The tool name so far.
-        name: String,
-    },
-    /// More argument text of a call being written.
-    ToolCallInputDelta {
-        /// The call's index in this model answer.
-        index: u32,
-        /// The new argument text.
-        arguments: String,
-    },
-    /// A complete tool call, about to run.
-    ToolCall(ToolCall),
-    /// One item streamed by a running tool.
-    ToolOutput {
-        /// The call it belongs to.
-        call_id: String,
-        /// The item.
-        output: ToolOutput,
-    },
-    /// Progress reported by a running tool.
-    Progress {
-        /// The call it belongs to.
-        call_id: String,
-        /// The report.
-        progress: Progress,
-    },
-    /// A call waits for approval (the approval layer of
-    /// `toolstack-layers` asked); a UI shows it and lets a person answer.
-    ApprovalRequested {
-        /// The call.
-        call_id: String,
-        /// The tool.
-        name: String,
-        /// Its arguments, as the model wrote them.
-        arguments: String,
-    },
-    /// Every tool call of the step still running waits for a decision
-    /// ([`ApprovalRequested`](Self::ApprovalRequested) before): nothing
-    /// more happens in this run until one is made. A front end that takes
-    /// the person's answer in a later request (the AI SDK's chat protocol
-    /// does, [`http::ai_sdk`](crate::http::ai_sdk)) ends its response here and
-    /// keeps the run for that answer.
-    AwaitingApproval {
-        /// The calls waiting, in the order they asked.
-        call_ids: Vec<String>,
-    },
-    /// The call's approval was decided.
-    ApprovalDecided {
-        /// The call.
-        call_id: String,
-        /// The tool.
-        name: String,
-        /// What was decided.
-        decision: crate::approval::Decision,
-        /// Who decided.
-        by: String,
-    },
-    /// A tool call finished; this is what the model will read.
-    ToolResult {
-        /// The call.
-        call_id: String,
-        /// The tool name.
-        name: String,
-        /// The collected result (`is_error` for failures).
-        result: ToolResult,
-    },
-    /// The model's answer broke off with a retryable error after it had
-    /// begun to stream, and the model is asked again
-    /// ([`Agent::retry_model_turns`]). The text and tool-call input
-    /// streamed since the last tool step (or the run's start) were that
-    /// answer's: forget them (a UI removes the half-written text). None of
-    /// its tool calls ran, and it is not in the conversation.
-    TurnDiscarded {
-        /// What broke the answer off.
-        error: ToolError,
-    },
-    /// The model failed; the run ends.
-    Error(ToolError),
-    /// The run ended.
-    Done(AgentDone),
-}
-
-/// How a run ended.
-#[derive(Debug, Clone)]
-pub struct AgentDone {
-    /// The whole conversation, the new messages included.
-    pub messages: Vec<Message>,
-    /// Tokens used by the model calls that reported usage (discarded
-    /// answers included); `None` when none did — not the same as zero.
-    pub usage: Option<Usage>,
-    /// Model turns taken; a turn asked again after a fault
-    /// ([`Agent::retry_model_turns`]) counts once.
-    pub steps: usize,
-    /// Why the run stopped.
-    pub stop: StopReason,
-}
-
-/// `invoke_agent {name}`, or `invoke_agent` for an agent without a name.
-struct AgentSpanName<'a>(Option<&'a str>);
-
-impl std::fmt::Display for AgentSpanName<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            Some(name) => write!(f, "invoke_agent {name}"),
-            None => f.write_str("invoke_agent"),
-        }
-    }
-}
-
-/// Why a run stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum StopReason {
-    /// The model answered without calling a tool.
-    Finished,
-    /// The run reached its limit of model calls.
-    MaxSteps,
-    /// The model asked for more tool calls than the run allows.
-    MaxToolCalls,
-    /// The model call failed (see the [`AgentEvent::Error`] before).
-    ModelError,
-    /// The model's last answer was cut off at its token limit
-    /// (`finish_reason: "length"`): the last assistant message is
-    /// incomplete. Tool calls in it were not run — their arguments may be
-    /// cut too —, each answered with a refusal so the history stays
-    /// well-formed.
-    Length,
-    /// The model's last answer was stopped by a content filter
-    /// (`finish_reason: "content_filter"`); as with
-    /// [`Length`](Self::Length), its tool calls were not run.
-    ContentFilter,
-}
-
-impl StopReason {
-    /// The reason in snake case (`finished`, `max_steps`, …), as spans
-    /// record it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StopReason::Finished => "finished",
-            StopReason::MaxSteps => "max_steps",
-            StopReason::MaxToolCalls => "max_tool_calls",
-            StopReason::ModelError => "model_error",
-            StopReason::Length => "length",
-            StopReason::ContentFilter => "content_filter",
-        }
-    }
-}
-
-/// Drives a model and a toolbox: calls the model, runs the tool calls it
-/// asks for (concurrently, up to a bound), feeds the results back, and
-/// repeats until the model answers without a tool call or a limit is hit.
-///
-/// Tool failures, invalid arguments and unknown tools go back to the model
-/// as tool results (the model-facing JSON of the [`ToolError`]), and the
-/// loop goes on. Dropping the event stream cancels the model call and the
-/// running tools. An `Agent` is a `Service<Vec<Message>>` answering with
-/// its event stream.
-#[derive(Debug, Clone)]
-pub struct Agent<M> {
-    model: M,
-    name: Option<Arc<str>>,
-    provider: Option<&'static str>,
-    model_name: Option<Arc<str>>,
-    toolbox: Toolbox,
-    max_steps: usize,
-    max_tool_calls: usize,
-    parallel: usize,
-    turn_retries: usize,
-}
-
-impl<M> Agent<M> {
-    /// An agent over `model` and `toolbox`: at most 10 model turns, 32
-    /// tool calls, 4 tools at once; a turn that breaks off is not asked
-    /// again.
-    pub fn new(model: M, toolbox: Toolbox) -> Self {
-        Agent {
-            model,
-            name: None,
-            provider: None,
-            model_name: None,
-            toolbox,
-            max_steps: 10,
-            max_tool_calls: 32,
-            parallel: 4,
-            turn_retries: 0,
-        }
-    }
-
-    /// Names the agent: its runs' `invoke_agent` spans are
-    /// `invoke_agent {name}`, with `gen_ai.agent.name`.
-    pub fn name(mut self, name: impl Into<Arc<str>>) -> Self {
-        self.name = Some(name.into());
-        self
-    }
-
-    /// Names the model's provider (`openai`, `anthropic`, … as the
-    /// OpenTelemetry GenAI conventions spell them): its runs'
-    /// `invoke_agent` spans record it as `gen_ai.provider.name`.
-    pub fn provider(mut self, provider: &'static str) -> Self {
-        self.provider = Some(provider);
-        self
-    }
-
-    /// The agent's name, if it has one.
-    pub fn agent_name(&self) -> Option<&str> {
-        self.name.as_deref()
-    }
-
-    /// Asks for the model `name` in every model request
-    /// ([`ChatRequest::model`]): the OpenAI-compatible client sends it
-    /// instead of its own, and a trace layer names the span `chat {name}`.
-    pub fn model_name(mut self, name: impl Into<Arc<str>>) -> Self {
-        self.model_name = Some(name.into());
-        self
-    }
-
-    /// At most `steps` model turns per run.
-    pub fn max_steps(mut self, steps: usize) -> Self {
-        self.max_steps = steps;
-        self
-    }
-
-    /// At most `calls` tool calls per run.
-    pub fn max_tool_calls(mut self, calls: usize) -> Self {
-        self.max_tool_calls = calls;
-        self
-    }
-
-    /// At most `tools` tool calls of one step running at once.
-    pub fn parallel_tools(mut self, tools: usize) -> Self {
-        self.parallel = tools.max(1);
-        self
-    }
-
-    /// Asks the model again, up to `retries` times per turn, when its
-    /// answer breaks off with a retryable error (a dropped connection, an
-    /// idle timeout) *after* it began to stream — the fault a retry layer
-    /// cannot take back, since deltas have already reached the agent. Off
-    /// (0) by default.
-    ///
-    /// Asking again is safe: the partial answer is discarded — not added to
-    /// the conversation, none of its tool calls run — and an
-    /// [`AgentEvent::TurnDiscarded`] tells the consumer to forget its
-    /// streamed text. A failure before the first delta is left to the
-    /// retry layer (`stream_retry`, with backoff and `Retry-After`), and a
-    /// non-retryable error ends the run as before.
-    ///
-    /// ```
-    /// use futures_util::StreamExt;
-    /// use toolstack::agent::{Agent, AgentEvent, StopReason};
-    /// use toolstack::model::{Message, ScriptedModel, Turn};
-    /// use toolstack::{ErrorKind, ToolError, Toolbox};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// let cut = ToolError::new(ErrorKind::Unavailable, "connection reset");
-    /// let model = ScriptedModel::new([
-    ///     Turn::new().text("Half an ans").fail(cut),
-    ///     Turn::new().text("A whole answer."),
-    /// ]);
-    /// let agent = Agent::new(model, Toolbox::new()).retry_model_turns(1);
-    /// let events: Vec<AgentEvent> = agent.run(vec![Message::user("hi")]).collect().await;
-    /// assert!(events.iter().any(|e| matches!(e, AgentEvent::TurnDiscarded { .. })));
-    /// let Some(AgentEvent::Done(done)) = events.last() else { panic!() };
-    /// assert_eq!(done.stop, StopReason::Finished);
-    /// assert_eq!(done.messages.last(), Some(&Message::assistant("A whole answer.")));
-    /// # }
-    /// ```
-    pub fn retry_model_turns(mut self, retries: usize) -> Self {
-        self.turn_retries = retries;
-        self
-    }
-}
-
-impl<M, St> Agent<M>
-where
-    M: Service<ChatRequest, Response = St> + Clone + Send + 'static,
-    M::Error: Into<ToolError>,
-    M::Future: Send + 'static,
-    St: Stream<Item = Result<ModelDelta, ToolError>> + Send + 'static,
-{
-    /// Runs the agent on a conversation.
-    pub fn run(&self, messages: Vec<Message>) -> AgentStream {
-        self.run_with(messages, Extensions::new())
-    }
-
-    /// Runs the agent on behalf of a caller: `extensions` (the caller's
-    /// identity, say, as an auth layer found it) go with every model
-    /// request and every tool call of the run, so the toolbox's resolver
-    /// decides which tools the model is shown and may call, and per-caller
-    /// limits and the tools themselves see who is asking.
-    pub fn run_with(&self, messages: Vec<Message>, extensions: Extensions) -> AgentStream {
-        // The driver runs inside the stream's own polls (nothing is
-        // spawned), so dropping the stream drops the model call and tools.
-        let (tx, rx) = mpsc::channel(32);
-        let agent = self.clone();
-        // The run's span is the parent of its model and tool calls' spans
-        // (the driver runs inside it); a disabled span costs a branch.
-        let span = self.span();
-        AgentStream {
-            driver: Some(Box::pin(
-                agent.drive(messages, extensions, tx).instrument(span),
-            )),
-            events: rx,
-        }
-    }
-
-    /// The `invoke_agent` span of a run, with the OpenTelemetry GenAI
-    /// attributes; usage and the outcome are recorded when it ends.
-    fn span(&self) -> tracing::Span {
-        let name = self.name.as_deref();
-        tracing::info_span!(
-            "invoke_agent",
-            otel.name = %AgentSpanName(name),
-            gen_ai.operation.name = "invoke_agent",
-            gen_ai.agent.name = name,
-            gen_ai.provider.name = self.provider,
-            gen_ai.request.model = self.model_name.as_deref(),
-            gen_ai.usage.input_tokens = tracing::field::Empty,
-            gen_ai.usage.output_tokens = tracing::field::Empty,
-            toolstack.agent.steps = tracing::field::Empty,
-            toolstack.agent.stop = tracing::field::Empty,
-            error.type = tracing::field::Empty,
-            otel.status_code = tracing::field::Empty,
-        )
-    }
-
-    async fn drive(
-        self,
-        messages: Vec<Message>,
-        extensions: Extensions,
-        tx: mpsc::Sender<AgentEvent>,
-    ) {
-        let tools: Arc<[ToolInfo]> = self.toolbox.infos_for(&extensions).cloned().collect();
-        // An approval layer below the tools tells the run what it asks and
-        // what was decided (each event names its call); set once, every
-        // call's extensions carry it.
-        let mut extensions = extensions;
-        let step = Arc::new(std::sync::Mutex::new(StepState::default()));
-        extensions.insert(approval_events(tx.clone(), Arc::clone(&step)));
-        let mut run = Run {
-            agent: self,
-            // Shared with each model request; by the time the history grows
-            // the model has let go of it, so `make_mut` does not copy it.
-            messages: Arc::new(messages),
-            tools,
-            extensions,
-            tx,
-            step,
-            usage: None,
-            steps: 0,
-            tool_calls: 0,
-        };
-        let stop = run.steps().await;
-        let span = tracing::Span::current();
-        // As integers: OpenTelemetry has no unsigned type, and
-        // tracing-opentelemetry exports a `u64` as text.
-        let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        if let Some(usage) = &run.usage {
-            span.record("gen_ai.usage.input_tokens", int(usage.prompt_tokens));
-            span.record("gen_ai.usage.output_tokens", int(usage.completion_tokens));
-        }
-        span.record("toolstack.agent.steps", int(run.steps as u64));
-        span.record("toolstack.agent.stop", stop.as_str());
-        if stop == StopReason::ModelError {
-            span.record("error.type", "model_error");
-            span.record("otel.status_code", "ERROR");
-        }
-        let Run {
-            messages,
-            usage,
-            steps,
-            tx,
-            ..
-        } = run;
-        let done = AgentDone {
-            messages: Arc::try_unwrap(messages).unwrap_or_else(|shared| (*shared).clone()),
-            usage,
-            steps,
-            stop,
-        };
-        let _ = tx.send(AgentEvent::Done(done)).await;
-    }
-}
+use super::event::{AgentEvent, StopReason};
+use super::service::Agent;
 
 /// One run in progress: the conversation so far and what it has used.
-struct Run<M> {
-    agent: Agent<M>,
-    messages: Arc<Vec<Message>>,
+pub(super) struct Run<M> {
+    pub(super) agent: Agent<M>,
+    pub(super) messages: Arc<Vec<Message>>,
     /// The tools this caller may see, as the model is shown them.
-    tools: Arc<[ToolInfo]>,
-    extensions: Extensions,
-    tx: mpsc::Sender<AgentEvent>,
+    pub(super) tools: Arc<[ToolInfo]>,
+    pub(super) extensions: Extensions,
+    pub(super) tx: mpsc::Sender<AgentEvent>,
     /// The step's calls in flight and those waiting for approval.
-    step: Arc<std::sync::Mutex<StepState>>,
-    usage: Option<Usage>,
-    steps: usize,
-    tool_calls: usize,
+    pub(super) step: Arc<std::sync::Mutex<StepState>>,
+    pub(super) usage: Option<Usage>,
+    pub(super) steps: usize,
+    pub(super) tool_calls: usize,
 }
 
 /// Which calls of the current tool step are running and which of them
 /// wait for a decision: when they are the same, the run can only wait
 /// ([`AgentEvent::AwaitingApproval`]).
 #[derive(Debug, Default)]
-struct StepState {
-    running: usize,
-    waiting: Vec<String>,
+pub(super) struct StepState {
+    pub(super) running: usize,
+    pub(super) waiting: Vec<String>,
     /// Whether the present wait has been told.
-    told: bool,
+    pub(super) told: bool,
 }
 
 impl StepState {
     /// The calls waiting, if the run now can do nothing but wait and has
     /// not said so yet.
-    fn stalled(&mut self) -> Option<Vec<String>> {
+    pub(super) fn stalled(&mut self) -> Option<Vec<String>> {
         let stalled = self.running > 0 && self.waiting.len() >= self.running;
         if !stalled {
             self.told = false;
@@ -476,17 +75,17 @@ impl StepState {
 }
 
 /// One model answer, complete.
-struct Answer {
-    text: String,
-    calls: Vec<ToolCall>,
+pub(super) struct Answer {
+    pub(super) text: String,
+    pub(super) calls: Vec<ToolCall>,
     /// The last finish reason the model sent, if any.
-    finish: Option<FinishReason>,
+    pub(super) finish: Option<FinishReason>,
 }
 
 /// A model turn that failed, and whether any delta had arrived before.
-struct TurnError {
-    error: ToolError,
-    streamed: bool,
+pub(super) struct TurnError {
+    pub(super) error: ToolError,
+    pub(super) streamed: bool,
 }
 
 impl<M, St> Run<M>
@@ -498,7 +97,7 @@ where
 {
     /// Model turns and tool steps until the model stops calling tools or a
     /// guard stops the run.
-    async fn steps(&mut self) -> StopReason {
+    pub(super) async fn steps(&mut self) -> StopReason {
         loop {
             if self.steps >= self.agent.max_steps {
                 return StopReason::MaxSteps;
@@ -709,8 +308,8 @@ where
 }
 
 /// A call of the step in flight: counted down when it ends or is dropped.
-struct Running<'a> {
-    step: &'a std::sync::Mutex<StepState>,
+pub(super) struct Running<'a> {
+    pub(super) step: &'a std::sync::Mutex<StepState>,
 }
 
 impl Drop for Running<'_> {
@@ -724,7 +323,7 @@ impl Drop for Running<'_> {
 /// step's waiting calls, to tell when the run can only wait. It holds the
 /// channel weakly: a request kept past the run (by a model, by a task a
 /// tool spawned) must not keep the event stream from ending.
-fn approval_events(
+pub(super) fn approval_events(
     events: mpsc::Sender<AgentEvent>,
     step: Arc<std::sync::Mutex<StepState>>,
 ) -> crate::approval::ApprovalEvents {
@@ -769,7 +368,7 @@ fn approval_events(
 }
 
 /// Runs one call, streaming its items as events; returns its result.
-async fn run_tool(
+pub(super) async fn run_tool(
     toolbox: &Toolbox,
     call: &ToolCall,
     extensions: Extensions,
@@ -814,92 +413,4 @@ async fn run_tool(
     };
     let _ = tx.send(event).await;
     result
-}
-
-/// The event stream of one agent run. Dropping it cancels the run.
-pub struct AgentStream {
-    driver: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
-    events: mpsc::Receiver<AgentEvent>,
-}
-
-impl Stream for AgentStream {
-    type Item = AgentEvent;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<AgentEvent>> {
-        if let Some(driver) = &mut self.driver {
-            if driver.as_mut().poll(cx).is_ready() {
-                self.driver = None;
-            }
-        }
-        // The driver holds the only sender: once it is done and the queue
-        // drained, this yields `None`.
-        self.events.poll_recv(cx)
-    }
-}
-
-impl std::fmt::Debug for AgentStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AgentStream")
-            .field("running", &self.driver.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-/// A conversation and the caller's extensions: what [`Agent`] takes as a
-/// `Service` (see [`Agent::run_with`]).
-#[derive(Debug, Clone, Default)]
-pub struct AgentRequest {
-    /// The conversation so far.
-    pub messages: Vec<Message>,
-    /// Per-run data for the model requests and tool calls (caller identity…).
-    pub extensions: Extensions,
-}
-
-impl AgentRequest {
-    /// A request with no extensions.
-    pub fn new(messages: Vec<Message>) -> Self {
-        AgentRequest {
-            messages,
-            extensions: Extensions::new(),
-        }
-    }
-
-    /// Inserts a per-run value into the extensions.
-    pub fn with_extension<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
-        self.extensions.insert(value);
-        self
-    }
-}
-
-impl From<Vec<Message>> for AgentRequest {
-    fn from(messages: Vec<Message>) -> Self {
-        AgentRequest::new(messages)
-    }
-}
-
-/// Requests are an [`AgentRequest`] or anything that converts into one
-/// (a plain `Vec<Message>`).
-impl<M, St, R> Service<R> for Agent<M>
-where
-    R: Into<AgentRequest>,
-    M: Service<ChatRequest, Response = St> + Clone + Send + 'static,
-    M::Error: Into<ToolError>,
-    M::Future: Send + 'static,
-    St: Stream<Item = Result<ModelDelta, ToolError>> + Send + 'static,
-{
-    type Response = AgentStream;
-    type Error = ToolError;
-    type Future = Ready<Result<AgentStream, ToolError>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: R) -> Self::Future {
-        let AgentRequest {
-            messages,
-            extensions,
-        } = request.into();
-        ready(Ok(self.run_with(messages, extensions)))
-    }
 }

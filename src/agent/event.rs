@@ -1,0 +1,154 @@
+//! What an agent run streams: [`AgentEvent`]s, ending in one
+//! [`AgentEvent::Done`] with its [`AgentDone`] and [`StopReason`].
+
+use crate::model::{Message, ToolCall, Usage};
+use crate::{Progress, ToolError, ToolOutput, ToolResult};
+
+/// What an agent run streams, as it happens.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum AgentEvent {
+    /// Text from the model.
+    TextDelta(String),
+    /// The model started writing a tool call (for a UI that shows the
+    /// arguments being written).
+    ToolCallStarted {
+        /// The call's index in this model answer.
+        index: u32,
+        /// The call id, if the first fragment carried it.
+        id: Option<String>,
+        /// The tool name so far.
+        name: String,
+    },
+    /// More argument text of a call being written.
+    ToolCallInputDelta {
+        /// The call's index in this model answer.
+        index: u32,
+        /// The new argument text.
+        arguments: String,
+    },
+    /// A complete tool call, about to run.
+    ToolCall(ToolCall),
+    /// One item streamed by a running tool.
+    ToolOutput {
+        /// The call it belongs to.
+        call_id: String,
+        /// The item.
+        output: ToolOutput,
+    },
+    /// Progress reported by a running tool.
+    Progress {
+        /// The call it belongs to.
+        call_id: String,
+        /// The report.
+        progress: Progress,
+    },
+    /// A call waits for approval (the approval layer of
+    /// `toolstack-layers` asked); a UI shows it and lets a person answer.
+    ApprovalRequested {
+        /// The call.
+        call_id: String,
+        /// The tool.
+        name: String,
+        /// Its arguments, as the model wrote them.
+        arguments: String,
+    },
+    /// Every tool call of the step still running waits for a decision
+    /// ([`ApprovalRequested`](Self::ApprovalRequested) before): nothing
+    /// more happens in this run until one is made. A front end that takes
+    /// the person's answer in a later request (the AI SDK's chat protocol
+    /// does, [`http::ai_sdk`](crate::http::ai_sdk)) ends its response here and
+    /// keeps the run for that answer.
+    AwaitingApproval {
+        /// The calls waiting, in the order they asked.
+        call_ids: Vec<String>,
+    },
+    /// The call's approval was decided.
+    ApprovalDecided {
+        /// The call.
+        call_id: String,
+        /// The tool.
+        name: String,
+        /// What was decided.
+        decision: crate::approval::Decision,
+        /// Who decided.
+        by: String,
+    },
+    /// A tool call finished; this is what the model will read.
+    ToolResult {
+        /// The call.
+        call_id: String,
+        /// The tool name.
+        name: String,
+        /// The collected result (`is_error` for failures).
+        result: ToolResult,
+    },
+    /// The model's answer broke off with a retryable error after it had
+    /// begun to stream, and the model is asked again
+    /// ([`Agent::retry_model_turns`]). The text and tool-call input
+    /// streamed since the last tool step (or the run's start) were that
+    /// answer's: forget them (a UI removes the half-written text). None of
+    /// its tool calls ran, and it is not in the conversation.
+    TurnDiscarded {
+        /// What broke the answer off.
+        error: ToolError,
+    },
+    /// The model failed; the run ends.
+    Error(ToolError),
+    /// The run ended.
+    Done(AgentDone),
+}
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub struct AgentDone {
+    /// The whole conversation, the new messages included.
+    pub messages: Vec<Message>,
+    /// Tokens used by the model calls that reported usage (discarded
+    /// answers included); `None` when none did — not the same as zero.
+    pub usage: Option<Usage>,
+    /// Model turns taken; a turn asked again after a fault
+    /// ([`Agent::retry_model_turns`]) counts once.
+    pub steps: usize,
+    /// Why the run stopped.
+    pub stop: StopReason,
+}
+
+/// Why a run stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StopReason {
+    /// The model answered without calling a tool.
+    Finished,
+    /// The run reached its limit of model calls.
+    MaxSteps,
+    /// The model asked for more tool calls than the run allows.
+    MaxToolCalls,
+    /// The model call failed (see the [`AgentEvent::Error`] before).
+    ModelError,
+    /// The model's last answer was cut off at its token limit
+    /// (`finish_reason: "length"`): the last assistant message is
+    /// incomplete. Tool calls in it were not run — their arguments may be
+    /// cut too —, each answered with a refusal so the history stays
+    /// well-formed.
+    Length,
+    /// The model's last answer was stopped by a content filter
+    /// (`finish_reason: "content_filter"`); as with
+    /// [`Length`](Self::Length), its tool calls were not run.
+    ContentFilter,
+}
+
+impl StopReason {
+    /// The reason in snake case (`finished`, `max_steps`, …), as spans
+    /// record it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Finished => "finished",
+            StopReason::MaxSteps => "max_steps",
+            StopReason::MaxToolCalls => "max_tool_calls",
+            StopReason::ModelError => "model_error",
+            StopReason::Length => "length",
+            StopReason::ContentFilter => "content_filter",
+        }
+    }
+}
