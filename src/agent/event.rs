@@ -85,7 +85,7 @@ pub enum AgentEvent {
     },
     /// The model's answer broke off with a retryable error after it had
     /// begun to stream, and the model is asked again
-    /// ([`Agent::retry_model_turns`]). The text and tool-call input
+    /// ([`Agent::retry_model_turns`](super::Agent::retry_model_turns)). The text and tool-call input
     /// streamed since the last tool step (or the run's start) were that
     /// answer's: forget them (a UI removes the half-written text). None of
     /// its tool calls ran, and it is not in the conversation.
@@ -108,7 +108,7 @@ pub struct AgentDone {
     /// answers included); `None` when none did — not the same as zero.
     pub usage: Option<Usage>,
     /// Model turns taken; a turn asked again after a fault
-    /// ([`Agent::retry_model_turns`]) counts once.
+    /// ([`Agent::retry_model_turns`](super::Agent::retry_model_turns)) counts once.
     pub steps: usize,
     /// Why the run stopped.
     pub stop: StopReason,

@@ -127,6 +127,10 @@
 //! # }
 //! ```
 
+// The items the docs above link to.
+#[cfg(doc)]
+use crate::{ToolError, ToolRequest, ToolResult, Toolbox};
+
 pub mod ai_sdk;
 mod tools;
 

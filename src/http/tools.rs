@@ -43,7 +43,7 @@ pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(15);
 pub const CALL_ID_HEADER: &str = "x-tool-call-id";
 
 /// Builds the HTTP routes that serve a [`Toolbox`]; see the
-/// [module docs](self) for the routes, the event format and the statuses.
+/// [module docs](super) for the routes, the event format and the statuses.
 ///
 /// ```
 /// use toolstack::http::HttpTools;
@@ -138,7 +138,7 @@ pub fn router(toolbox: Toolbox) -> Router {
 }
 
 /// The HTTP status for a call that failed with an error of this kind before
-/// its stream opened (see the table in the [module docs](self)).
+/// its stream opened (see the table in the [module docs](super)).
 ///
 /// ```
 /// use axum::http::StatusCode;

@@ -17,7 +17,7 @@ impl Toolbox {
     ///
     /// It covers every tool in the toolbox, whenever added; tools nested or
     /// merged in keep their own toolbox's resolver too (see the
-    /// [module docs](self)).
+    /// [module docs](super)).
     pub fn resolver<R: Resolve + 'static>(mut self, resolver: R) -> Self {
         Arc::make_mut(&mut self.inner).resolver = Some(Arc::new(resolver));
         self

@@ -126,6 +126,12 @@ use crate::approval::Decision;
 use crate::model::{ChatRequest, ModelDelta};
 use crate::ToolError;
 
+// The items the docs above link to.
+#[cfg(doc)]
+use crate::agent::AgentEvent;
+#[cfg(doc)]
+use crate::approval::CallerApprover;
+
 mod approvals;
 mod chunks;
 mod ids;

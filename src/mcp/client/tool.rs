@@ -40,7 +40,7 @@ use super::{protocol_error, service_error, McpClient};
 /// server that floods it loses its oldest reports first, as a local tool's
 /// [`ProgressReporter`](crate::tool::ProgressReporter) does. A JSON-RPC
 /// error takes its kind from the error's `data` (`{"kind": "not_found"}`,
-/// as [`McpServer`](super::McpServer) sends it); for other servers, from
+/// as [`McpServer`](crate::mcp::McpServer) sends it); for other servers, from
 /// its code and message.
 #[derive(Clone)]
 pub struct McpTool {
