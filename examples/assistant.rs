@@ -43,9 +43,10 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::{mpsc, oneshot};
 
 use toolstack::agent::{Agent, AgentEvent};
-use toolstack::approval::{ApprovalRequest, Decision};
+use toolstack::approval::{ApprovalRequest, CallerApprover, Decision};
 use toolstack::model::{Message, ScriptedModel, Turn};
 use toolstack::{tool, Progress, ToolAnnotations, ToolContext, ToolError, ToolOutput, Toolbox};
 use toolstack_layers::approval::ApprovalLayer;
@@ -143,42 +144,61 @@ fn writes(sql: &str) -> bool {
     })
 }
 
+/// What the toolbox's approval layer does when the call carries no
+/// approver of its own (the terminal and the browser each give one).
+fn nobody_to_ask(_: &ApprovalRequest) -> impl std::future::Future<Output = Decision> {
+    std::future::ready(Decision::deny(
+        "nobody was there to approve a write; answer from what you have read",
+    ))
+}
+
+/// A call waiting for the person at the terminal, and where the answer goes.
+type Ask = (ApprovalRequest, oneshot::Sender<Decision>);
+
+/// The terminal's approver: it hands each request to the console, which
+/// asks once it has printed what came before it (the model's text, the
+/// call, the other calls' output) — the person sees the call, then is
+/// asked.
+fn terminal_approver() -> (CallerApprover, mpsc::UnboundedReceiver<Ask>) {
+    let (asks, asked) = mpsc::unbounded_channel::<Ask>();
+    let approver = CallerApprover::new("the user", move |request: &ApprovalRequest| {
+        let (answer, decision) = oneshot::channel();
+        let _ = asks.send((request.clone(), answer));
+        async move {
+            decision
+                .await
+                .unwrap_or_else(|_| Decision::deny("the terminal closed before answering"))
+        }
+    });
+    (approver, asked)
+}
+
 /// Asks the person at the terminal; with nobody there (stdin is not a
 /// terminal, as in the scripted run), the write is denied.
-fn ask_at_the_terminal(asked: &ApprovalRequest) -> impl std::future::Future<Output = Decision> {
+async fn ask_at_the_terminal(asked: &ApprovalRequest) -> Decision {
     let sql = serde_json::from_str::<Value>(&asked.arguments)
         .ok()
         .and_then(|v| v.get("sql").and_then(Value::as_str).map(str::to_owned))
         .unwrap_or_else(|| asked.arguments.clone());
-    async move {
-        if !std::io::stdin().is_terminal() {
-            println!(
-                "
-  ? {sql}
-    (nobody at the terminal to approve a write: denied)"
-            );
-            return Decision::deny(
-                "the user was not there to approve a write; answer from what you have read",
-            );
-        }
-        let answer = tokio::task::spawn_blocking(move || {
-            print!(
-                "
-  ? run this write: {sql}
-    approve? [y/N] "
-            );
-            let _ = std::io::stdout().flush();
-            let mut line = String::new();
-            let _ = std::io::stdin().read_line(&mut line);
-            line
-        })
-        .await
-        .unwrap_or_default();
-        if answer.trim().eq_ignore_ascii_case("y") {
-            Decision::Allow
-        } else {
-            Decision::deny("the user said no to this write")
-        }
+    if !std::io::stdin().is_terminal() {
+        println!("    (nobody at the terminal to approve a write: denied)");
+        return Decision::deny(
+            "the user was not there to approve a write; answer from what you have read",
+        );
+    }
+    let answer = tokio::task::spawn_blocking(move || {
+        print!("    run this write: {sql}\n    approve? [y/N] ");
+        let _ = std::io::stdout().flush();
+        let mut line = String::new();
+        let _ = std::io::stdin().read_line(&mut line);
+        line
+    })
+    .await
+    .unwrap_or_default();
+    if answer.trim().eq_ignore_ascii_case("y") {
+        Decision::Allow
+    } else {
+        Decision::deny("the user said no to this write")
     }
 }
 
@@ -355,10 +375,11 @@ fn toolbox(db: Db) -> Toolbox {
     let sql_layers = ServiceBuilder::new()
         .stream_trace()
         .stream_approval(
-            ApprovalLayer::new(ask_at_the_terminal)
+            ApprovalLayer::new(nobody_to_ask)
                 .when(|request| writes(request.arguments()))
                 .decided_by("the user")
-                // In the browser (`--web`), the person there decides.
+                // The person at the terminal, or in the browser (`--web`),
+                // decides: each run carries its own approver.
                 .caller_decides(),
         )
         .stream_budget(BudgetLayer::new().max_items(50).notice(|cut| {
@@ -467,6 +488,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             counter.fetch_add(1, Ordering::Relaxed);
         }
     }));
+    let (approver, mut asks) = terminal_approver();
+    extensions.insert(approver);
     let mut events = match endpoint() {
         #[cfg(feature = "openai")]
         Some(model) => {
@@ -491,7 +514,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let mut out = std::io::stdout();
     let mut streamed_rows = 0u64;
-    while let Some(event) = events.next().await {
+    // Calls whose request the console has printed, and those whose
+    // approver waits: a call is asked about once it is in both.
+    let mut printed: Vec<String> = Vec::new();
+    let mut waiting: Vec<Ask> = Vec::new();
+    loop {
+        let event = tokio::select! {
+            // What the run streamed first is printed first.
+            biased;
+            event = events.next() => match event {
+                Some(event) => event,
+                None => break,
+            },
+            Some(ask) = asks.recv() => {
+                waiting.push(ask);
+                ask_the_printed(&mut printed, &mut waiting).await;
+                continue;
+            }
+        };
+        if let AgentEvent::ApprovalRequested { call_id, .. } = &event {
+            printed.push(call_id.clone());
+        }
+        let asking = matches!(event, AgentEvent::ApprovalRequested { .. });
         match event {
             AgentEvent::TextDelta(text) => {
                 print!("{text}");
@@ -551,8 +595,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             _ => {}
         }
+        if asking {
+            ask_the_printed(&mut printed, &mut waiting).await;
+        }
     }
     Ok(())
+}
+
+/// Asks the person about every waiting call whose request is printed.
+async fn ask_the_printed(printed: &mut Vec<String>, waiting: &mut Vec<Ask>) {
+    while let Some(at) = waiting
+        .iter()
+        .position(|(request, _)| printed.contains(&request.call_id))
+    {
+        let (request, answer) = waiting.remove(at);
+        printed.retain(|id| *id != request.call_id);
+        let _ = answer.send(ask_at_the_terminal(&request).await);
+    }
 }
 
 /// `--web`: the page and the AI SDK chat endpoint.

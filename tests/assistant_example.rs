@@ -20,11 +20,27 @@ fn the_scripted_run_denies_the_write_and_budgets_the_rows() {
     let asked = text
         .find("? execute_sql waits for approval: {\"sql\":\"DELETE FROM orders")
         .expect("the write asks for approval");
+    // The person sees the call, then is asked: the model's text that
+    // proposes the write, the call, and the output of the calls before it
+    // are printed before the question.
+    let proposed = text
+        .find("→ execute_sql({\"sql\":\"DELETE FROM orders")
+        .expect("the model proposes the write");
+    let before = text
+        .find("← execute_sql [ok, 5 items]")
+        .expect("the totals come back");
+    let question = text
+        .find("(nobody at the terminal to approve a write: denied)")
+        .expect("the person is asked");
+    assert!(
+        before < proposed && proposed < asked && asked < question,
+        "{text}"
+    );
     let denied = text.find("deny by the user").expect("and is denied");
     let read_back = text
         .find("was denied by the user: the user was not there to approve a write")
         .expect("the model reads the denial");
-    assert!(asked < denied && denied < read_back, "{text}");
+    assert!(question < denied && denied < read_back, "{text}");
     // 3,000 + 5 rows read (the tap); 57 JSON items reached the model: 50
     // of the 3,000 rows (head and tail, the note of the cut between), the
     // 5 totals, and the two lookups' answers.
