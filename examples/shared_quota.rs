@@ -16,7 +16,7 @@
 //!
 //! ```text
 //! cargo build --release --example shared_quota
-//! target/release/examples/shared_quota --quota 2000 --seconds 30 --workers 4
+//! target/release/examples/shared_quota --quota 2000 --seconds 30 --workers 4 --outage-seconds 10
 //! ```
 
 use std::io::{BufRead, BufReader};

@@ -1,4 +1,4 @@
-//! A tour of toolstack: the seed's tools (`toolstack_demo::tools`), their schemas, calls through a
+//! A tour of toolstack: the demo tools (`toolstack_demo::tools`), their schemas, calls through a
 //! toolbox (good and bad), and a streaming tool's items as they arrive.
 //!
 //! Run with `cargo run --example tour`.
@@ -8,17 +8,17 @@ use std::time::{Instant, SystemTime};
 
 use futures_util::StreamExt;
 use toolstack::{ToolOutput, ToolRequest, ToolResult, Toolbox};
-use toolstack_demo::tools as seed;
+use toolstack_demo::tools as demo;
 use tower::ServiceExt;
 
 #[tokio::main]
 async fn main() {
     let toolbox = Toolbox::new()
-        .tool(seed::weather())
-        .tool(seed::calculator())
-        .tool(seed::clock(SystemTime::now))
-        .tool(seed::read_lines())
-        .tool(seed::count());
+        .tool(demo::weather())
+        .tool(demo::calculator())
+        .tool(demo::clock(SystemTime::now))
+        .tool(demo::read_lines())
+        .tool(demo::count());
 
     println!("== tools, as listed to the model ==");
     for info in toolbox.infos() {

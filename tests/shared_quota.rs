@@ -5,7 +5,7 @@
 //! Redis continuously; then it stops Redis half-way through two more runs
 //! at 50 calls/s: failing open (the workers' local limiters take over, one
 //! quota each) and failing closed (every call `Unavailable`). The full run
-//! (30 s) is the README's figure.
+//! (30 s, release) is the figure in `docs/scale-out.md`.
 //!
 //! Needs `redis-server` (`.ci/run` installs it); without it the test says
 //! SKIPPED loudly, and fails when `TOOLSTACK_REQUIRE_REDIS` is set.
