@@ -1,4 +1,4 @@
-//! The HTTP routes (`toolstack::serve::http`) served on 127.0.0.1 with
+//! The HTTP routes (`toolstack::http`) served on 127.0.0.1 with
 //! `axum::serve` and called with a real HTTP client (reqwest): listing,
 //! SSE calls, every refusal and its status, the example's bearer auth and
 //! per-caller visibility (`toolstack_demo::http`, the app
@@ -24,7 +24,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
-use toolstack::serve::http::{router, status_for, HttpTools, CALL_ID_HEADER, DEFAULT_KEEP_ALIVE};
+use toolstack::http::{router, status_for, HttpTools, CALL_ID_HEADER, DEFAULT_KEEP_ALIVE};
 use toolstack::{
     tool, BoxTool, ErrorKind, Progress, TimeoutPhase, ToolContext, ToolError, ToolInfo, ToolOutput,
     ToolRequest, Toolbox,
@@ -908,7 +908,7 @@ async fn oneshot_json(response: axum::response::Response) -> Value {
 #[tokio::test]
 async fn the_default_body_limit_is_the_argument_limit_of_typed_tools() {
     assert_eq!(
-        toolstack::serve::http::DEFAULT_BODY_LIMIT,
+        toolstack::http::DEFAULT_BODY_LIMIT,
         tool::DEFAULT_MAX_ARGUMENT_BYTES
     );
     let echo = Toolbox::new().tool(tool::from_fn("echo", |v: Value| async move {
