@@ -7,10 +7,17 @@
 //! Needs `web/node_modules` (`npm ci` in `web/`, which `.ci/run` does);
 //! without it the test says SKIPPED loudly, and fails when
 //! `TOOLSTACK_REQUIRE_WEB` is set (CI sets it once the install worked).
+//!
+//! The script has no waits of its own: the test bounds its run, generously
+//! for a debug build on a loaded machine (it takes seconds), so that a
+//! stream that never ends fails, saying what it waited for, instead of
+//! holding CI up.
 
 use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
 
 use serde_json::Value;
 use toolstack::agent::Agent;
@@ -34,6 +41,40 @@ fn node() -> Option<PathBuf> {
         return None;
     }
     Some(node)
+}
+
+/// Runs `command` to its end, its output captured, for at most
+/// `patience`: past that it is stopped (SIGTERM, then SIGKILL) and the test
+/// fails, saying what it waited for and what the command wrote to stderr.
+fn output_within(command: &mut Command, patience: Duration, what: &str) -> Output {
+    let child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|err| panic!("{what}: could not start: {err}"));
+    let pid = child.id();
+    let (done, output) = mpsc::channel();
+    std::thread::spawn(move || done.send(child.wait_with_output()));
+    if let Ok(finished) = output.recv_timeout(patience) {
+        return finished.unwrap();
+    }
+    let signal = |name: &str| {
+        let _ = Command::new("sh")
+            .arg("-c")
+            .arg(format!("kill -{name} {pid}"))
+            .status();
+    };
+    signal("TERM");
+    let stopped = output.recv_timeout(Duration::from_secs(10)).or_else(|_| {
+        signal("KILL");
+        output.recv_timeout(Duration::from_secs(10))
+    });
+    let stderr = stopped
+        .ok()
+        .and_then(Result::ok)
+        .map(|output| String::from_utf8_lossy(&output.stderr).into_owned())
+        .unwrap_or_default();
+    panic!("timed out after {patience:?} waiting for {what}; stopped it. Its stderr:\n{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -85,14 +126,14 @@ async fn the_ai_sdk_client_assembles_what_the_endpoint_streams() {
 
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("web/check-chat.mjs");
     let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(node)
-            .arg(script)
-            .arg(base)
-            .output()
-            .unwrap()
+        output_within(
+            Command::new(node).arg(script).arg(base),
+            Duration::from_secs(180),
+            "web/check-chat.mjs to read both chats with the AI SDK client",
+        )
     })
     .await
-    .unwrap();
+    .unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "node failed: {stderr}");
     let results: Value = serde_json::from_slice(&output.stdout)

@@ -7,10 +7,17 @@
 //! Needs `web/node_modules` and a `chromium` (`.ci/run` installs both);
 //! without them the test says SKIPPED loudly, and fails when
 //! `TOOLSTACK_REQUIRE_BROWSER` is set (CI sets it once both installed).
+//!
+//! Every wait is bounded, generously for a debug build on a loaded
+//! machine (the run takes seconds; the script's own waits are 30 to 60 s
+//! each, and say which step they waited for): a run that hangs fails,
+//! saying what it waited for, instead of holding CI up.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
 
 /// Kills the example when the test ends, however it ends.
 struct Killed(std::process::Child);
@@ -20,6 +27,41 @@ impl Drop for Killed {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// Runs `command` to its end, its output captured, for at most
+/// `patience`: past that it is stopped — SIGTERM first, on which puppeteer
+/// closes its browser, then SIGKILL — and the test fails, saying what it
+/// waited for and what the command wrote to stderr.
+fn output_within(command: &mut Command, patience: Duration, what: &str) -> Output {
+    let child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|err| panic!("{what}: could not start: {err}"));
+    let pid = child.id();
+    let (done, output) = mpsc::channel();
+    std::thread::spawn(move || done.send(child.wait_with_output()));
+    if let Ok(finished) = output.recv_timeout(patience) {
+        return finished.unwrap();
+    }
+    let signal = |name: &str| {
+        let _ = Command::new("sh")
+            .arg("-c")
+            .arg(format!("kill -{name} {pid}"))
+            .status();
+    };
+    signal("TERM");
+    let stopped = output.recv_timeout(Duration::from_secs(10)).or_else(|_| {
+        signal("KILL");
+        output.recv_timeout(Duration::from_secs(10))
+    });
+    let stderr = stopped
+        .ok()
+        .and_then(Result::ok)
+        .map(|output| String::from_utf8_lossy(&output.stderr).into_owned())
+        .unwrap_or_default();
+    panic!("timed out after {patience:?} waiting for {what}; stopped it. Its stderr:\n{stderr}");
 }
 
 fn chromium() -> Option<PathBuf> {
@@ -69,10 +111,19 @@ fn the_page_shows_the_agent_at_work_in_a_real_browser() {
             .spawn()
             .unwrap(),
     );
-    let mut first = String::new();
-    BufReader::new(server.0.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
+    let stdout = server.0.stdout.take().unwrap();
+    let (said, first) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = said.send(line);
+    });
+    let patience = Duration::from_secs(60);
+    let first = first.recv_timeout(patience).unwrap_or_else(|_| {
+        panic!(
+            "timed out after {patience:?} waiting for the assistant example to say where it serves"
+        )
+    });
     let url = first
         .trim()
         .strip_prefix("serving on ")
@@ -83,13 +134,17 @@ fn the_page_shows_the_agent_at_work_in_a_real_browser() {
     std::fs::create_dir_all(&shots).unwrap();
     let screenshot = shots.join("assistant.png");
     let _ = std::fs::remove_file(&screenshot);
-    let output = Command::new(node)
-        .arg(root.join("web/check-page.mjs"))
-        .arg(&url)
-        .arg(&screenshot)
-        .arg(&chromium)
-        .output()
-        .unwrap();
+    // Past the script's own waits, so that theirs, which name the step,
+    // come first.
+    let output = output_within(
+        Command::new(node)
+            .arg(root.join("web/check-page.mjs"))
+            .arg(&url)
+            .arg(&screenshot)
+            .arg(&chromium),
+        Duration::from_secs(300),
+        "web/check-page.mjs to drive the page in Chromium (launch, load, ask, approve, answer)",
+    );
     assert!(
         output.status.success(),
         "the browser run failed: {}",

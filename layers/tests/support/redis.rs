@@ -7,7 +7,7 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -15,8 +15,26 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-/// The command timeout the tests give the layers.
+/// The command timeout the tests of a dead or silent Redis give the
+/// layers: what a call may wait for Redis, by design.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// The command timeout of the layers (and connection managers) of the
+/// tests in which Redis stays up: far longer than an answer takes even on
+/// a stalled machine, so that only a dead or silent Redis makes them fall
+/// back.
+pub const PATIENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a test waits for a call, or for a condition, before it calls
+/// it stuck: longer than any timeout above, so that a call a timeout ends
+/// is not taken for one that hangs.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// What a stalled machine may add to a call that the command timeout
+/// bounds: seconds, so that only a call that waits for something else —
+/// a hang, or the far longer timeouts of the connection managers in the
+/// tests of a silent Redis — goes past the bound.
+pub const STALL: Duration = Duration::from_secs(5);
 
 /// A running `redis-server`, killed (and its directory removed) on drop.
 #[derive(Debug)]
@@ -88,7 +106,9 @@ impl RedisServer {
             port,
             dir,
         };
-        if server.wait_ready(Duration::from_secs(5)) {
+        // A loaded machine may take seconds to start it; a server that
+        // could not bind its port exits, which `wait_ready` sees at once.
+        if server.wait_ready(PATIENCE) {
             Ok(server)
         } else {
             server.kill();
@@ -96,7 +116,7 @@ impl RedisServer {
         }
     }
 
-    /// Whether the server answers `PING` within `within`.
+    /// Whether the server answers within `within`.
     fn wait_ready(&mut self, within: Duration) -> bool {
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {
@@ -105,7 +125,7 @@ impl RedisServer {
                     return false;
                 }
             }
-            if self.ping() {
+            if self.answers() {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -113,15 +133,35 @@ impl RedisServer {
         false
     }
 
-    fn ping(&self) -> bool {
+    /// Whether the server on the port answers, and is this one: two tests
+    /// may pick the same free port, and the one whose server then cannot
+    /// bind it must not take the other's for its own.
+    fn answers(&self) -> bool {
+        let Some(pid) = self.child.as_ref().map(Child::id) else {
+            return false;
+        };
         let Ok(mut stream) = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)) else {
             return false;
         };
         let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
-        let mut answer = [0; 7];
-        stream.write_all(b"PING\r\n").is_ok()
-            && stream.read_exact(&mut answer).is_ok()
-            && &answer == b"+PONG\r\n"
+        if stream.write_all(b"INFO server\r\n").is_err() {
+            return false;
+        }
+        let mut reader = BufReader::new(stream);
+        let mut header = String::new();
+        let Some(len) = reader
+            .read_line(&mut header)
+            .ok()
+            .and_then(|_| header.trim_end().strip_prefix('$')?.parse().ok())
+        else {
+            return false;
+        };
+        let mut info = vec![0; len];
+        let ours = format!("process_id:{pid}");
+        reader.read_exact(&mut info).is_ok()
+            && String::from_utf8_lossy(&info)
+                .lines()
+                .any(|line| line == ours)
     }
 
     pub fn port(&self) -> u16 {
@@ -137,7 +177,8 @@ impl RedisServer {
     }
 
     /// A connection manager as a process would make one: its own
-    /// connection, timeouts near the layers' command timeout, one retry.
+    /// connection, timeouts near the layers' command timeout, one retry —
+    /// for the tests of what a call does when Redis dies.
     pub async fn manager(&self) -> ConnectionManager {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(COMMAND_TIMEOUT))
@@ -145,6 +186,17 @@ impl RedisServer {
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(20))
             .set_max_delay(Duration::from_millis(200));
+        ConnectionManager::new_with_config(self.client(), config)
+            .await
+            .expect("a connection to the test's redis-server")
+    }
+
+    /// A connection manager for a test in which Redis stays up: its own
+    /// connection, [`PATIENT_TIMEOUT`] to connect and to answer.
+    pub async fn patient_manager(&self) -> ConnectionManager {
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(PATIENT_TIMEOUT))
+            .set_response_timeout(Some(PATIENT_TIMEOUT));
         ConnectionManager::new_with_config(self.client(), config)
             .await
             .expect("a connection to the test's redis-server")
