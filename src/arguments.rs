@@ -19,10 +19,9 @@
 //! allows…"*).
 //!
 //! **Bounds.** Argument text is refused before it is parsed when it is
-//! longer than a limit (for typed tools
-//! [`DEFAULT_MAX_ARGUMENT_BYTES`](crate::tool::DEFAULT_MAX_ARGUMENT_BYTES),
-//! 1 MiB; the HTTP body limit and the MCP server's argument limit are the
-//! same by default). Nesting is bounded by serde_json's recursion limit of
+//! longer than a limit ([`DEFAULT_MAX_ARGUMENT_BYTES`], 1 MiB, unless a
+//! tool sets its own; the HTTP body limit, the MCP server's argument limit
+//! and the validation layer's are the same by default). Nesting is bounded by serde_json's recursion limit of
 //! 128: arrays and objects nested deeper than [`MAX_DEPTH`] (127 levels,
 //! the arguments object included) are refused with *"arguments are nested
 //! too deeply …"*, an
@@ -49,6 +48,39 @@ use crate::ToolError;
 /// the arguments object included: one under serde_json's recursion limit
 /// (128), which every parse of argument text in toolstack runs under.
 pub const MAX_DEPTH: usize = 127;
+
+/// Argument text longer than this (in bytes) is refused before it is
+/// parsed, unless a tool sets its own limit (with
+/// [`FnTool::max_argument_bytes`](crate::FnTool::max_argument_bytes)).
+pub const DEFAULT_MAX_ARGUMENT_BYTES: usize = 1024 * 1024;
+
+/// The text a decoder reads: `{}` for empty text, and an early refusal of
+/// text that cannot be an object (an array, a string, a number, …) — the
+/// two rules checked before any parse. A decoder of its own type
+/// (`serde_json::from_str`) reports what is left, through [`not_json_in`].
+#[inline]
+pub fn prepare(text: &str) -> Result<&str, ToolError> {
+    let text = or_empty_object(text);
+    check_object_start(text)?;
+    Ok(text)
+}
+
+/// Checks the rules without building a value (JSON syntax included), and
+/// gives the text a decoder should read (`{}` for empty text).
+pub fn check(text: &str) -> Result<&str, ToolError> {
+    let text = prepare(text)?;
+    serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|err| not_json_in(text, err))?;
+    Ok(text)
+}
+
+/// The arguments as a JSON value, read by the first rule (empty is `{}`);
+/// text that is not JSON is refused with the rules' messages. The second
+/// rule (an object) is left to the reader: a schema, or
+/// [`parse_object`].
+pub fn parse(text: &str) -> Result<Value, ToolError> {
+    let text = or_empty_object(text);
+    serde_json::from_str(text).map_err(|err| not_json_in(text, err))
+}
 
 /// The argument text with rule 1 applied: `"{}"` for empty text or text of
 /// JSON's whitespace only (space, tab, line feed, carriage return), the

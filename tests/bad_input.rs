@@ -155,7 +155,7 @@ async fn oversized_arguments_are_refused_before_decoding() {
 
 #[tokio::test]
 async fn default_argument_limit_is_one_mebibyte() {
-    assert_eq!(tool::DEFAULT_MAX_ARGUMENT_BYTES, 1 << 20);
+    assert_eq!(toolstack::arguments::DEFAULT_MAX_ARGUMENT_BYTES, 1 << 20);
     let t = tool::from_fn("echo", |v: serde_json::Value| async move {
         Ok::<_, ToolError>(v)
     });
@@ -358,7 +358,7 @@ async fn an_agent_tool_refuses_an_object_without_a_message_and_takes_plain_text(
     assert_eq!(ask(r#""quoted""#).await.unwrap(), "answered");
     // Broken JSON is plain text, as before; too big is refused unread.
     assert_eq!(ask(r#"{"message": "hi""#).await.unwrap(), "answered");
-    let big = "x".repeat(tool::DEFAULT_MAX_ARGUMENT_BYTES + 1);
+    let big = "x".repeat(toolstack::arguments::DEFAULT_MAX_ARGUMENT_BYTES + 1);
     let err = ask(&big).await.unwrap_err();
     assert!(
         err.message()

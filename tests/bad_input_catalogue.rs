@@ -605,7 +605,7 @@ fn agent_rows() -> Vec<ArgumentRow> {
         ),
         arg(
             "an agent's arguments over 1 MiB are refused unread",
-            "x".repeat(tool::DEFAULT_MAX_ARGUMENT_BYTES + 1),
+            "x".repeat(toolstack::arguments::DEFAULT_MAX_ARGUMENT_BYTES + 1),
             &["the limit for `ask` is 1048576 bytes"],
         ),
         arg(

@@ -909,12 +909,12 @@ async fn oneshot_json(response: axum::response::Response) -> Value {
 async fn the_default_body_limit_is_the_argument_limit_of_typed_tools() {
     assert_eq!(
         toolstack::http::DEFAULT_BODY_LIMIT,
-        tool::DEFAULT_MAX_ARGUMENT_BYTES
+        toolstack::arguments::DEFAULT_MAX_ARGUMENT_BYTES
     );
     let echo = Toolbox::new().tool(tool::from_fn("echo", |v: Value| async move {
         Ok::<_, ToolError>(v["pad"].as_str().map_or(0, str::len))
     }));
-    let limit = tool::DEFAULT_MAX_ARGUMENT_BYTES;
+    let limit = toolstack::arguments::DEFAULT_MAX_ARGUMENT_BYTES;
     // At the limit, the router reads it and the tool takes it.
     let fits = format!(r#"{{"pad":"{}"}}"#, "x".repeat(limit - 10));
     let response = oneshot_call(router(echo.clone()), "echo", fits).await;

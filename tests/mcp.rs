@@ -768,7 +768,7 @@ async fn arguments_over_the_servers_limit_are_refused_before_the_tool_runs() {
 async fn the_servers_default_argument_limit_is_the_one_typed_tools_use() {
     let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let client = in_memory(sink(calls.clone())).await;
-    let limit = tool::DEFAULT_MAX_ARGUMENT_BYTES;
+    let limit = toolstack::arguments::DEFAULT_MAX_ARGUMENT_BYTES;
     let over = json!({"pad": "x".repeat(limit)}).to_string();
     let out = items(&client, "sink", &over).await;
     let err = out.last().unwrap().as_ref().unwrap_err();

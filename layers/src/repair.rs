@@ -22,11 +22,10 @@
 //! that the rules cannot turn into a JSON object goes on untouched, and
 //! the tool refuses it as before, naming what is wrong.
 //!
-//! Over a toolbox, [`RepairLayer::tool_names`] also repairs the tool's
-//! name: a name that matches a known one but for case, or a configured
-//! [alias](RepairLayer::alias), becomes that name. Under an agent, whose
-//! tools are a [`Toolbox`](toolstack::Toolbox), the toolbox does that at
-//! dispatch: [`Toolbox::repair_names`](toolstack::Toolbox::repair_names),
+//! A tool's *name* is the toolbox's to repair, since it knows which tools
+//! each caller may see: a name that matches a visible one but for case, or
+//! an alias, is repaired at dispatch by
+//! [`Toolbox::repair_names`](toolstack::Toolbox::repair_names) and
 //! [`Toolbox::alias`](toolstack::Toolbox::alias).
 //!
 //! ```
@@ -48,9 +47,6 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::HashMap;
-use std::fmt;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use serde::de::IgnoredAny;
@@ -58,62 +54,24 @@ use toolstack::{ToolError, ToolRequest};
 use tower_layer::Layer;
 use tower_service::Service;
 
-/// The repairs made to one call, in the request's extensions.
+/// The repairs made to one call's arguments, in the request's extensions.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Repaired {
     /// The rules that changed the arguments, in order (`fence`, `string`,
     /// `single_quotes`, `bare_keys`, `trailing_commas`, `unclosed`).
     pub rules: Vec<&'static str>,
-    /// The tool name the call asked for, when it was repaired.
-    pub name_was: Option<String>,
 }
 
-/// Repairs malformed tool calls: see the [module docs](self).
-#[derive(Clone, Debug, Default)]
+/// Repairs malformed tool-call arguments: see the [module docs](self).
+#[derive(Clone, Copy, Debug, Default)]
 pub struct RepairLayer {
-    names: Option<Arc<Names>>,
-}
-
-#[derive(Debug, Default)]
-struct Names {
-    // Lowercased name (or alias) → the name.
-    known: HashMap<String, String>,
-    exact: std::collections::HashSet<String>,
+    _priv: (),
 }
 
 impl RepairLayer {
-    /// Repairs argument text; names are left as they are.
+    /// Repairs argument text (a tool's name is the toolbox's to repair).
     pub fn new() -> Self {
         RepairLayer::default()
-    }
-
-    /// The names of the tools below (a toolbox's), so that a name that
-    /// differs from one of them only in case becomes that name.
-    pub fn tool_names<'a>(mut self, names: impl IntoIterator<Item = &'a str>) -> Self {
-        let table = Arc::make_mut(self.names.get_or_insert_with(Default::default));
-        for name in names {
-            table.exact.insert(name.to_owned());
-            table.known.insert(name.to_lowercase(), name.to_owned());
-        }
-        self
-    }
-
-    /// A name models use for tool `name` (`run_sql` for `execute_sql`);
-    /// matched without regard to case.
-    pub fn alias(mut self, alias: &str, name: &str) -> Self {
-        let table = Arc::make_mut(self.names.get_or_insert_with(Default::default));
-        table.known.insert(alias.to_lowercase(), name.to_owned());
-        table.exact.insert(name.to_owned());
-        self
-    }
-}
-
-impl Clone for Names {
-    fn clone(&self) -> Self {
-        Names {
-            known: self.known.clone(),
-            exact: self.exact.clone(),
-        }
     }
 }
 
@@ -121,34 +79,26 @@ impl<S> Layer<S> for RepairLayer {
     type Service = Repair<S>;
 
     fn layer(&self, inner: S) -> Repair<S> {
-        Repair {
-            inner,
-            names: self.names.clone(),
-        }
+        Repair { inner }
     }
 }
 
-/// A tool (or toolbox) whose calls are repaired first; see the [module
-/// docs](self).
-#[derive(Clone)]
+/// A tool (or toolbox) whose calls' arguments are repaired first; see the
+/// [module docs](self).
+#[derive(Clone, Debug)]
 pub struct Repair<S> {
     inner: S,
-    names: Option<Arc<Names>>,
-}
-
-impl<S: fmt::Debug> fmt::Debug for Repair<S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Repair")
-            .field("inner", &self.inner)
-            .field("names", &self.names.as_ref().map(|n| n.known.len()))
-            .finish()
-    }
 }
 
 impl<S> Repair<S> {
     /// The wrapped service.
     pub fn get_ref(&self) -> &S {
         &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
     }
 
     /// Unwraps the service.
@@ -171,40 +121,18 @@ where
     }
 
     fn call(&mut self, mut request: ToolRequest) -> Self::Future {
-        let mut repaired: Option<Repaired> = None;
-        if let Some(names) = &self.names {
-            if !names.exact.contains(request.name()) {
-                if let Some(name) = names.known.get(&request.name().to_lowercase()) {
-                    let was = request.name().to_owned();
-                    request.set_name(name.clone());
-                    repaired = Some(Repaired {
-                        rules: Vec::new(),
-                        name_was: Some(was),
-                    });
-                }
-            }
-        }
         // Text past the tools' size bound is refused by the tool anyway.
-        let small = request.arguments().len() <= toolstack::tool::DEFAULT_MAX_ARGUMENT_BYTES;
+        let small = request.arguments().len() <= toolstack::arguments::DEFAULT_MAX_ARGUMENT_BYTES;
         if small && !is_object(request.arguments()) {
             if let Some((text, rules)) = repair(request.arguments()) {
                 request.set_arguments(text);
-                repaired
-                    .get_or_insert_with(|| Repaired {
-                        rules: Vec::new(),
-                        name_was: None,
-                    })
-                    .rules = rules;
+                tracing::info!(
+                    gen_ai.tool.name = %request.name(),
+                    rules = %rules.join(","),
+                    "tool call repaired"
+                );
+                request.extensions_mut().insert(Repaired { rules });
             }
-        }
-        if let Some(repaired) = repaired {
-            tracing::info!(
-                gen_ai.tool.name = %request.name(),
-                name_was = repaired.name_was.as_deref(),
-                rules = %repaired.rules.join(","),
-                "tool call repaired"
-            );
-            request.extensions_mut().insert(repaired);
         }
         self.inner.call(request)
     }

@@ -62,7 +62,7 @@ use std::task::{ready, Context, Poll};
 use futures_core::Stream;
 use pin_project_lite::pin_project;
 use serde_json::Value;
-use toolstack::tool::DEFAULT_MAX_ARGUMENT_BYTES;
+use toolstack::arguments::DEFAULT_MAX_ARGUMENT_BYTES;
 use toolstack::{ToolError, ToolInfo, ToolItem, ToolRequest};
 use tower_layer::Layer;
 use tower_service::Service;
@@ -534,9 +534,7 @@ fn compile(schema: &Value) -> Result<Arc<jsonschema::Validator>, SchemaError> {
 }
 
 fn check(validator: &jsonschema::Validator, arguments: &str) -> Result<(), ToolError> {
-    let text = toolstack::arguments::or_empty_object(arguments);
-    let instance: Value =
-        serde_json::from_str(text).map_err(|err| toolstack::arguments::not_json_in(text, err))?;
+    let instance = toolstack::arguments::parse(arguments)?;
     if validator.is_valid(&instance) {
         return Ok(());
     }

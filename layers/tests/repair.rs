@@ -149,18 +149,18 @@ async fn what_cannot_be_repaired_is_refused_as_before_and_repaired_text_is_still
 }
 
 #[tokio::test]
-async fn over_a_toolbox_a_names_case_or_alias_is_repaired() {
-    let toolbox = Toolbox::new().boxed(query_tool(Arc::default()));
-    let names: Vec<String> = toolbox.infos().map(|i| i.name().to_owned()).collect();
+async fn around_a_toolbox_the_arguments_are_repaired_and_the_toolbox_repairs_the_name() {
+    // The layer repairs the text; the toolbox, which knows the names its
+    // caller may see, repairs the name.
+    let toolbox = Toolbox::new()
+        .boxed(query_tool(Arc::default()))
+        .repair_names()
+        .alias("run_sql", "execute_sql");
     let repaired = ServiceBuilder::new()
-        .layer(
-            RepairLayer::new()
-                .tool_names(names.iter().map(String::as_str))
-                .alias("run_sql", "execute_sql"),
-        )
+        .layer(RepairLayer::new())
         .service(toolbox);
     for name in ["Execute_SQL", "run_sql", "RUN_SQL"] {
-        let result = call(repaired.clone(), name, r#"{"sql": "SELECT 3", "limit": 1}"#).await;
+        let result = call(repaired.clone(), name, "{sql: 'SELECT 3', limit: 1,}").await;
         assert_eq!(result.into_text(), "SELECT 3 LIMIT 1", "{name}");
     }
     let unknown = call(repaired, "drop_everything", "{}").await;

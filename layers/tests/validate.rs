@@ -274,7 +274,7 @@ async fn oversized_arguments_are_refused_before_they_are_parsed() {
 async fn the_default_argument_limit_is_the_one_typed_tools_use() {
     let (result, calls) = call_echo(&format!(
         r#"{{"city": "{}"}}"#,
-        "x".repeat(toolstack::tool::DEFAULT_MAX_ARGUMENT_BYTES)
+        "x".repeat(toolstack::arguments::DEFAULT_MAX_ARGUMENT_BYTES)
     ))
     .await;
     let err = result.unwrap_err();

@@ -6,7 +6,7 @@
 //! as the message itself (a model asked to "ask the specialist" often sends
 //! just the question). An object without `message`, or whose `message` is
 //! not a string, is refused; arguments over
-//! [`DEFAULT_MAX_ARGUMENT_BYTES`](crate::tool::DEFAULT_MAX_ARGUMENT_BYTES)
+//! [`DEFAULT_MAX_ARGUMENT_BYTES`](crate::arguments::DEFAULT_MAX_ARGUMENT_BYTES)
 //! are refused before they are read.
 
 use std::pin::Pin;
@@ -104,7 +104,7 @@ where
         if let Err(err) = crate::arguments::check_size(
             request.arguments(),
             self.info.name(),
-            crate::tool::DEFAULT_MAX_ARGUMENT_BYTES,
+            crate::arguments::DEFAULT_MAX_ARGUMENT_BYTES,
         ) {
             return ready_future(Err(err));
         }

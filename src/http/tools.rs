@@ -26,11 +26,11 @@ use crate::{
 };
 
 /// The default limit on a call's body: 1 MiB, the argument limit of typed
-/// tools ([`DEFAULT_MAX_ARGUMENT_BYTES`](crate::tool::DEFAULT_MAX_ARGUMENT_BYTES)),
+/// tools ([`DEFAULT_MAX_ARGUMENT_BYTES`](crate::arguments::DEFAULT_MAX_ARGUMENT_BYTES)),
 /// so that a body the router reads is one a tool would not refuse for its
 /// size. The limit is checked before anything is parsed, and against the
 /// declared length before anything is read.
-pub const DEFAULT_BODY_LIMIT: usize = crate::tool::DEFAULT_MAX_ARGUMENT_BYTES;
+pub const DEFAULT_BODY_LIMIT: usize = crate::arguments::DEFAULT_MAX_ARGUMENT_BYTES;
 
 /// The default time a call's stream may go without an event before a
 /// keep-alive comment is sent: 15 s, under the 30–60 s idle timeouts that
@@ -262,13 +262,10 @@ const PREALLOCATE_MAX: usize = 64 * 1024;
 async fn read_arguments(body: Body, limit: usize) -> Result<String, Rejection> {
     let bytes = read_limited(body, limit).await?;
     let text = String::from_utf8(bytes).map_err(Rejection::BodyNotUtf8)?;
-    let arguments = arguments::or_empty_object(&text);
-    arguments::check_object_start(arguments).map_err(Rejection::Tool)?;
     // Syntax only, without building a value: the tool decodes the text
     // itself, and its errors name the fields.
-    serde_json::from_str::<serde::de::IgnoredAny>(arguments)
-        .map_err(|err| Rejection::Tool(arguments::not_json(err)))?;
-    // `or_empty_object` answers with the text itself or with `"{}"`; only a
+    let arguments = arguments::check(&text).map_err(Rejection::Tool)?;
+    // `check` answers with the text itself or with `"{}"`; only a
     // blank body pays for an allocation.
     if std::ptr::eq(arguments, text.as_str()) {
         Ok(text)

@@ -26,7 +26,7 @@ use super::call::{progress_param, Call, Step, TaskSupport, Tasks, Waiting, Watch
 use super::convert;
 use super::input::{Backend, InputState};
 use super::log::{ClientLog, LEVEL_UNSET};
-use crate::tool::DEFAULT_MAX_ARGUMENT_BYTES;
+use crate::arguments::DEFAULT_MAX_ARGUMENT_BYTES;
 use crate::{ErrorKind, McpAttributes, ToolError, ToolRequest, ToolResult, Toolbox, TraceContext};
 
 /// Serves a [`Toolbox`] over MCP: `tools/list` from the tools'

@@ -56,9 +56,8 @@ pub struct JsonDecoder;
 
 impl<Args: DeserializeOwned> Decode<Args> for JsonDecoder {
     fn decode(&self, arguments: &str) -> Result<Args, ToolError> {
-        let text = crate::arguments::or_empty_object(arguments);
         // Serde would otherwise read a struct from an array, positionally.
-        crate::arguments::check_object_start(text)?;
+        let text = crate::arguments::prepare(arguments)?;
         // The fast path parses once; only a failure pays for the second,
         // path-tracking parse that names the field.
         serde_json::from_str(text).map_err(|err| describe_error::<Args>(text, err))

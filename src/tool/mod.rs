@@ -68,9 +68,7 @@ pub use stream::ResponseStream;
 
 use crate::{Describe, ToolAnnotations, ToolError, ToolInfo, ToolItem, ToolRequest};
 
-/// Arguments longer than this (in bytes) are refused before decoding,
-/// unless a tool sets its own limit with [`FnTool::max_argument_bytes`].
-pub const DEFAULT_MAX_ARGUMENT_BYTES: usize = 1024 * 1024;
+use crate::arguments::DEFAULT_MAX_ARGUMENT_BYTES;
 
 /// A tool built from a function: decodes the arguments, calls the function,
 /// encodes its items lazily.

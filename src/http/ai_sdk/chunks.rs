@@ -217,15 +217,14 @@ impl Mapper {
             AgentEvent::ToolCall(call) => {
                 self.tool_event(&mut push);
                 let id = self.part_of_call(&call.id);
-                let text = crate::arguments::or_empty_object(&call.arguments);
-                match serde_json::from_str::<Value>(text) {
+                match crate::arguments::parse(&call.arguments) {
                     Ok(input) => push(json!({
                         "type": "tool-input-available", "toolCallId": id,
                         "toolName": call.name, "input": input,
                     })),
                     Err(err) => push(json!({
                         "type": "tool-input-error", "toolCallId": id, "toolName": call.name,
-                        "input": call.arguments, "errorText": format!("the arguments are not JSON: {err}"),
+                        "input": call.arguments, "errorText": err.message(),
                     })),
                 }
             }
