@@ -18,14 +18,12 @@
 
 use std::time::Duration;
 
-use axum::extract::Request;
-use axum::http::{header, StatusCode};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::middleware;
 use futures_util::stream::{self, StreamExt};
 use toolstack::mcp::rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 use toolstack::mcp::McpServer;
 use toolstack::{tool, Progress, ToolAnnotations, ToolError, ToolOutput, Toolbox};
+use toolstack_demo::auth::{require_bearer, Tokens};
 
 /// Who is calling, put in the request's extensions by the auth check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,28 +94,11 @@ fn toolbox() -> Toolbox {
         })
 }
 
-/// Checks `Authorization: Bearer <token>` and records the caller.
-async fn bearer(mut request: Request, next: Next) -> Response {
-    let token = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    let caller = match token {
-        Some("admin-token") => Caller::Admin,
-        Some("guest-token") => Caller::Guest,
-        _ => {
-            return (
-                StatusCode::UNAUTHORIZED,
-                [(header::WWW_AUTHENTICATE, "Bearer")],
-                "missing or unknown bearer token",
-            )
-                .into_response()
-        }
-    };
-    request.extensions_mut().insert(caller);
-    next.run(request).await
-}
+/// The bearer tokens and who they stand for.
+const TOKENS: Tokens<Caller> = &[
+    ("admin-token", Caller::Admin),
+    ("guest-token", Caller::Guest),
+];
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -131,7 +112,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mcp = server.into_http_service(StreamableHttpServerConfig::default());
     let app = axum::Router::new()
         .nest_service("/mcp", mcp)
-        .layer(middleware::from_fn(bearer))
+        .layer(middleware::from_fn_with_state(
+            TOKENS,
+            require_bearer::<Caller>,
+        ))
         .route("/health", axum::routing::get(|| async { "ok" }));
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     eprintln!("MCP over streamable HTTP on http://{addr}/mcp (Bearer guest-token or admin-token)");

@@ -28,6 +28,105 @@ use serde::{Serialize, Serializer};
 
 use crate::{Json, ToolError, ToolOutput};
 
+/// A response stream being collected into a [`ToolResult`], each item
+/// shown to the caller as it comes: what every reader of a tool's stream
+/// that also wants its result (the agent, the HTTP endpoint, the MCP
+/// server) does, by one rule — content items are kept, progress is passed
+/// on and not kept, the first error ends the result.
+///
+/// ```
+/// use futures_util::stream;
+/// use toolstack::result::{Collecting, Seen};
+/// use toolstack::{Progress, ToolError, ToolOutput};
+///
+/// # futures_util::FutureExt::now_or_never(async {
+/// let items = stream::iter(vec![
+///     Ok(ToolOutput::progress(Progress::new(1.0))),
+///     Ok(ToolOutput::text("partial")),
+///     Err(ToolError::failed("disk full")),
+///     Ok(ToolOutput::text("never seen")),
+/// ]);
+/// let mut collecting = Collecting::new(items);
+/// assert!(matches!(collecting.next().await, Seen::Progress(_)));
+/// assert!(matches!(collecting.next().await, Seen::Output));
+/// assert_eq!(collecting.latest().and_then(ToolOutput::as_text), Some("partial"));
+/// let Seen::Done(result) = collecting.next().await else { panic!() };
+/// assert!(result.is_error);
+/// assert_eq!(result.content.len(), 2, "the item and the error's text");
+/// // The stream is gone: nothing after the error is read.
+/// let Seen::Done(again) = collecting.next().await else { panic!() };
+/// assert!(again.error.unwrap().message().contains("polled after"));
+/// # }).unwrap();
+/// ```
+#[derive(Debug)]
+pub struct Collecting<S> {
+    // `None` once the result has been given.
+    stream: Option<S>,
+    result: ToolResult,
+}
+
+/// What [`Collecting`] saw next.
+#[derive(Debug)]
+pub enum Seen {
+    /// A content item, now kept in the result ([`latest`](Collecting::latest)).
+    Output,
+    /// A progress report (not kept).
+    Progress(crate::Progress),
+    /// The stream ended, or failed: the result. Given once; after it, the
+    /// stream is dropped and each further call gives a result holding a
+    /// "polled after completion" error.
+    Done(ToolResult),
+}
+
+impl<S> Collecting<S>
+where
+    S: Stream<Item = Result<ToolOutput, ToolError>> + Unpin,
+{
+    /// Starts collecting `stream`.
+    pub fn new(stream: S) -> Self {
+        Collecting {
+            stream: Some(stream),
+            result: ToolResult::default(),
+        }
+    }
+
+    /// The next thing seen, once it comes.
+    pub fn poll_next(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Seen> {
+        use std::task::Poll;
+        let Some(stream) = &mut self.stream else {
+            return Poll::Ready(Seen::Done(ToolResult::from_error(
+                ToolError::polled_after_completion("a collected tool stream"),
+            )));
+        };
+        match std::task::ready!(stream.poll_next_unpin(cx)) {
+            Some(Ok(ToolOutput::Progress(progress))) => Poll::Ready(Seen::Progress(*progress)),
+            Some(Ok(output)) => {
+                self.result.content.push(output);
+                Poll::Ready(Seen::Output)
+            }
+            Some(Err(err)) => {
+                self.result.push_error(err);
+                self.stream = None;
+                Poll::Ready(Seen::Done(std::mem::take(&mut self.result)))
+            }
+            None => {
+                self.stream = None;
+                Poll::Ready(Seen::Done(std::mem::take(&mut self.result)))
+            }
+        }
+    }
+
+    /// The next thing seen.
+    pub async fn next(&mut self) -> Seen {
+        std::future::poll_fn(|cx| self.poll_next(cx)).await
+    }
+
+    /// The content item seen last (the one a [`Seen::Output`] announced).
+    pub fn latest(&self) -> Option<&ToolOutput> {
+        self.result.content.last()
+    }
+}
+
 /// A collected tool response.
 ///
 /// It serializes in MCP's `CallToolResult` shape, the one the HTTP
@@ -63,18 +162,13 @@ impl ToolResult {
     where
         S: Stream<Item = Result<ToolOutput, ToolError>>,
     {
-        let mut stream = std::pin::pin!(stream);
-        let mut result = ToolResult::default();
-        while let Some(item) = stream.next().await {
-            match item {
-                Ok(output) => result.push(output),
-                Err(err) => {
-                    result.push_error(err);
-                    break;
-                }
+        let stream = std::pin::pin!(stream);
+        let mut collecting = Collecting::new(stream);
+        loop {
+            if let Seen::Done(result) = collecting.next().await {
+                return result;
             }
         }
-        result
     }
 
     /// The result of a call that failed before producing anything.

@@ -7,10 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::Request;
-use axum::http::{header, StatusCode};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::middleware;
 use futures_util::{stream, StreamExt};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -25,6 +22,7 @@ use toolstack::{
     tool, Describe, ErrorKind, Progress, Resource, ToolAnnotations, ToolContext, ToolError,
     ToolOutput, ToolRequest, ToolResult, Toolbox,
 };
+use toolstack_demo::auth::{require_bearer, Tokens};
 use tower::ServiceExt;
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -350,26 +348,8 @@ enum Caller {
     Admin,
 }
 
-async fn bearer(mut request: Request, next: Next) -> Response {
-    let caller = match request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-    {
-        Some("Bearer admin") => Caller::Admin,
-        Some("Bearer guest") => Caller::Guest,
-        _ => {
-            return (
-                StatusCode::UNAUTHORIZED,
-                [(header::WWW_AUTHENTICATE, "Bearer")],
-                "missing or unknown bearer token",
-            )
-                .into_response()
-        }
-    };
-    request.extensions_mut().insert(caller);
-    next.run(request).await
-}
+/// The bearer tokens and who they stand for.
+const TOKENS: Tokens<Caller> = &[("admin", Caller::Admin), ("guest", Caller::Guest)];
 
 async fn http_server() -> SocketAddr {
     let toolbox = toolbox()
@@ -382,7 +362,10 @@ async fn http_server() -> SocketAddr {
     let config = StreamableHttpServerConfig::default().with_max_request_body_bytes(16 * 1024);
     let app = axum::Router::new()
         .nest_service("/mcp", McpServer::new(toolbox).into_http_service(config))
-        .layer(middleware::from_fn(bearer));
+        .layer(middleware::from_fn_with_state(
+            TOKENS,
+            require_bearer::<Caller>,
+        ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });

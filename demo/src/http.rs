@@ -39,17 +39,16 @@
 
 use std::time::Duration;
 
-use axum::extract::Request;
-use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
-use axum::http::{Extensions, StatusCode};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::http::Extensions;
+use axum::middleware;
 use axum::routing::get;
 use axum::Router;
 use futures_util::StreamExt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use toolstack::http::HttpTools;
+
+use crate::auth::{require_bearer, Tokens};
 use toolstack::{tool, Progress, ToolAnnotations, ToolContext, ToolError, ToolInfo, Toolbox};
 
 /// Who is calling, as the bearer check found it.
@@ -62,7 +61,7 @@ pub struct Caller {
 }
 
 /// The known tokens and their callers.
-const TOKENS: [(&str, Caller); 2] = [
+const TOKENS: Tokens<Caller> = &[
     (
         "alice-token",
         Caller {
@@ -79,36 +78,6 @@ const TOKENS: [(&str, Caller); 2] = [
     ),
 ];
 
-/// Middleware: maps `Authorization: Bearer <token>` to a [`Caller`] in the
-/// request's extensions, or answers `401`.
-pub async fn require_bearer(mut request: Request, next: Next) -> Response {
-    let token = request
-        .headers()
-        .get(AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "));
-    let Some(token) = token else {
-        return unauthorized("Bearer", "a bearer token is required");
-    };
-    let Some((_, caller)) = TOKENS.iter().find(|(known, _)| *known == token) else {
-        return unauthorized(
-            r#"Bearer error="invalid_token""#,
-            "the bearer token is not valid",
-        );
-    };
-    request.extensions_mut().insert(caller.clone());
-    next.run(request).await
-}
-
-fn unauthorized(challenge: &'static str, message: &str) -> Response {
-    (
-        StatusCode::UNAUTHORIZED,
-        [(WWW_AUTHENTICATE, challenge)],
-        axum::Json(serde_json::json!({"error": message, "kind": "unauthorized"})),
-    )
-        .into_response()
-}
-
 /// A caller sees a destructive tool only if an admin.
 pub fn visible(info: &ToolInfo, extensions: &Extensions) -> bool {
     let destructive = info.annotations().destructive_hint == Some(true);
@@ -122,7 +91,10 @@ pub fn visible(info: &ToolInfo, extensions: &Extensions) -> bool {
 pub fn app(toolbox: Toolbox) -> Router {
     let tools = HttpTools::new(toolbox)
         .into_router()
-        .layer(middleware::from_fn(require_bearer));
+        .layer(middleware::from_fn_with_state(
+            TOKENS,
+            require_bearer::<Caller>,
+        ));
     Router::new()
         .route("/health", get(|| async { "ok" }))
         .nest("/api", tools)

@@ -16,6 +16,8 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub mod add;
+#[cfg(feature = "auth")]
+pub mod auth;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod tools;

@@ -27,7 +27,8 @@ use tower_service::Service;
 use crate::model::{
     Accumulator, ChatRequest, FinishReason, Message, ModelDelta, Pushed, ToolCall, Usage,
 };
-use crate::{ErrorKind, ToolError, ToolInfo, ToolOutput, ToolRequest, ToolResult, Toolbox};
+use crate::result::{Collecting, Seen};
+use crate::{ErrorKind, ToolError, ToolInfo, ToolRequest, ToolResult, Toolbox};
 
 use super::event::{AgentEvent, StopReason};
 use super::service::Agent;
@@ -377,35 +378,29 @@ pub(super) async fn run_tool(
     let mut request =
         ToolRequest::new(call.name.clone(), call.arguments.clone()).with_id(call.id.clone());
     *request.extensions_mut() = extensions;
-    let mut result = ToolResult::default();
-    match toolbox.dispatch(request).await {
-        Err(err) => result.push_error(err),
-        Ok(mut items) => {
-            while let Some(item) = items.next().await {
-                match item {
-                    Ok(ToolOutput::Progress(progress)) => {
-                        let event = AgentEvent::Progress {
-                            call_id: call.id.clone(),
-                            progress: *progress,
-                        };
-                        let _ = tx.send(event).await;
-                    }
-                    Ok(output) => {
-                        let event = AgentEvent::ToolOutput {
+    let result = match toolbox.dispatch(request).await {
+        Err(err) => ToolResult::from_error(err),
+        Ok(items) => {
+            let mut collecting = Collecting::new(items);
+            loop {
+                let event = match collecting.next().await {
+                    Seen::Progress(progress) => AgentEvent::Progress {
+                        call_id: call.id.clone(),
+                        progress,
+                    },
+                    Seen::Output => match collecting.latest() {
+                        Some(output) => AgentEvent::ToolOutput {
                             call_id: call.id.clone(),
                             output: output.clone(),
-                        };
-                        let _ = tx.send(event).await;
-                        result.push(output);
-                    }
-                    Err(err) => {
-                        result.push_error(err);
-                        break;
-                    }
-                }
+                        },
+                        None => continue,
+                    },
+                    Seen::Done(result) => break result,
+                };
+                let _ = tx.send(event).await;
             }
         }
-    }
+    };
     let event = AgentEvent::ToolResult {
         call_id: call.id.clone(),
         name: call.name.clone(),

@@ -21,6 +21,7 @@ use futures_core::Stream;
 use futures_util::{stream, StreamExt};
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
+use crate::result::{Collecting, Seen};
 use crate::{
     arguments, ErrorKind, ToolError, ToolOutput, ToolRequest, ToolResult, ToolStream, Toolbox,
 };
@@ -388,19 +389,30 @@ impl HttpTools {
 /// A tool's response stream as SSE events: one per item, then `result` or
 /// `error`. Dropping it drops the tool's stream.
 fn call_events(tool: ToolStream) -> impl Stream<Item = Result<Event, Infallible>> + Send {
-    let call = OpenCall {
-        tool,
-        content: Vec::new(),
-    };
-    stream::unfold(Some(call), |call| async move {
+    stream::unfold(Some(Collecting::new(tool)), |call| async move {
         let mut call = call?;
-        let last = match call.tool.next().await {
-            Some(Ok(output)) => match call.item(output) {
-                Ok(event) => return Some((Ok(event), Some(call))),
-                Err(err) => error_event(&err),
+        let event = match call.next().await {
+            Seen::Output => match call.latest() {
+                Some(output) => item_event("output", output),
+                None => Err(ToolError::failed(
+                    "an output item was announced but not kept",
+                )),
             },
-            Some(Err(err)) => error_event(&err),
-            None => call.result().unwrap_or_else(|err| error_event(&err)),
+            Seen::Progress(progress) => item_event("progress", &ToolOutput::progress(progress)),
+            Seen::Done(result) => {
+                let last = match &result.error {
+                    Some(err) => error_event(err),
+                    None => result_event(&result).unwrap_or_else(|err| error_event(&err)),
+                };
+                // The call is over: its stream is dropped here, before the
+                // last event goes out.
+                drop(call);
+                return Some((Ok(last), None));
+            }
+        };
+        let last = match event {
+            Ok(event) => return Some((Ok(event), Some(call))),
+            Err(err) => error_event(&err),
         };
         // The call is over: `call`, and with it the tool's stream, is
         // dropped here, before the last event goes out.
@@ -408,48 +420,27 @@ fn call_events(tool: ToolStream) -> impl Stream<Item = Result<Event, Infallible>
     })
 }
 
-/// A call whose stream is open, between its first event and its last.
-struct OpenCall {
-    tool: ToolStream,
-    // The items for the `result` event; folded into a `ToolResult` only at
-    // the end, so that an item costs one serialization on its way out.
-    content: Vec<ToolOutput>,
+/// An item as an SSE event of its kind (`output`, `progress`).
+fn item_event(name: &str, output: &ToolOutput) -> Result<Event, ToolError> {
+    // Compact JSON escapes every line break, so the data is one line.
+    Event::default()
+        .event(name)
+        .json_data(output)
+        .map_err(|err| {
+            ToolError::failed(format!("could not encode an output item as JSON: {err}"))
+                .with_source(err)
+        })
 }
 
-impl OpenCall {
-    fn item(&mut self, output: ToolOutput) -> Result<Event, ToolError> {
-        let name = if output.is_progress() {
-            "progress"
-        } else {
-            "output"
-        };
-        // Compact JSON escapes every line break, so the data is one line.
-        let event = Event::default()
-            .event(name)
-            .json_data(&output)
-            .map_err(|err| {
-                ToolError::failed(format!("could not encode an output item as JSON: {err}"))
-                    .with_source(err)
-            })?;
-        if !output.is_progress() {
-            self.content.push(output);
-        }
-        Ok(event)
-    }
-
-    fn result(self) -> Result<Event, ToolError> {
-        let mut result = ToolResult::default();
-        for output in self.content {
-            result.push(output);
-        }
-        Event::default()
-            .event("result")
-            .json_data(&result)
-            .map_err(|err| {
-                ToolError::failed(format!("could not encode the result as JSON: {err}"))
-                    .with_source(err)
-            })
-    }
+/// The call's `result` event.
+fn result_event(result: &ToolResult) -> Result<Event, ToolError> {
+    Event::default()
+        .event("result")
+        .json_data(result)
+        .map_err(|err| {
+            ToolError::failed(format!("could not encode the result as JSON: {err}"))
+                .with_source(err)
+        })
 }
 
 /// The error's model-facing JSON as an `error` event.

@@ -13,7 +13,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use futures_util::future::{self, Either, FutureExt};
-use futures_util::StreamExt;
 use rmcp::model::{
     DetailedTask, ProgressNotificationParam, ProgressToken, ServerNotification, Task, TaskPayload,
     TaskStatusNotification, TaskStatusNotificationParams,
@@ -24,7 +23,8 @@ use rmcp::{ErrorData, Peer, RoleServer};
 use super::convert;
 use super::input::{Backend, InputState};
 use crate::boxed::ResponseFuture;
-use crate::{ErrorKind, Progress, ToolError, ToolOutput, ToolResult, ToolStream};
+use crate::result::{Collecting, Seen};
+use crate::{ErrorKind, Progress, ToolError, ToolResult, ToolStream};
 
 /// Whether a tool's calls may run as MCP tasks (the tasks extension,
 /// `io.modelcontextprotocol/tasks`), set per tool with
@@ -61,7 +61,7 @@ pub(super) enum Step {
 
 enum Phase {
     Opening(Pin<Box<ResponseFuture>>),
-    Streaming(ToolStream),
+    Streaming(Collecting<ToolStream>),
     Finished,
 }
 
@@ -96,23 +96,24 @@ impl Call {
         loop {
             match &mut self.phase {
                 Phase::Opening(opened) => match opened.as_mut().poll(cx) {
-                    Poll::Ready(Ok(stream)) => self.phase = Phase::Streaming(stream),
+                    Poll::Ready(Ok(stream)) => {
+                        self.phase = Phase::Streaming(Collecting::new(stream))
+                    }
                     Poll::Ready(Err(err)) => {
                         self.result.push_error(err);
                         return Poll::Ready(self.finish());
                     }
                     Poll::Pending => break,
                 },
-                Phase::Streaming(stream) => match stream.poll_next_unpin(cx) {
-                    Poll::Ready(Some(Ok(ToolOutput::Progress(progress)))) => {
-                        return Poll::Ready(Step::Progress(*progress));
+                Phase::Streaming(collecting) => match collecting.poll_next(cx) {
+                    Poll::Ready(Seen::Progress(progress)) => {
+                        return Poll::Ready(Step::Progress(progress));
                     }
-                    Poll::Ready(Some(Ok(output))) => self.result.push(output),
-                    Poll::Ready(Some(Err(err))) => {
-                        self.result.push_error(err);
+                    Poll::Ready(Seen::Output) => {}
+                    Poll::Ready(Seen::Done(result)) => {
+                        self.result = result;
                         return Poll::Ready(self.finish());
                     }
-                    Poll::Ready(None) => return Poll::Ready(self.finish()),
                     Poll::Pending => break,
                 },
                 Phase::Finished => {
