@@ -95,6 +95,7 @@ impl TraceContext {
     /// The OpenTelemetry context of the current `tracing` span (with
     /// `tracing-opentelemetry` installed), when it has a valid span.
     #[cfg(feature = "opentelemetry")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "opentelemetry")))]
     pub fn current() -> Option<Self> {
         use opentelemetry::trace::TraceContextExt;
         use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -117,6 +118,7 @@ impl TraceContext {
     /// This context as an OpenTelemetry context with a remote parent span,
     /// for `tracing_opentelemetry::OpenTelemetrySpanExt::set_parent`.
     #[cfg(feature = "opentelemetry")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "opentelemetry")))]
     pub fn to_otel_context(&self) -> opentelemetry::Context {
         use opentelemetry::trace::{
             SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,

@@ -18,7 +18,8 @@ use futures_util::future::{ready as ready_future, Ready};
 use tower_service::Service;
 
 use super::{Agent, AgentEvent, AgentStream, StopReason};
-use crate::model::{ChatRequest, Message, ModelDelta};
+use crate::model::Message;
+use crate::model::ModelService;
 use crate::{Describe, Progress, ToolError, ToolInfo, ToolItem, ToolOutput, ToolRequest};
 
 /// An [`Agent`] wrapped as a tool: a supervisor agent can delegate to it.
@@ -85,12 +86,9 @@ fn message_of(arguments: &str) -> Result<String, ToolError> {
     }
 }
 
-impl<M, St> Service<ToolRequest> for AgentTool<M>
+impl<M> Service<ToolRequest> for AgentTool<M>
 where
-    M: Service<ChatRequest, Response = St> + Clone + Send + 'static,
-    M::Error: Into<ToolError>,
-    M::Future: Send + 'static,
-    St: Stream<Item = Result<ModelDelta, ToolError>> + Send + 'static,
+    M: ModelService,
 {
     type Response = AgentToolStream;
     type Error = ToolError;

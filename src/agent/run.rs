@@ -17,13 +17,12 @@
 use std::pin::pin;
 use std::sync::Arc;
 
-use futures_core::Stream;
 use futures_util::{stream, StreamExt};
 use http::Extensions;
 use tokio::sync::mpsc;
 use tower::ServiceExt;
-use tower_service::Service;
 
+use crate::model::ModelService;
 use crate::model::{
     Accumulator, ChatRequest, FinishReason, Message, ModelDelta, Pushed, ToolCall, Usage,
 };
@@ -89,12 +88,9 @@ pub(super) struct TurnError {
     pub(super) streamed: bool,
 }
 
-impl<M, St> Run<M>
+impl<M> Run<M>
 where
-    M: Service<ChatRequest, Response = St> + Clone + Send + 'static,
-    M::Error: Into<ToolError>,
-    M::Future: Send + 'static,
-    St: Stream<Item = Result<ModelDelta, ToolError>> + Send + 'static,
+    M: ModelService,
 {
     /// Model turns and tool steps until the model stops calling tools or a
     /// guard stops the run.

@@ -13,7 +13,8 @@ use tokio::sync::mpsc;
 use tower_service::Service;
 use tracing::Instrument;
 
-use crate::model::{ChatRequest, Message, ModelDelta};
+use crate::model::Message;
+use crate::model::ModelService;
 use crate::{ToolError, ToolInfo, Toolbox};
 
 use super::event::{AgentDone, AgentEvent, StopReason};
@@ -157,12 +158,9 @@ impl<M> Agent<M> {
     }
 }
 
-impl<M, St> Agent<M>
+impl<M> Agent<M>
 where
-    M: Service<ChatRequest, Response = St> + Clone + Send + 'static,
-    M::Error: Into<ToolError>,
-    M::Future: Send + 'static,
-    St: Stream<Item = Result<ModelDelta, ToolError>> + Send + 'static,
+    M: ModelService,
 {
     /// Runs the agent on a conversation.
     pub fn run(&self, messages: Vec<Message>) -> AgentStream {
@@ -331,13 +329,10 @@ impl From<Vec<Message>> for AgentRequest {
 
 /// Requests are an [`AgentRequest`] or anything that converts into one
 /// (a plain `Vec<Message>`).
-impl<M, St, R> Service<R> for Agent<M>
+impl<M, R> Service<R> for Agent<M>
 where
     R: Into<AgentRequest>,
-    M: Service<ChatRequest, Response = St> + Clone + Send + 'static,
-    M::Error: Into<ToolError>,
-    M::Future: Send + 'static,
-    St: Stream<Item = Result<ModelDelta, ToolError>> + Send + 'static,
+    M: ModelService,
 {
     type Response = AgentStream;
     type Error = ToolError;

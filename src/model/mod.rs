@@ -35,6 +35,7 @@ mod message;
 #[cfg(feature = "openai")]
 mod openai;
 mod scripted;
+mod service;
 
 pub use self::accumulate::{AccumulateError, Accumulator, Pushed, MAX_TOOL_CALLS_PER_ANSWER};
 pub use self::delta::{FinishReason, ModelDelta, ToolCall, ToolCallDelta, Usage};
@@ -43,5 +44,7 @@ pub use self::message::{ChatRequest, Message};
 #[doc(hidden)]
 pub use self::openai::fuzzing;
 #[cfg(feature = "openai")]
+#[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
 pub use self::openai::{OpenAiModel, OpenAiStream, MAX_SSE_EVENT_BYTES};
 pub use self::scripted::{ScriptedModel, ScriptedStream, Turn};
+pub use self::service::ModelService;

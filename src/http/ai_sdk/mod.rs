@@ -117,14 +117,11 @@ use axum::response::sse::{KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use futures_core::Stream;
 use serde_json::json;
-use tower_service::Service;
 
 use crate::agent::Agent;
 use crate::approval::Decision;
-use crate::model::{ChatRequest, ModelDelta};
-use crate::ToolError;
+use crate::model::ModelService;
 
 // The items the docs above link to.
 #[cfg(doc)]
@@ -234,12 +231,9 @@ impl<M> ChatEndpoint<M> {
     }
 }
 
-impl<M, St> ChatEndpoint<M>
+impl<M> ChatEndpoint<M>
 where
-    M: Service<ChatRequest, Response = St> + Clone + Send + Sync + 'static,
-    M::Error: Into<ToolError>,
-    M::Future: Send + 'static,
-    St: Stream<Item = Result<ModelDelta, ToolError>> + Send + 'static,
+    M: ModelService + Sync,
 {
     /// The router: `POST /`. Generic over the state of the app it nests
     /// into (it carries its own).
@@ -248,7 +242,7 @@ where
         S: Clone + Send + Sync + 'static,
     {
         Router::new()
-            .route("/", post(chat::<M, St>))
+            .route("/", post(chat::<M>))
             .with_state(Arc::new(self))
     }
 
@@ -329,12 +323,9 @@ where
     }
 }
 
-async fn chat<M, St>(State(endpoint): State<Arc<ChatEndpoint<M>>>, request: Request) -> Response
+async fn chat<M>(State(endpoint): State<Arc<ChatEndpoint<M>>>, request: Request) -> Response
 where
-    M: Service<ChatRequest, Response = St> + Clone + Send + Sync + 'static,
-    M::Error: Into<ToolError>,
-    M::Future: Send + 'static,
-    St: Stream<Item = Result<ModelDelta, ToolError>> + Send + 'static,
+    M: ModelService + Sync,
 {
     let (parts, body) = request.into_parts();
     let bytes = match super::tools::read_limited(body, endpoint.body_limit).await {
