@@ -125,8 +125,8 @@ fn add_tool() -> impl toolstack::Describe
         "add",
         |args: Add| async move { Ok::<_, ToolError>(add(args)) },
     )
-    .description("Adds two numbers.")
-    .annotations(ToolAnnotations::new().read_only())
+    .with_description("Adds two numbers.")
+    .with_annotations(ToolAnnotations::new().read_only())
 }
 
 /// An approver that allows every call at once.
@@ -863,7 +863,7 @@ fn held_tool() -> impl toolstack::Describe
     tool::from_stream("held", |_: serde_json::Value| {
         stream::pending::<Result<String, ToolError>>()
     })
-    .annotations(ToolAnnotations::new().read_only())
+    .with_annotations(ToolAnnotations::new().read_only())
 }
 
 /// Heap bytes per call while `HELD` calls are open, each polled once.

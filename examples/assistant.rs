@@ -347,24 +347,24 @@ fn toolbox(db: Db) -> Toolbox {
         let db = schema_db.clone();
         async move { search_schema(&db, &args.query) }
     })
-    .description("Search the database schema: tables and columns matching a name.")
-    .annotations(ToolAnnotations::new().read_only());
+    .with_description("Search the database schema: tables and columns matching a name.")
+    .with_annotations(ToolAnnotations::new().read_only());
     let table_db = db.clone();
     let show = tool::from_fn("show_table", move |args: ShowTable| {
         let db = table_db.clone();
         async move { show_table(&db, &args.table, args.limit.unwrap_or(5)) }
     })
-    .description("Show the first rows of a table.")
-    .annotations(ToolAnnotations::new().read_only());
+    .with_description("Show the first rows of a table.")
+    .with_annotations(ToolAnnotations::new().read_only());
     let sql =
         tool::from_stream_with_context("execute_sql", move |args: ExecuteSql, ctx: ToolContext| {
             tokio_stream::wrappers::ReceiverStream::new(execute_sql(db.clone(), args.sql, ctx))
         })
-        .description(
+        .with_description(
             "Run one SQL statement; rows stream out as they are read. \
              Statements that write need the user's approval.",
         )
-        .annotations(ToolAnnotations {
+        .with_annotations(ToolAnnotations {
             destructive_hint: Some(true),
             ..Default::default()
         });

@@ -55,8 +55,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let replica = Arc::clone(&id);
         async move { Ok::<_, ToolError>(serde_json::json!({ "replica": &*replica, "text": text })) }
     })
-    .description("Echoes the text, naming the replica that answered.")
-    .annotations(ToolAnnotations::new().read_only());
+    .with_description("Echoes the text, naming the replica that answered.")
+    .with_annotations(ToolAnnotations::new().read_only());
     let id = Arc::clone(&replica);
     let record = tool::from_fn("record", move |Record { key }| {
         let (replica, file) = (Arc::clone(&id), Arc::clone(&file));
@@ -72,14 +72,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Ok::<_, ToolError>(serde_json::json!({ "replica": &*replica, "key": key }))
         }
     })
-    .description("Records the key once per run and names the replica.");
+    .with_description("Records the key once per run and names the replica.");
     let mut tools = Toolbox::new().tool(echo).tool(record);
     if std::env::var_os("EXTRA_TOOL").is_some() {
         tools = tools.tool(
             tool::from_fn("extra", |_: serde_json::Value| async {
                 Ok::<_, ToolError>("extra")
             })
-            .description("Only on this replica."),
+            .with_description("Only on this replica."),
         );
     }
     let args: Vec<String> = std::env::args().collect();

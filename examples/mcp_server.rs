@@ -59,8 +59,8 @@ fn toolbox() -> Toolbox {
                 a.checked_add(b)
                     .ok_or_else(|| ToolError::invalid_arguments("the sum overflows an i64"))
             })
-            .description("Adds two integers")
-            .annotations(ToolAnnotations::new().read_only()),
+            .with_description("Adds two integers")
+            .with_annotations(ToolAnnotations::new().read_only()),
         )
         .tool(
             tool::from_stream("count", |Count { to }| {
@@ -77,15 +77,15 @@ fn toolbox() -> Toolbox {
                     })
                 })
             })
-            .description("Counts slowly, reporting progress")
-            .annotations(ToolAnnotations::new().read_only()),
+            .with_description("Counts slowly, reporting progress")
+            .with_annotations(ToolAnnotations::new().read_only()),
         )
         .tool(
             tool::from_fn("shutdown_reactor", |Shutdown { reason }| async move {
                 Ok::<_, ToolError>(format!("reactor shut down ({reason})"))
             })
-            .description("Admins only")
-            .annotations(ToolAnnotations::new().destructive(true)),
+            .with_description("Admins only")
+            .with_annotations(ToolAnnotations::new().destructive(true)),
         )
         // Guests do not see the admin tool. Over stdio there is no token:
         // the local user who started the server sees everything.

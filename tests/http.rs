@@ -61,7 +61,7 @@ fn add() -> BoxTool {
             "add",
             |Add { a, b }| async move { Ok::<_, ToolError>(a + b) },
         )
-        .description("Add two integers"),
+        .with_description("Add two integers"),
     )
 }
 

@@ -46,9 +46,9 @@ fn add_tool() -> toolstack::BoxTool {
         tool::from_fn("add", |Add { a, b }| async move {
             Ok::<_, ToolError>(Sum { sum: a + b })
         })
-        .description("Adds two integers")
-        .output_schema_for::<Sum>()
-        .annotations(ToolAnnotations::new().read_only().title("Adder")),
+        .with_description("Adds two integers")
+        .with_output_schema_for::<Sum>()
+        .with_annotations(ToolAnnotations::new().read_only().title("Adder")),
     )
 }
 

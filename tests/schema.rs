@@ -129,7 +129,7 @@ fn strict_mode_leaves_the_original_untouched() {
 #[test]
 fn openai_function_form() {
     let t = tool::from_fn("trip", |_: Trip| async { Ok::<_, ToolError>("booked") })
-        .description("Books a trip");
+        .with_description("Books a trip");
     let f = t.info().to_openai_function(true);
     assert_eq!(f["type"], "function");
     assert_eq!(f["function"]["name"], "trip");

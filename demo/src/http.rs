@@ -143,8 +143,8 @@ pub fn toolbox() -> Toolbox {
         a.checked_add(b)
             .ok_or_else(|| ToolError::invalid_arguments("the sum does not fit in 64 bits"))
     })
-    .description("Add two integers")
-    .annotations(ToolAnnotations::new().read_only());
+    .with_description("Add two integers")
+    .with_annotations(ToolAnnotations::new().read_only());
 
     let count =
         tool::from_stream_with_context("count", |Count { to, delay_ms }, ctx: ToolContext| {
@@ -159,8 +159,8 @@ pub fn toolbox() -> Toolbox {
                 }
             })
         })
-        .description("Count from 1 up to a number, streaming each number with progress")
-        .annotations(ToolAnnotations::new().read_only());
+        .with_description("Count from 1 up to a number, streaming each number with progress")
+        .with_annotations(ToolAnnotations::new().read_only());
 
     let stats = tool::from_fn("stats", |StatsArgs { numbers }| async move {
         if numbers.is_empty() {
@@ -177,9 +177,9 @@ pub fn toolbox() -> Toolbox {
             mean,
         })
     })
-    .description("Summary statistics of a list of numbers")
-    .output_schema_for::<Stats>()
-    .annotations(ToolAnnotations::new().read_only());
+    .with_description("Summary statistics of a list of numbers")
+    .with_output_schema_for::<Stats>()
+    .with_annotations(ToolAnnotations::new().read_only());
 
     let purge =
         tool::from_fn_with_context("purge_cache", |Purge {}, ctx: ToolContext| async move {
@@ -189,8 +189,8 @@ pub fn toolbox() -> Toolbox {
                 .map_or("nobody", |c| c.name);
             Ok::<_, ToolError>(format!("cache purged by {who}"))
         })
-        .description("Purge the cache (admins only)")
-        .annotations(ToolAnnotations::new().destructive(true));
+        .with_description("Purge the cache (admins only)")
+        .with_annotations(ToolAnnotations::new().destructive(true));
 
     Toolbox::new()
         .tool(add)

@@ -95,9 +95,9 @@ pub fn weather() -> BoxTool {
                 conditions,
             })
         })
-        .description("Current weather for a city")
-        .annotations(ToolAnnotations::new().read_only())
-        .output_schema_for::<Weather>(),
+        .with_description("Current weather for a city")
+        .with_annotations(ToolAnnotations::new().read_only())
+        .with_output_schema_for::<Weather>(),
     )
 }
 
@@ -169,8 +169,8 @@ pub fn calculator() -> BoxTool {
             "calculator",
             (|args| std::future::ready(calculate(args))) as fn(_) -> _,
         )
-        .description("Arithmetic: add, subtract, multiply, divide, sqrt, power")
-        .annotations(ToolAnnotations::new().read_only()),
+        .with_description("Arithmetic: add, subtract, multiply, divide, sqrt, power")
+        .with_annotations(ToolAnnotations::new().read_only()),
     )
 }
 
@@ -290,7 +290,7 @@ pub fn read_lines() -> BoxTool {
             })
             .flatten()
         })
-        .description("Reads a text file, streaming its lines"),
+        .with_description("Reads a text file, streaming its lines"),
     )
 }
 
@@ -322,6 +322,6 @@ pub fn count() -> BoxTool {
                 }
             })
         })
-        .description("Counts up to a number, with progress"),
+        .with_description("Counts up to a number, with progress"),
     )
 }

@@ -61,19 +61,19 @@ fn toolbox() -> Toolbox {
             tool::from_fn("test_simple_text", |_: NoArgs| async {
                 Ok::<_, ToolError>("This is a simple text response for testing.")
             })
-            .description("Returns simple text content"),
+            .with_description("Returns simple text content"),
         )
         .tool(
             tool::from_fn("test_image_content", |_: NoArgs| async {
                 Ok::<_, ToolError>(ToolOutput::image(PNG, "image/png"))
             })
-            .description("Returns image content"),
+            .with_description("Returns image content"),
         )
         .tool(
             tool::from_fn("test_audio_content", |_: NoArgs| async {
                 Ok::<_, ToolError>(ToolOutput::audio(WAV, "audio/wav"))
             })
-            .description("Returns audio content"),
+            .with_description("Returns audio content"),
         )
         .tool(
             tool::from_fn("test_embedded_resource", |_: NoArgs| async {
@@ -85,7 +85,7 @@ fn toolbox() -> Toolbox {
                     .mime_type("text/plain"),
                 ))
             })
-            .description("Returns an embedded resource"),
+            .with_description("Returns an embedded resource"),
         )
         .tool(
             tool::from_stream("test_multiple_content_types", |_: NoArgs| {
@@ -101,7 +101,7 @@ fn toolbox() -> Toolbox {
                     )),
                 ])
             })
-            .description("Returns text, an image and a resource"),
+            .with_description("Returns text, an image and a resource"),
         )
         .tool(
             tool::from_fn_with_context(
@@ -126,7 +126,7 @@ fn toolbox() -> Toolbox {
                     Ok::<_, ToolError>("Logging test completed")
                 },
             )
-            .description("Sends three log messages while it runs"),
+            .with_description("Sends three log messages while it runs"),
         )
         .tool(
             tool::from_fn("test_error_handling", |_: NoArgs| async {
@@ -134,7 +134,7 @@ fn toolbox() -> Toolbox {
                     "This tool intentionally returns an error for testing",
                 ))
             })
-            .description("Always fails"),
+            .with_description("Always fails"),
         )
         .tool(
             tool::from_fn_with_context(
@@ -151,7 +151,7 @@ fn toolbox() -> Toolbox {
                     Ok::<_, ToolError>("Progress test completed")
                 },
             )
-            .description("Reports progress 0, 50 and 100 out of 100"),
+            .with_description("Reports progress 0, 50 and 100 out of 100"),
         )
         .boxed(sampling_tool())
         .tool(
@@ -183,7 +183,7 @@ fn toolbox() -> Toolbox {
                     ))
                 },
             )
-            .description("Asks the client's user (elicitation/create)"),
+            .with_description("Asks the client's user (elicitation/create)"),
         )
         .tool(tool::raw(
             ToolInfo::new("json_schema_2020_12_tool")
@@ -250,7 +250,7 @@ fn toolbox() -> Toolbox {
                     Ok::<_, ToolError>(completed(&answer))
                 },
             )
-            .description("Elicits a form whose fields have defaults (SEP-1034)"),
+            .with_description("Elicits a form whose fields have defaults (SEP-1034)"),
         )
         .tool(
             tool::from_fn_with_context(
@@ -283,7 +283,7 @@ fn toolbox() -> Toolbox {
                     Ok::<_, ToolError>(completed(&answer))
                 },
             )
-            .description("Elicits every kind of enum field (SEP-1330)"),
+            .with_description("Elicits every kind of enum field (SEP-1330)"),
         )
         .tool(
             tool::from_fn("test_reconnection", |_: NoArgs| async {
@@ -291,7 +291,7 @@ fn toolbox() -> Toolbox {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 Ok::<_, ToolError>("Reconnection test completed")
             })
-            .description("Answers after 100 ms, across an SSE reconnection (SEP-1699)"),
+            .with_description("Answers after 100 ms, across an SSE reconnection (SEP-1699)"),
         )
         .merge(input_required_tools())
         .merge(task_tools())
@@ -376,7 +376,7 @@ fn input_required_tools() -> Toolbox {
                     Ok::<_, ToolError>(format!("Hello, {}!", field(&answer, "name")))
                 },
             )
-            .description("Asks the user's name (input-required round)"),
+            .with_description("Asks the user's name (input-required round)"),
         )
         .tool(
             tool::from_fn_with_context(
@@ -389,7 +389,7 @@ fn input_required_tools() -> Toolbox {
                     Ok::<_, ToolError>(format!("The model said: {}", reply_text(&reply)))
                 },
             )
-            .description("Asks the client's model a question (input-required round)"),
+            .with_description("Asks the client's model a question (input-required round)"),
         )
         .tool(
             tool::from_fn_with_context(
@@ -400,7 +400,7 @@ fn input_required_tools() -> Toolbox {
                     Ok::<_, ToolError>(format!("Roots: {}", uris.join(", ")))
                 },
             )
-            .description("Asks for the client's roots (input-required round)"),
+            .with_description("Asks for the client's roots (input-required round)"),
         )
         .tool(
             tool::from_fn_with_context(
@@ -413,7 +413,7 @@ fn input_required_tools() -> Toolbox {
                     Ok::<_, ToolError>(format!("state-ok: ok={}", field(&answer, "ok")))
                 },
             )
-            .description("Asks for a confirmation, resumed by its requestState"),
+            .with_description("Asks for a confirmation, resumed by its requestState"),
         )
         .tool(
             tool::from_fn_with_context(
@@ -443,7 +443,7 @@ fn input_required_tools() -> Toolbox {
                     ))
                 },
             )
-            .description("Asks for three inputs in one round"),
+            .with_description("Asks for three inputs in one round"),
         )
         .tool(
             tool::from_fn_with_context(
@@ -470,7 +470,7 @@ fn input_required_tools() -> Toolbox {
                     ))
                 },
             )
-            .description("Asks twice, in two rounds"),
+            .with_description("Asks twice, in two rounds"),
         )
         .tool(
             tool::from_fn_with_context(
@@ -482,7 +482,7 @@ fn input_required_tools() -> Toolbox {
                     Ok::<_, ToolError>(format!("Hello, {}!", field(&answer, "name")))
                 },
             )
-            .description("Asks once; an altered requestState is refused"),
+            .with_description("Asks once; an altered requestState is refused"),
         )
         .tool(
             tool::from_fn_with_context(
@@ -499,7 +499,7 @@ fn input_required_tools() -> Toolbox {
                     }
                 },
             )
-            .description("Asks only for what the client declared"),
+            .with_description("Asks only for what the client declared"),
         )
         .tool(
             tool::from_fn_with_context(
@@ -510,7 +510,7 @@ fn input_required_tools() -> Toolbox {
                     Ok::<_, ToolError>(reply_text(&reply))
                 },
             )
-            .description("Needs sampling: -32021 from a client without it"),
+            .with_description("Needs sampling: -32021 from a client without it"),
         )
         .tool(
             tool::from_fn_with_context(
@@ -522,7 +522,7 @@ fn input_required_tools() -> Toolbox {
                     Ok::<_, ToolError>(format!("Hello, {}!", field(&answer, "name")))
                 },
             )
-            .description("Asks the user's name"),
+            .with_description("Asks the user's name"),
         )
         .tool(
             tool::from_fn_with_context(
@@ -535,7 +535,7 @@ fn input_required_tools() -> Toolbox {
                     Ok::<_, ToolError>("logged")
                 },
             )
-            .description("Logs only at the level the request asks for"),
+            .with_description("Logs only at the level the request asks for"),
         )
 }
 
@@ -564,7 +564,7 @@ fn task_tools() -> Toolbox {
             tool::from_fn("greet", |Name { name }| async move {
                 Ok::<_, ToolError>(format!("Hello, {name}!"))
             })
-            .description("Greets by name, at once"),
+            .with_description("Greets by name, at once"),
         )
         .tool(
             tool::from_fn("slow_compute", |Compute { seconds, label }| async move {
@@ -574,14 +574,14 @@ fn task_tools() -> Toolbox {
                 let label = label.unwrap_or_else(|| "result".into());
                 Ok::<_, ToolError>(format!("{label}: computed in {seconds}s"))
             })
-            .description("Works for `seconds`, as a task when the client supports tasks"),
+            .with_description("Works for `seconds`, as a task when the client supports tasks"),
         )
         .tool(
             tool::from_fn("failing_job", |_: NoArgs| async {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 Err::<String, _>(ToolError::failed("the job failed, as it always does"))
             })
-            .description("A task whose tool fails after a second"),
+            .with_description("A task whose tool fails after a second"),
         )
         .tool(
             tool::from_fn("protocol_error_job", |_: NoArgs| async {
@@ -593,7 +593,7 @@ fn task_tools() -> Toolbox {
                 }
                 Ok::<_, ToolError>("unreachable")
             })
-            .description("A task whose tool panics"),
+            .with_description("A task whose tool panics"),
         )
         .tool(
             tool::from_fn_with_context(
@@ -609,7 +609,7 @@ fn task_tools() -> Toolbox {
                     })
                 },
             )
-            .description("A task that asks the user to confirm"),
+            .with_description("A task that asks the user to confirm"),
         )
         .tool(
             tool::from_fn_with_context("multi_input", |_: NoArgs, ctx: ToolContext| async move {
@@ -629,7 +629,7 @@ fn task_tools() -> Toolbox {
                     field(&second, "value")
                 ))
             })
-            .description("A task that asks two questions at once"),
+            .with_description("A task that asks two questions at once"),
         )
         .tool(
             tool::from_fn_with_context(
@@ -644,7 +644,7 @@ fn task_tools() -> Toolbox {
                     Ok::<_, ToolError>(format!("Hello, {}, from a task", field(&name, "name")))
                 },
             )
-            .description("Asks the user's name, then works as a task"),
+            .with_description("Asks the user's name, then works as a task"),
         )
 }
 
@@ -677,7 +677,7 @@ fn sampling_tool() -> toolstack::BoxTool {
                 Ok::<_, ToolError>(format!("LLM response: {text}"))
             },
         )
-        .description("Asks the client's model (sampling/createMessage)"),
+        .with_description("Asks the client's model (sampling/createMessage)"),
     )
 }
 

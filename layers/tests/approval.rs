@@ -34,7 +34,7 @@ fn tools(runs: Arc<AtomicUsize>) -> (BoxTool, BoxTool) {
         writes.fetch_add(1, Ordering::SeqCst);
         async move { Ok::<_, ToolError>(format!("ran {}", q.sql)) }
     })
-    .annotations(ToolAnnotations {
+    .with_annotations(ToolAnnotations {
         destructive_hint: Some(true),
         ..Default::default()
     });
@@ -42,7 +42,7 @@ fn tools(runs: Arc<AtomicUsize>) -> (BoxTool, BoxTool) {
         runs.fetch_add(1, Ordering::SeqCst);
         async move { Ok::<_, ToolError>(format!("read {}", q.sql)) }
     })
-    .annotations(ToolAnnotations::new().read_only());
+    .with_annotations(ToolAnnotations::new().read_only());
     (BoxTool::new(execute), BoxTool::new(read))
 }
 

@@ -54,7 +54,7 @@ fn counting(runs: Arc<AtomicUsize>, annotated: bool) -> BoxTool {
         })
     });
     let tool = if annotated {
-        tool.annotations(ToolAnnotations {
+        tool.with_annotations(ToolAnnotations {
             read_only_hint: Some(true),
             ..Default::default()
         })

@@ -97,7 +97,7 @@ fn job_tool(world: &Arc<World>) -> Toolbox {
         })
     })
     // Read-only: a failure before the first item may be retried.
-    .annotations(ToolAnnotations::new().read_only());
+    .with_annotations(ToolAnnotations::new().read_only());
     Toolbox::new().tool(job)
 }
 

@@ -67,7 +67,7 @@ fn tools() -> Toolbox {
             "add",
             |Add { a, b }| async move { Ok::<_, ToolError>(a + b) },
         )
-        .description("Adds two integers."),
+        .with_description("Adds two integers."),
     )
 }
 

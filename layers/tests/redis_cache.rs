@@ -50,7 +50,7 @@ fn toolbox(runs: &Arc<AtomicUsize>, store: RedisStore) -> Toolbox {
             )),
         ])
     })
-    .annotations(ToolAnnotations {
+    .with_annotations(ToolAnnotations {
         read_only_hint: Some(true),
         ..Default::default()
     });

@@ -241,7 +241,7 @@ async fn retry_layer_reads_idempotency_from_the_tool_annotations() {
             async { Err::<String, _>(slow()) }
         });
         let t = if read_only {
-            t.annotations(ToolAnnotations::new().read_only())
+            t.with_annotations(ToolAnnotations::new().read_only())
         } else {
             t
         };

@@ -284,7 +284,7 @@ async fn a_retry_after_longer_than_the_policy_waits_for_is_handed_back_at_once()
                 }
             }
         })
-        .annotations(ToolAnnotations::new().read_only())
+        .with_annotations(ToolAnnotations::new().read_only())
     };
     // Past the cap: the typed error comes back, with its retry-after.
     let long = Toolbox::new().layered(

@@ -34,7 +34,7 @@
 //!
 //! # futures_util::FutureExt::now_or_never(async {
 //! let add = tool::from_fn("add", |Add { a, b }| async move { Ok::<_, ToolError>(a + b) })
-//!     .description("Adds two integers");
+//!     .with_description("Adds two integers");
 //!
 //! let items = add.clone().oneshot(ToolRequest::new("add", r#"{"a":1,"b":2}"#)).await.unwrap();
 //! let mut items = std::pin::pin!(items); // an async fn's future need not be Unpin
@@ -180,22 +180,22 @@ impl<H, Args, D, E> FnTool<H, Args, D, E> {
     }
 
     /// Sets the description shown to the model.
-    pub fn description(self, description: impl Into<String>) -> Self {
+    pub fn with_description(self, description: impl Into<String>) -> Self {
         self.map_info(|i| i.with_description(description))
     }
 
     /// Sets the behaviour hints (read-only, idempotent…).
-    pub fn annotations(self, annotations: ToolAnnotations) -> Self {
+    pub fn with_annotations(self, annotations: ToolAnnotations) -> Self {
         self.map_info(|i| i.with_annotations(annotations))
     }
 
     /// Replaces the inferred input schema with a hand-written one.
-    pub fn input_schema(self, schema: serde_json::Value) -> Self {
+    pub fn with_input_schema(self, schema: serde_json::Value) -> Self {
         self.map_info(|i| i.with_input_schema(schema))
     }
 
     /// Declares the output schema, inferred from `T`.
-    pub fn output_schema_for<T: JsonSchema>(self) -> Self {
+    pub fn with_output_schema_for<T: JsonSchema>(self) -> Self {
         self.map_info(|i| i.with_output_schema_for::<T>())
     }
 

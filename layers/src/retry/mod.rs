@@ -8,9 +8,10 @@
 //! What is retried is set by a [`RetryPolicy`]: at most `max_attempts`
 //! attempts, only retryable errors by default, exponential backoff with
 //! jitter, a rate limit's retry-after honoured, and an optional shared
-//! [`Budget`] (tower's [`TpsBudget`]) that keeps retries a bounded fraction
-//! of the calls. A tool whose annotations do not say it is idempotent is not
-//! retried once the call reached it — only when the error shows the call
+//! [`RetryBudget`] (such as tower's [`TpsBudget`]) that keeps retries a
+//! bounded fraction of the calls — tower's `Budget` trait, named for what
+//! it budgets here, since [`budget`](crate::budget) is the output budget.
+//! A tool whose annotations do not say it is idempotent is not retried once the call reached it — only when the error shows the call
 //! was refused before the tool ran (rate limited, overloaded, or the inner
 //! service failing `poll_ready`) — unless the policy allows it.
 //!
@@ -52,7 +53,7 @@
 //!         }
 //!     }
 //! })
-//! .annotations(ToolAnnotations::new().read_only());
+//! .with_annotations(ToolAnnotations::new().read_only());
 //!
 //! // The toolbox hands the tool's description (read-only, so safe to repeat)
 //! // to the retry in the request.
@@ -88,5 +89,5 @@ mod service;
 pub use self::future::{ResponseFuture, ResponseStream};
 pub use self::idempotency::{Idempotency, Inferred};
 pub use self::layer::RetryLayer;
-pub use self::policy::{Budget, RetryPolicy, TpsBudget};
+pub use self::policy::{RetryBudget, RetryPolicy, TpsBudget};
 pub use self::service::Retry;

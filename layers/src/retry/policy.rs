@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use toolstack::{ErrorKind, ToolError};
-pub use tower::retry::budget::{Budget, TpsBudget};
+pub use tower::retry::budget::{Budget as RetryBudget, TpsBudget};
 
 type Predicate = Arc<dyn Fn(&ToolError) -> bool + Send + Sync>;
 
@@ -26,7 +26,7 @@ pub struct RetryPolicy {
     pub(super) max_retry_after: Duration,
     pub(super) retry_non_idempotent: bool,
     pub(super) retry_if: Option<Predicate>,
-    pub(super) budget: Option<Arc<dyn Budget + Send + Sync>>,
+    pub(super) budget: Option<Arc<dyn RetryBudget + Send + Sync>>,
 }
 
 impl Default for RetryPolicy {
@@ -109,7 +109,7 @@ impl RetryPolicy {
     /// Draws every retry from `budget` (e.g. a [`TpsBudget`] shared by many
     /// services), so that retries stay a bounded fraction of the calls; each
     /// call deposits into it.
-    pub fn budget(mut self, budget: Arc<dyn Budget + Send + Sync>) -> Self {
+    pub fn budget(mut self, budget: Arc<dyn RetryBudget + Send + Sync>) -> Self {
         self.budget = Some(budget);
         self
     }
