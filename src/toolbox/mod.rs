@@ -50,7 +50,9 @@
 //!
 //! ```
 //! use tower::ServiceExt;
-//! use tower::limit::ConcurrencyLimitLayer;
+//! // toolstack-layers' limit, which holds its permit until a call's stream
+//! // ends (tower's own of the same name lets go when the stream opens).
+//! use toolstack_layers::concurrency::ConcurrencyLimitLayer;
 //! use toolstack::{tool, ToolError, ToolRequest, ToolResult, Toolbox};
 //!
 //! #[derive(serde::Deserialize, schemars::JsonSchema)]

@@ -7,6 +7,13 @@ use tower_layer::Layer;
 use super::ConcurrencyLimit;
 
 /// Applies a [`ConcurrencyLimit`] to a tool or a model.
+///
+/// **Not tower's `ConcurrencyLimitLayer`**, though it has its name: tower's
+/// (`tower::limit::ConcurrencyLimitLayer`) releases its permit when the
+/// response future resolves — for a tool, when its stream *opens* — so it
+/// limits how many calls start, not how many run. This one holds the
+/// permit until the stream ends, fails or is dropped. Over tools, use this
+/// one; see the [module docs](super).
 #[derive(Debug, Clone)]
 pub struct ConcurrencyLimitLayer {
     limit: Limit,
