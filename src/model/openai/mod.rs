@@ -1,0 +1,290 @@
+//! [`OpenAiModel`]: an OpenAI-compatible chat-completions endpoint as a
+//! model service, its answer streamed over server-sent events and every
+//! failure a typed [`ToolError`].
+//!
+//! What the endpoint sends is input: it is bounded where it is read (one
+//! event at most [`MAX_SSE_EVENT_BYTES`], a tool-call index below
+//! [`MAX_TOOL_CALLS_PER_ANSWER`]) and never trusted to be well-formed.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures_core::Stream;
+use futures_util::future::BoxFuture;
+use serde_json::{json, Value};
+use tower_service::Service;
+
+use super::{ChatRequest, ModelDelta};
+use crate::{ErrorKind, ToolError};
+
+mod chunk;
+mod errors;
+mod sse;
+
+use errors::{error_body, retry_after, status_error};
+use sse::deltas_from_sse;
+
+/// The most bytes one server-sent event of a model's answer may take (its
+/// lines up to the blank line that ends it): 1 MiB.
+///
+/// A chunk of a chat-completions stream is a few hundred bytes; an endpoint
+/// that sends an endless line gets a typed error (kind failed) instead of
+/// an ever-growing buffer.
+pub const MAX_SSE_EVENT_BYTES: usize = 1 << 20;
+
+/// The delta stream of an [`OpenAiModel`] answer.
+pub type OpenAiStream = Pin<Box<dyn Stream<Item = Result<ModelDelta, ToolError>> + Send>>;
+
+/// A model behind an OpenAI-compatible chat-completions endpoint, streamed
+/// over server-sent events (`stream: true`, usage included).
+///
+/// Every failure is a typed [`ToolError`]:
+///
+/// | what happened | kind |
+/// |---|---|
+/// | 429 | rate limited |
+/// | 401, 403 | denied |
+/// | 5xx, the endpoint unreachable | unavailable |
+/// | other statuses | failed |
+/// | the connection breaks mid-answer, or the stream ends without `[DONE]` | unavailable (the transport error kept as the source) |
+/// | a chunk that is not JSON (or not UTF-8) before any delta | unavailable: nothing reached the consumer, so asking again is safe |
+/// | the same after a delta | failed |
+/// | an error chunk, an event over [`MAX_SSE_EVENT_BYTES`], a tool-call index of [`MAX_TOOL_CALLS_PER_ANSWER`] or more | failed |
+///
+/// Whatever the status, a `retry-after-ms` header (milliseconds) or a
+/// `Retry-After` header (seconds, fractional seconds, or an HTTP-date,
+/// counted from the response's `Date`) is kept as the error's
+/// [`retry_after`](ToolError::retry_after), which the retry layer honours.
+///
+/// A request's [`model`](ChatRequest::model), when set, is asked for
+/// instead of the model the client was made with.
+#[derive(Debug, Clone)]
+pub struct OpenAiModel {
+    client: reqwest::Client,
+    base_url: String,
+    api_key: Option<String>,
+    model: String,
+}
+
+impl OpenAiModel {
+    /// A client for `base_url` (e.g. `http://127.0.0.1:11434/v1`) and `model`.
+    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
+        OpenAiModel {
+            client: reqwest::Client::new(),
+            base_url: base_url.into().trim_end_matches('/').to_owned(),
+            api_key: None,
+            model: model.into(),
+        }
+    }
+
+    /// Uses `client` for the requests: its timeouts, proxy, or extra root
+    /// certificates (say, a private endpoint's CA with feature
+    /// `openai-tls`).
+    pub fn with_client(mut self, client: reqwest::Client) -> Self {
+        self.client = client;
+        self
+    }
+
+    /// Sends `api_key` as a bearer token.
+    pub fn api_key(mut self, api_key: impl Into<String>) -> Self {
+        self.api_key = Some(api_key.into());
+        self
+    }
+
+    /// From `OPENAI_BASE_URL`, `OPENAI_API_KEY` and `OPENAI_MODEL`, when
+    /// the base URL and the model are set.
+    pub fn from_env() -> Option<Self> {
+        let base = std::env::var("OPENAI_BASE_URL").ok()?;
+        let model = std::env::var("OPENAI_MODEL").ok()?;
+        let client = OpenAiModel::new(base, model);
+        Some(match std::env::var("OPENAI_API_KEY") {
+            Ok(key) => client.api_key(key),
+            Err(_) => client,
+        })
+    }
+
+    fn body(&self, request: &ChatRequest) -> Value {
+        let mut body = json!({
+            "model": request.model.as_deref().unwrap_or(&self.model),
+            "messages": request.messages,
+            "stream": true,
+            "stream_options": {"include_usage": true},
+        });
+        if !request.tools.is_empty() {
+            let tools: Vec<Value> = request
+                .tools
+                .iter()
+                .map(|t| t.to_openai_function(false))
+                .collect();
+            body["tools"] = tools.into();
+        }
+        body
+    }
+}
+
+impl Service<ChatRequest> for OpenAiModel {
+    type Response = OpenAiStream;
+    type Error = ToolError;
+    type Future = BoxFuture<'static, Result<OpenAiStream, ToolError>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: ChatRequest) -> Self::Future {
+        let body = self.body(&request);
+        let mut post = self
+            .client
+            .post(format!("{}/chat/completions", self.base_url))
+            .header("content-type", "application/json")
+            .header("accept", "text/event-stream");
+        if let Some(key) = &self.api_key {
+            post = post.bearer_auth(key);
+        }
+        Box::pin(async move {
+            let body = serde_json::to_vec(&body)
+                .map_err(|e| ToolError::failed(format!("cannot encode the request: {e}")))?;
+            let response = post.body(body).send().await.map_err(|e| {
+                ToolError::new(
+                    ErrorKind::Unavailable,
+                    format!("cannot reach the model endpoint: {e}"),
+                )
+                .with_source(e)
+            })?;
+            let status = response.status().as_u16();
+            if !(200..300).contains(&status) {
+                let retry_after = retry_after(response.headers());
+                let text = error_body(response.bytes_stream()).await;
+                return Err(status_error(status, retry_after, &text));
+            }
+            let deltas = deltas_from_sse(response.bytes_stream());
+            Ok(Box::pin(deltas) as OpenAiStream)
+        })
+    }
+}
+
+/// Hooks for the fuzz targets in `fuzz/`: empty unless built by cargo-fuzz,
+/// which sets `--cfg fuzzing`. Not part of the API.
+#[doc(hidden)]
+#[allow(unexpected_cfgs)]
+pub mod fuzzing {
+    /// Parses `pieces`, the body as the transport split it, as
+    /// [`OpenAiModel`](super::OpenAiModel) parses an answer: every delta
+    /// and the error that ends the stream, if any.
+    #[cfg(fuzzing)]
+    pub fn deltas_from_sse(
+        pieces: Vec<Vec<u8>>,
+    ) -> Vec<Result<super::ModelDelta, super::ToolError>> {
+        use futures_util::{FutureExt, StreamExt};
+        let body = super::stream::iter(pieces.into_iter().map(Ok::<_, std::convert::Infallible>));
+        // Every piece is ready, so the whole parse completes in one poll.
+        super::deltas_from_sse(body)
+            .collect()
+            .now_or_never()
+            .expect("a body whose pieces are all ready parses in one poll")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::FutureExt;
+    use proptest::prelude::*;
+
+    use std::time::Duration;
+
+    use futures_util::{stream, StreamExt};
+
+    use super::*;
+    use crate::model::Accumulator;
+
+    /// A recorded answer: text with multi-byte characters, then two
+    /// parallel calls whose arguments hold escapes and non-ASCII text.
+    fn recorded(line_end: &str) -> Vec<u8> {
+        let chunks = [
+            json!({"choices": [{"index": 0, "delta": {"content": "Grüße, "}}]}),
+            json!({"choices": [{"index": 0, "delta": {"content": "漢字 🦀"}}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": 0, "id": "call_a", "type": "function", "function": {"name": "search", "arguments": "{\"q\":\"caf"}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": 1, "id": "call_b", "type": "function", "function": {"name": "note", "arguments": "{\"t\":\"a\\\"b"}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": 0, "function": {"arguments": "é ☕\"}"}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": 1, "function": {"arguments": "\\n\"}"}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+            json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 9}}),
+        ];
+        let mut body = String::new();
+        for chunk in chunks {
+            body.push_str(&format!("data: {chunk}{line_end}{line_end}"));
+        }
+        body.push_str(&format!("data: [DONE]{line_end}{line_end}"));
+        body.into_bytes()
+    }
+
+    fn fold(bytes: Vec<Vec<u8>>) -> (String, Vec<crate::model::ToolCall>, usize) {
+        let stream = stream::iter(bytes.into_iter().map(Ok::<_, std::convert::Infallible>));
+        // Every piece is ready, so the whole parse completes in one poll.
+        let deltas: Vec<_> = deltas_from_sse(stream)
+            .collect()
+            .now_or_never()
+            .expect("ready");
+        let mut text = String::new();
+        let mut acc = Accumulator::new();
+        let mut errors = 0;
+        for delta in deltas {
+            match delta {
+                Ok(ModelDelta::Text(t)) => text.push_str(&t),
+                Ok(ModelDelta::ToolCall(f)) => {
+                    acc.push(&f).expect("a bounded index");
+                }
+                Ok(_) => {}
+                Err(_) => errors += 1,
+            }
+        }
+        (text, acc.finish().expect("named calls"), errors)
+    }
+
+    /// Found while writing `fuzz/fuzz_targets/openai_sse.rs`:
+    /// eventsource-stream copies the rest of its buffer after each line it
+    /// parses, so many short lines handed to it at once cost quadratic time
+    /// (768 KiB of keep-alive comments in one read: minutes). Handed a line
+    /// at a time, it parses each byte once.
+    #[test]
+    fn many_short_lines_in_one_read_parse_in_linear_time() {
+        let mut body = ":\n\n".repeat(1 << 18).into_bytes();
+        body.extend_from_slice(&recorded("\n"));
+        let started = std::time::Instant::now();
+        let (text, calls, errors) = fold(vec![body]);
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!((errors, calls.len()), (0, 2));
+        assert_eq!(text, "Grüße, 漢字 🦀");
+    }
+
+    proptest! {
+        #[test]
+        fn any_byte_split_of_a_recorded_stream_gives_the_same_text_and_calls(
+            mut cuts in proptest::collection::vec(0usize..2000, 0..40),
+            line_end in prop_oneof![Just("\n"), Just("\r\n")],
+        ) {
+            let body = recorded(line_end);
+            let whole = fold(vec![body.clone()]);
+            prop_assert_eq!(whole.2, 0);
+            prop_assert_eq!(whole.1.len(), 2);
+            prop_assert_eq!(&whole.1[1].arguments, "{\"t\":\"a\\\"b\\n\"}");
+            cuts.iter_mut().for_each(|c| *c %= body.len() + 1);
+            cuts.sort_unstable();
+            let mut pieces = Vec::new();
+            let mut start = 0;
+            for cut in cuts.into_iter().chain([body.len()]) {
+                pieces.push(body[start..cut].to_vec());
+                start = cut;
+            }
+            prop_assert_eq!(fold(pieces), whole);
+        }
+    }
+}
