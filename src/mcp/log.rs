@@ -47,7 +47,7 @@ macro_rules! set_level_method {
             _context: rmcp::service::RequestContext<rmcp::RoleServer>,
         ) -> Result<(), rmcp::ErrorData> {
             self.log_level.store(
-                super::log::level_rank(request.level),
+                crate::mcp::log::level_rank(request.level),
                 std::sync::atomic::Ordering::Relaxed,
             );
             Ok(())
