@@ -254,7 +254,7 @@ where
         for call in &calls {
             let _ = self.tx.send(AgentEvent::ToolCall(call.clone())).await;
         }
-        let results: Vec<ToolResult> = stream::iter(calls.clone())
+        let results: Vec<String> = stream::iter(calls.clone())
             .map(|call| {
                 let (toolbox, tx, extensions, step) = (
                     self.agent.toolbox.clone(),
@@ -277,8 +277,8 @@ where
             .buffered(self.agent.parallel)
             .collect()
             .await;
-        for (call, result) in calls.iter().zip(results) {
-            self.push(Message::tool(call.id.clone(), result.text()));
+        for (call, text) in calls.iter().zip(results) {
+            self.push(Message::tool(call.id.clone(), text));
         }
     }
 
@@ -364,13 +364,14 @@ pub(super) fn approval_events(
     })
 }
 
-/// Runs one call, streaming its items as events; returns its result.
+/// Runs one call, streaming its items and then its result as events;
+/// returns the result's text, for the history.
 pub(super) async fn run_tool(
     toolbox: &Toolbox,
     call: &ToolCall,
     extensions: Extensions,
     tx: &mpsc::Sender<AgentEvent>,
-) -> ToolResult {
+) -> String {
     let mut request =
         ToolRequest::new(call.name.clone(), call.arguments.clone()).with_id(call.id.clone());
     *request.extensions_mut() = extensions;
@@ -397,11 +398,13 @@ pub(super) async fn run_tool(
             }
         }
     };
+    // The history needs the text; the event takes the result itself.
+    let text = result.text();
     let event = AgentEvent::ToolResult {
         call_id: call.id.clone(),
         name: call.name.clone(),
-        result: result.clone(),
+        result,
     };
     let _ = tx.send(event).await;
-    result
+    text
 }
