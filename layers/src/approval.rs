@@ -43,7 +43,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), ToolError> {
 //! let delete = tool::from_fn("delete", |p: Path| async move { Ok::<_, ToolError>(format!("deleted {}", p.path)) })
-//!     .annotations(ToolAnnotations { destructive_hint: Some(true), ..Default::default() });
+//!     .with_annotations(ToolAnnotations { destructive_hint: Some(true), ..Default::default() });
 //! // An approver that refuses anything under /etc.
 //! let approver = |asked: &toolstack::approval::ApprovalRequest| {
 //!     let deny = asked.arguments.contains("/etc");
@@ -189,6 +189,23 @@ impl<S> Layer<S> for ApprovalLayer {
 pub struct Approval<S> {
     inner: S,
     config: ApprovalLayer,
+}
+
+impl<S> Approval<S> {
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
 }
 
 impl<S> Service<ToolRequest> for Approval<S>

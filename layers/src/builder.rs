@@ -62,6 +62,7 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed {
     fn stream_retry(self, policy: RetryPolicy) -> ServiceBuilder<Stack<RetryLayer, L>>;
     /// Adds a [`RateLimitLayer`].
     #[cfg(feature = "rate-limit")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "rate-limit")))]
     fn stream_rate_limit(self, layer: RateLimitLayer) -> ServiceBuilder<Stack<RateLimitLayer, L>>;
     /// Adds a [`ConcurrencyLimitLayer`] of `max` calls in flight, streams
     /// included.
@@ -73,6 +74,7 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed {
     fn stream_catch_panic(self) -> ServiceBuilder<Stack<CatchPanicLayer, L>>;
     /// Adds a [`ValidateLayer`] (the tool below must carry its description).
     #[cfg(feature = "validate")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "validate")))]
     fn stream_validate(self) -> ServiceBuilder<Stack<ValidateLayer, L>>;
     /// Adds a [`BudgetLayer`]: what reaches the model is capped.
     fn stream_budget(self, budget: BudgetLayer) -> ServiceBuilder<Stack<BudgetLayer, L>>;

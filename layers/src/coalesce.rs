@@ -124,6 +124,11 @@ impl<S> Coalesce<S> {
         &self.inner
     }
 
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
     /// Unwraps the service.
     pub fn into_inner(self) -> S {
         self.inner

@@ -87,29 +87,35 @@
 //! [`ToolRequest::info`]: toolstack::ToolRequest::info
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub mod approval;
 pub mod budget;
 mod builder;
 #[cfg(feature = "cache")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cache")))]
 pub mod cache;
 pub mod catch_panic;
 mod clock;
 pub mod coalesce;
 pub mod concurrency;
-#[cfg(feature = "redis")]
-mod health;
 #[cfg(feature = "otel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
 pub mod otel;
 #[cfg(feature = "rate-limit")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rate-limit")))]
 pub mod rate_limit;
+// What the cache's and the rate limit's Redis stores share.
+#[cfg(all(feature = "redis", any(feature = "cache", feature = "rate-limit")))]
+mod redis;
 pub mod repair;
 mod request;
 pub mod retry;
 pub mod timeout;
 pub mod trace;
 #[cfg(feature = "validate")]
+#[cfg_attr(docsrs, doc(cfg(feature = "validate")))]
 pub mod validate;
 
 pub use builder::ServiceBuilderExt;

@@ -54,7 +54,7 @@
 //!     counter.fetch_add(1, Ordering::SeqCst);
 //!     async move { Ok::<_, ToolError>(format!("sunny in {}", c.name)) }
 //! })
-//! .annotations(ToolAnnotations { read_only_hint: Some(true), ..Default::default() });
+//! .with_annotations(ToolAnnotations { read_only_hint: Some(true), ..Default::default() });
 //! // In a toolbox, which gives the layer the tool's annotations.
 //! let tools = Toolbox::new().layered(weather, CacheLayer::in_memory(16 << 20, Duration::from_secs(60)));
 //! for args in [r#"{"name": "Oslo"}"#, r#"{ "name":"Oslo" }"#] {
@@ -71,6 +71,7 @@ mod encoding;
 mod redis;
 
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use self::redis::RedisStore;
 
 use std::collections::HashMap;
@@ -344,6 +345,23 @@ impl<S> Layer<S> for CacheLayer {
 pub struct Cache<S> {
     inner: S,
     config: CacheLayer,
+}
+
+impl<S> Cache<S> {
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
 }
 
 impl<S: fmt::Debug> fmt::Debug for Cache<S> {

@@ -4,7 +4,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::health::Health;
 use futures_util::future::BoxFuture;
 use redis::aio::ConnectionManager;
 use redis::RedisError;
@@ -12,6 +11,7 @@ use sha2::{Digest, Sha256};
 
 use super::encoding::{decode, encode};
 use super::{CacheStore, Cached};
+use crate::redis::{push_hex, Health, RedisSettings};
 
 /// A [`CacheStore`] in Redis: every process whose [`CacheLayer`] uses the
 /// same Redis and key prefix replays the results any of them stored.
@@ -62,12 +62,9 @@ use super::{CacheStore, Cached};
 /// [`CacheLayer`]: super::CacheLayer
 #[derive(Clone)]
 pub struct RedisStore {
-    manager: ConnectionManager,
-    prefix: Arc<str>,
+    settings: RedisSettings,
     ttl: Duration,
     max_entry_bytes: usize,
-    timeout: Duration,
-    recheck_after: Duration,
     health: Arc<Health>,
 }
 
@@ -76,12 +73,9 @@ impl RedisStore {
     /// `ttl`, under the prefix `toolstack:cache`.
     pub fn new(manager: ConnectionManager, ttl: Duration) -> Self {
         RedisStore {
-            manager,
-            prefix: Arc::from("toolstack:cache"),
+            settings: RedisSettings::new(manager, "toolstack:cache"),
             ttl,
             max_entry_bytes: 2 << 20,
-            timeout: Duration::from_millis(250),
-            recheck_after: Duration::from_secs(1),
             health: Arc::new(Health::new()),
         }
     }
@@ -89,7 +83,7 @@ impl RedisStore {
     /// The prefix of every key: layers, in any process, that use the same
     /// Redis and prefix share their results.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = Arc::from(prefix.into());
+        self.settings.prefix = Arc::from(prefix.into());
         self
     }
 
@@ -103,34 +97,31 @@ impl RedisStore {
 
     /// How long a lookup or a store waits for Redis (default 250 ms).
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
+        self.settings.timeout = timeout;
         self
     }
 
     /// How long Redis is left alone after it could not be reached
     /// (default 1 s).
     pub fn recheck_after(mut self, pause: Duration) -> Self {
-        self.recheck_after = pause;
+        self.settings.recheck_after = pause;
         self
     }
 
     /// The Redis key of the cache key `key`.
     fn redis_key(&self, key: &str) -> String {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        let mut out = String::with_capacity(self.prefix.len() + 65);
-        out.push_str(&self.prefix);
+        let prefix = &self.settings.prefix;
+        let mut out = String::with_capacity(prefix.len() + 65);
+        out.push_str(prefix);
         out.push(':');
-        for b in Sha256::digest(key.as_bytes()) {
-            out.push(char::from(DIGITS[usize::from(b >> 4)]));
-            out.push(char::from(DIGITS[usize::from(b & 0xf)]));
-        }
+        push_hex(&mut out, &Sha256::digest(key.as_bytes()));
         out
     }
 }
 
 impl CacheStore for RedisStore {
     fn get(&self, key: &str) -> BoxFuture<'static, Option<Cached>> {
-        if !self.health.should_ask(self.recheck_after) {
+        if !self.health.should_ask(self.settings.recheck_after) {
             tracing::debug!(
                 toolstack.cache.store = "redis",
                 "the cache's store was unreachable a moment ago; a miss"
@@ -138,8 +129,9 @@ impl CacheStore for RedisStore {
             return Box::pin(std::future::ready(None));
         }
         let key = self.redis_key(key);
-        let mut manager = self.manager.clone();
-        let (max, timeout, pause) = (self.max_entry_bytes, self.timeout, self.recheck_after);
+        let mut manager = self.settings.manager.clone();
+        let (timeout, pause) = (self.settings.timeout, self.settings.recheck_after);
+        let max = self.max_entry_bytes;
         let health = Arc::clone(&self.health);
         Box::pin(async move {
             // Bytes 0 to `max` (inclusive): one more than may be read, so
@@ -197,15 +189,15 @@ impl CacheStore for RedisStore {
             );
             return Box::pin(std::future::ready(()));
         };
-        if !self.health.should_ask(self.recheck_after) {
+        let (timeout, pause) = (self.settings.timeout, self.settings.recheck_after);
+        if !self.health.should_ask(pause) {
             return Box::pin(std::future::ready(()));
         }
         let key = self.redis_key(&key);
-        let mut manager = self.manager.clone();
+        let mut manager = self.settings.manager.clone();
         let ttl = u64::try_from(self.ttl.as_millis())
             .unwrap_or(u64::MAX)
             .max(1);
-        let (timeout, pause) = (self.timeout, self.recheck_after);
         let health = Arc::clone(&self.health);
         Box::pin(async move {
             let mut set = redis::cmd("SET");
@@ -223,11 +215,7 @@ const MISS: &str = "the cache's store failed; the call runs uncached";
 const NOT_STORED: &str = "the cache's store failed; the result is not stored";
 
 fn failed(health: &Health, pause: Duration, err: &RedisError, outcome: &'static str) {
-    // Only a Redis out of reach is left alone; one that refused a command
-    // (a wrong type under the key, out of memory) is asked again.
-    if err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error() {
-        health.unreachable(pause);
-    }
+    health.failed(err, pause);
     tracing::warn!(toolstack.cache.store = "redis", error = %err, "{outcome}");
 }
 
@@ -243,11 +231,11 @@ fn timed_out(health: &Health, pause: Duration, timeout: Duration, outcome: &'sta
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
-            .field("prefix", &self.prefix)
+            .field("prefix", &self.settings.prefix)
             .field("ttl", &self.ttl)
             .field("max_entry_bytes", &self.max_entry_bytes)
-            .field("timeout", &self.timeout)
-            .field("recheck_after", &self.recheck_after)
+            .field("timeout", &self.settings.timeout)
+            .field("recheck_after", &self.settings.recheck_after)
             .finish_non_exhaustive()
     }
 }

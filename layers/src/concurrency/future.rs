@@ -5,6 +5,7 @@ use std::task::{ready, Context, Poll};
 use futures_core::Stream;
 use pin_project_lite::pin_project;
 use tokio::sync::OwnedSemaphorePermit;
+use toolstack::boxed::FuseAfterError;
 use toolstack::ToolError;
 
 pin_project! {
@@ -60,7 +61,7 @@ where
         };
         match ready!(inner.poll(cx)) {
             Ok(inner) => Poll::Ready(Ok(ResponseStream {
-                inner: Some(inner),
+                inner: FuseAfterError::new(inner),
                 permit: this.permit.take(),
             })),
             Err(err) => {
@@ -77,10 +78,10 @@ pin_project! {
     /// item of a stream) or is dropped.
     #[derive(Debug)]
     pub struct ResponseStream<St> {
-        // `None` once the stream ended or failed: it is dropped then, so
-        // the work behind it stops when the permit goes.
+        // Dropped once the stream ended or failed, so the work behind it
+        // stops before the permit goes.
         #[pin]
-        inner: Option<St>,
+        inner: FuseAfterError<St>,
         permit: Option<OwnedSemaphorePermit>,
     }
 }
@@ -100,21 +101,17 @@ where
 
     #[inline(always)]
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let mut this = self.project();
-        let Some(inner) = this.inner.as_mut().as_pin_mut() else {
-            return Poll::Ready(None);
-        };
-        let item = ready!(inner.poll_next(cx));
+        let this = self.project();
+        let item = ready!(this.inner.poll_next(cx));
         // After the end or an error (the last item) the call is over: the
-        // stream is dropped before the permit goes back.
+        // permit goes back, after the stream (the fuse has dropped it).
         if !matches!(item, Some(Ok(_))) {
-            this.inner.set(None);
             this.permit.take();
         }
         Poll::Ready(item)
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        self.inner.as_ref().map_or((0, Some(0)), Stream::size_hint)
+        self.inner.size_hint()
     }
 }

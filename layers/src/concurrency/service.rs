@@ -69,6 +69,11 @@ impl<S> ConcurrencyLimit<S> {
         &self.inner
     }
 
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
     /// Unwraps the service.
     pub fn into_inner(self) -> S {
         self.inner

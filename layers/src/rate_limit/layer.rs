@@ -7,18 +7,9 @@ use governor::Quota;
 use tower_layer::Layer;
 
 use super::limiter::{Global, Limiter, PerCaller, PerTool};
+use super::mode::Mode;
 use super::shared::SharedStore;
 use super::RateLimit;
-
-/// What a call over the limit does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Mode {
-    /// Sleep until the bucket allows the call, then make it; a call that
-    /// would sleep longer than `max` (when set) is refused at once.
-    Wait { max: Option<Duration> },
-    /// Fail at once with [`ErrorKind::RateLimited`](toolstack::ErrorKind).
-    Reject,
-}
 
 /// Applies a shared, keyed rate limit to tool or model calls; see the
 /// [module docs](super).
@@ -127,6 +118,7 @@ impl RateLimitLayer {
     ///
     /// Every call then takes a round trip to Redis before it starts.
     #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     pub fn redis(mut self, redis: super::RedisLimiter) -> Self {
         self.store = Some(Arc::new(redis.into_store(self.quota)));
         self

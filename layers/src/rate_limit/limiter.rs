@@ -4,7 +4,7 @@
 use std::any::type_name;
 use std::collections::HashMap;
 use std::fmt;
-use std::hash::{BuildHasher, Hash, RandomState};
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -14,7 +14,6 @@ use governor::{Quota, RateLimiter};
 use http::Extensions;
 
 use super::clock::TokioClock;
-use super::shared::BucketKey;
 use crate::{CallKind, Request};
 
 pub(super) type Direct = RateLimiter<NotKeyed, InMemoryState, TokioClock>;
@@ -40,6 +39,34 @@ impl<'a> CallKey<'a> {
             target: request.target(),
             extensions: request.extensions(),
         }
+    }
+}
+
+/// Which bucket of a shared store a call draws from, as the limiter keys
+/// it; the store turns it into its own key (prefixed, bounded).
+// Read only by a store, and the one store is Redis's.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(super) enum BucketKey<'a> {
+    /// The one bucket of a global limit.
+    All,
+    /// A per-tool (or per-model) limit's bucket for `target`.
+    Target { kind: CallKind, target: &'a str },
+    /// A per-caller limit's bucket for this caller.
+    Caller(&'a dyn StableHash),
+    /// A per-caller limit's bucket for requests that carry no caller.
+    Anonymous,
+}
+
+/// A caller key fed to a hasher the store chooses (one whose output is
+/// the same in every process), through the key's own [`Hash`].
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(super) trait StableHash {
+    fn stable_hash(&self, state: &mut dyn Hasher);
+}
+
+impl<K: Hash> StableHash for K {
+    fn stable_hash(&self, mut state: &mut dyn Hasher) {
+        self.hash(&mut state);
     }
 }
 

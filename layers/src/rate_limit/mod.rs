@@ -93,6 +93,7 @@ mod clock;
 mod future;
 mod layer;
 mod limiter;
+mod mode;
 #[cfg(feature = "redis")]
 mod redis;
 mod service;
@@ -101,6 +102,7 @@ mod shared;
 pub use self::future::ResponseFuture;
 pub use self::layer::RateLimitLayer;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use self::redis::RedisLimiter;
 pub use self::service::RateLimit;
 

@@ -6,14 +6,15 @@ use std::hash::Hasher;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use crate::health::Health;
 use futures_util::future::BoxFuture;
 use governor::Quota;
 use redis::aio::ConnectionManager;
-use redis::{RedisError, Script};
+use redis::Script;
 use sha2::{Digest, Sha256};
 
-use super::shared::{BucketKey, Fallback, SharedStore, StoreError, Verdict};
+use super::limiter::BucketKey;
+use super::shared::{Fallback, SharedStore, StoreError, Verdict};
+use crate::redis::{micros_ceil, push_hex, Health, RedisSettings};
 
 /// GCRA, as redis-cell and the Redis rate-limiting guides do it: one key
 /// per bucket holding its theoretical arrival time (TAT), on the server's
@@ -153,10 +154,7 @@ const MAX_VERBATIM_NAME: usize = 64;
 /// reconnects; keep them near the timeout, as above.
 #[derive(Clone)]
 pub struct RedisLimiter {
-    manager: ConnectionManager,
-    prefix: String,
-    timeout: Duration,
-    recheck_after: Duration,
+    settings: RedisSettings,
     fallback: Fallback,
 }
 
@@ -165,10 +163,7 @@ impl RedisLimiter {
     /// `toolstack:rl`, failing open, with a 250 ms command timeout.
     pub fn new(manager: ConnectionManager) -> Self {
         RedisLimiter {
-            manager,
-            prefix: "toolstack:rl".to_owned(),
-            timeout: Duration::from_millis(250),
-            recheck_after: Duration::from_secs(1),
+            settings: RedisSettings::new(manager, "toolstack:rl"),
             fallback: Fallback::Open,
         }
     }
@@ -176,21 +171,21 @@ impl RedisLimiter {
     /// The prefix of every key (`{prefix}:tool:search`, …): layers, in any
     /// process, that use the same Redis and prefix share their buckets.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
+        self.settings.prefix = Arc::from(prefix.into());
         self
     }
 
     /// How long a call waits for Redis's answer before it falls back
     /// (default 250 ms).
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
+        self.settings.timeout = timeout;
         self
     }
 
     /// How long calls fall back without asking Redis after it could not be
     /// reached (default 1 s).
     pub fn recheck_after(mut self, pause: Duration) -> Self {
-        self.recheck_after = pause;
+        self.settings.recheck_after = pause;
         self
     }
 
@@ -222,9 +217,9 @@ impl RedisLimiter {
 impl fmt::Debug for RedisLimiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisLimiter")
-            .field("prefix", &self.prefix)
-            .field("timeout", &self.timeout)
-            .field("recheck_after", &self.recheck_after)
+            .field("prefix", &self.settings.prefix)
+            .field("timeout", &self.settings.timeout)
+            .field("recheck_after", &self.settings.recheck_after)
             .field("fallback", &self.fallback)
             .finish_non_exhaustive()
     }
@@ -251,17 +246,18 @@ impl SharedStore for RedisBuckets {
     }
 
     fn key(&self, bucket: BucketKey<'_>) -> Arc<str> {
-        redis_key(&self.config.prefix, bucket).into()
+        redis_key(&self.config.settings.prefix, bucket).into()
     }
 
     fn take(&self, key: &Arc<str>) -> BoxFuture<'static, Result<Verdict, StoreError>> {
-        let pause = self.config.recheck_after;
+        let settings = &self.config.settings;
+        let (timeout, pause) = (settings.timeout, settings.recheck_after);
         if !self.health.should_ask(pause) {
             return Box::pin(std::future::ready(Err(StoreError::RecentlyUnreachable)));
         }
-        let mut manager = self.config.manager.clone();
+        let mut manager = settings.manager.clone();
         let key = Arc::clone(key);
-        let (interval, tolerance, timeout) = (self.interval, self.tolerance, self.config.timeout);
+        let (interval, tolerance) = (self.interval, self.tolerance);
         let health = Arc::clone(&self.health);
         Box::pin(async move {
             let mut invocation = SCRIPT.key(&*key);
@@ -279,9 +275,7 @@ impl SharedStore for RedisBuckets {
                     Ok(Verdict::Wait(Duration::from_micros(wait.max(1) as u64)))
                 }
                 Ok(Err(err)) => {
-                    if unreachable(&err) {
-                        health.unreachable(pause);
-                    }
+                    health.failed(&err, pause);
                     Err(StoreError::Failed(err.into()))
                 }
                 Err(_) => {
@@ -337,16 +331,6 @@ fn script_quota(quota: Quota) -> (u64, u64) {
     (interval, tolerance)
 }
 
-/// Whether `err` says Redis could not be reached (rather than that it
-/// refused this one command).
-fn unreachable(err: &RedisError) -> bool {
-    err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error()
-}
-
-fn micros_ceil(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos().div_ceil(1_000)).unwrap_or(u64::MAX)
-}
-
 /// `name` as it is, when short and plain; else `#` and its hash.
 fn push_name(key: &mut String, name: &str) {
     let plain = name.len() <= MAX_VERBATIM_NAME
@@ -358,14 +342,6 @@ fn push_name(key: &mut String, name: &str) {
     } else {
         key.push('#');
         push_hex(key, &Sha256::digest(name.as_bytes())[..16]);
-    }
-}
-
-fn push_hex(out: &mut String, bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for &b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
     }
 }
 

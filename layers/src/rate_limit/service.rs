@@ -1,13 +1,12 @@
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use futures_core::Stream;
-use toolstack::{ErrorKind, ToolError};
+use toolstack::ToolError;
 use tower_service::Service;
 
-use super::layer::Mode;
 use super::limiter::{CallKey, Direct, Limiter};
+use super::mode::{millis_ceil, Mode};
 use super::shared::{Asking, SharedStore};
 use super::ResponseFuture;
 use crate::Request;
@@ -83,17 +82,17 @@ impl<S> RateLimit<S> {
         }
     }
 
-    /// The inner service.
+    /// The wrapped service.
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
 
-    /// The inner service, mutably.
+    /// The wrapped service, mutably.
     pub fn get_mut(&mut self) -> &mut S {
         &mut self.inner
     }
 
-    /// Unwraps the inner service.
+    /// Unwraps the service.
     pub fn into_inner(self) -> S {
         self.inner
     }
@@ -137,7 +136,10 @@ where
         };
         let retry_after =
             earliest.saturating_duration_since(tokio::time::Instant::now().into_std());
-        match refusal(self.mode, &*self.shared.limiter, &request, retry_after) {
+        match self
+            .mode
+            .refusal(&*self.shared.limiter, &request, retry_after)
+        {
             Some(error) => ResponseFuture::rejected(error),
             None => {
                 tracing::debug!(
@@ -166,50 +168,4 @@ where
             }
         }
     }
-}
-
-/// The error that refuses a call over the limit, when its mode does not
-/// let it wait `retry_after`: always in reject mode, and when the wait is
-/// longer than `wait_at_most`. `None`: the call waits.
-pub(super) fn refusal<R: Request>(
-    mode: Mode,
-    limiter: &dyn Limiter,
-    request: &R,
-    retry_after: Duration,
-) -> Option<ToolError> {
-    // A call that may not wait, or would wait longer than it may, is
-    // refused now with its retry-after; the tool never starts.
-    let message = match mode {
-        Mode::Reject => format!(
-            "rate limit for {} reached; retry after {} ms",
-            limiter.bucket_name(CallKey::of(request)),
-            millis_ceil(retry_after)
-        ),
-        Mode::Wait { max: Some(max) } if retry_after > max => format!(
-            "would wait {} ms for the quota of {}, more than the {} ms a call may wait; the {} never started",
-            millis_ceil(retry_after),
-            limiter.bucket_name(CallKey::of(request)),
-            millis_ceil(max),
-            R::KIND,
-        ),
-        Mode::Wait { .. } => return None,
-    };
-    tracing::debug!(
-        operation = R::KIND.operation(),
-        target = request.target(),
-        retry_after_ms = millis_ceil(retry_after),
-        "rate limited; refusing the call"
-    );
-    Some(ToolError::new(
-        ErrorKind::RateLimited {
-            retry_after: Some(retry_after),
-        },
-        message,
-    ))
-}
-
-/// Whole milliseconds, rounded up: a caller told "retry after 999 ms" when
-/// 999.5 ms are needed would be refused again.
-pub(super) fn millis_ceil(d: Duration) -> u128 {
-    d.as_nanos().div_ceil(1_000_000)
 }

@@ -14,7 +14,6 @@
 use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
-use std::hash::{Hash, Hasher};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -25,10 +24,9 @@ use tokio::time::{Instant, Sleep};
 use toolstack::{BoxError, ErrorKind, ToolError};
 use tower_service::Service;
 
-use super::layer::Mode;
-use super::limiter::{CallKey, Limiter};
-use super::service::{millis_ceil, refusal};
-use crate::{CallKind, Request};
+use super::limiter::{BucketKey, CallKey, Limiter};
+use super::mode::{millis_ceil, Mode};
+use crate::Request;
 
 /// What a shared store answers when asked for one cell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,31 +87,6 @@ impl Fallback {
             Fallback::Open => "open",
             Fallback::Closed => "closed",
         }
-    }
-}
-
-/// Which bucket of a shared store a call draws from, as the limiter keys
-/// it; the store turns it into its own key (prefixed, bounded).
-pub(super) enum BucketKey<'a> {
-    /// The one bucket of a global limit.
-    All,
-    /// A per-tool (or per-model) limit's bucket for `target`.
-    Target { kind: CallKind, target: &'a str },
-    /// A per-caller limit's bucket for this caller.
-    Caller(&'a dyn StableHash),
-    /// A per-caller limit's bucket for requests that carry no caller.
-    Anonymous,
-}
-
-/// A caller key fed to a hasher the store chooses (one whose output is
-/// the same in every process), through the key's own [`Hash`].
-pub(super) trait StableHash {
-    fn stable_hash(&self, state: &mut dyn Hasher);
-}
-
-impl<K: Hash> StableHash for K {
-    fn stable_hash(&self, mut state: &mut dyn Hasher) {
-        self.hash(&mut state);
     }
 }
 
@@ -201,7 +174,7 @@ impl<S, R: Request> Asking<S, R> {
         if std::mem::replace(&mut self.refused, true) {
             return None;
         }
-        refusal(self.mode, &*self.limiter, request, retry_after)
+        self.mode.refusal(&*self.limiter, request, retry_after)
     }
 
     /// Drives the admission; resolves to the inner service's response

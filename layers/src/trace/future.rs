@@ -6,8 +6,10 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
+use futures_core::stream::FusedStream;
 use futures_core::Stream;
 use pin_project_lite::pin_project;
+use toolstack::boxed::FuseAfterError;
 use toolstack::ToolError;
 use tracing::Span;
 
@@ -90,7 +92,7 @@ where
                 *this.watch = Watch::Done;
                 return Poll::Ready(match opened {
                     Ok(inner) => Ok(ResponseStream {
-                        inner: Some(inner),
+                        inner: FuseAfterError::new(inner),
                         guard: None,
                     }),
                     Err(err) => Err(err.into()),
@@ -123,7 +125,7 @@ where
             unreachable!("matched above")
         };
         Poll::Ready(result.map(|inner| ResponseStream {
-            inner: Some(inner),
+            inner: FuseAfterError::new(inner),
             guard: Some(guard),
         }))
     }
@@ -144,10 +146,10 @@ pin_project! {
         OF: OnFailure<R>,
         OD: OnEarlyDrop<R>,
     {
-        // `None` once the stream ended or failed (an error is the last
-        // item): it is dropped then and never polled again.
+        // Dropped once the stream ended or failed (an error is the last
+        // item), and never polled again.
         #[pin]
-        inner: Option<St>,
+        inner: FuseAfterError<St>,
         // `None` when the call is not watched.
         guard: Option<Box<EndGuard<R, OE, OF, OD>>>,
     }
@@ -180,23 +182,17 @@ where
 
     #[inline(always)]
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let mut this = self.project();
-        let Some(inner) = this.inner.as_mut().as_pin_mut() else {
-            return Poll::Ready(None);
-        };
+        let this = self.project();
         let Some(guard) = this.guard.as_deref_mut() else {
-            let item = ready!(inner.poll_next(cx));
-            if !matches!(item, Some(Ok(_))) {
-                this.inner.set(None);
-            }
-            return Poll::Ready(item);
+            return this.inner.poll_next(cx);
         };
+        // The end was reported: the span is not entered again.
+        if this.inner.is_terminated() {
+            return Poll::Ready(None);
+        }
         let EndGuard { span, state } = guard;
         let _entered = span.enter();
-        let item = ready!(inner.poll_next(cx));
-        if !matches!(item, Some(Ok(_))) {
-            this.inner.set(None);
-        }
+        let item = ready!(this.inner.poll_next(cx));
         match &item {
             Some(Ok(output)) => state.item(output, span),
             // An error is the last item of a stream: the call ends here,
@@ -208,7 +204,7 @@ where
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        self.inner.as_ref().map_or((0, Some(0)), Stream::size_hint)
+        self.inner.size_hint()
     }
 }
 

@@ -39,6 +39,11 @@ impl<S, M, OO, OE, OF, OD> Trace<S, M, OO, OE, OF, OD> {
         &self.inner
     }
 
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
     /// Unwraps the service.
     pub fn into_inner(self) -> S {
         self.inner

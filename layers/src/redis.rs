@@ -1,0 +1,121 @@
+//! What the rate limit's and the cache's Redis stores share: where Redis
+//! is and how long to wait for it ([`RedisSettings`]), and whether it is
+//! worth asking now ([`Health`]).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::RedisError;
+use tokio::time::Instant;
+
+/// How a store reaches Redis: the connection, the prefix of its keys, how
+/// long a command waits for an answer, and how long Redis is left alone
+/// after it could not be reached. The public builders (the cache's
+/// `RedisStore`, the rate limit's `RedisLimiter`) set them, and their docs
+/// state these defaults.
+#[derive(Clone)]
+pub(crate) struct RedisSettings {
+    /// Reconnects on its own; cloned per command.
+    pub(crate) manager: ConnectionManager,
+    /// The prefix of every key: stores, in any process, that use the same
+    /// Redis and prefix share what they keep.
+    pub(crate) prefix: Arc<str>,
+    /// How long a command waits for Redis's answer.
+    pub(crate) timeout: Duration,
+    /// How long Redis is left alone after it could not be reached.
+    pub(crate) recheck_after: Duration,
+}
+
+impl RedisSettings {
+    /// The Redis that `manager` connects to, keys under `prefix`, a 250 ms
+    /// timeout and a 1 s pause.
+    pub(crate) fn new(manager: ConnectionManager, prefix: &str) -> Self {
+        RedisSettings {
+            manager,
+            prefix: Arc::from(prefix),
+            timeout: Duration::from_millis(250),
+            recheck_after: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Whether Redis is worth asking: after it could not be reached, calls
+/// fall back without asking for a pause; then the first call to come
+/// claims the one retry (the others keep falling back until it answers).
+#[derive(Debug)]
+pub(crate) struct Health {
+    start: Instant,
+    /// Until when (microseconds since `start`, plus one) Redis is left
+    /// alone; 0 while it answers.
+    down_until: AtomicU64,
+}
+
+impl Health {
+    pub(crate) fn new() -> Self {
+        Health {
+            start: Instant::now(),
+            down_until: AtomicU64::new(0),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        micros_ceil(self.start.elapsed()).saturating_add(1)
+    }
+
+    pub(crate) fn should_ask(&self, pause: Duration) -> bool {
+        let until = self.down_until.load(Ordering::Acquire);
+        if until == 0 {
+            return true;
+        }
+        let now = self.now();
+        now >= until
+            && self
+                .down_until
+                .compare_exchange(
+                    until,
+                    now.saturating_add(micros_ceil(pause)),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+    }
+
+    pub(crate) fn reachable(&self) {
+        // A read first: calls on many threads would otherwise all write
+        // the one shared line.
+        if self.down_until.load(Ordering::Relaxed) != 0 {
+            self.down_until.store(0, Ordering::Release);
+        }
+    }
+
+    pub(crate) fn unreachable(&self, pause: Duration) {
+        let until = self.now().saturating_add(micros_ceil(pause));
+        self.down_until.store(until, Ordering::Release);
+    }
+
+    /// A command failed with `err`: Redis is left alone for `pause` if
+    /// `err` says it could not be reached. One that refused the command (a
+    /// wrong type under the key, out of memory) is asked again.
+    pub(crate) fn failed(&self, err: &RedisError, pause: Duration) {
+        if err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error() {
+            self.unreachable(pause);
+        }
+    }
+}
+
+/// `d` in microseconds, rounded up, saturating.
+pub(crate) fn micros_ceil(d: Duration) -> u64 {
+    let micros = d.as_nanos().div_ceil(1_000);
+    u64::try_from(micros).unwrap_or(u64::MAX)
+}
+
+/// `bytes` in lowercase hex, after `out`'s text.
+pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for &b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+}
