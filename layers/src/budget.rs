@@ -64,7 +64,7 @@ use toolstack::ToolError;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::{Item, Request};
+use crate::{Output, Request};
 
 /// About how many bytes a token is (for [`BudgetLayer::max_tokens`]).
 pub const BYTES_PER_TOKEN: usize = 4;
@@ -274,7 +274,7 @@ where
     S: Service<R, Response = St>,
     S::Error: Into<ToolError>,
     St: Stream<Item = Result<T, ToolError>>,
-    T: Item + 'static,
+    T: Output + 'static,
 {
     type Response = Budgeted<St, T>;
     type Error = ToolError;
@@ -309,7 +309,7 @@ where
     F: Future<Output = Result<St, E>>,
     E: Into<ToolError>,
     St: Stream<Item = Result<T, ToolError>>,
-    T: Item,
+    T: Output,
 {
     type Output = Result<Budgeted<St, T>, ToolError>;
 
@@ -354,7 +354,7 @@ pin_project! {
     }
 }
 
-impl<St, T: Item> Budgeted<St, T> {
+impl<St, T: Output> Budgeted<St, T> {
     fn new(inner: St, config: BudgetLayer, tap: Option<Tap<T>>) -> Self {
         Budgeted {
             limits: config.limits(),
@@ -385,7 +385,7 @@ fn floor_boundary(text: &str, at: usize) -> usize {
 impl<St, T> Stream for Budgeted<St, T>
 where
     St: Stream<Item = Result<T, ToolError>>,
-    T: Item,
+    T: Output,
 {
     type Item = Result<T, ToolError>;
 
@@ -508,7 +508,7 @@ struct Tail<'a, T> {
     cut_bytes: &'a mut usize,
 }
 
-impl<T: Item> Tail<'_, T> {
+impl<T: Output> Tail<'_, T> {
     fn cut(&mut self, bytes: usize) {
         *self.cut_items += 1;
         *self.cut_bytes += bytes;

@@ -55,7 +55,7 @@ use toolstack::ToolError;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::{Item, Request};
+use crate::{Output, Request};
 
 /// Merges runs of small text items: see the [module docs](self).
 #[derive(Clone, Copy, Debug)]
@@ -141,7 +141,7 @@ where
     S: Service<R, Response = St>,
     S::Error: Into<ToolError>,
     St: Stream<Item = Result<T, ToolError>>,
-    T: Item,
+    T: Output,
 {
     type Response = Coalesced<St, T>;
     type Error = ToolError;
@@ -173,7 +173,7 @@ where
     F: Future<Output = Result<St, E>>,
     E: Into<ToolError>,
     St: Stream<Item = Result<T, ToolError>>,
-    T: Item,
+    T: Output,
 {
     type Output = Result<Coalesced<St, T>, ToolError>;
 
@@ -228,7 +228,7 @@ impl<St, T> Coalesced<St, T> {
 impl<St, T> Stream for Coalesced<St, T>
 where
     St: Stream<Item = Result<T, ToolError>>,
-    T: Item,
+    T: Output,
 {
     type Item = Result<T, ToolError>;
 

@@ -38,7 +38,7 @@
 //! and the trace, timeout, retry, rate-limit, concurrency-limit and
 //! catch-panic layers apply to it as they do to tools: the deltas are the
 //! items. What a layer needs of a request or an item comes through the
-//! [`Request`] and [`Item`] traits (a [`CallKind`] says which of the two a
+//! [`Request`] and [`Output`] traits (a [`CallKind`] says which of the two a
 //! call is), implemented for
 //! [`ToolRequest`](toolstack::ToolRequest) /
 //! [`ToolOutput`](toolstack::ToolOutput) and for
@@ -119,4 +119,4 @@ pub mod trace;
 pub mod validate;
 
 pub use builder::ServiceBuilderExt;
-pub use request::{CallKind, Item, Request};
+pub use request::{CallKind, Output, Request};

@@ -1,4 +1,4 @@
-//! [`Request`] and [`Item`]: what the layers need to know of a request and
+//! [`Request`] and [`Output`]: what the layers need to know of a request and
 //! of the items of its response, so that one layer serves tool calls
 //! ([`ToolRequest`] answered by [`ToolOutput`]s) and model calls
 //! ([`ChatRequest`] answered by [`ModelDelta`]s) alike; [`CallKind`] says
@@ -6,7 +6,7 @@
 //!
 //! The stream-aware layers are generic over both: a `Service<R>` whose
 //! response is a stream of `Result<T, ToolError>` can be wrapped when
-//! `R: Request` and, for the trace, `T: Item`. What a layer asks of them is
+//! `R: Request` and, for the trace, `T: Output`. What a layer asks of them is
 //! what it cannot do without — a name for the span and the messages, a key
 //! for a rate limit, something to record when asked to — and every method
 //! is a field read on the tool path.
@@ -97,11 +97,11 @@ pub trait Request {
     /// What is called: the tool's name, or the model's when the request
     /// names one (else empty). A `per_tool` rate limit keys its buckets
     /// on it.
-    fn target(&self) -> &str;
+    fn name(&self) -> &str;
 
     /// The call's id (a model's tool-call id); empty when it has none, as
     /// model calls do not.
-    fn call_id(&self) -> &str;
+    fn id(&self) -> &str;
 
     /// Per-call data: the caller's identity for a per-caller rate limit,
     /// options, …
@@ -113,8 +113,11 @@ pub trait Request {
     fn write_input(&self, out: &mut impl io::Write) -> io::Result<()>;
 }
 
-/// An item of a response stream, as the trace sees it.
-pub trait Item {
+/// One output item of a response stream — a [`ToolOutput`] or a
+/// [`ModelDelta`] — as the layers see it: its size and text (the trace,
+/// coalescing, the budget) and what it says of the whole response (the
+/// trace's span).
+pub trait Output {
     /// About how many bytes the item carries (the trace's byte count; only
     /// asked when something listens).
     fn byte_len(&self) -> usize;
@@ -145,19 +148,36 @@ pub trait Item {
     fn from_text(text: String) -> Self
     where
         Self: Sized;
+
+    /// Records on the call's `span` what the item says of the whole
+    /// response: a model's [`ModelDelta::Model`] as
+    /// `gen_ai.response.model`, its [`ModelDelta::Usage`] as
+    /// `gen_ai.usage.input_tokens` and `gen_ai.usage.output_tokens`. A
+    /// tool's items say nothing (the default).
+    fn record_on(&self, span: &tracing::Span) {
+        let _ = span;
+    }
+
+    /// The finish reason the item carries, as the provider spells it
+    /// (`stop`, `tool_calls`, `length`, `content_filter`, …); the trace
+    /// records it as `gen_ai.response.finish_reasons`. `None` (the
+    /// default) for every other item.
+    fn finish_reason(&self) -> Option<std::borrow::Cow<'_, str>> {
+        None
+    }
 }
 
 impl Request for ToolRequest {
     const KIND: CallKind = CallKind::Tool;
 
     #[inline]
-    fn target(&self) -> &str {
-        self.name()
+    fn name(&self) -> &str {
+        ToolRequest::name(self)
     }
 
     #[inline]
-    fn call_id(&self) -> &str {
-        self.id()
+    fn id(&self) -> &str {
+        ToolRequest::id(self)
     }
 
     #[inline]
@@ -172,7 +192,7 @@ impl Request for ToolRequest {
 
 /// Text items as they are, JSON items as their JSON text; media, resources and
 /// progress are not recorded.
-impl Item for ToolOutput {
+impl Output for ToolOutput {
     #[inline]
     fn byte_len(&self) -> usize {
         ToolOutput::byte_len(self)
@@ -208,12 +228,12 @@ impl Request for ChatRequest {
     const KIND: CallKind = CallKind::Model;
 
     #[inline]
-    fn target(&self) -> &str {
+    fn name(&self) -> &str {
         self.model.as_deref().unwrap_or_default()
     }
 
     #[inline]
-    fn call_id(&self) -> &str {
+    fn id(&self) -> &str {
         ""
     }
 
@@ -230,7 +250,17 @@ impl Request for ChatRequest {
 
 /// The answer's text is recorded; tool-call fragments, the finish reason
 /// and usage are not.
-impl Item for ModelDelta {
+impl Output for ModelDelta {
+    #[inline]
+    fn record_on(&self, span: &tracing::Span) {
+        crate::trace::item::record_delta(self, span);
+    }
+
+    #[inline]
+    fn finish_reason(&self) -> Option<std::borrow::Cow<'_, str>> {
+        crate::trace::item::delta_finish_reason(self)
+    }
+
     #[inline]
     fn byte_len(&self) -> usize {
         match self {

@@ -93,7 +93,7 @@ impl<M> Agent<M> {
     }
 
     /// Asks for the model `name` in every model request
-    /// ([`ChatRequest::model`]): the OpenAI-compatible client sends it
+    /// ([`ChatRequest::model`](crate::model::ChatRequest::model)): the OpenAI-compatible client sends it
     /// instead of its own, and a trace layer names the span `chat {name}`.
     pub fn model_name(mut self, name: impl Into<Arc<str>>) -> Self {
         self.model_name = Some(name.into());

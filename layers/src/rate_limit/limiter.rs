@@ -28,7 +28,7 @@ pub(super) struct CallKey<'a> {
 }
 
 impl<'a> CallKey<'a> {
-    pub(super) fn target(&self) -> &'a str {
+    pub(super) fn name(&self) -> &'a str {
         self.target
     }
 
@@ -36,7 +36,7 @@ impl<'a> CallKey<'a> {
     pub(super) fn of<R: Request>(request: &'a R) -> Self {
         CallKey {
             kind: R::KIND,
-            target: request.target(),
+            target: request.name(),
             extensions: request.extensions(),
         }
     }

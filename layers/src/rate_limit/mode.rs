@@ -48,7 +48,7 @@ impl Mode {
         };
         tracing::debug!(
             operation = R::KIND.operation(),
-            target = request.target(),
+            target = request.name(),
             retry_after_ms = millis_ceil(retry_after),
             "rate limited; refusing the call"
         );

@@ -70,12 +70,12 @@ impl<S> RateLimit<S> {
         let Shared { limiter, pin, .. } = &*self.shared;
         let pinned = pin.get_or_init(|| {
             limiter.pin(call).map(|bucket| Pinned {
-                target: call.target().into(),
+                target: call.name().into(),
                 bucket,
             })
         });
         match pinned {
-            Some(pinned) if *pinned.target == *call.target() => {
+            Some(pinned) if *pinned.target == *call.name() => {
                 pinned.bucket.check().map_err(|not| not.earliest_possible())
             }
             _ => limiter.check(call),
@@ -144,7 +144,7 @@ where
             None => {
                 tracing::debug!(
                     operation = R::KIND.operation(),
-                    target = request.target(),
+                    target = request.name(),
                     wait_ms = millis_ceil(retry_after),
                     "rate limited; waiting"
                 );

@@ -261,7 +261,7 @@ impl<S, R: Request> Asking<S, R> {
                 }
                 tracing::debug!(
                     operation = R::KIND.operation(),
-                    target = request.target(),
+                    target = request.name(),
                     toolstack.rate_limit.store = self.store.name(),
                     wait_ms = millis_ceil(retry_after),
                     "rate limited by the shared quota; waiting"
@@ -275,7 +275,7 @@ impl<S, R: Request> Asking<S, R> {
                 // trace shows which calls the shared quota did not decide.
                 tracing::warn!(
                     operation = R::KIND.operation(),
-                    target = request.target(),
+                    target = request.name(),
                     toolstack.rate_limit.store = self.store.name(),
                     toolstack.rate_limit.fallback = fallback.as_str(),
                     error = %err,

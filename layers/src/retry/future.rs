@@ -53,7 +53,7 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
         {
             tracing::info!(
                 operation = R::KIND.operation(),
-                target = self.request.target(),
+                target = self.request.name(),
                 retry_after_ms = err.retry_after().map_or(0, |d| d.as_millis() as u64),
                 max_retry_after_ms = policy.max_retry_after.as_millis() as u64,
                 "not retrying: the retry-after is longer than the policy waits for"
@@ -79,7 +79,7 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
         // At `info`: a wait of seconds must show, never be silence.
         tracing::info!(
             operation = R::KIND.operation(),
-            target = self.request.target(),
+            target = self.request.name(),
             attempt = self.attempt,
             delay_ms = delay.as_millis() as u64,
             error = %err,

@@ -14,8 +14,8 @@ use toolstack::ToolError;
 use tracing::Span;
 
 use super::item::record_finish_reason;
-use super::{OnEarlyDrop, OnEnd, OnFailure, OnOpen, Outcome, ResponseItem, StreamSummary};
-use crate::{CallKind, Item, Request};
+use super::{OnEarlyDrop, OnEnd, OnFailure, OnOpen, Outcome, StreamSummary};
+use crate::{CallKind, Output, Request};
 
 pin_project! {
     /// The response future of [`Trace`](super::Trace): polls the inner
@@ -172,7 +172,7 @@ where
 impl<St, T, R, OE, OF, OD> Stream for ResponseStream<St, R, OE, OF, OD>
 where
     St: Stream<Item = Result<T, ToolError>>,
-    T: ResponseItem,
+    T: Output,
     R: Request,
     OE: OnEnd<R>,
     OF: OnFailure<R>,
@@ -292,7 +292,7 @@ impl<R: Request, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> CallState<R
         self.start.map_or(Duration::ZERO, |start| start.elapsed())
     }
 
-    fn item<T: ResponseItem>(&mut self, output: &T, span: &Span) {
+    fn item<T: Output>(&mut self, output: &T, span: &Span) {
         if R::KIND == CallKind::Model {
             self.model_item(output, span);
         }
@@ -307,7 +307,7 @@ impl<R: Request, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> CallState<R
     }
 
     /// What a model's delta tells of the whole answer, on the span.
-    fn model_item<T: ResponseItem>(&mut self, delta: &T, span: &Span) {
+    fn model_item<T: Output>(&mut self, delta: &T, span: &Span) {
         if span.is_disabled() {
             return;
         }
@@ -319,7 +319,7 @@ impl<R: Request, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> CallState<R
                 start.elapsed().as_secs_f64(),
             );
         }
-        delta.record(span);
+        delta.record_on(span);
         // The first only: a key recorded twice is exported twice.
         if let (false, Some(reason)) = (self.finish_reason, delta.finish_reason()) {
             self.finish_reason = true;
@@ -384,7 +384,7 @@ impl OutputRecorder {
         }
     }
 
-    fn push<T: Item>(&mut self, output: &T) {
+    fn push<T: Output>(&mut self, output: &T) {
         if !self.text.overflowed {
             // Fails only when the limit is reached, which is the point.
             let _ = output.write_output(&mut self.text);

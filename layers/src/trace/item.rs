@@ -1,63 +1,35 @@
-//! [`ResponseItem`]: what the trace reads of an item for the span — for a
-//! model's answer, the deltas that speak for the whole answer.
+//! What the trace records of a model's answer on its span, from the
+//! deltas that speak for the whole answer (see
+//! [`Output::record_on`](crate::Output::record_on)).
 
 use std::borrow::Cow;
 
 use toolstack::model::{FinishReason, ModelDelta};
-use toolstack::ToolOutput;
 use tracing::Span;
 
-use crate::Item;
-
-/// An item of a response stream, as the trace records it on the call's
-/// span: some items speak for the whole response, not only for
-/// themselves.
-///
-/// A model's deltas do: [`ModelDelta::Model`] is recorded as
-/// `gen_ai.response.model`, [`ModelDelta::Usage`] as
-/// `gen_ai.usage.input_tokens` and `gen_ai.usage.output_tokens`, and
-/// [`ModelDelta::Finish`] is the answer's finish reason. A tool's items do
-/// not. Both methods default to nothing, so an item type of one's own
-/// joins with an empty `impl`.
-pub trait ResponseItem: Item {
-    /// Records on `span` what the item says of the whole response.
-    fn record(&self, span: &Span) {
-        let _ = span;
-    }
-
-    /// The finish reason the item carries, as the provider spells it
-    /// (`stop`, `tool_calls`, `length`, `content_filter`, …); the trace
-    /// records it as `gen_ai.response.finish_reasons`.
-    fn finish_reason(&self) -> Option<Cow<'_, str>> {
-        None
+/// What a model's delta says of the whole answer, on the call's span
+/// ([`Output::record_on`](crate::Output::record_on)).
+pub(crate) fn record_delta(delta: &ModelDelta, span: &Span) {
+    match delta {
+        ModelDelta::Model(model) => {
+            span.record("gen_ai.response.model", model.as_str());
+        }
+        ModelDelta::Usage(usage) => {
+            // As `i64`: tracing-opentelemetry keeps `i64` an integer but
+            // writes a `u64` as text, and the conventions say int.
+            span.record("gen_ai.usage.input_tokens", int(usage.prompt_tokens));
+            span.record("gen_ai.usage.output_tokens", int(usage.completion_tokens));
+        }
+        _ => {}
     }
 }
 
-impl ResponseItem for ToolOutput {}
-
-impl ResponseItem for ModelDelta {
-    #[inline]
-    fn record(&self, span: &Span) {
-        match self {
-            ModelDelta::Model(model) => {
-                span.record("gen_ai.response.model", model.as_str());
-            }
-            ModelDelta::Usage(usage) => {
-                // As `i64`: tracing-opentelemetry keeps `i64` an integer
-                // but writes a `u64` as text, and the conventions say int.
-                span.record("gen_ai.usage.input_tokens", int(usage.prompt_tokens));
-                span.record("gen_ai.usage.output_tokens", int(usage.completion_tokens));
-            }
-            _ => {}
-        }
-    }
-
-    #[inline]
-    fn finish_reason(&self) -> Option<Cow<'_, str>> {
-        match self {
-            ModelDelta::Finish(reason) => Some(finish_reason(reason)),
-            _ => None,
-        }
+/// The finish reason a delta carries
+/// ([`Output::finish_reason`](crate::Output::finish_reason)).
+pub(crate) fn delta_finish_reason(delta: &ModelDelta) -> Option<Cow<'_, str>> {
+    match delta {
+        ModelDelta::Finish(reason) => Some(finish_reason(reason)),
+        _ => None,
     }
 }
 

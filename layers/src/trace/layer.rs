@@ -147,7 +147,7 @@ impl<M, OO, OE, OF, OD> TraceLayer<M, OO, OE, OF, OD> {
     /// to `max_len` bytes (marked by `…`): a tool's text items and JSON
     /// items serialized as `gen_ai.tool.call.result`, a model's text as
     /// `gen_ai.output.messages` (see
-    /// [`Item::write_output`](crate::Item::write_output)).
+    /// [`Output::write_output`](crate::Output::write_output)).
     ///
     /// Off by default: outputs may carry personal data.
     pub fn record_output(mut self, max_len: usize) -> Self {

@@ -89,7 +89,7 @@
 //! array (`["stop"]`) on its OpenTelemetry span directly; otherwise the
 //! one reason is a string field. (A `fmt` layer next to an OpenTelemetry
 //! one then does not see it.) What an item records is its
-//! [`ResponseItem`] implementation.
+//! [`Output::record_on`](crate::Output::record_on).
 //!
 //! # Differences from tower-http's `Trace`
 //!
@@ -203,7 +203,7 @@ macro_rules! default_callback {
 }
 
 mod future;
-mod item;
+pub(crate) mod item;
 mod layer;
 mod make_span;
 mod on_early_drop;
@@ -214,7 +214,6 @@ mod service;
 mod summary;
 
 pub use self::future::{ResponseFuture, ResponseStream};
-pub use self::item::ResponseItem;
 pub use self::layer::TraceLayer;
 pub use self::make_span::{DefaultMakeSpan, MakeSpan};
 pub use self::on_early_drop::{DefaultOnEarlyDrop, OnEarlyDrop};

@@ -9,9 +9,9 @@ use super::future::{EndGuard, OutputRecorder, Recorded, ResponseFuture, Response
 use super::TraceLayer;
 use super::{
     DefaultMakeSpan, DefaultOnEarlyDrop, DefaultOnEnd, DefaultOnFailure, DefaultOnOpen, MakeSpan,
-    OnEarlyDrop, OnEnd, OnFailure, OnOpen, ResponseItem,
+    OnEarlyDrop, OnEnd, OnFailure, OnOpen,
 };
-use crate::Request;
+use crate::{Output, Request};
 
 /// Traces each call of a tool or a model in a span that lives as long as
 /// its stream. See the [module docs](super).
@@ -56,7 +56,7 @@ where
     S: Service<R, Response = St>,
     S::Error: Into<ToolError>,
     St: Stream<Item = Result<T, ToolError>>,
-    T: ResponseItem,
+    T: Output,
     M: MakeSpan<R>,
     OO: OnOpen<R> + Clone,
     OE: OnEnd<R> + Clone,

@@ -47,7 +47,7 @@ impl StreamSummary {
         self.items
     }
 
-    /// The items' total [`size_hint`](crate::Item::byte_len);
+    /// The items' total [`size_hint`](crate::Output::byte_len);
     /// zero when nothing was listening when the call started, as then the
     /// sizes are not computed.
     pub fn bytes(&self) -> u64 {

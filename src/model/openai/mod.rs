@@ -4,7 +4,7 @@
 //!
 //! What the endpoint sends is input: it is bounded where it is read (one
 //! event at most [`MAX_SSE_EVENT_BYTES`], a tool-call index below
-//! [`MAX_TOOL_CALLS_PER_ANSWER`]) and never trusted to be well-formed.
+//! [`MAX_TOOL_CALLS_PER_ANSWER`](crate::model::MAX_TOOL_CALLS_PER_ANSWER)) and never trusted to be well-formed.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -49,7 +49,7 @@ pub type OpenAiStream = Pin<Box<dyn Stream<Item = Result<ModelDelta, ToolError>>
 /// | the connection breaks mid-answer, or the stream ends without `[DONE]` | unavailable (the transport error kept as the source) |
 /// | a chunk that is not JSON (or not UTF-8) before any delta | unavailable: nothing reached the consumer, so asking again is safe |
 /// | the same after a delta | failed |
-/// | an error chunk, an event over [`MAX_SSE_EVENT_BYTES`], a tool-call index of [`MAX_TOOL_CALLS_PER_ANSWER`] or more | failed |
+/// | an error chunk, an event over [`MAX_SSE_EVENT_BYTES`], a tool-call index of [`MAX_TOOL_CALLS_PER_ANSWER`](crate::model::MAX_TOOL_CALLS_PER_ANSWER) or more | failed |
 ///
 /// Whatever the status, a `retry-after-ms` header (milliseconds) or a
 /// `Retry-After` header (seconds, fractional seconds, or an HTTP-date,
