@@ -64,12 +64,15 @@ use std::task::{Context, Poll};
 
 use futures_util::future::BoxFuture;
 use pin_project_lite::pin_project;
-use toolstack::approval::{
-    ApprovalEvent, ApprovalEvents, ApprovalRequest, CallerApprover, Decided, Decision,
-};
 use toolstack::{ErrorKind, ToolError, ToolRequest};
 use tower_layer::Layer;
 use tower_service::Service;
+
+/// The vocabulary of approving a call, from `toolstack::approval` (which
+/// the agent shares): one module to import for the layer and its words.
+pub use toolstack::approval::{
+    ApprovalEvent, ApprovalEvents, ApprovalRequest, CallerApprover, Decided, Decision,
+};
 
 /// Decides a call: see the [module docs](self). Any
 /// `Fn(&ApprovalRequest) -> impl Future<Output = Decision>` is one.
