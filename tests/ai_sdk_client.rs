@@ -14,9 +14,9 @@
 //! holding CI up.
 
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -26,6 +26,10 @@ use toolstack::http::ai_sdk::ChatEndpoint;
 use toolstack::model::{ScriptedModel, Turn};
 use toolstack::{tool, ToolError, Toolbox};
 use toolstack_layers::approval::ApprovalLayer;
+
+#[path = "support/process.rs"]
+mod process;
+use process::output_within;
 
 fn node() -> Option<PathBuf> {
     let web = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("web");
@@ -41,40 +45,6 @@ fn node() -> Option<PathBuf> {
         return None;
     }
     Some(node)
-}
-
-/// Runs `command` to its end, its output captured, for at most
-/// `patience`: past that it is stopped (SIGTERM, then SIGKILL) and the test
-/// fails, saying what it waited for and what the command wrote to stderr.
-fn output_within(command: &mut Command, patience: Duration, what: &str) -> Output {
-    let child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|err| panic!("{what}: could not start: {err}"));
-    let pid = child.id();
-    let (done, output) = mpsc::channel();
-    std::thread::spawn(move || done.send(child.wait_with_output()));
-    if let Ok(finished) = output.recv_timeout(patience) {
-        return finished.unwrap();
-    }
-    let signal = |name: &str| {
-        let _ = Command::new("sh")
-            .arg("-c")
-            .arg(format!("kill -{name} {pid}"))
-            .status();
-    };
-    signal("TERM");
-    let stopped = output.recv_timeout(Duration::from_secs(10)).or_else(|_| {
-        signal("KILL");
-        output.recv_timeout(Duration::from_secs(10))
-    });
-    let stderr = stopped
-        .ok()
-        .and_then(Result::ok)
-        .map(|output| String::from_utf8_lossy(&output.stderr).into_owned())
-        .unwrap_or_default();
-    panic!("timed out after {patience:?} waiting for {what}; stopped it. Its stderr:\n{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
