@@ -52,7 +52,7 @@ impl RateLimitLayer {
     /// One quota per tool name (the name in the request), so that a busy
     /// tool does not use up the quota of the others when the layer wraps a
     /// whole [`Toolbox`](toolstack::Toolbox). Over a model, one quota per
-    /// model named in the request ([`Call::target`](crate::Request::target);
+    /// model named in the request ([`Request::name`](crate::Request::name);
     /// requests that name none share one).
     ///
     /// Over a toolbox, names the model made up get buckets too (the call
