@@ -12,7 +12,7 @@ use arbitrary::Arbitrary;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderName, HeaderValue, Method, Request, StatusCode};
 use libfuzzer_sys::fuzz_target;
-use toolstack::serve::http::HttpTools;
+use toolstack::http::HttpTools;
 use toolstack::{tool, ToolError, ToolInfo, ToolItem, ToolOutput, ToolRequest, Toolbox};
 use toolstack_fuzz::{Args, Strict};
 use tower::ServiceExt;
@@ -145,7 +145,7 @@ fuzz_target!(|input: Input| {
         let Ok(id) = HeaderValue::from_bytes(id) else {
             return;
         };
-        request = request.header(toolstack::serve::http::CALL_ID_HEADER, id);
+        request = request.header(toolstack::http::CALL_ID_HEADER, id);
     }
     for (name, value) in &input.headers {
         let (Ok(name), Ok(value)) = (
@@ -207,7 +207,7 @@ fuzz_target!(|input: Input| {
         .is_some_and(|v| v.as_bytes() == b"text/event-stream");
     if is_stream {
         assert_eq!(status, StatusCode::OK);
-        assert!(headers.contains_key(toolstack::serve::http::CALL_ID_HEADER));
+        assert!(headers.contains_key(toolstack::http::CALL_ID_HEADER));
         let text = std::str::from_utf8(&body).expect("events are UTF-8");
         let events: Vec<&str> = text
             .split("\n\n")

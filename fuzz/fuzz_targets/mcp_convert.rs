@@ -1,4 +1,4 @@
-//! The MCP conversions (`toolstack::serve::mcp::convert`) on arbitrary
+//! The MCP conversions (`toolstack::mcp::convert`) on arbitrary
 //! JSON, and a call's arguments over a real MCP session.
 //!
 //! Input: one mode byte, then the text.
@@ -18,8 +18,8 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use toolstack::serve::mcp::rmcp::model::{CallToolResult, Tool};
-use toolstack::serve::mcp::{convert, McpClient, McpServer};
+use toolstack::mcp::rmcp::model::{CallToolResult, Tool};
+use toolstack::mcp::{convert, McpClient, McpServer};
 use toolstack::{tool, ToolError, ToolItem, ToolOutput, ToolRequest, ToolResult, Toolbox};
 use toolstack_fuzz::{assert_invalid, assert_ok_or_invalid, text, Args};
 use tower::ServiceExt;
@@ -99,7 +99,7 @@ fn remote() -> &'static Toolbox {
             }));
             let (server_io, client_io) = tokio::io::duplex(1 << 16);
             tokio::spawn(async move {
-                use toolstack::serve::mcp::rmcp::ServiceExt as _;
+                use toolstack::mcp::rmcp::ServiceExt as _;
                 let running = McpServer::new(served)
                     .serve(server_io)
                     .await
