@@ -176,7 +176,8 @@ pub mod fuzzing {
         pieces: Vec<Vec<u8>>,
     ) -> Vec<Result<super::ModelDelta, super::ToolError>> {
         use futures_util::{FutureExt, StreamExt};
-        let body = super::stream::iter(pieces.into_iter().map(Ok::<_, std::convert::Infallible>));
+        let body =
+            futures_util::stream::iter(pieces.into_iter().map(Ok::<_, std::convert::Infallible>));
         // Every piece is ready, so the whole parse completes in one poll.
         super::deltas_from_sse(body)
             .collect()
