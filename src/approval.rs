@@ -12,9 +12,12 @@ use std::fmt;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+use crate::ToolError;
 
 /// A call waiting for approval.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApprovalRequest {
     /// The call's id (a model's tool-call id).
     pub call_id: String,
@@ -24,8 +27,10 @@ pub struct ApprovalRequest {
     pub arguments: String,
 }
 
-/// What an approver decides for one call.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What an approver decides for one call. Serializes as `"allow"`,
+/// `{"deny": {"reason"}}` or `{"modify": {"arguments"}}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Decision {
     /// The call runs as asked.
     Allow,
@@ -89,11 +94,14 @@ pub enum ApprovalEvent {
     Decided(Decided),
 }
 
-type Sink = Arc<dyn Fn(ApprovalEvent) -> BoxFuture<'static, ()> + Send + Sync>;
+type Sink = Arc<dyn Fn(ApprovalEvent) -> BoxFuture<'static, Result<(), ToolError>> + Send + Sync>;
 
 /// Where the approval layer sends its [`ApprovalEvent`]s: put one in a
 /// call's extensions. The layer awaits each send, so a consumer that
-/// reads slowly slows the call, never loses an event.
+/// reads slowly slows the call, never loses an event; a sink that cannot
+/// take an event ([`fallible`](Self::fallible): an agent that cannot
+/// checkpoint the call's state) stops the call — it is neither asked
+/// about nor run.
 #[derive(Clone)]
 pub struct ApprovalEvents {
     sink: Sink,
@@ -107,12 +115,31 @@ impl ApprovalEvents {
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
         ApprovalEvents {
+            sink: Arc::new(move |event| {
+                let sent = sink(event);
+                Box::pin(async move {
+                    sent.await;
+                    Ok(())
+                })
+            }),
+        }
+    }
+
+    /// Events go to `sink`, which may refuse one: the call then ends with
+    /// its error, without being asked about (a `Requested` refused) or run
+    /// (a `Decided` refused).
+    pub fn fallible<F, Fut>(sink: F) -> Self
+    where
+        F: Fn(ApprovalEvent) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<(), ToolError>> + Send + 'static,
+    {
+        ApprovalEvents {
             sink: Arc::new(move |event| Box::pin(sink(event))),
         }
     }
 
-    /// Sends `event`.
-    pub async fn send(&self, event: ApprovalEvent) {
+    /// Sends `event`; an error when the sink refused it.
+    pub async fn send(&self, event: ApprovalEvent) -> Result<(), ToolError> {
         (self.sink)(event).await
     }
 }

@@ -92,6 +92,9 @@ pub enum ErrorKind {
     Denied,
     /// The tool ran and reported failure.
     Failed,
+    /// The call had started when its process stopped: it may have run,
+    /// and was not run again (its tool is not idempotent).
+    Interrupted,
 }
 
 impl ErrorKind {
@@ -108,6 +111,7 @@ impl ErrorKind {
             ErrorKind::Panicked => "panicked",
             ErrorKind::Denied => "denied",
             ErrorKind::Failed => "failed",
+            ErrorKind::Interrupted => "interrupted",
         }
     }
 
@@ -335,6 +339,7 @@ impl ToolError {
             "cancelled" => ErrorKind::Cancelled,
             "panicked" => ErrorKind::Panicked,
             "denied" => ErrorKind::Denied,
+            "interrupted" => ErrorKind::Interrupted,
             _ => ErrorKind::Failed,
         };
         let error = ToolError::new(kind, message);

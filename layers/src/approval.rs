@@ -302,7 +302,7 @@ where
     };
     let events = request.extensions().get::<ApprovalEvents>().cloned();
     if let Some(events) = &events {
-        events.send(ApprovalEvent::Requested(asked.clone())).await;
+        events.send(ApprovalEvent::Requested(asked.clone())).await?;
     }
     let caller = config
         .caller_decides
@@ -332,7 +332,7 @@ where
             decision: decision.clone(),
             by: by.to_owned(),
         };
-        events.send(ApprovalEvent::Decided(decided)).await;
+        events.send(ApprovalEvent::Decided(decided)).await?;
     }
     match decision {
         Decision::Allow => {}

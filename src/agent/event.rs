@@ -114,8 +114,9 @@ pub struct AgentDone {
     pub stop: StopReason,
 }
 
-/// Why a run stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why a run stopped. Serializes as [`as_str`](Self::as_str) spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum StopReason {
     /// The model answered without calling a tool.
@@ -136,6 +137,11 @@ pub enum StopReason {
     /// (`finish_reason: "content_filter"`); as with
     /// [`Length`](Self::Length), its tool calls were not run.
     ContentFilter,
+    /// A checkpoint of the run could not be saved — the store did not
+    /// answer, or another process took the run over — and the agent is set
+    /// to stop then ([`OnStoreError::Fail`](super::OnStoreError::Fail), the
+    /// default; see the [`AgentEvent::Error`] before).
+    StoreFailed,
 }
 
 impl StopReason {
@@ -149,6 +155,7 @@ impl StopReason {
             StopReason::ModelError => "model_error",
             StopReason::Length => "length",
             StopReason::ContentFilter => "content_filter",
+            StopReason::StoreFailed => "store_failed",
         }
     }
 }

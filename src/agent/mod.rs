@@ -37,10 +37,15 @@
 //! ```
 
 mod as_tool;
+mod durable;
 mod event;
 mod run;
 mod service;
+pub mod store;
 
 pub use self::as_tool::{AgentTool, AgentToolStream};
+pub use self::durable::{
+    OnStoreError, Resume, ResumeError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE,
+};
 pub use self::event::{AgentDone, AgentEvent, StopReason};
 pub use self::service::{Agent, AgentRequest, AgentStream};

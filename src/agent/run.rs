@@ -14,6 +14,7 @@
 //! [`StopReason::Length`] / [`StopReason::ContentFilter`], so a truncated
 //! answer is never mistaken for a finished one.
 
+use std::collections::HashSet;
 use std::pin::pin;
 use std::sync::Arc;
 
@@ -26,11 +27,14 @@ use crate::model::ModelService;
 use crate::model::{
     Accumulator, ChatRequest, FinishReason, Message, ModelDelta, Pushed, ToolCall, Usage,
 };
+use crate::approval::{ApprovalEvent, ApprovalEvents, CallerApprover, Decision};
 use crate::result::{Collecting, Seen};
 use crate::{ErrorKind, ToolError, ToolInfo, ToolRequest, ToolResult, Toolbox};
 
-use super::event::{AgentEvent, StopReason};
+use super::durable::{run_error, Checkpointer, Resumed};
+use super::event::{AgentDone, AgentEvent, StopReason};
 use super::service::Agent;
+use super::store::{CallRecord, CallState, RunStatus};
 
 /// One run in progress: the conversation so far and what it has used.
 pub(super) struct Run<M> {
@@ -45,6 +49,20 @@ pub(super) struct Run<M> {
     pub(super) usage: Option<Usage>,
     pub(super) steps: usize,
     pub(super) tool_calls: usize,
+    /// Where the run is checkpointed, if the agent keeps a store.
+    pub(super) checkpoints: Option<Arc<Checkpointer>>,
+    /// The first checkpoint that failed: the run ends at the next boundary.
+    pub(super) failed: Failed,
+}
+
+/// The first failed checkpoint of a run, shared with its calls.
+pub(super) type Failed = Arc<std::sync::Mutex<Option<ToolError>>>;
+
+fn fail(failed: &Failed, err: ToolError) {
+    failed
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_or_insert(err);
 }
 
 /// Which calls of the current tool step are running and which of them
@@ -96,6 +114,9 @@ where
     /// guard stops the run.
     pub(super) async fn steps(&mut self) -> StopReason {
         loop {
+            if let Some(stop) = self.store_failed().await {
+                return stop;
+            }
             if self.steps >= self.agent.max_steps {
                 return StopReason::MaxSteps;
             }
@@ -144,8 +165,128 @@ where
                 return StopReason::MaxToolCalls;
             }
             self.tool_calls += calls.len();
-            self.run_tools(calls).await;
+            let records: Vec<CallRecord> = calls
+                .into_iter()
+                .map(|call| CallRecord {
+                    call,
+                    state: CallState::Planned,
+                })
+                .collect();
+            self.checkpoint(Some(records.clone())).await;
+            if let Some(stop) = self.store_failed().await {
+                return stop;
+            }
+            self.run_tools(records, None).await;
         }
+    }
+
+    /// The whole run from where it stands: a resumed step first, then
+    /// turns and steps to the end; the final checkpoint and
+    /// [`AgentEvent::Done`].
+    pub(super) async fn finish(mut self, resumed: Option<Resumed>) {
+        let stop = match resumed {
+            Some(resumed) if !resumed.records.is_empty() => {
+                let records = resumed.records.clone();
+                self.run_tools(records, Some(resumed)).await;
+                self.steps().await
+            }
+            _ => self.steps().await,
+        };
+        let span = tracing::Span::current();
+        // As integers: OpenTelemetry has no unsigned type, and
+        // tracing-opentelemetry exports a `u64` as text.
+        let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        if let Some(usage) = &self.usage {
+            span.record("gen_ai.usage.input_tokens", int(usage.prompt_tokens));
+            span.record("gen_ai.usage.output_tokens", int(usage.completion_tokens));
+        }
+        span.record("toolstack.agent.steps", int(self.steps as u64));
+        span.record("toolstack.agent.stop", stop.as_str());
+        if matches!(stop, StopReason::ModelError | StopReason::StoreFailed) {
+            span.record("error.type", stop.as_str());
+            span.record("otel.status_code", "ERROR");
+        }
+        if stop != StopReason::StoreFailed {
+            self.checkpoint_done(stop).await;
+        }
+        let Run {
+            messages,
+            usage,
+            steps,
+            tx,
+            ..
+        } = self;
+        let done = AgentDone {
+            messages: Arc::try_unwrap(messages).unwrap_or_else(|shared| (*shared).clone()),
+            usage,
+            steps,
+            stop,
+        };
+        let _ = tx.send(AgentEvent::Done(done)).await;
+    }
+
+    /// Saves where the run stands: the history, counts, and `step` (the
+    /// calls of the step in flight) when given.
+    pub(super) async fn checkpoint(&mut self, step: Option<Vec<CallRecord>>) {
+        let Some(checkpoints) = &self.checkpoints else {
+            return;
+        };
+        let (messages, usage, steps, calls) = (
+            (*self.messages).clone(),
+            self.usage,
+            self.steps,
+            self.tool_calls,
+        );
+        let saved = checkpoints
+            .update(move |checkpoint| {
+                checkpoint.messages = messages;
+                checkpoint.step = step.unwrap_or_default();
+                checkpoint.usage = usage;
+                checkpoint.steps = steps;
+                checkpoint.tool_calls = calls;
+            })
+            .await;
+        if let Err(err) = saved {
+            fail(&self.failed, run_error(err));
+        }
+    }
+
+    /// The last checkpoint: the run ended.
+    async fn checkpoint_done(&mut self, stop: StopReason) {
+        let Some(checkpoints) = self.checkpoints.clone() else {
+            return;
+        };
+        let (messages, usage, steps, calls) = (
+            (*self.messages).clone(),
+            self.usage,
+            self.steps,
+            self.tool_calls,
+        );
+        let saved = checkpoints
+            .update(move |checkpoint| {
+                checkpoint.status = RunStatus::Done { stop };
+                checkpoint.messages = messages;
+                checkpoint.step.clear();
+                checkpoint.usage = usage;
+                checkpoint.steps = steps;
+                checkpoint.tool_calls = calls;
+            })
+            .await;
+        if let Err(err) = saved {
+            // The run has ended anyway; a resume will find it mid-way.
+            tracing::warn!(error = %err, "the end of the run was not checkpointed");
+        }
+    }
+
+    /// If a checkpoint failed: the error event, and the stop.
+    async fn store_failed(&mut self) -> Option<StopReason> {
+        let err = self
+            .failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()?;
+        let _ = self.tx.send(AgentEvent::Error(err)).await;
+        Some(StopReason::StoreFailed)
     }
 
     /// One model turn: asked again, as often as the agent allows, while it
@@ -249,30 +390,33 @@ where
     }
 
     /// Runs a step's tool calls (up to the agent's bound at once) and adds
-    /// their results to the conversation, in the order of the calls.
-    async fn run_tools(&mut self, calls: Vec<ToolCall>) {
-        for call in &calls {
-            let _ = self.tx.send(AgentEvent::ToolCall(call.clone())).await;
+    /// their results to the conversation, in the order of the calls. A
+    /// resumed step's calls go on from their stored states.
+    async fn run_tools(&mut self, records: Vec<CallRecord>, resumed: Option<Resumed>) {
+        for record in &records {
+            if record.state == CallState::Planned {
+                let _ = self.tx.send(AgentEvent::ToolCall(record.call.clone())).await;
+            }
         }
-        let results: Vec<String> = stream::iter(calls.clone())
-            .map(|call| {
-                let (toolbox, tx, extensions, step) = (
-                    self.agent.toolbox.clone(),
-                    self.tx.clone(),
-                    self.extensions.clone(),
-                    Arc::clone(&self.step),
-                );
-                async move {
-                    step.lock().unwrap_or_else(|p| p.into_inner()).running += 1;
-                    let running = Running { step: &step };
-                    let result = run_tool(&toolbox, &call, extensions, &tx).await;
-                    drop(running);
-                    let stalled = step.lock().unwrap_or_else(|p| p.into_inner()).stalled();
-                    if let Some(call_ids) = stalled {
-                        let _ = tx.send(AgentEvent::AwaitingApproval { call_ids }).await;
-                    }
-                    result
-                }
+        let resumed = resumed.map(Arc::new);
+        let calls: Vec<ToolCall> = records.iter().map(|r| r.call.clone()).collect();
+        let results: Vec<String> = stream::iter(records)
+            .map(|record| {
+                let call = Call {
+                    toolbox: self.agent.toolbox.clone(),
+                    tx: self.tx.clone(),
+                    extensions: self.extensions.clone(),
+                    step: Arc::clone(&self.step),
+                    checkpoints: self.checkpoints.clone(),
+                    failed: Arc::clone(&self.failed),
+                    idempotent: self
+                        .tools
+                        .iter()
+                        .find(|info| info.name() == record.call.name)
+                        .is_some_and(|info| info.annotations().is_idempotent()),
+                    resumed: resumed.clone(),
+                };
+                call.run(record)
             })
             .buffered(self.agent.parallel)
             .collect()
@@ -280,6 +424,7 @@ where
         for (call, text) in calls.iter().zip(results) {
             self.push(Message::tool(call.id.clone(), text));
         }
+        self.checkpoint(None).await;
     }
 
     /// Answers every call of a step that will not run with `err`, so the
@@ -316,17 +461,126 @@ impl Drop for Running<'_> {
     }
 }
 
+/// One call of a step, with what it needs from its run.
+struct Call {
+    toolbox: Toolbox,
+    tx: mpsc::Sender<AgentEvent>,
+    extensions: Extensions,
+    step: Arc<std::sync::Mutex<StepState>>,
+    checkpoints: Option<Arc<Checkpointer>>,
+    failed: Failed,
+    idempotent: bool,
+    resumed: Option<Arc<Resumed>>,
+}
+
+impl Call {
+    /// Runs the call from its state; returns its result's text.
+    async fn run(self, record: CallRecord) -> String {
+        let CallRecord { call, state } = record;
+        let mut extensions = self.extensions.clone();
+        match state {
+            CallState::Finished { text, .. } => return text,
+            CallState::Started
+            | CallState::Decided {
+                decision: Decision::Allow | Decision::Modify { .. },
+                ..
+            } if !self.idempotent => {
+                let err = ToolError::new(
+                    ErrorKind::Interrupted,
+                    "the call may have run; the process stopped before it finished, \
+                     and the tool is not idempotent, so it was not run again",
+                );
+                return self.refused(&call, err).await;
+            }
+            CallState::Decided { decision, by } => {
+                extensions.insert(decided(&by, decision));
+            }
+            CallState::WaitingApproval { .. } | CallState::Planned => {
+                let given = self.resumed.as_ref().and_then(|resumed| {
+                    let decision = resumed.decisions.get(&call.id)?;
+                    Some(decided(&resumed.by, decision.clone()))
+                });
+                if let Some(approver) = given {
+                    extensions.insert(approver);
+                }
+            }
+            CallState::Started => {}
+        }
+        if let Some(checkpoints) = &self.checkpoints {
+            if let Err(err) = checkpoints.call(&call.id, CallState::Started).await {
+                let err = run_error(err);
+                fail(&self.failed, err.clone());
+                let err = ToolError::new(
+                    err.kind(),
+                    format!("not run: its start could not be recorded ({})", err.message()),
+                );
+                return self.refused(&call, err).await;
+            }
+        }
+        self.step.lock().unwrap_or_else(|p| p.into_inner()).running += 1;
+        let running = Running { step: &self.step };
+        let (text, is_error) = run_tool(&self.toolbox, &call, extensions, &self.tx).await;
+        drop(running);
+        self.finished(&call, &text, is_error).await;
+        let stalled = self.step.lock().unwrap_or_else(|p| p.into_inner()).stalled();
+        if let Some(call_ids) = stalled {
+            let _ = self.tx.send(AgentEvent::AwaitingApproval { call_ids }).await;
+        }
+        text
+    }
+
+    /// The call ends with `err` without running.
+    async fn refused(&self, call: &ToolCall, err: ToolError) -> String {
+        let result = ToolResult::from_error(err);
+        let text = result.text();
+        self.finished(call, &text, true).await;
+        let event = AgentEvent::ToolResult {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            result,
+        };
+        let _ = self.tx.send(event).await;
+        text
+    }
+
+    async fn finished(&self, call: &ToolCall, text: &str, is_error: bool) {
+        let Some(checkpoints) = &self.checkpoints else {
+            return;
+        };
+        let state = CallState::Finished {
+            text: text.to_owned(),
+            is_error,
+        };
+        if let Err(err) = checkpoints.call(&call.id, state).await {
+            fail(&self.failed, run_error(err));
+        }
+    }
+}
+
+/// An approver that gives `decision` at once, as `by`.
+fn decided(by: &str, decision: Decision) -> CallerApprover {
+    CallerApprover::new(by, move |_: &crate::approval::ApprovalRequest| {
+        std::future::ready(decision.clone())
+    })
+}
+
 /// The run's events, as the approval layer's sink; it also keeps the
-/// step's waiting calls, to tell when the run can only wait. It holds the
-/// channel weakly: a request kept past the run (by a model, by a task a
-/// tool spawned) must not keep the event stream from ending.
+/// step's waiting calls, to tell when the run can only wait, and
+/// checkpoints each request and decision before the layer goes on (a
+/// checkpoint that fails stops the call). It holds the channel weakly: a
+/// request kept past the run (by a model, by a task a tool spawned) must
+/// not keep the event stream from ending. The calls in `asked_before`
+/// were asked about before the run was resumed: their requests are not
+/// streamed again.
 pub(super) fn approval_events(
     events: mpsc::Sender<AgentEvent>,
     step: Arc<std::sync::Mutex<StepState>>,
-) -> crate::approval::ApprovalEvents {
-    use crate::approval::ApprovalEvent;
+    checkpoints: Option<Arc<Checkpointer>>,
+    asked_before: Arc<HashSet<String>>,
+    failed: Failed,
+) -> ApprovalEvents {
     let events = events.downgrade();
-    crate::approval::ApprovalEvents::new(move |event| {
+    ApprovalEvents::fallible(move |event| {
         let events = events.upgrade();
         let stalled = {
             let mut step = step.lock().unwrap_or_else(|p| p.into_inner());
@@ -341,37 +595,73 @@ pub(super) fn approval_events(
             }
             step.stalled()
         };
+        let (checkpoints, asked_before, failed) = (
+            checkpoints.clone(),
+            Arc::clone(&asked_before),
+            Arc::clone(&failed),
+        );
         async move {
-            let Some(events) = events else { return };
+            if let Some(checkpoints) = &checkpoints {
+                let (call_id, state) = match &event {
+                    ApprovalEvent::Requested(asked) => (
+                        &asked.call_id,
+                        CallState::WaitingApproval {
+                            request: asked.clone(),
+                        },
+                    ),
+                    ApprovalEvent::Decided(decided) => (
+                        &decided.request.call_id,
+                        CallState::Decided {
+                            decision: decided.decision.clone(),
+                            by: decided.by.clone(),
+                        },
+                    ),
+                };
+                if let Err(err) = checkpoints.call(call_id, state).await {
+                    let err = run_error(err);
+                    fail(&failed, err.clone());
+                    return Err(ToolError::new(
+                        err.kind(),
+                        format!("not run: its approval could not be recorded ({})", err.message()),
+                    ));
+                }
+            }
+            let Some(events) = events else {
+                return Ok(());
+            };
             let event = match event {
-                ApprovalEvent::Requested(asked) => AgentEvent::ApprovalRequested {
+                ApprovalEvent::Requested(asked) if asked_before.contains(&asked.call_id) => None,
+                ApprovalEvent::Requested(asked) => Some(AgentEvent::ApprovalRequested {
                     call_id: asked.call_id,
                     name: asked.tool,
                     arguments: asked.arguments,
-                },
-                ApprovalEvent::Decided(decided) => AgentEvent::ApprovalDecided {
+                }),
+                ApprovalEvent::Decided(decided) => Some(AgentEvent::ApprovalDecided {
                     call_id: decided.request.call_id,
                     name: decided.request.tool,
                     decision: decided.decision,
                     by: decided.by,
-                },
+                }),
             };
-            let _ = events.send(event).await;
+            if let Some(event) = event {
+                let _ = events.send(event).await;
+            }
             if let Some(call_ids) = stalled {
                 let _ = events.send(AgentEvent::AwaitingApproval { call_ids }).await;
             }
+            Ok(())
         }
     })
 }
 
 /// Runs one call, streaming its items and then its result as events;
-/// returns the result's text, for the history.
+/// returns the result's text, for the history, and whether it failed.
 pub(super) async fn run_tool(
     toolbox: &Toolbox,
     call: &ToolCall,
     extensions: Extensions,
     tx: &mpsc::Sender<AgentEvent>,
-) -> String {
+) -> (String, bool) {
     let mut request =
         ToolRequest::new(call.name.clone(), call.arguments.clone()).with_id(call.id.clone());
     *request.extensions_mut() = extensions;
@@ -399,12 +689,12 @@ pub(super) async fn run_tool(
         }
     };
     // The history needs the text; the event takes the result itself.
-    let text = result.text();
+    let (text, is_error) = (result.text(), result.is_error);
     let event = AgentEvent::ToolResult {
         call_id: call.id.clone(),
         name: call.name.clone(),
         result,
     };
     let _ = tx.send(event).await;
-    text
+    (text, is_error)
 }

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures_core::Stream;
 use futures_util::future::{ready, Ready};
@@ -17,8 +18,12 @@ use crate::model::Message;
 use crate::model::ModelService;
 use crate::{ToolError, ToolInfo, Toolbox};
 
-use super::event::{AgentDone, AgentEvent, StopReason};
-use super::run::{approval_events, Run, StepState};
+use super::durable::{
+    Checkpointer, Durability, OnStoreError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE,
+};
+use super::event::AgentEvent;
+use super::run::{approval_events, Failed, Run, StepState};
+use super::store::{Checkpoint, RunStatus, RunStore, Version};
 
 /// `invoke_agent {name}`, or `invoke_agent` for an agent without a name.
 pub(super) struct AgentSpanName<'a>(Option<&'a str>);
@@ -52,6 +57,7 @@ pub struct Agent<M> {
     pub(super) max_tool_calls: usize,
     pub(super) parallel: usize,
     pub(super) turn_retries: usize,
+    pub(super) durability: Option<Durability>,
 }
 
 impl<M> Agent<M> {
@@ -69,7 +75,66 @@ impl<M> Agent<M> {
             max_tool_calls: 32,
             parallel: 4,
             turn_retries: 0,
+            durability: None,
         }
+    }
+
+    /// Checkpoints every run into `store` — at every step boundary and
+    /// every change of a tool call's state — so a run can be resumed
+    /// ([`Agent::resume`]) after a restart or by another process sharing
+    /// the store. See [`store`](super::store).
+    ///
+    /// A checkpoint is saved before the call it records goes on (a tool
+    /// starts only once its start is stored), never in the middle of the
+    /// model's stream; each save is bounded by
+    /// [`checkpoint_timeout`](Self::checkpoint_timeout).
+    pub fn store(mut self, store: impl RunStore) -> Self {
+        self.durability = Some(Durability {
+            store: Arc::new(store),
+            process: Arc::from(crate::id::new_token()),
+            lease: DEFAULT_LEASE,
+            timeout: DEFAULT_CHECKPOINT_TIMEOUT,
+            on_error: OnStoreError::default(),
+        });
+        self
+    }
+
+    /// Names this process in the store (a random id by default): a run it
+    /// holds is resumed only by it until its lease passes. Set it to
+    /// something stable (a host name) for a process that restarts and
+    /// should take its own runs back at once. Needs a [`store`](Self::store).
+    pub fn process_id(mut self, id: impl Into<Arc<str>>) -> Self {
+        if let Some(durability) = &mut self.durability {
+            durability.process = id.into();
+        }
+        self
+    }
+
+    /// How long a running run stays this process's without a checkpoint
+    /// (60 s by default): past it, another process may take it over.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        if let Some(durability) = &mut self.durability {
+            durability.lease = lease;
+        }
+        self
+    }
+
+    /// Bounds each checkpoint's save (5 s by default): past it, the save
+    /// counts as failed ([`OnStoreError`]).
+    pub fn checkpoint_timeout(mut self, timeout: Duration) -> Self {
+        if let Some(durability) = &mut self.durability {
+            durability.timeout = timeout;
+        }
+        self
+    }
+
+    /// What a run does when a checkpoint fails: stop (the default) or go
+    /// on in memory.
+    pub fn on_store_error(mut self, then: OnStoreError) -> Self {
+        if let Some(durability) = &mut self.durability {
+            durability.on_error = then;
+        }
+        self
     }
 
     /// Names the agent: its runs' `invoke_agent` spans are
@@ -177,26 +242,48 @@ where
         // spawned), so dropping the stream drops the model call and tools.
         let (tx, rx) = mpsc::channel(32);
         let agent = self.clone();
+        let run_id: Arc<str> = Arc::from(crate::id::new_token());
+        let checkpoints = self.durability.clone().map(|durability| {
+            let checkpoint = Checkpoint {
+                run_id: run_id.to_string(),
+                status: RunStatus::Running,
+                messages: Vec::new(),
+                step: Vec::new(),
+                usage: None,
+                steps: 0,
+                tool_calls: 0,
+                holder: None,
+                saved_at_ms: 0,
+            };
+            Arc::new(Checkpointer::new(durability, checkpoint, Version::NONE))
+        });
         // The run's span is the parent of its model and tool calls' spans
         // (the driver runs inside it); a disabled span costs a branch.
-        let span = self.span();
+        let span = self.span(checkpoints.is_some().then_some(&*run_id));
+        let driver = agent.drive(
+            messages,
+            extensions,
+            tx,
+            checkpoints.clone(),
+        );
         AgentStream {
-            driver: Some(Box::pin(
-                agent.drive(messages, extensions, tx).instrument(span),
-            )),
+            driver: Some(Box::pin(driver.instrument(span))),
             events: rx,
+            run_id,
+            checkpoints,
         }
     }
 
     /// The `invoke_agent` span of a run, with the OpenTelemetry GenAI
     /// attributes; usage and the outcome are recorded when it ends.
-    fn span(&self) -> tracing::Span {
+    pub(super) fn span(&self, run_id: Option<&str>) -> tracing::Span {
         let name = self.name.as_deref();
         tracing::info_span!(
             "invoke_agent",
             otel.name = %AgentSpanName(name),
             gen_ai.operation.name = "invoke_agent",
             gen_ai.agent.name = name,
+            toolstack.run.id = run_id,
             gen_ai.provider.name = self.provider,
             gen_ai.request.model = self.model_name.as_deref(),
             gen_ai.usage.input_tokens = tracing::field::Empty,
@@ -213,6 +300,7 @@ where
         messages: Vec<Message>,
         extensions: Extensions,
         tx: mpsc::Sender<AgentEvent>,
+        checkpoints: Option<Arc<Checkpointer>>,
     ) {
         let tools: Arc<[ToolInfo]> = self.toolbox.infos_for(&extensions).cloned().collect();
         // An approval layer below the tools tells the run what it asks and
@@ -220,7 +308,14 @@ where
         // call's extensions carry it.
         let mut extensions = extensions;
         let step = Arc::new(std::sync::Mutex::new(StepState::default()));
-        extensions.insert(approval_events(tx.clone(), Arc::clone(&step)));
+        let failed = Failed::default();
+        extensions.insert(approval_events(
+            tx.clone(),
+            Arc::clone(&step),
+            checkpoints.clone(),
+            Arc::default(),
+            Arc::clone(&failed),
+        ));
         let mut run = Run {
             agent: self,
             // Shared with each model request; by the time the history grows
@@ -233,36 +328,12 @@ where
             usage: None,
             steps: 0,
             tool_calls: 0,
+            checkpoints,
+            failed,
         };
-        let stop = run.steps().await;
-        let span = tracing::Span::current();
-        // As integers: OpenTelemetry has no unsigned type, and
-        // tracing-opentelemetry exports a `u64` as text.
-        let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        if let Some(usage) = &run.usage {
-            span.record("gen_ai.usage.input_tokens", int(usage.prompt_tokens));
-            span.record("gen_ai.usage.output_tokens", int(usage.completion_tokens));
-        }
-        span.record("toolstack.agent.steps", int(run.steps as u64));
-        span.record("toolstack.agent.stop", stop.as_str());
-        if stop == StopReason::ModelError {
-            span.record("error.type", "model_error");
-            span.record("otel.status_code", "ERROR");
-        }
-        let Run {
-            messages,
-            usage,
-            steps,
-            tx,
-            ..
-        } = run;
-        let done = AgentDone {
-            messages: Arc::try_unwrap(messages).unwrap_or_else(|shared| (*shared).clone()),
-            usage,
-            steps,
-            stop,
-        };
-        let _ = tx.send(AgentEvent::Done(done)).await;
+        // The run is stored before anything happens.
+        run.checkpoint(None).await;
+        run.finish(None).await;
     }
 }
 
@@ -270,6 +341,36 @@ where
 pub struct AgentStream {
     pub(super) driver: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     pub(super) events: mpsc::Receiver<AgentEvent>,
+    pub(super) run_id: Arc<str>,
+    pub(super) checkpoints: Option<Arc<Checkpointer>>,
+}
+
+impl AgentStream {
+    /// The run's id: what [`Agent::resume`] takes (with a store).
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// Stops the run here and leaves it in the store, waiting for a
+    /// decision ([`RunStatus::Waiting`], held by no process): for a front
+    /// end that takes a person's answer in a later request, after
+    /// [`AgentEvent::AwaitingApproval`]. Whichever process gets the answer
+    /// resumes it ([`Agent::resume`]). The calls waiting for approval had
+    /// not started; a call still running now is cancelled and reads, on
+    /// resume, as started (see [`CallState`](super::store::CallState)).
+    ///
+    /// Without a store, the run is only dropped:
+    /// [`ResumeError::NoStore`](super::ResumeError::NoStore).
+    pub async fn suspend(mut self) -> Result<(), super::ResumeError> {
+        // Dropping the driver cancels the waiting calls; a save in flight
+        // is dropped with it (the checkpoint's lock is released).
+        self.driver = None;
+        let checkpoints = self.checkpoints.take().ok_or(super::ResumeError::NoStore)?;
+        checkpoints
+            .update(|checkpoint| checkpoint.status = RunStatus::Waiting)
+            .await
+            .map_err(super::ResumeError::from)
+    }
 }
 
 impl Stream for AgentStream {
@@ -290,6 +391,7 @@ impl Stream for AgentStream {
 impl std::fmt::Debug for AgentStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AgentStream")
+            .field("run_id", &self.run_id)
             .field("running", &self.driver.is_some())
             .finish_non_exhaustive()
     }

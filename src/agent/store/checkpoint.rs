@@ -1,0 +1,338 @@
+//! The stored form of a run: [`Checkpoint`], its calls' states, and the
+//! versioned, bounded JSON every store writes.
+
+use serde::{Deserialize, Serialize};
+
+use crate::approval::{ApprovalRequest, Decision};
+use crate::model::{Message, ToolCall, Usage};
+
+use super::super::StopReason;
+use super::StoreError;
+
+/// The format this build writes (and the newest it reads).
+pub const CHECKPOINT_FORMAT: u64 = 1;
+
+/// The default bound on a stored checkpoint: 16 MiB.
+pub const MAX_CHECKPOINT_BYTES: usize = 16 * 1024 * 1024;
+
+/// A run as stored at its last step boundary or change of a call's state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// The run's id.
+    pub run_id: String,
+    /// Whether it runs, waits for a decision, or ended.
+    #[serde(flatten)]
+    pub status: RunStatus,
+    /// The conversation so far (the current step's results not yet in it).
+    pub messages: Vec<Message>,
+    /// The calls of the tool step in flight, in the model's order; empty
+    /// between steps.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub step: Vec<CallRecord>,
+    /// Tokens used so far, if any model call reported usage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// Model turns taken.
+    pub steps: usize,
+    /// Tool calls made.
+    pub tool_calls: usize,
+    /// The process running it, while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<Holder>,
+    /// When it was written, in milliseconds since the Unix epoch.
+    pub saved_at_ms: u64,
+}
+
+/// Where a run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum RunStatus {
+    /// A process runs it (see [`Checkpoint::holder`]).
+    Running,
+    /// Suspended until a person decides the calls waiting for approval;
+    /// held by nobody.
+    Waiting,
+    /// The run ended.
+    Done {
+        /// Why.
+        stop: StopReason,
+    },
+}
+
+impl RunStatus {
+    /// `running`, `waiting` or `done`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Waiting => "waiting",
+            RunStatus::Done { .. } => "done",
+        }
+    }
+}
+
+/// The process holding a running run, and until when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    /// The process's id in the store (random per process unless set).
+    pub process: String,
+    /// The lease: past this (ms since the Unix epoch) without a new
+    /// checkpoint, another process may take the run over.
+    pub until_ms: u64,
+}
+
+/// One tool call of the step in flight.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallRecord {
+    /// The call, as the model made it.
+    pub call: ToolCall,
+    /// How far it got.
+    #[serde(flatten)]
+    pub state: CallState,
+}
+
+/// How far a tool call got. What a resumed run does with each state is
+/// the point of storing it:
+///
+/// | state | on resume |
+/// |---|---|
+/// | `Planned` | runs (it never started) |
+/// | `WaitingApproval` | asks again — or takes the decision the resume brings; the tool never started |
+/// | `Started`, `Decided` with allow or modify | runs again only if the tool is idempotent or read-only; otherwise the model reads an `interrupted` result |
+/// | `Decided` with a denial | denied again (the tool never runs) |
+/// | `Finished` | not run: the stored result is used |
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum CallState {
+    /// Not started.
+    Planned,
+    /// Handed to the toolbox: it may have run.
+    Started,
+    /// Waits for a decision; the tool has not started.
+    WaitingApproval {
+        /// What was asked.
+        request: ApprovalRequest,
+    },
+    /// Decided; with an allow, the tool may have started since.
+    Decided {
+        /// The decision.
+        decision: Decision,
+        /// Who decided.
+        by: String,
+    },
+    /// Ended: what the model reads.
+    Finished {
+        /// The result's text.
+        text: String,
+        /// Whether it was an error.
+        is_error: bool,
+    },
+}
+
+impl CallState {
+    /// `planned`, `started`, `waiting_approval`, `decided` or `finished`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CallState::Planned => "planned",
+            CallState::Started => "started",
+            CallState::WaitingApproval { .. } => "waiting_approval",
+            CallState::Decided { .. } => "decided",
+            CallState::Finished { .. } => "finished",
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Write<'a> {
+    format: u64,
+    #[serde(flatten)]
+    checkpoint: &'a Checkpoint,
+}
+
+#[derive(Deserialize)]
+struct Format {
+    format: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct Read {
+    #[allow(dead_code)]
+    format: u64,
+    #[serde(flatten)]
+    checkpoint: Checkpoint,
+}
+
+impl Checkpoint {
+    /// The stored form: JSON with the format version, at most `limit`
+    /// bytes.
+    pub fn to_bytes(&self, limit: usize) -> Result<Vec<u8>, StoreError> {
+        let bytes = serde_json::to_vec(&Write {
+            format: CHECKPOINT_FORMAT,
+            checkpoint: self,
+        })
+        .map_err(|err| StoreError::Corrupt {
+            run_id: self.run_id.clone(),
+            why: format!("it cannot be written: {err}"),
+        })?;
+        if bytes.len() > limit {
+            return Err(StoreError::TooLarge {
+                run_id: self.run_id.clone(),
+                bytes: bytes.len(),
+                limit,
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// Reads the stored form of run `run_id`: a typed error for a
+    /// checkpoint over `limit` bytes, one that does not parse, one of
+    /// another run, or one of a newer format.
+    pub fn from_bytes(run_id: &str, bytes: &[u8], limit: usize) -> Result<Checkpoint, StoreError> {
+        let corrupt = |why: String| StoreError::Corrupt {
+            run_id: run_id.to_owned(),
+            why,
+        };
+        if bytes.len() > limit {
+            return Err(StoreError::TooLarge {
+                run_id: run_id.to_owned(),
+                bytes: bytes.len(),
+                limit,
+            });
+        }
+        let Format { format } = serde_json::from_slice(bytes)
+            .map_err(|err| corrupt(format!("it is not a checkpoint: {err}")))?;
+        let format = format.ok_or_else(|| corrupt("it has no format version".to_owned()))?;
+        if format > CHECKPOINT_FORMAT {
+            return Err(StoreError::UnknownFormat {
+                run_id: run_id.to_owned(),
+                found: format,
+                supported: CHECKPOINT_FORMAT,
+            });
+        }
+        if format == 0 {
+            return Err(corrupt("its format version is 0".to_owned()));
+        }
+        let Read { checkpoint, .. } =
+            serde_json::from_slice(bytes).map_err(|err| corrupt(err.to_string()))?;
+        if checkpoint.run_id != run_id {
+            return Err(corrupt(format!(
+                "it is the checkpoint of run {}",
+                checkpoint.run_id
+            )));
+        }
+        Ok(checkpoint)
+    }
+
+    /// Whether another process than `process` holds the run at `now_ms`.
+    pub fn held_by_other(&self, process: &str, now_ms: u64) -> bool {
+        self.status == RunStatus::Running
+            && self
+                .holder
+                .as_ref()
+                .is_some_and(|holder| holder.process != process && holder.until_ms > now_ms)
+    }
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn checkpoint() -> Checkpoint {
+        Checkpoint {
+            run_id: "r1".into(),
+            status: RunStatus::Waiting,
+            messages: vec![Message::user("hi")],
+            step: vec![CallRecord {
+                call: ToolCall {
+                    id: "c1".into(),
+                    name: "write".into(),
+                    arguments: "{}".into(),
+                },
+                state: CallState::WaitingApproval {
+                    request: ApprovalRequest {
+                        call_id: "c1".into(),
+                        tool: "write".into(),
+                        arguments: "{}".into(),
+                    },
+                },
+            }],
+            usage: Some(Usage {
+                prompt_tokens: 3,
+                completion_tokens: 4,
+            }),
+            steps: 1,
+            tool_calls: 1,
+            holder: None,
+            saved_at_ms: 5,
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        let bytes = checkpoint().to_bytes(MAX_CHECKPOINT_BYTES).unwrap();
+        assert!(bytes.starts_with(br#"{"format":1,"#));
+        let read = Checkpoint::from_bytes("r1", &bytes, MAX_CHECKPOINT_BYTES).unwrap();
+        assert_eq!(read, checkpoint());
+    }
+
+    #[test]
+    fn a_newer_format_names_both_versions() {
+        let bytes = br#"{"format": 7, "whatever": true}"#;
+        let err = Checkpoint::from_bytes("r1", bytes, MAX_CHECKPOINT_BYTES).unwrap_err();
+        assert!(
+            matches!(err, StoreError::UnknownFormat { found: 7, supported: 1, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("format 7"), "{err}");
+        assert!(err.to_string().contains("up to 1"), "{err}");
+    }
+
+    #[test]
+    fn corrupt_checkpoints_are_typed() {
+        for bytes in [
+            &b"not json"[..],
+            br#"{"run_id": "r1"}"#,
+            br#"{"format": 1, "run_id": "r1"}"#,
+            br#"{"format": 0}"#,
+            br#"{"format": "one"}"#,
+            br#"[1, 2]"#,
+        ] {
+            let err = Checkpoint::from_bytes("r1", bytes, MAX_CHECKPOINT_BYTES).unwrap_err();
+            assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+            assert!(err.to_string().contains("run r1"), "{err}");
+        }
+        let other = checkpoint().to_bytes(MAX_CHECKPOINT_BYTES).unwrap();
+        let err = Checkpoint::from_bytes("r2", &other, MAX_CHECKPOINT_BYTES).unwrap_err();
+        assert!(err.to_string().contains("checkpoint of run r1"), "{err}");
+    }
+
+    #[test]
+    fn the_size_is_bounded_both_ways() {
+        let bytes = checkpoint().to_bytes(MAX_CHECKPOINT_BYTES).unwrap();
+        let err = checkpoint().to_bytes(bytes.len() - 1).unwrap_err();
+        assert!(matches!(err, StoreError::TooLarge { .. }), "{err}");
+        let err = Checkpoint::from_bytes("r1", &bytes, bytes.len() - 1).unwrap_err();
+        assert!(matches!(err, StoreError::TooLarge { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_lease_holds_until_it_passes() {
+        let mut held = checkpoint();
+        held.status = RunStatus::Running;
+        held.holder = Some(Holder {
+            process: "a".into(),
+            until_ms: 100,
+        });
+        assert!(held.held_by_other("b", 99));
+        assert!(!held.held_by_other("a", 99));
+        assert!(!held.held_by_other("b", 100));
+        held.status = RunStatus::Waiting;
+        assert!(!held.held_by_other("b", 99));
+    }
+}
