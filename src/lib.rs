@@ -62,10 +62,10 @@ pub mod approval;
 pub mod arguments;
 pub mod boxed;
 pub mod error;
-mod id;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
+mod id;
 pub mod info;
 #[cfg(feature = "mcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]

@@ -103,7 +103,10 @@ async fn contract<S: RunStore>(store: &S, raw: impl AsyncFn(&str, &[u8])) {
     assert!(!store.delete("r2").await.unwrap());
 
     // Corrupt and newer checkpoints are typed errors naming the run.
-    store.save(&checkpoint("bad", RunStatus::Running), Version::NONE).await.unwrap();
+    store
+        .save(&checkpoint("bad", RunStatus::Running), Version::NONE)
+        .await
+        .unwrap();
     raw("bad", b"{\"format\": 1, \"run_id\": ").await;
     let err = store.load("bad").await.unwrap_err();
     assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
@@ -111,7 +114,14 @@ async fn contract<S: RunStore>(store: &S, raw: impl AsyncFn(&str, &[u8])) {
     raw("bad", br#"{"format": 9, "run_id": "bad"}"#).await;
     let err = store.load("bad").await.unwrap_err();
     assert!(
-        matches!(err, StoreError::UnknownFormat { found: 9, supported: 1, .. }),
+        matches!(
+            err,
+            StoreError::UnknownFormat {
+                found: 9,
+                supported: 1,
+                ..
+            }
+        ),
         "{err}"
     );
 }
@@ -127,14 +137,22 @@ async fn bounded<S: RunStore>(store: &S, limit: usize) {
 
 /// A finished run expires; one still running does not.
 async fn finished_runs_expire<S: RunStore>(store: &S) {
-    let done = checkpoint("done", RunStatus::Done { stop: StopReason::Finished });
+    let done = checkpoint(
+        "done",
+        RunStatus::Done {
+            stop: StopReason::Finished,
+        },
+    );
     store.save(&done, Version::NONE).await.unwrap();
     let running = checkpoint("running", RunStatus::Running);
     store.save(&running, Version::NONE).await.unwrap();
     assert!(store.load("done").await.unwrap().is_some());
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while store.load("done").await.unwrap().is_some() {
-        assert!(std::time::Instant::now() < deadline, "the finished run never expired");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the finished run never expired"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(store.load("running").await.unwrap().is_some());
@@ -143,7 +161,10 @@ async fn finished_runs_expire<S: RunStore>(store: &S) {
 #[tokio::test]
 async fn the_memory_store_keeps_the_contract() {
     let store = MemoryStore::new();
-    contract(&store, async |id: &str, bytes: &[u8]| store.put_raw(id, bytes)).await;
+    contract(&store, async |id: &str, bytes: &[u8]| {
+        store.put_raw(id, bytes)
+    })
+    .await;
     bounded(&MemoryStore::new().max_checkpoint_bytes(4096), 4096).await;
 }
 
@@ -176,7 +197,11 @@ mod sqlite {
                 .unwrap();
         };
         contract(&store, raw).await;
-        bounded(&SqliteStore::in_memory().unwrap().max_checkpoint_bytes(4096), 4096).await;
+        bounded(
+            &SqliteStore::in_memory().unwrap().max_checkpoint_bytes(4096),
+            4096,
+        )
+        .await;
         let expiring = SqliteStore::in_memory()
             .unwrap()
             .finished_ttl(Duration::from_millis(100));
@@ -188,7 +213,10 @@ mod sqlite {
         // Two stores on one file stand for two processes: the
         // compare-and-set holds across connections.
         let path = temp_file("shared");
-        let (a, b) = (SqliteStore::open(&path).unwrap(), SqliteStore::open(&path).unwrap());
+        let (a, b) = (
+            SqliteStore::open(&path).unwrap(),
+            SqliteStore::open(&path).unwrap(),
+        );
         let run = checkpoint("r", RunStatus::Waiting);
         let v1 = a.save(&run, Version::NONE).await.unwrap();
         assert_eq!(b.load("r").await.unwrap().unwrap().version, v1);
@@ -200,7 +228,10 @@ mod sqlite {
             won += 1;
             assert!(x.is_ok() != y.is_ok(), "{x:?} {y:?}");
         }
-        assert_eq!(a.load("r").await.unwrap().unwrap().version, Version(1 + won));
+        assert_eq!(
+            a.load("r").await.unwrap().unwrap().version,
+            Version(1 + won)
+        );
     }
 }
 
@@ -230,10 +261,16 @@ mod redis {
         };
         contract(&store, raw).await;
         bounded(&store.clone().max_checkpoint_bytes(4096), 4096).await;
-        let expiring = store.clone().prefix("ttl:").finished_ttl(Duration::from_millis(100));
+        let expiring = store
+            .clone()
+            .prefix("ttl:")
+            .finished_ttl(Duration::from_millis(100));
         finished_runs_expire(&expiring).await;
         // Two stores over separate connections share the runs.
-        let other = RedisStore::connect(&server.url()).await.unwrap().prefix("test:");
+        let other = RedisStore::connect(&server.url())
+            .await
+            .unwrap()
+            .prefix("test:");
         assert!(other.load("r1").await.unwrap().is_some());
     }
 

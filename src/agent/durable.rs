@@ -283,7 +283,9 @@ impl ResumeError {
 impl fmt::Display for ResumeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ResumeError::NoStore => f.write_str("the agent keeps no run store: no run can be resumed"),
+            ResumeError::NoStore => {
+                f.write_str("the agent keeps no run store: no run can be resumed")
+            }
             ResumeError::NotFound { run_id } => write!(f, "no run {run_id} is stored"),
             ResumeError::Finished { run_id, stop } => {
                 write!(f, "run {run_id} has ended ({})", stop.as_str())

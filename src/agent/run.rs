@@ -23,11 +23,11 @@ use http::Extensions;
 use tokio::sync::mpsc;
 use tower::ServiceExt;
 
+use crate::approval::{ApprovalEvent, ApprovalEvents, CallerApprover, Decision};
 use crate::model::ModelService;
 use crate::model::{
     Accumulator, ChatRequest, FinishReason, Message, ModelDelta, Pushed, ToolCall, Usage,
 };
-use crate::approval::{ApprovalEvent, ApprovalEvents, CallerApprover, Decision};
 use crate::result::{Collecting, Seen};
 use crate::{ErrorKind, ToolError, ToolInfo, ToolRequest, ToolResult, Toolbox};
 
@@ -395,7 +395,10 @@ where
     async fn run_tools(&mut self, records: Vec<CallRecord>, resumed: Option<Resumed>) {
         for record in &records {
             if record.state == CallState::Planned {
-                let _ = self.tx.send(AgentEvent::ToolCall(record.call.clone())).await;
+                let _ = self
+                    .tx
+                    .send(AgentEvent::ToolCall(record.call.clone()))
+                    .await;
             }
         }
         let resumed = resumed.map(Arc::new);
@@ -512,7 +515,10 @@ impl Call {
                 fail(&self.failed, err.clone());
                 let err = ToolError::new(
                     err.kind(),
-                    format!("not run: its start could not be recorded ({})", err.message()),
+                    format!(
+                        "not run: its start could not be recorded ({})",
+                        err.message()
+                    ),
                 );
                 return self.refused(&call, err).await;
             }
@@ -522,9 +528,16 @@ impl Call {
         let (text, is_error) = run_tool(&self.toolbox, &call, extensions, &self.tx).await;
         drop(running);
         self.finished(&call, &text, is_error).await;
-        let stalled = self.step.lock().unwrap_or_else(|p| p.into_inner()).stalled();
+        let stalled = self
+            .step
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .stalled();
         if let Some(call_ids) = stalled {
-            let _ = self.tx.send(AgentEvent::AwaitingApproval { call_ids }).await;
+            let _ = self
+                .tx
+                .send(AgentEvent::AwaitingApproval { call_ids })
+                .await;
         }
         text
     }
@@ -622,7 +635,10 @@ pub(super) fn approval_events(
                     fail(&failed, err.clone());
                     return Err(ToolError::new(
                         err.kind(),
-                        format!("not run: its approval could not be recorded ({})", err.message()),
+                        format!(
+                            "not run: its approval could not be recorded ({})",
+                            err.message()
+                        ),
                     ));
                 }
             }

@@ -260,12 +260,7 @@ where
         // The run's span is the parent of its model and tool calls' spans
         // (the driver runs inside it); a disabled span costs a branch.
         let span = self.span(checkpoints.is_some().then_some(&*run_id));
-        let driver = agent.drive(
-            messages,
-            extensions,
-            tx,
-            checkpoints.clone(),
-        );
+        let driver = agent.drive(messages, extensions, tx, checkpoints.clone());
         AgentStream {
             driver: Some(Box::pin(driver.instrument(span))),
             events: rx,

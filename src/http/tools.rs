@@ -157,10 +157,7 @@ pub fn status_for(kind: ErrorKind) -> StatusCode {
         ErrorKind::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
         ErrorKind::Overloaded | ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-        ErrorKind::Failed
-        | ErrorKind::Panicked
-        | ErrorKind::Cancelled
-        | ErrorKind::Interrupted => {
+        ErrorKind::Failed | ErrorKind::Panicked | ErrorKind::Cancelled | ErrorKind::Interrupted => {
             StatusCode::INTERNAL_SERVER_ERROR
         }
     }

@@ -286,7 +286,14 @@ mod tests {
         let bytes = br#"{"format": 7, "whatever": true}"#;
         let err = Checkpoint::from_bytes("r1", bytes, MAX_CHECKPOINT_BYTES).unwrap_err();
         assert!(
-            matches!(err, StoreError::UnknownFormat { found: 7, supported: 1, .. }),
+            matches!(
+                err,
+                StoreError::UnknownFormat {
+                    found: 7,
+                    supported: 1,
+                    ..
+                }
+            ),
             "{err}"
         );
         assert!(err.to_string().contains("format 7"), "{err}");

@@ -70,8 +70,10 @@ impl RunStore for MemoryStore {
             .map(|(version, bytes, _)| (*version, Arc::clone(bytes)));
         let loaded = found
             .map(|(version, bytes)| {
-                Checkpoint::from_bytes(run_id, &bytes, self.limit)
-                    .map(|checkpoint| Stored { checkpoint, version })
+                Checkpoint::from_bytes(run_id, &bytes, self.limit).map(|checkpoint| Stored {
+                    checkpoint,
+                    version,
+                })
             })
             .transpose();
         Box::pin(ready(loaded))

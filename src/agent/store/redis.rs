@@ -84,7 +84,9 @@ impl RedisStore {
         let manager = tokio::time::timeout(DEFAULT_TIMEOUT, ConnectionManager::new(client))
             .await
             .map_err(|_| {
-                StoreError::unavailable(format!("Redis at {url} did not answer within {DEFAULT_TIMEOUT:?}"))
+                StoreError::unavailable(format!(
+                    "Redis at {url} did not answer within {DEFAULT_TIMEOUT:?}"
+                ))
             })?
             .map_err(unavailable)?;
         Ok(Self::new(manager))
@@ -183,9 +185,9 @@ impl RunStore for RedisStore {
         Box::pin(async move {
             let bytes = checkpoint.to_bytes(self.limit)?;
             let ttl = match checkpoint.status {
-                RunStatus::Done { .. } => {
-                    u64::try_from(self.finished_ttl.as_millis()).unwrap_or(u64::MAX).max(1)
-                }
+                RunStatus::Done { .. } => u64::try_from(self.finished_ttl.as_millis())
+                    .unwrap_or(u64::MAX)
+                    .max(1),
                 _ => 0,
             };
             let mut connection = self.manager.clone();

@@ -217,7 +217,9 @@ impl RunStore for SqliteStore {
     fn waiting(&self) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
         self.blocking(|connection| {
             let mut query = connection
-                .prepare("SELECT run_id FROM toolstack_runs WHERE status = 'waiting' ORDER BY run_id")
+                .prepare(
+                    "SELECT run_id FROM toolstack_runs WHERE status = 'waiting' ORDER BY run_id",
+                )
                 .map_err(unavailable)?;
             let ids = query
                 .query_map([], |row| row.get(0))
