@@ -17,18 +17,21 @@
 //! `OPENAI_BASE_URL`, `OPENAI_MODEL` (and `OPENAI_API_KEY`) set, a real
 //! OpenAI-compatible endpoint answers instead.
 //!
-//! `cargo run --example assistant --features http -- --web [--port N]`
 //! With `OTEL_EXPORTER_OTLP_ENDPOINT` set (and `OTEL_SERVICE_NAME`), the
 //! run's spans — `invoke_agent assistant`, each `chat` and `execute_tool`
 //! with the GenAI attributes — go to that OpenTelemetry collector
 //! (OTLP/HTTP).
 //!
-//! `cargo run --example assistant --features http -- --web [--port N]`
+//! `cargo run --example assistant --features http,sqlite -- --web [--port N] [--runs FILE]`
 //! serves the same agent to a browser instead: one page (plain HTML + JS,
 //! embedded; `examples/assistant.html`) at `http://127.0.0.1:3000/` and
 //! the AI SDK chat endpoint it talks to at `/api/chat`. There the writes
 //! wait for the person's Approve / Deny, and every question replays the
-//! script.
+//! script. A run waiting for the answer is kept in a SQLite file (`FILE`,
+//! by default `toolstack-assistant-runs.db` in the temporary directory):
+//! stop the server and start it again, and Approve still works. (The
+//! example's own database is in memory: a restarted server has its rows
+//! anew.)
 
 use std::io::Write;
 use std::num::NonZeroU32;
@@ -458,7 +461,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .position(|a| a == "--port")
             .and_then(|at| args.get(at + 1))
             .map_or(Ok(3000), |p| p.parse::<u16>())?;
-        return web::serve(db, port).await;
+        // Where the runs waiting for an approval are kept (SQLite): a
+        // restarted server finds them there.
+        let runs = args
+            .iter()
+            .position(|a| a == "--runs")
+            .and_then(|at| args.get(at + 1))
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| std::env::temp_dir().join("toolstack-assistant-runs.db"));
+        return web::serve(db, port, runs).await;
     }
     let question = "Which country brings the most revenue?";
     let conversation = vec![
@@ -681,11 +692,27 @@ mod web {
         }
     }
 
-    pub async fn serve(db: Db, port: u16) -> Result<(), Box<dyn std::error::Error>> {
+    pub async fn serve(
+        db: Db,
+        port: u16,
+        runs: std::path::PathBuf,
+    ) -> Result<(), Box<dyn std::error::Error>> {
         let agent = Agent::new(Replay, toolbox(db))
             .name("assistant")
             .max_steps(8)
             .parallel_tools(2);
+        // Runs waiting for a person's approval are checkpointed in SQLite:
+        // stopped and started again, the server still takes the answer.
+        #[cfg(feature = "sqlite")]
+        let agent = {
+            println!("(runs kept in {})", runs.display());
+            agent.store(toolstack::agent::store::sqlite::SqliteStore::open(&runs)?)
+        };
+        #[cfg(not(feature = "sqlite"))]
+        println!(
+            "(runs kept in memory, not in {}: build with `--features http,sqlite` to keep them across a restart)",
+            runs.display()
+        );
         let app = axum::Router::new()
             .route(
                 "/",
@@ -703,7 +730,11 @@ mod web {
 
 #[cfg(not(feature = "http"))]
 mod web {
-    pub async fn serve(_: super::Db, _: u16) -> Result<(), Box<dyn std::error::Error>> {
+    pub async fn serve(
+        _: super::Db,
+        _: u16,
+        _: std::path::PathBuf,
+    ) -> Result<(), Box<dyn std::error::Error>> {
         Err("the web page needs the `http` feature: cargo run --example assistant --features http -- --web".into())
     }
 }

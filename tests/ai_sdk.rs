@@ -263,7 +263,7 @@ async fn an_approval_ends_the_response_and_the_answer_resumes_the_same_run() {
         0,
         "nothing ran before the answer"
     );
-    assert_eq!(endpoint.waiting_runs(), 1);
+    assert_eq!(endpoint.waiting_runs().await.unwrap(), 1);
     assert_eq!(model.turns_played(), 1);
 
     let conversation = json!({"messages": [user("delete it"), answered(&first, true, None)]});
@@ -288,7 +288,7 @@ async fn an_approval_ends_the_response_and_the_answer_resumes_the_same_run() {
     assert_eq!(texts(&second), ["It is gone."]);
     assert_eq!(second.last().unwrap()["finishReason"], "stop");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the tool ran once");
-    assert_eq!(endpoint.waiting_runs(), 0);
+    assert_eq!(endpoint.waiting_runs().await.unwrap(), 0);
     assert_eq!(
         model.turns_played(),
         2,
@@ -339,7 +339,7 @@ async fn an_answer_for_a_run_no_longer_kept_starts_over_from_the_conversation() 
     assert!(read.contains("not run"), "{read}");
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn a_run_kept_past_the_timeout_is_dropped_and_bounded_in_number() {
     let runs = Arc::new(AtomicUsize::new(0));
     let model = ScriptedModel::new([
@@ -348,21 +348,21 @@ async fn a_run_kept_past_the_timeout_is_dropped_and_bounded_in_number() {
         Turn::new().text("Could not ask."),
     ]);
     let endpoint = ChatEndpoint::new(Agent::new(model.clone(), guarded(Arc::clone(&runs))))
-        .approval_timeout(Duration::from_secs(60))
+        .approval_timeout(Duration::from_millis(300))
         .max_waiting_runs(1);
     let app = endpoint.clone().into_router();
     let (_, _, first) = post(&app, json!({"messages": [user("one")]})).await;
-    assert_eq!(endpoint.waiting_runs(), 1);
+    assert_eq!(endpoint.waiting_runs().await.unwrap(), 1);
     // The endpoint is full: the second run's call is denied at once.
     let (_, _, second) = post(&app, json!({"messages": [user("two")]})).await;
     assert!(types(&second).contains(&"tool-output-denied"), "{second:?}");
     assert_eq!(second.last().unwrap()["finishReason"], "stop");
-    assert_eq!(endpoint.waiting_runs(), 1);
+    assert_eq!(endpoint.waiting_runs().await.unwrap(), 1);
     // Past the timeout the first run is gone; its answer starts over.
-    tokio::time::advance(Duration::from_secs(61)).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
     let conversation = json!({"messages": [user("one"), answered(&first, true, None)]});
     let (_, _, _) = post(&app, conversation).await;
-    assert_eq!(endpoint.waiting_runs(), 0);
+    assert_eq!(endpoint.waiting_runs().await.unwrap(), 0);
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
 
@@ -450,4 +450,115 @@ async fn bodies_that_are_not_chat_requests_are_refused() {
         assert!(answer[0].to_string().contains(says), "{answer:?}");
     }
     assert_eq!(model.turns_played(), 0);
+}
+
+/// A SQLite file of its own, in a temporary directory.
+fn runs_file(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "toolstack-ai-sdk-{}-{name}-{:?}",
+        std::process::id(),
+        std::time::SystemTime::now()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("runs.db")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_approval_survives_a_restart_of_the_server() {
+    use toolstack::agent::store::sqlite::SqliteStore;
+    let path = runs_file("restart");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let first_process = ChatEndpoint::new(
+        Agent::new(
+            ScriptedModel::new([Turn::new().tool_call("delete", "{}")]),
+            guarded(Arc::clone(&runs)),
+        )
+        .store(SqliteStore::open(&path).unwrap()),
+    );
+    let (_, _, first) = post(
+        &first_process.clone().into_router(),
+        json!({"messages": [user("delete it")]}),
+    )
+    .await;
+    assert_eq!(first.last().unwrap()["finishReason"], "tool-calls");
+    // The server stops: nothing of it is left but the file.
+    drop(first_process);
+
+    let restarted = ChatEndpoint::new(
+        Agent::new(
+            ScriptedModel::new([Turn::new().text("It is gone.")]),
+            guarded(Arc::clone(&runs)),
+        )
+        .store(SqliteStore::open(&path).unwrap()),
+    );
+    assert_eq!(restarted.waiting_runs().await.unwrap(), 1);
+    let app = restarted.clone().into_router();
+    let conversation = json!({"messages": [user("delete it"), answered(&first, true, None)]});
+    let (status, _, second) = post(&app, conversation.clone()).await;
+    assert_eq!(status, StatusCode::OK);
+    let call_id = first
+        .iter()
+        .find(|c| c["type"] == "tool-approval-request")
+        .unwrap()["toolCallId"]
+        .clone();
+    // The call's part goes on: its output, with no input sent again.
+    assert_eq!(
+        types(&second),
+        [
+            "start",
+            "tool-output-available",
+            "tool-output-available",
+            "start-step",
+            "text-start",
+            "text-delta",
+            "text-delta",
+            "text-delta",
+            "text-end",
+            "finish-step",
+            "finish"
+        ],
+        "{second:#?}"
+    );
+    assert_eq!(second[2]["toolCallId"], call_id);
+    assert_eq!(second[2]["output"], "deleted");
+    assert_eq!(second[2].get("preliminary"), None);
+    assert_eq!(texts(&second), ["It is gone."]);
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the write ran once");
+    assert_eq!(restarted.waiting_runs().await.unwrap(), 0);
+
+    // The same answer again (a retry, a replay): refused, never applied twice.
+    let (status, _, refused) = post(&app, conversation).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{refused:?}");
+    assert_eq!(refused[0]["kind"], "conflict");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_reaching_another_replica_resumes_the_run_there() {
+    use toolstack::agent::store::MemoryStore;
+    // Two replicas sharing one store (a MemoryStore stands for Redis here;
+    // the store contract is tested against Redis itself).
+    let store = MemoryStore::new();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let replica = |turns: Vec<Turn>| {
+        ChatEndpoint::new(
+            Agent::new(ScriptedModel::new(turns), guarded(Arc::clone(&runs))).store(store.clone()),
+        )
+        .into_router()
+    };
+    let a = replica(vec![Turn::new().tool_call("delete", "{}")]);
+    let b = replica(vec![Turn::new().text("Gone.")]);
+    let (_, _, first) = post(&a, json!({"messages": [user("delete it")]})).await;
+    let conversation = json!({"messages": [user("delete it"), answered(&first, true, None)]});
+    let (_, _, second) = post(&b, conversation.clone()).await;
+    assert!(
+        types(&second).contains(&"tool-output-available"),
+        "{second:?}"
+    );
+    assert_eq!(texts(&second), ["Gone."]);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // The answer reaching the first replica too is refused there.
+    let (status, _, _) = post(&a, conversation).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
 }

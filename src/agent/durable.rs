@@ -204,8 +204,10 @@ impl Checkpointer {
 #[derive(Debug, Clone, Default)]
 pub struct Resume {
     pub(super) decisions: HashMap<String, Decision>,
+    pub(super) otherwise: Option<Decision>,
     pub(super) by: Option<String>,
     pub(super) extensions: Extensions,
+    pub(super) max_age: Option<Duration>,
 }
 
 impl Resume {
@@ -218,6 +220,21 @@ impl Resume {
     /// The decision for the waiting call `call_id`.
     pub fn decide(mut self, call_id: impl Into<String>, decision: Decision) -> Self {
         self.decisions.insert(call_id.into(), decision);
+        self
+    }
+
+    /// The decision for every waiting call not given one by
+    /// [`decide`](Self::decide) (without it, such a call is asked about
+    /// again).
+    pub fn otherwise(mut self, decision: Decision) -> Self {
+        self.otherwise = Some(decision);
+        self
+    }
+
+    /// Refuses to resume a run that has waited for a decision longer than
+    /// `age` since its last checkpoint ([`ResumeError::Expired`]).
+    pub fn max_age(mut self, age: Duration) -> Self {
+        self.max_age = Some(age);
         self
     }
 
@@ -254,6 +271,12 @@ pub enum ResumeError {
         /// How it ended.
         stop: StopReason,
     },
+    /// The run waited for a decision longer than the resume allows
+    /// ([`Resume::max_age`]).
+    Expired {
+        /// The run.
+        run_id: String,
+    },
     /// Another process runs it now (its lease has not passed), or took it
     /// first.
     Held {
@@ -272,7 +295,7 @@ impl ResumeError {
     pub fn status(&self) -> http::StatusCode {
         use http::StatusCode;
         match self {
-            ResumeError::NotFound { .. } => StatusCode::NOT_FOUND,
+            ResumeError::NotFound { .. } | ResumeError::Expired { .. } => StatusCode::NOT_FOUND,
             ResumeError::Finished { .. } | ResumeError::Held { .. } => StatusCode::CONFLICT,
             ResumeError::Store(StoreError::Unavailable { .. }) => StatusCode::SERVICE_UNAVAILABLE,
             ResumeError::NoStore | ResumeError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -287,6 +310,9 @@ impl fmt::Display for ResumeError {
                 f.write_str("the agent keeps no run store: no run can be resumed")
             }
             ResumeError::NotFound { run_id } => write!(f, "no run {run_id} is stored"),
+            ResumeError::Expired { run_id } => {
+                write!(f, "run {run_id} waited for a decision too long")
+            }
             ResumeError::Finished { run_id, stop } => {
                 write!(f, "run {run_id} has ended ({})", stop.as_str())
             }
@@ -369,6 +395,16 @@ where
                 stop,
             });
         }
+        if let Some(age) = resume.max_age {
+            let age = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+            if checkpoint.status == RunStatus::Waiting
+                && now_ms().saturating_sub(checkpoint.saved_at_ms) > age
+            {
+                return Err(ResumeError::Expired {
+                    run_id: run_id.to_owned(),
+                });
+            }
+        }
         if checkpoint.held_by_other(&durability.process, now_ms()) {
             return Err(ResumeError::Held {
                 run_id: run_id.to_owned(),
@@ -380,8 +416,10 @@ where
         let checkpoint = checkpoints.snapshot().await;
         let Resume {
             decisions,
+            otherwise,
             by,
             extensions,
+            ..
         } = resume;
         let asked_before: HashSet<String> = checkpoint
             .step
@@ -392,6 +430,7 @@ where
         let resumed = Resumed {
             records: checkpoint.step.clone(),
             decisions,
+            otherwise,
             by: by.unwrap_or_else(|| "the user".to_owned()),
         };
         let (tx, rx) = mpsc::channel(32);
@@ -442,5 +481,6 @@ where
 pub(super) struct Resumed {
     pub(super) records: Vec<super::store::CallRecord>,
     pub(super) decisions: HashMap<String, Decision>,
+    pub(super) otherwise: Option<Decision>,
     pub(super) by: String,
 }

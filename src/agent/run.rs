@@ -499,8 +499,12 @@ impl Call {
                 extensions.insert(decided(&by, decision));
             }
             CallState::WaitingApproval { .. } | CallState::Planned => {
+                let waiting = matches!(state, CallState::WaitingApproval { .. });
                 let given = self.resumed.as_ref().and_then(|resumed| {
-                    let decision = resumed.decisions.get(&call.id)?;
+                    let decision = resumed
+                        .decisions
+                        .get(&call.id)
+                        .or(resumed.otherwise.as_ref().filter(|_| waiting))?;
                     Some(decided(&resumed.by, decision.clone()))
                 });
                 if let Some(approver) = given {

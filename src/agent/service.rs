@@ -99,6 +99,11 @@ impl<M> Agent<M> {
         self
     }
 
+    /// The store runs are checkpointed in, if any.
+    pub fn run_store(&self) -> Option<&Arc<dyn RunStore>> {
+        self.durability.as_ref().map(|durability| &durability.store)
+    }
+
     /// Names this process in the store (a random id by default): a run it
     /// holds is resumed only by it until its lease passes. Set it to
     /// something stable (a host name) for a process that restarts and

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -10,14 +10,14 @@ use axum::response::sse::Event;
 use futures_core::Stream;
 use futures_util::{stream, StreamExt};
 use serde_json::{json, Value};
-use tokio::time::Instant;
 
+use crate::agent::store::RunStore;
 use crate::agent::{AgentEvent, AgentStream, StopReason};
 use crate::approval::Decision;
 use crate::{ToolOutput, ToolResult};
 
-use super::approvals::{Approvals, Parked, WaitingRuns};
-use super::ids::lock;
+use super::approvals::Approvals;
+use super::THE_USER;
 
 /// A run in progress, between responses when it waits: its events, what
 /// the mapping has said, its approvals.
@@ -50,7 +50,7 @@ pub(super) struct Open {
     /// another event: once the caller's approver is asked about all of
     /// them, the run is kept and the response ends.
     pub(super) stalled: Option<Vec<String>>,
-    pub(super) waiting: Arc<Mutex<WaitingRuns>>,
+    pub(super) store: Arc<dyn RunStore>,
     pub(super) max_waiting_runs: usize,
     pub(super) approval_timeout: Duration,
 }
@@ -89,7 +89,7 @@ impl Open {
             })
             .await;
             match step {
-                Step::AllAsked => self.park(),
+                Step::AllAsked => self.park().await,
                 Step::Event(Some(AgentEvent::AwaitingApproval { call_ids })) => {
                     self.stalled = Some(call_ids);
                 }
@@ -117,43 +117,76 @@ impl Open {
         }
     }
 
-    /// The run waits on the person: keep it under its approval ids and end
-    /// the response — or, with no room, deny its calls and go on.
-    pub(super) fn park(&mut self) {
-        let calls = self.stalled.take().unwrap_or_default();
+    /// The run waits on the person: suspend it in the store and end the
+    /// response — or, with no room, deny its calls and go on.
+    pub(super) async fn park(&mut self) {
+        self.stalled = None;
         let Some(mut live) = self.live.take() else {
             return;
         };
-        let mut waiting = lock(&self.waiting);
-        waiting.sweep(self.approval_timeout);
-        if waiting.runs.len() >= self.max_waiting_runs {
-            drop(waiting);
-            live.approvals.deny_all(
-                "not run: the server holds too many conversations waiting for approval; ask again later",
-            );
-            self.live = Some(live);
-            return;
+        let store = Arc::clone(&self.store);
+        match room(&*store, self.max_waiting_runs, self.approval_timeout).await {
+            Ok(true) => {}
+            Ok(false) => {
+                live.approvals.deny_all(
+                    "not run: the server holds too many conversations waiting for approval; ask again later",
+                );
+                self.live = Some(live);
+                return;
+            }
+            Err(why) => {
+                live.approvals.deny_all(&format!(
+                    "not run: the server cannot keep this conversation for an approval now ({why})"
+                ));
+                self.live = Some(live);
+                return;
+            }
         }
         live.map.finish_step(&mut self.out);
-        self.out.push_back(Out::Chunk(
-            json!({"type": "finish", "finishReason": "tool-calls"}),
-        ));
-        self.out.push_back(Out::Done);
-        let approval_ids = live.approvals.ids_of(&calls);
-        let key = waiting.next;
-        waiting.next += 1;
-        for id in &approval_ids {
-            waiting.by_approval.insert(id.clone(), key);
+        match live.events.suspend().await {
+            Ok(()) => self.out.push_back(Out::Chunk(
+                json!({"type": "finish", "finishReason": "tool-calls"}),
+            )),
+            Err(err) => {
+                let text = format!("the conversation could not be kept for the approval: {err}");
+                self.out
+                    .push_back(Out::Chunk(json!({"type": "error", "errorText": text})));
+                self.out.push_back(Out::Chunk(
+                    json!({"type": "finish", "finishReason": "error"}),
+                ));
+            }
         }
-        waiting.runs.insert(
-            key,
-            Parked {
-                live,
-                approval_ids,
-                since: Instant::now(),
-            },
-        );
+        self.out.push_back(Out::Done);
     }
+}
+
+/// Whether `store` has room for one more waiting run: runs waited past
+/// `timeout` are dropped first, when it is full.
+async fn room(
+    store: &dyn RunStore,
+    max_waiting_runs: usize,
+    timeout: Duration,
+) -> Result<bool, crate::agent::store::StoreError> {
+    let waiting = store.waiting().await?;
+    if waiting.len() < max_waiting_runs {
+        return Ok(true);
+    }
+    let timeout = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+    let now = crate::agent::store::checkpoint::now_ms();
+    let mut left = waiting.len();
+    for run_id in &waiting {
+        let expired = match store.load(run_id).await {
+            Ok(Some(stored)) => now.saturating_sub(stored.checkpoint.saved_at_ms) > timeout,
+            Ok(None) => true,
+            // Unreadable: it can never be resumed.
+            Err(_) => true,
+        };
+        if expired {
+            store.delete(run_id).await?;
+            left -= 1;
+        }
+    }
+    Ok(left < max_waiting_runs)
 }
 
 /// Turns agent events into chunks, keeping what the protocol needs: the
@@ -254,7 +287,10 @@ impl Mapper {
                 );
             }
             AgentEvent::ApprovalDecided {
-                call_id, decision, ..
+                call_id,
+                decision,
+                by,
+                ..
             } => {
                 self.tool_event(&mut push);
                 let id = self.part_id(&call_id);
@@ -263,7 +299,7 @@ impl Mapper {
                     self.denied.insert(id);
                 }
                 // The caller's own answer is already in its message.
-                if !approvals.asked(&call_id) {
+                if by != THE_USER {
                     let approval_id = approvals.approval_id(&call_id);
                     let mut chunk = json!({"type": "tool-approval-response", "approvalId": approval_id, "approved": approved});
                     if let Decision::Deny { reason } = decision {
@@ -324,6 +360,11 @@ impl Mapper {
             // Handled by the response; any later event is ignored here.
             _ => {}
         }
+    }
+
+    /// Calls whose parts the front end has from an earlier response.
+    pub(super) fn announced(&mut self, call_ids: Vec<String>) {
+        self.parts.extend(call_ids);
     }
 
     /// A model event: it opens a step, or a new one after the tool calls.

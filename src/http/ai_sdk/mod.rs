@@ -108,7 +108,7 @@
 //! ```
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Request, State};
@@ -119,7 +119,8 @@ use axum::routing::post;
 use axum::Router;
 use serde_json::json;
 
-use crate::agent::Agent;
+use crate::agent::store::{MemoryStore, RunStore};
+use crate::agent::{Agent, Resume, ResumeError};
 use crate::approval::Decision;
 use crate::model::ModelService;
 
@@ -134,9 +135,9 @@ mod chunks;
 mod ids;
 mod request;
 
-use approvals::{Approvals, WaitingRuns};
+use approvals::{parse_approval_id, Approvals};
 use chunks::{Live, Open, Out};
-use ids::{lock, new_id};
+use ids::new_id;
 use request::{Answer, ChatBody};
 /// The default limit on a chat request's body: 4 MiB.
 pub const DEFAULT_BODY_LIMIT: usize = 4 * 1024 * 1024;
@@ -158,7 +159,7 @@ pub struct ChatEndpoint<M> {
     keep_alive: Option<Duration>,
     max_waiting_runs: usize,
     approval_timeout: Duration,
-    waiting: Arc<Mutex<WaitingRuns>>,
+    store: Arc<dyn RunStore>,
 }
 
 impl<M: Clone> Clone for ChatEndpoint<M> {
@@ -169,7 +170,7 @@ impl<M: Clone> Clone for ChatEndpoint<M> {
             keep_alive: self.keep_alive,
             max_waiting_runs: self.max_waiting_runs,
             approval_timeout: self.approval_timeout,
-            waiting: Arc::clone(&self.waiting),
+            store: Arc::clone(&self.store),
         }
     }
 }
@@ -187,15 +188,31 @@ impl<M> std::fmt::Debug for ChatEndpoint<M> {
 
 impl<M> ChatEndpoint<M> {
     /// Serves `agent`, with the default limits and a keep-alive comment
-    /// every 15 s of silence.
+    /// every 15 s of silence. Runs waiting for an approval are kept in the
+    /// agent's run store ([`Agent::store`]) — or, for an agent without
+    /// one, in a [`MemoryStore`] of the endpoint's own (they then do not
+    /// survive a restart).
     pub fn new(agent: Agent<M>) -> Self {
+        let (agent, store) = match agent.run_store() {
+            Some(store) => {
+                let store = Arc::clone(store);
+                (agent, store)
+            }
+            None => {
+                let store = MemoryStore::new();
+                (
+                    agent.store(store.clone()),
+                    Arc::new(store) as Arc<dyn RunStore>,
+                )
+            }
+        };
         ChatEndpoint {
             agent,
             body_limit: DEFAULT_BODY_LIMIT,
             keep_alive: Some(super::tools::DEFAULT_KEEP_ALIVE),
             max_waiting_runs: DEFAULT_MAX_WAITING_RUNS,
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
-            waiting: Arc::default(),
+            store,
         }
     }
 
@@ -225,9 +242,10 @@ impl<M> ChatEndpoint<M> {
         self
     }
 
-    /// How many runs wait for an approval answer now.
-    pub fn waiting_runs(&self) -> usize {
-        lock(&self.waiting).runs.len()
+    /// How many runs wait for an approval answer now, in the store (which
+    /// other processes may share).
+    pub async fn waiting_runs(&self) -> Result<usize, crate::agent::store::StoreError> {
+        Ok(self.store.waiting().await?.len())
     }
 }
 
@@ -248,13 +266,19 @@ where
 
     /// The response to one chat request: a resumed run if it answers a
     /// kept one, else a new run.
-    fn respond(&self, request: ChatBody, extensions: axum::http::Extensions) -> Response {
+    async fn respond(&self, request: ChatBody, extensions: axum::http::Extensions) -> Response {
         let answers = request.approval_answers();
-        let resumed = (!answers.is_empty())
-            .then(|| self.resume(&answers))
-            .flatten();
+        let resumed = match answers.is_empty() {
+            true => None,
+            false => match self.resume(&answers, extensions.clone()).await {
+                Ok(resumed) => resumed,
+                Err(err) => return resume_refused(&err),
+            },
+        };
         let (live, message_id) = match resumed {
-            Some(live) => {
+            Some(mut live) => {
+                // The calls of the resumed step have their parts already.
+                live.map.announced(request.last_assistant_calls());
                 let id = request.last_assistant_id().map(str::to_owned);
                 (live, id.unwrap_or_else(|| new_id("msg")))
             }
@@ -267,6 +291,7 @@ where
                 let mut extensions = extensions;
                 extensions.insert(approvals.caller());
                 let events = self.agent.run_with(history, extensions);
+                let _ = approvals.run_id.set(events.run_id().to_owned());
                 (Live::new(events, approvals), new_id("msg"))
             }
         };
@@ -276,7 +301,7 @@ where
                 json!({"type": "start", "messageId": message_id}),
             )]),
             stalled: None,
-            waiting: Arc::clone(&self.waiting),
+            store: Arc::clone(&self.store),
             max_waiting_runs: self.max_waiting_runs,
             approval_timeout: self.approval_timeout,
         };
@@ -296,30 +321,60 @@ where
         response
     }
 
-    /// Takes the kept run these answers are for, and gives each of its
-    /// calls its decision.
-    fn resume(&self, answers: &[Answer]) -> Option<Live> {
-        let parked = {
-            let mut waiting = lock(&self.waiting);
-            waiting.sweep(self.approval_timeout);
-            let key = answers
-                .iter()
-                .find_map(|answer| waiting.by_approval.get(&answer.approval_id).copied())?;
-            waiting.take(key)?
+    /// Resumes the stored run these answers are for, each of its waiting
+    /// calls with its decision (a call left unanswered is denied). `None`
+    /// when no such run is kept (never, expired, or the answers name none):
+    /// the conversation then starts a new run.
+    async fn resume(
+        &self,
+        answers: &[Answer],
+        extensions: axum::http::Extensions,
+    ) -> Result<Option<Live>, ResumeError> {
+        let Some(run_id) = answers
+            .iter()
+            .find_map(|answer| parse_approval_id(&answer.approval_id))
+            .map(|(run_id, _)| run_id.to_owned())
+        else {
+            return Ok(None);
         };
-        for approval_id in &parked.approval_ids {
-            let decision = match answers.iter().find(|a| &a.approval_id == approval_id) {
-                Some(Answer { approved: true, .. }) => Decision::Allow,
-                Some(Answer {
+        let mut resume = Resume::new()
+            .by(THE_USER)
+            .otherwise(Decision::deny("the user gave no answer"))
+            .max_age(self.approval_timeout);
+        for answer in answers {
+            let Some((_, call_id)) = parse_approval_id(&answer.approval_id)
+                .filter(|(answer_run, _)| *answer_run == run_id)
+            else {
+                continue;
+            };
+            let decision = match answer {
+                Answer { approved: true, .. } => Decision::Allow,
+                Answer {
                     reason: Some(reason),
                     ..
-                }) if !reason.trim().is_empty() => Decision::deny(reason.clone()),
-                Some(_) => Decision::deny("the user denied the call"),
-                None => Decision::deny("the user gave no answer"),
+                } if !reason.trim().is_empty() => Decision::deny(reason.clone()),
+                _ => Decision::deny("the user denied the call"),
             };
-            parked.live.approvals.answer(approval_id, decision);
+            resume = resume.decide(call_id, decision);
         }
-        Some(parked.live)
+        let approvals = Arc::new(Approvals::default());
+        let _ = approvals.run_id.set(run_id.clone());
+        let mut extensions = extensions;
+        extensions.insert(approvals.caller());
+        match self
+            .agent
+            .resume(&run_id, resume.extensions(extensions))
+            .await
+        {
+            Ok(events) => Ok(Some(Live::new(events, approvals))),
+            Err(ResumeError::NotFound { .. }) => Ok(None),
+            Err(ResumeError::Expired { .. }) => {
+                // It waited too long: forget it (its calls never ran).
+                let _ = self.store.delete(&run_id).await;
+                Ok(None)
+            }
+            Err(err) => Err(err),
+        }
     }
 }
 
@@ -336,7 +391,20 @@ where
         Ok(request) => request,
         Err(err) => return bad_request(format!("the body is not a chat request: {err}")),
     };
-    endpoint.respond(request, parts.extensions)
+    endpoint.respond(request, parts.extensions).await
+}
+
+/// A run that cannot be resumed here: `409` when another process holds
+/// it or it has ended (the answer was applied once already), `503` when
+/// the store is down.
+fn resume_refused(err: &ResumeError) -> Response {
+    let kind = match err.status() {
+        StatusCode::CONFLICT => "conflict",
+        StatusCode::SERVICE_UNAVAILABLE => "unavailable",
+        _ => "failed",
+    };
+    let body = json!({"error": err.to_string(), "kind": kind});
+    (err.status(), axum::Json(body)).into_response()
 }
 
 /// A `400` with the model-facing error shape of `http`.

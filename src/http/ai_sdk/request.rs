@@ -48,6 +48,18 @@ impl ChatBody {
             .collect()
     }
 
+    /// The tool-call ids of the last message's tool parts, if it is the
+    /// assistant's.
+    pub(super) fn last_assistant_calls(&self) -> Vec<String> {
+        let Some(last) = self.messages.last().filter(|m| m.role == "assistant") else {
+            return Vec::new();
+        };
+        last.parts
+            .iter()
+            .filter_map(|part| part["toolCallId"].as_str().map(str::to_owned))
+            .collect()
+    }
+
     pub(super) fn last_assistant_id(&self) -> Option<&str> {
         let last = self.messages.last().filter(|m| m.role == "assistant")?;
         last.id.as_deref().filter(|id| !id.is_empty())
