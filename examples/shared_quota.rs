@@ -20,7 +20,7 @@
 //! ```
 
 use std::io::{BufRead, BufReader};
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::Ipv4Addr;
 use std::num::NonZeroU32;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,6 +31,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tower::{ServiceBuilder, ServiceExt};
 
 use toolstack::{tool, ErrorKind, ToolError, ToolRequest, ToolResult};
+use toolstack_demo::redis_server::RedisProcess;
 use toolstack_layers::rate_limit::{Quota, RateLimitLayer, RedisLimiter};
 
 /// Counts are kept per slot of this length.
@@ -65,7 +66,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let seconds: u64 = flag(&args, "--seconds", 30);
     let workers: usize = flag(&args, "--workers", 4);
     let outage_seconds: u64 = flag(&args, "--outage-seconds", 4);
-    let mut redis = Redis::start()?;
+    let mut redis = RedisProcess::start("shared-quota")?;
     println!(
         "{workers} worker processes share a quota of {quota} calls/s in Redis ({})",
         redis.url()
@@ -79,7 +80,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 1. The shared quota, Redis up. Failing closed: a store that does not
     // answer then refuses rather than admitting on the local limiters,
     // which could hide a quota that is not shared.
-    let monitor = Monitor::start(redis.port)?;
+    let monitor = Monitor::start(redis.port())?;
     let run = run_workers(
         workers,
         &redis.url(),
@@ -231,7 +232,7 @@ fn run_workers(
     mode: &str,
     prefix: &str,
     stop_redis_at: Option<Duration>,
-    redis: &mut Redis,
+    redis: &mut RedisProcess,
 ) -> Result<Run, Box<dyn std::error::Error>> {
     let exe = std::env::current_exe()?;
     // A common start, a moment ahead, so every worker counts from the same instant.
@@ -503,81 +504,5 @@ impl Gaps {
             previous = Some(at);
         }
         gaps
-    }
-}
-
-/// The parent's own `redis-server`: a free loopback port, a temporary
-/// directory, nothing saved; stopped with SIGKILL, restarted on the same port.
-struct Redis {
-    child: Option<Child>,
-    port: u16,
-    dir: std::path::PathBuf,
-}
-
-impl Redis {
-    fn start() -> Result<Redis, Box<dyn std::error::Error>> {
-        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
-            .local_addr()?
-            .port();
-        let dir =
-            std::env::temp_dir().join(format!("toolstack-shared-quota-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        let mut redis = Redis {
-            child: None,
-            port,
-            dir,
-        };
-        redis.restart()?;
-        Ok(redis)
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    fn restart(&mut self) -> Result<(), Box<dyn std::error::Error>> {
-        self.stop();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &self.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--dir",
-            ])
-            .arg(&self.dir)
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| {
-                format!("cannot start redis-server (Debian: apt-get install redis-server): {e}")
-            })?;
-        self.child = Some(child);
-        // Ready when it answers PING.
-        let client = redis::Client::open(self.url())?;
-        for _ in 0..200 {
-            if let Ok(mut connection) = client.get_connection() {
-                if redis::cmd("PING").query::<String>(&mut connection).is_ok() {
-                    return Ok(());
-                }
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Err("redis-server did not answer PING within 2 s".into())
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.stop();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -9,6 +9,7 @@
 //! | [`add`] | the `add` tool's arguments and function, and the hand-written call | — | the benches of both crates |
 //! | [`tools`] | the seed's demo tools: weather, calculator, clock, a file's lines, a counter | `examples/tour.rs` | `tests/seed_tools.rs` |
 //! | `http` (feature `http`) | a toolbox over HTTP behind bearer auth, with per-caller visibility | `examples/http_server.rs` | `tests/http.rs` |
+//! | [`redis_server`] | a `redis-server` of a proof's own (started, killed, restarted) | `examples/shared_quota.rs`, `examples/durable_runs.rs` | `tests/shared_quota.rs`, `tests/durable_runs.rs` |
 //!
 //! Not published; nothing here is toolstack's API.
 
@@ -20,4 +21,5 @@ pub mod add;
 pub mod auth;
 #[cfg(feature = "http")]
 pub mod http;
+pub mod redis_server;
 pub mod tools;
