@@ -10,11 +10,16 @@ use super::{Checkpoint, RunStatus, RunStore, StoreError, Stored, Version, MAX_CH
 /// Checkpoints in memory, encoded as every store encodes them (so the
 /// bounds and errors are the same): for tests, and for one process that
 /// suspends runs for a person's decision and resumes them, without
-/// surviving a restart. Clones share the runs.
+/// surviving a restart. Clones share the runs. With the `http` feature it
+/// is also a [`ChunkLog`](crate::http::ai_sdk::ChunkLog) (resumable streams
+/// in one process).
 #[derive(Clone, Debug)]
 pub struct MemoryStore {
     runs: Arc<Mutex<HashMap<String, (Version, Arc<[u8]>, RunStatus)>>>,
     limit: usize,
+    /// The chunks of chat responses in progress (resumable streams).
+    #[cfg(feature = "http")]
+    pub(crate) chunks: Arc<crate::http::ai_sdk::log::MemoryChunks>,
 }
 
 impl Default for MemoryStore {
@@ -29,6 +34,8 @@ impl MemoryStore {
         MemoryStore {
             runs: Arc::default(),
             limit: MAX_CHECKPOINT_BYTES,
+            #[cfg(feature = "http")]
+            chunks: Arc::default(),
         }
     }
 

@@ -53,8 +53,8 @@ return {1, version}
 /// connection.
 #[derive(Clone)]
 pub struct RedisStore {
-    manager: ConnectionManager,
-    prefix: Arc<str>,
+    pub(crate) manager: ConnectionManager,
+    pub(crate) prefix: Arc<str>,
     timeout: Duration,
     limit: usize,
     finished_ttl: Duration,
@@ -138,7 +138,7 @@ impl RedisStore {
         format!("{}waiting", self.prefix)
     }
 
-    async fn bounded<T>(
+    pub(crate) async fn bounded<T>(
         &self,
         command: impl std::future::Future<Output = Result<T, RedisError>>,
     ) -> Result<T, StoreError> {

@@ -53,7 +53,7 @@ impl std::fmt::Debug for SqliteStore {
     }
 }
 
-fn unavailable(err: rusqlite::Error) -> StoreError {
+pub(crate) fn unavailable(err: rusqlite::Error) -> StoreError {
     StoreError::unavailable_from(format!("SQLite: {err}"), err)
 }
 
@@ -85,7 +85,22 @@ impl SqliteStore {
                     checkpoint BLOB NOT NULL,
                     expires_ms INTEGER
                 );
-                CREATE INDEX IF NOT EXISTS toolstack_runs_status ON toolstack_runs (status);",
+                CREATE INDEX IF NOT EXISTS toolstack_runs_status ON toolstack_runs (status);
+                CREATE TABLE IF NOT EXISTS toolstack_streams (
+                    stream_id TEXT PRIMARY KEY,
+                    ended INTEGER NOT NULL,
+                    touched_ms INTEGER NOT NULL
+                );
+                CREATE TABLE IF NOT EXISTS toolstack_chunks (
+                    stream_id TEXT NOT NULL,
+                    idx INTEGER NOT NULL,
+                    chunk TEXT NOT NULL,
+                    PRIMARY KEY (stream_id, idx)
+                );
+                CREATE TABLE IF NOT EXISTS toolstack_chats (
+                    chat_id TEXT PRIMARY KEY,
+                    stream_id TEXT NOT NULL
+                );",
             )
             .map_err(unavailable)?;
         Ok(SqliteStore {
@@ -118,7 +133,7 @@ impl SqliteStore {
     }
 
     /// Runs `work` on the connection off the async threads.
-    fn blocking<T, F>(&self, work: F) -> BoxFuture<'static, Result<T, StoreError>>
+    pub(crate) fn blocking<T, F>(&self, work: F) -> BoxFuture<'static, Result<T, StoreError>>
     where
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,

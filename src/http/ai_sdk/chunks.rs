@@ -37,6 +37,9 @@ impl Live {
     }
 }
 
+/// The data of the last event of a response.
+pub(super) const DONE: &str = "[DONE]";
+
 pub(super) enum Out {
     Chunk(Value),
     Done,
@@ -63,12 +66,16 @@ pub(super) enum Step {
 impl Open {
     pub(super) fn into_stream(self) -> impl Stream<Item = Result<Event, Infallible>> + Send {
         stream::unfold(self, |mut open| async move {
-            let out = open.next().await?;
-            let event = match out {
-                Out::Chunk(chunk) => Event::default().data(chunk.to_string()),
-                Out::Done => Event::default().data("[DONE]"),
-            };
-            Some((Ok(event), open))
+            let payload = open.next_payload().await?;
+            Some((Ok(Event::default().data(payload)), open))
+        })
+    }
+
+    /// The next event's data: a chunk's JSON, or `[DONE]` last.
+    pub(super) async fn next_payload(&mut self) -> Option<String> {
+        Some(match self.next().await? {
+            Out::Chunk(chunk) => chunk.to_string(),
+            Out::Done => DONE.to_owned(),
         })
     }
 

@@ -115,7 +115,8 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::sse::{KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::extract::Path;
+use axum::routing::{get, post};
 use axum::Router;
 use serde_json::json;
 
@@ -133,7 +134,11 @@ use crate::approval::CallerApprover;
 mod approvals;
 mod chunks;
 mod ids;
+pub mod log;
 mod request;
+mod resume;
+
+pub use self::log::{ChunkLog, Logged};
 
 use approvals::{parse_approval_id, Approvals};
 use chunks::{Live, Open, Out};
@@ -148,6 +153,9 @@ pub const DEFAULT_MAX_WAITING_RUNS: usize = 256;
 /// The default time a run is kept for an approval answer: 10 minutes.
 pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// The longest chat id a resumable stream is kept under.
+pub const MAX_CHAT_ID_BYTES: usize = 256;
+
 /// Who decides, as spans and events name the person at the front end.
 const THE_USER: &str = "the user";
 
@@ -160,6 +168,7 @@ pub struct ChatEndpoint<M> {
     max_waiting_runs: usize,
     approval_timeout: Duration,
     store: Arc<dyn RunStore>,
+    log: Option<Arc<dyn ChunkLog>>,
 }
 
 impl<M: Clone> Clone for ChatEndpoint<M> {
@@ -171,6 +180,7 @@ impl<M: Clone> Clone for ChatEndpoint<M> {
             max_waiting_runs: self.max_waiting_runs,
             approval_timeout: self.approval_timeout,
             store: Arc::clone(&self.store),
+            log: self.log.clone(),
         }
     }
 }
@@ -213,6 +223,7 @@ impl<M> ChatEndpoint<M> {
             max_waiting_runs: DEFAULT_MAX_WAITING_RUNS,
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
             store,
+            log: None,
         }
     }
 
@@ -242,6 +253,23 @@ impl<M> ChatEndpoint<M> {
         self
     }
 
+    /// Makes responses resumable ([`log`]): each one's chunks go to `log`
+    /// as they are sent, and `GET /{chatId}/stream` answers a front end
+    /// that reconnects (`useChat({ resume: true })`) with the chat's
+    /// response in progress, from its first chunk, then live — or `204`
+    /// when there is none. A response then runs to its end even when its
+    /// client goes away (the AI SDK treats a closed tab as a disconnect,
+    /// not a stop). The chunks reach the log through a bounded queue off
+    /// the response's way: a slow log never slows the stream; one that
+    /// falls 4,096 chunks behind stops keeping that response.
+    ///
+    /// The `GET` route reads by chat id: put the same authentication in
+    /// front of it as of the `POST`.
+    pub fn resumable_streams(mut self, log: impl ChunkLog) -> Self {
+        self.log = Some(Arc::new(log));
+        self
+    }
+
     /// How many runs wait for an approval answer now, in the store (which
     /// other processes may share).
     pub async fn waiting_runs(&self) -> Result<usize, crate::agent::store::StoreError> {
@@ -261,6 +289,7 @@ where
     {
         Router::new()
             .route("/", post(chat::<M>))
+            .route("/{chat_id}/stream", get(reconnect::<M>))
             .with_state(Arc::new(self))
     }
 
@@ -305,7 +334,24 @@ where
             max_waiting_runs: self.max_waiting_runs,
             approval_timeout: self.approval_timeout,
         };
-        let events = Sse::new(open.into_stream());
+        let chat_id = request.id.filter(|id| !id.is_empty() && id.len() <= MAX_CHAT_ID_BYTES);
+        match (&self.log, chat_id) {
+            (Some(log), Some(chat_id)) => {
+                let live = resume::produce(open, Arc::clone(log), chat_id).await;
+                self.sse(live)
+            }
+            _ => self.sse(open.into_stream()),
+        }
+    }
+
+    /// An SSE response of the protocol, with its keep-alive comments.
+    fn sse<S>(&self, events: S) -> Response
+    where
+        S: futures_core::Stream<Item = Result<axum::response::sse::Event, std::convert::Infallible>>
+            + Send
+            + 'static,
+    {
+        let events = Sse::new(events);
         let mut response = match self.keep_alive {
             Some(interval) => events
                 .keep_alive(KeepAlive::new().interval(interval))
@@ -374,6 +420,31 @@ where
                 Ok(None)
             }
             Err(err) => Err(err),
+        }
+    }
+}
+
+/// `GET /{chatId}/stream`: the chat's response in progress, from its
+/// first chunk; `204` when there is none (or responses are not kept).
+async fn reconnect<M>(
+    State(endpoint): State<Arc<ChatEndpoint<M>>>,
+    Path(chat_id): Path<String>,
+) -> Response
+where
+    M: ModelService + Sync,
+{
+    let Some(log) = &endpoint.log else {
+        return StatusCode::NO_CONTENT.into_response();
+    };
+    if chat_id.len() > MAX_CHAT_ID_BYTES {
+        return bad_request(format!("a chat id is at most {MAX_CHAT_ID_BYTES} bytes"));
+    }
+    match log.active(&chat_id).await {
+        Ok(Some(stream_id)) => endpoint.sse(resume::replay(Arc::clone(log), stream_id)),
+        Ok(None) => StatusCode::NO_CONTENT.into_response(),
+        Err(err) => {
+            let body = json!({"error": err.to_string(), "kind": "unavailable"});
+            (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
         }
     }
 }

@@ -9,6 +9,9 @@ use crate::model::{Message, ToolCall};
 /// What the AI SDK's `DefaultChatTransport` posts.
 #[derive(Deserialize)]
 pub(super) struct ChatBody {
+    /// The chat's id (the AI SDK sends one; resumable streams key on it).
+    #[serde(default)]
+    pub(super) id: Option<String>,
     pub(super) messages: Vec<UiMessage>,
 }
 

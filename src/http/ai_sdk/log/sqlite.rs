@@ -1,0 +1,169 @@
+//! The chunk log in a [`SqliteStore`]: two tables next to the runs; a
+//! reader polls for new chunks (every 25 ms) while it waits.
+
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use rusqlite::{params, OptionalExtension};
+
+use crate::agent::store::checkpoint::now_ms;
+use crate::agent::store::sqlite::{unavailable, SqliteStore};
+use crate::agent::store::StoreError;
+
+use super::{ChunkLog, Logged, LOG_TTL, MAX_LOGGED_CHUNKS};
+
+const POLL: Duration = Duration::from_millis(25);
+
+impl ChunkLog for SqliteStore {
+    fn open<'a>(
+        &'a self,
+        chat_id: &'a str,
+        stream_id: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let (chat, stream) = (chat_id.to_owned(), stream_id.to_owned());
+        self.blocking(move |connection| {
+            let now = now_ms() as i64;
+            let stale = now - LOG_TTL.as_millis() as i64;
+            let tx = connection.transaction().map_err(unavailable)?;
+            // Logs untouched past the TTL go first.
+            tx.execute(
+                "DELETE FROM toolstack_chunks WHERE stream_id IN
+                   (SELECT stream_id FROM toolstack_streams WHERE touched_ms < ?1)",
+                params![stale],
+            )
+            .map_err(unavailable)?;
+            tx.execute(
+                "DELETE FROM toolstack_chats WHERE stream_id IN
+                   (SELECT stream_id FROM toolstack_streams WHERE touched_ms < ?1)",
+                params![stale],
+            )
+            .map_err(unavailable)?;
+            tx.execute("DELETE FROM toolstack_streams WHERE touched_ms < ?1", params![stale])
+                .map_err(unavailable)?;
+            tx.execute(
+                "INSERT OR REPLACE INTO toolstack_streams (stream_id, ended, touched_ms) VALUES (?1, 0, ?2)",
+                params![stream, now],
+            )
+            .map_err(unavailable)?;
+            tx.execute(
+                "INSERT OR REPLACE INTO toolstack_chats (chat_id, stream_id) VALUES (?1, ?2)",
+                params![chat, stream],
+            )
+            .map_err(unavailable)?;
+            tx.commit().map_err(unavailable)
+        })
+    }
+
+    fn append<'a>(
+        &'a self,
+        stream_id: &'a str,
+        index: usize,
+        chunk: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        if index >= MAX_LOGGED_CHUNKS {
+            return Box::pin(std::future::ready(Ok(())));
+        }
+        let (stream, chunk) = (stream_id.to_owned(), chunk.to_owned());
+        self.blocking(move |connection| {
+            let tx = connection.transaction().map_err(unavailable)?;
+            tx.execute(
+                "INSERT OR IGNORE INTO toolstack_chunks (stream_id, idx, chunk) VALUES (?1, ?2, ?3)",
+                params![stream, index as i64, chunk],
+            )
+            .map_err(unavailable)?;
+            tx.execute(
+                "UPDATE toolstack_streams SET touched_ms = ?2 WHERE stream_id = ?1",
+                params![stream, now_ms() as i64],
+            )
+            .map_err(unavailable)?;
+            tx.commit().map_err(unavailable)
+        })
+    }
+
+    fn close<'a>(
+        &'a self,
+        chat_id: &'a str,
+        stream_id: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let (chat, stream) = (chat_id.to_owned(), stream_id.to_owned());
+        self.blocking(move |connection| {
+            let tx = connection.transaction().map_err(unavailable)?;
+            tx.execute(
+                "UPDATE toolstack_streams SET ended = 1, touched_ms = ?2 WHERE stream_id = ?1",
+                params![stream, now_ms() as i64],
+            )
+            .map_err(unavailable)?;
+            tx.execute(
+                "DELETE FROM toolstack_chats WHERE chat_id = ?1 AND stream_id = ?2",
+                params![chat, stream],
+            )
+            .map_err(unavailable)?;
+            tx.commit().map_err(unavailable)
+        })
+    }
+
+    fn active<'a>(&'a self, chat_id: &'a str) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        let chat = chat_id.to_owned();
+        self.blocking(move |connection| {
+            connection
+                .query_row(
+                    "SELECT stream_id FROM toolstack_chats WHERE chat_id = ?1",
+                    params![chat],
+                    |row| row.get(0),
+                )
+                .optional()
+                .map_err(unavailable)
+        })
+    }
+
+    fn read<'a>(
+        &'a self,
+        stream_id: &'a str,
+        from: usize,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Logged, StoreError>> {
+        Box::pin(async move {
+            let deadline = tokio::time::Instant::now() + wait;
+            loop {
+                let stream = stream_id.to_owned();
+                let logged = self
+                    .blocking(move |connection| {
+                        let ended: Option<bool> = connection
+                            .query_row(
+                                "SELECT ended FROM toolstack_streams WHERE stream_id = ?1",
+                                params![stream],
+                                |row| row.get(0),
+                            )
+                            .optional()
+                            .map_err(unavailable)?;
+                        let Some(ended) = ended else {
+                            return Ok(Logged {
+                                chunks: Vec::new(),
+                                ended: true,
+                            });
+                        };
+                        let mut query = connection
+                            .prepare(
+                                "SELECT chunk FROM toolstack_chunks WHERE stream_id = ?1 AND idx >= ?2 ORDER BY idx",
+                            )
+                            .map_err(unavailable)?;
+                        let chunks = query
+                            .query_map(params![stream, from as i64], |row| row.get(0))
+                            .map_err(unavailable)?
+                            .collect::<Result<Vec<String>, _>>()
+                            .map_err(unavailable)?;
+                        Ok(Logged { chunks, ended })
+                    })
+                    .await?;
+                if !logged.chunks.is_empty() || logged.ended {
+                    return Ok(logged);
+                }
+                let now = tokio::time::Instant::now();
+                if now >= deadline {
+                    return Ok(logged);
+                }
+                tokio::time::sleep(POLL.min(deadline - now)).await;
+            }
+        })
+    }
+}
