@@ -20,12 +20,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
+use toolstack::agent::store::sqlite::SqliteStore;
+use toolstack::agent::store::MemoryStore;
 use toolstack::agent::Agent;
 use toolstack::approval::Decision;
 use toolstack::http::ai_sdk::ChatEndpoint;
 use toolstack::model::{ScriptedModel, Turn};
 use toolstack::{tool, ToolError, Toolbox};
 use toolstack_layers::approval::ApprovalLayer;
+use tower::ServiceExt;
 
 #[path = "support/process.rs"]
 mod process;
@@ -81,6 +84,61 @@ async fn the_ai_sdk_client_assembles_what_the_endpoint_streams() {
         Turn::new().text("Deleted."),
     ]);
 
+    // The endpoint the `restart` scenario replaces mid-chat: a new one
+    // over the same SQLite file, as a restarted server would make.
+    let runs_file = std::env::temp_dir().join(format!(
+        "toolstack-ai-sdk-client-{}-{:?}.db",
+        std::process::id(),
+        std::time::SystemTime::now()
+    ));
+    let restart_runs = Arc::new(AtomicUsize::new(0));
+    let restartable = {
+        let (runs_file, restart_runs) = (runs_file.clone(), Arc::clone(&restart_runs));
+        move |turns: Vec<Turn>| -> axum::Router {
+            let counted = Arc::clone(&restart_runs);
+            let delete = tool::from_fn("delete_rows", move |_: Value| {
+                let runs = Arc::clone(&counted);
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, ToolError>("deleted 2 rows")
+                }
+            });
+            let nobody =
+                |_: &toolstack::approval::ApprovalRequest| async { Decision::deny("nobody here") };
+            let guarded =
+                Toolbox::new().layered(delete, ApprovalLayer::new(nobody).caller_decides());
+            let store = SqliteStore::open(&runs_file).unwrap();
+            ChatEndpoint::new(Agent::new(ScriptedModel::new(turns), guarded).store(store))
+                .into_router()
+        }
+    };
+    let current = Arc::new(std::sync::Mutex::new(restartable(vec![
+        Turn::new().tool_call("delete_rows", r#"{"older_than":"2020"}"#)
+    ])));
+    let forward = {
+        let current = Arc::clone(&current);
+        tower::service_fn(move |request: axum::extract::Request| {
+            let app = current.lock().unwrap().clone();
+            app.oneshot(request)
+        })
+    };
+    let restart = {
+        let current = Arc::clone(&current);
+        move || async move {
+            // The old endpoint is dropped: only the file keeps its runs.
+            *current.lock().unwrap() = restartable(vec![Turn::new().text("Deleted.")]);
+            "restarted"
+        }
+    };
+    let resumable_model = ScriptedModel::new([
+        Turn::new().text("Sleeping first.").tool_call("slow", "{}"),
+        Turn::new().text("Slept well."),
+    ]);
+    let slow = Toolbox::new().tool(tool::from_fn("slow", |_: Value| async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        Ok::<_, ToolError>("slept")
+    }));
+
     let app = axum::Router::new()
         .nest(
             "/plain",
@@ -89,6 +147,14 @@ async fn the_ai_sdk_client_assembles_what_the_endpoint_streams() {
         .nest(
             "/approval",
             ChatEndpoint::new(Agent::new(approval, guarded)).into_router(),
+        )
+        .nest_service("/restartable", forward)
+        .route("/restart", axum::routing::post(restart))
+        .nest(
+            "/resumable",
+            ChatEndpoint::new(Agent::new(resumable_model, slow))
+                .resumable_streams(MemoryStore::new())
+                .into_router(),
         );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
@@ -198,4 +264,50 @@ async fn the_ai_sdk_client_assembles_what_the_endpoint_streams() {
     assert_eq!(done["approval"]["approved"], true);
     assert_eq!(parts.last().unwrap()["text"], "Deleted.");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the approved call ran once");
+
+    // The approval across a restart: the new endpoint found the run in the
+    // file and ran the write once.
+    let restart = &results["restart"];
+    assert_eq!(restart["error"], Value::Null, "{restart}");
+    let finishes = restart["finishes"].as_array().unwrap();
+    assert_eq!(finishes[0]["finishReason"], "tool-calls", "{restart}");
+    assert_eq!(finishes[1]["finishReason"], "stop", "{restart}");
+    let parts = restart["messages"][1]["parts"].as_array().unwrap();
+    let done = parts
+        .iter()
+        .find(|p| p["type"] == "tool-delete_rows")
+        .unwrap();
+    assert_eq!(done["state"], "output-available", "{restart}");
+    assert_eq!(done["output"], "deleted 2 rows");
+    assert_eq!(parts.last().unwrap()["text"], "Deleted.");
+    assert_eq!(
+        restart_runs.load(Ordering::SeqCst),
+        1,
+        "the write ran once, after the restart"
+    );
+    let _ = std::fs::remove_file(&runs_file);
+
+    // The reloaded page: the whole answer, assembled by the SDK from the
+    // replayed and the live chunks.
+    let resume = &results["resume"];
+    assert_eq!(resume["head"]["type"], "start", "{resume}");
+    assert_eq!(resume["finish"]["finishReason"], "stop", "{resume}");
+    assert_eq!(resume["status"], "ready", "{resume}");
+    assert_eq!(
+        resume["after"],
+        Value::Null,
+        "nothing in progress after the end: {resume}"
+    );
+    let messages = resume["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2, "{resume}");
+    let parts = messages[1]["parts"].as_array().unwrap();
+    let texts: Vec<&str> = parts
+        .iter()
+        .filter(|p| p["type"] == "text")
+        .map(|p| p["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["Sleeping first.", "Slept well."], "{resume}");
+    let slept = parts.iter().find(|p| p["type"] == "tool-slow").unwrap();
+    assert_eq!(slept["state"], "output-available", "{resume}");
+    assert_eq!(slept["output"], "slept");
 }

@@ -131,7 +131,11 @@ async fn endpoint_serves_a_reconnecting_client<L: ChunkLog + Clone>(log: L) {
     // The first client reads a little and goes away (a reloaded page).
     let response = app
         .clone()
-        .oneshot(Request::post("/").body(Body::from(body.to_string())).unwrap())
+        .oneshot(
+            Request::post("/")
+                .body(Body::from(body.to_string()))
+                .unwrap(),
+        )
         .await
         .unwrap();
     let mut first = response.into_body().into_data_stream();

@@ -12,6 +12,13 @@
 //   BASE_URL/approval: the first answer asks for approval, the script
 //   approves with `addToolApprovalResponse`, and `sendAutomaticallyWhen:
 //   lastAssistantMessageIsCompleteWithApprovalResponses` sends it back.
+// * `restart`: the same against BASE_URL/restartable, with the server's
+//   endpoint replaced by a new one over the same run store (POST
+//   BASE_URL/restart) between the request for approval and the answer.
+// * `resume`: a chat's answer, its connection dropped after the first
+//   chunk (a reloaded page); then a new `AbstractChat` of the same id
+//   calls `resumeStream()` — the transport's `reconnectToStream`, `GET
+//   BASE_URL/resumable/{chatId}/stream` — and assembles the whole answer.
 import {
   AbstractChat,
   DefaultChatTransport,
@@ -58,10 +65,10 @@ async function stream() {
 }
 
 class State {
-  constructor() {
+  constructor(messages = []) {
     this.status = 'ready';
     this.error = undefined;
-    this.messages = [];
+    this.messages = messages;
   }
   pushMessage(message) {
     this.messages = this.messages.concat(message);
@@ -78,12 +85,13 @@ class State {
 }
 
 class Chat extends AbstractChat {
+  // The messages a page had kept (its storage) are the state's own.
   constructor(init) {
-    super({ ...init, state: new State() });
+    super({ ...init, state: new State(init.messages) });
   }
 }
 
-async function approval() {
+async function approval(api = `${base}/approval`, between = async () => {}) {
   // Each response's end, as the chat reports it.
   const finishes = [];
   const waiters = [];
@@ -98,7 +106,7 @@ async function approval() {
     });
   const chat = new Chat({
     id: 'chat-approval',
-    transport: new DefaultChatTransport({ api: `${base}/approval` }),
+    transport: new DefaultChatTransport({ api }),
     sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
     onFinish: event => finished({ finishReason: event.finishReason, isError: event.isError }),
     onError: error => finished({ error: String(error) }),
@@ -108,6 +116,7 @@ async function approval() {
   const requested = structuredClone(chat.messages.at(-1));
   const asked = requested.parts.find(part => part.state === 'approval-requested');
   if (!asked) return { requested, finishes, error: 'no approval was requested' };
+  await between();
   // The chat itself sends the answer back, once every approval of the
   // last message is answered.
   await chat.addToolApprovalResponse({ id: asked.approval.id, approved: true });
@@ -115,5 +124,47 @@ async function approval() {
   return { requested, finishes, messages: chat.messages, status: chat.status, error: chat.error && String(chat.error) };
 }
 
-const results = { stream: await stream(), approval: await approval() };
+async function restart() {
+  return approval(`${base}/restartable`, async () => {
+    const restarted = await fetch(`${base}/restart`, { method: 'POST' });
+    if (!restarted.ok) throw new Error(`restart: ${restarted.status}`);
+  });
+}
+
+async function resume() {
+  const api = `${base}/resumable`;
+  const first = new DefaultChatTransport({ api });
+  const messages = [user('sleep, then say so')];
+  const chunks = await first.sendMessages({
+    chatId: 'chat-resume',
+    messages,
+    trigger: 'submit-message',
+    messageId: undefined,
+    abortSignal: undefined,
+  });
+  // The page goes away after the first chunk.
+  const reader = chunks.getReader();
+  const head = await reader.read();
+  await reader.cancel();
+  // The reloaded page: a new chat of the same id, resuming.
+  let finish;
+  const chat = new Chat({
+    id: 'chat-resume',
+    messages: structuredClone(messages),
+    transport: new DefaultChatTransport({ api }),
+    onFinish: event => (finish = { finishReason: event.finishReason, isError: event.isError }),
+    onError: error => (finish = { error: String(error) }),
+  });
+  await chat.resumeStream();
+  // Nothing left in progress: a second reconnection finds none.
+  const none = await new DefaultChatTransport({ api }).reconnectToStream({ chatId: 'chat-resume' });
+  return { head: head.value, finish, messages: chat.messages, status: chat.status, after: none };
+}
+
+const results = {
+  stream: await stream(),
+  approval: await approval(),
+  restart: await restart(),
+  resume: await resume(),
+};
 console.log(JSON.stringify(results));

@@ -111,11 +111,11 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::Path;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::sse::{KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::extract::Path;
 use axum::routing::{get, post};
 use axum::Router;
 use serde_json::json;
@@ -334,7 +334,9 @@ where
             max_waiting_runs: self.max_waiting_runs,
             approval_timeout: self.approval_timeout,
         };
-        let chat_id = request.id.filter(|id| !id.is_empty() && id.len() <= MAX_CHAT_ID_BYTES);
+        let chat_id = request
+            .id
+            .filter(|id| !id.is_empty() && id.len() <= MAX_CHAT_ID_BYTES);
         match (&self.log, chat_id) {
             (Some(log), Some(chat_id)) => {
                 let live = resume::produce(open, Arc::clone(log), chat_id).await;
@@ -347,8 +349,9 @@ where
     /// An SSE response of the protocol, with its keep-alive comments.
     fn sse<S>(&self, events: S) -> Response
     where
-        S: futures_core::Stream<Item = Result<axum::response::sse::Event, std::convert::Infallible>>
-            + Send
+        S: futures_core::Stream<
+                Item = Result<axum::response::sse::Event, std::convert::Infallible>,
+            > + Send
             + 'static,
     {
         let events = Sse::new(events);
