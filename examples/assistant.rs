@@ -22,16 +22,17 @@
 //! with the GenAI attributes — go to that OpenTelemetry collector
 //! (OTLP/HTTP).
 //!
-//! `cargo run --example assistant --features http,sqlite -- --web [--port N] [--runs FILE]`
+//! `cargo run --example assistant --features http,sqlite -- --web [--port N] [--runs FILE] [--pace-ms MS]`
 //! serves the same agent to a browser instead: one page (plain HTML + JS,
 //! embedded; `examples/assistant.html`) at `http://127.0.0.1:3000/` and
 //! the AI SDK chat endpoint it talks to at `/api/chat`. There the writes
 //! wait for the person's Approve / Deny, and every question replays the
 //! script. A run waiting for the answer is kept in a SQLite file (`FILE`,
 //! by default `toolstack-assistant-runs.db` in the temporary directory):
-//! stop the server and start it again, and Approve still works. (The
+//! stop the server and start it again, and Approve still works; reload
+//! the page mid-answer, and it reconnects to the answer in progress. (The
 //! example's own database is in memory: a restarted server has its rows
-//! anew.)
+//! anew.) The scripted model streams a delta every `MS` (15 by default).
 
 use std::io::Write;
 use std::num::NonZeroU32;
@@ -469,7 +470,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .and_then(|at| args.get(at + 1))
             .map(std::path::PathBuf::from)
             .unwrap_or_else(|| std::env::temp_dir().join("toolstack-assistant-runs.db"));
-        return web::serve(db, port, runs).await;
+        // How long the scripted model takes per delta (a real one streams).
+        let pace = args
+            .iter()
+            .position(|a| a == "--pace-ms")
+            .and_then(|at| args.get(at + 1))
+            .map_or(Ok(15), |ms| ms.parse::<u64>())?;
+        return web::serve(db, port, runs, Duration::from_millis(pace)).await;
     }
     let question = "Which country brings the most revenue?";
     let conversation = vec![
@@ -637,9 +644,12 @@ mod web {
     use toolstack::model::{ChatRequest, ModelDelta};
 
     /// The script again for every question: the turn is chosen by how many
-    /// answers the model has given since the user's last message.
+    /// answers the model has given since the user's last message. Each
+    /// delta comes `pace` after the last, as a real model's would.
     #[derive(Clone)]
-    struct Replay;
+    struct Replay {
+        pace: Duration,
+    }
 
     impl tower::Service<ChatRequest> for Replay {
         type Response = futures_util::stream::BoxStream<'static, Result<ModelDelta, ToolError>>;
@@ -676,8 +686,13 @@ mod web {
             static CALLS: AtomicU64 = AtomicU64::new(1);
             let n = CALLS.fetch_add(1, Ordering::Relaxed);
             let answer = ScriptedModel::new(turn).call(request).into_inner();
+            let pace = self.pace;
             futures_util::future::ready(answer.map(|deltas| {
                 deltas
+                    .then(move |delta| async move {
+                        tokio::time::sleep(pace).await;
+                        delta
+                    })
                     .map(move |delta| match delta {
                         Ok(ModelDelta::ToolCall(mut call)) => {
                             if let Some(id) = &mut call.id {
@@ -696,23 +711,30 @@ mod web {
         db: Db,
         port: u16,
         runs: std::path::PathBuf,
+        pace: Duration,
     ) -> Result<(), Box<dyn std::error::Error>> {
-        let agent = Agent::new(Replay, toolbox(db))
+        let agent = Agent::new(Replay { pace }, toolbox(db))
             .name("assistant")
             .max_steps(8)
             .parallel_tools(2);
-        // Runs waiting for a person's approval are checkpointed in SQLite:
-        // stopped and started again, the server still takes the answer.
+        // Runs waiting for a person's approval are checkpointed in SQLite,
+        // and so are the answers in progress: stopped and started again,
+        // the server still takes the answer; a reloaded page reconnects.
         #[cfg(feature = "sqlite")]
-        let agent = {
-            println!("(runs kept in {})", runs.display());
-            agent.store(toolstack::agent::store::sqlite::SqliteStore::open(&runs)?)
+        let (agent, log) = {
+            eprintln!("(runs kept in {})", runs.display());
+            let store = toolstack::agent::store::sqlite::SqliteStore::open(&runs)?;
+            (agent.store(store.clone()), store)
         };
         #[cfg(not(feature = "sqlite"))]
-        println!(
-            "(runs kept in memory, not in {}: build with `--features http,sqlite` to keep them across a restart)",
-            runs.display()
-        );
+        let (agent, log) = {
+            eprintln!(
+                "(runs kept in memory, not in {}: build with `--features http,sqlite` to keep them across a restart)",
+                runs.display()
+            );
+            let store = toolstack::agent::store::MemoryStore::new();
+            (agent.store(store.clone()), store)
+        };
         let app = axum::Router::new()
             .route(
                 "/",
@@ -720,7 +742,12 @@ mod web {
                     axum::response::Html(include_str!("assistant.html"))
                 }),
             )
-            .nest("/api/chat", ChatEndpoint::new(agent).into_router());
+            .nest(
+                "/api/chat",
+                ChatEndpoint::new(agent)
+                    .resumable_streams(log)
+                    .into_router(),
+            );
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
         println!("serving on http://{}/", listener.local_addr()?);
         axum::serve(listener, app).await?;
@@ -734,6 +761,7 @@ mod web {
         _: super::Db,
         _: u16,
         _: std::path::PathBuf,
+        _: std::time::Duration,
     ) -> Result<(), Box<dyn std::error::Error>> {
         Err("the web page needs the `http` feature: cargo run --example assistant --features http -- --web".into())
     }

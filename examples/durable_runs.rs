@@ -168,7 +168,10 @@ fn toolbox(ledger: PathBuf, write_ms: u64) -> Toolbox {
                 .append(true)
                 .open(&ledger)
                 .map_err(|e| ToolError::failed(format!("the ledger: {e}")))?;
-            writeln!(file, "{row}").map_err(|e| ToolError::failed(e.to_string()))?;
+            // One write per line: appends from many calls and processes
+            // never interleave within it.
+            file.write_all(format!("{row}\n").as_bytes())
+                .map_err(|e| ToolError::failed(e.to_string()))?;
             file.sync_all()
                 .map_err(|e| ToolError::failed(e.to_string()))?;
             tokio::time::sleep(Duration::from_millis(write_ms)).await;
@@ -507,27 +510,46 @@ impl Proof {
         ledger: &Path,
     ) -> Result<(), String> {
         let url = worker.url.clone();
+        let refusals = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
         for w in waiting {
             let (http, body, url) = (self.http.clone(), Self::approved(w), url.clone());
+            let (refusals, row) = (Arc::clone(&refusals), w.row.clone());
             // Cut off by the kill: its response never completes.
             tokio::spawn(async move {
-                let response = http
-                    .post(url)
-                    .header("content-type", "application/json")
-                    .body(body.to_string())
-                    .send()
-                    .await;
-                // Read on (a client that leaves cancels the run) until the
-                // kill cuts the response off.
-                if let Ok(response) = response {
-                    let _ = response.text().await;
+                loop {
+                    let response = http
+                        .post(&url)
+                        .header("content-type", "application/json")
+                        .body(body.to_string())
+                        .send()
+                        .await;
+                    let Ok(response) = response else { return };
+                    let status = response.status();
+                    // Read on (a client that leaves cancels the run) until
+                    // the kill cuts the response off.
+                    let text = response.text().await.unwrap_or_default();
+                    if status.is_success() {
+                        return;
+                    }
+                    // A store too slow for its timeout (a loaded machine):
+                    // the client asks again, as a front end would.
+                    refusals
+                        .lock()
+                        .unwrap()
+                        .push(format!("{row}: {status} {text}"));
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             });
         }
         let deadline = Instant::now() + Duration::from_secs(60);
         while count_lines(ledger).values().sum::<usize>() < waiting.len() {
             if Instant::now() > deadline {
-                return Err("the writes did not all start within 60 s".into());
+                let refusals = refusals.lock().unwrap();
+                return Err(format!(
+                    "the writes did not all start within 60 s; {} answers refused, the last: {:?}",
+                    refusals.len(),
+                    refusals.last()
+                ));
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }

@@ -544,3 +544,29 @@ async fn every_run_is_checkpointed_to_its_end() {
     // Start, planned, started, waiting, decided, finished, step end, done.
     assert_eq!(stored.version, Version(8));
 }
+
+#[tokio::test]
+async fn a_waiting_call_resumed_without_a_decision_is_asked_again() {
+    let store = MemoryStore::new();
+    let runs = Runs::default();
+    let mut run = Agent::new(first_model(), toolbox(&runs))
+        .store(store.clone())
+        .run_with(vec![Message::user("clean the logs")], nobody_answers());
+    let run_id = run.run_id().to_owned();
+    until_waiting(&mut run).await;
+    run.suspend().await.unwrap();
+    // The person is asked again (the resumed stream shows the request),
+    // and this time someone answers.
+    let events = to_the_end(
+        Agent::new(second_model(), toolbox(&runs))
+            .store(store.clone())
+            .resume(&run_id, Resume::new().extensions(allowed()))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert!(events.iter().any(|e| matches!(e,
+        AgentEvent::ApprovalRequested { call_id, .. } if call_id == "call_0_1")));
+    assert_eq!(done(&events).stop, StopReason::Finished);
+    assert_eq!(runs.delete.load(Ordering::SeqCst), 1);
+}

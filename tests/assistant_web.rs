@@ -1,8 +1,11 @@
 //! The `assistant` example's web page in a real browser: the example
 //! serves it (`--web`, the scripted model), `web/check-page.mjs` loads it
 //! in headless Chromium (Debian's `chromium`, driven by puppeteer-core from
-//! `web/package.json`), asks the question, approves the write, and reports
-//! what the page shows; a screenshot is kept under `target/web/`.
+//! `web/package.json`), asks the question, reloads the page mid-answer (it
+//! must reconnect to the answer in progress), kills the server with
+//! SIGKILL and starts it again while the write waits for approval (its run
+//! is in a SQLite file), approves the write, and reports what the page
+//! shows; a screenshot is kept under `target/web/`.
 //!
 //! Needs `web/node_modules` and a `chromium` (`.ci/run` installs both);
 //! without them the test says SKIPPED loudly, and fails when
@@ -72,9 +75,22 @@ fn the_page_shows_the_agent_at_work_in_a_real_browser() {
         .join("examples")
         .join(format!("assistant{}", std::env::consts::EXE_SUFFIX));
     assert!(assistant.exists(), "{} is missing", assistant.display());
+    // A fixed port, so that the server started again serves the same page.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let runs = std::env::temp_dir().join(format!(
+        "toolstack-assistant-web-{}-{:?}.db",
+        std::process::id(),
+        std::time::SystemTime::now()
+    ));
     let mut server = Killed(
-        Command::new(assistant)
-            .args(["--web", "--port", "0"])
+        Command::new(&assistant)
+            .args(["--web", "--port", &port, "--runs"])
+            .arg(&runs)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -110,7 +126,12 @@ fn the_page_shows_the_agent_at_work_in_a_real_browser() {
             .arg(root.join("web/check-page.mjs"))
             .arg(&url)
             .arg(&screenshot)
-            .arg(&chromium),
+            .arg(&chromium)
+            // How to kill the server and start it again.
+            .arg(server.0.id().to_string())
+            .arg(&assistant)
+            .args(["--web", "--port", &port, "--runs"])
+            .arg(&runs),
         Duration::from_secs(300),
         "web/check-page.mjs to drive the page in Chromium (launch, load, ask, approve, answer)",
     );
@@ -130,6 +151,11 @@ fn the_page_shows_the_agent_at_work_in_a_real_browser() {
         "script errors: {shown}"
     );
     assert_eq!(shown["status"], "done");
+    // Reloaded mid-answer, the page reconnected to the answer in progress;
+    // the server killed and started again, the approval still went
+    // through.
+    assert_eq!(shown["reconnected"], true, "{shown}");
+    assert_eq!(shown["restarted"], true, "{shown}");
     assert!(shown["asked"]
         .as_str()
         .unwrap()
@@ -168,4 +194,5 @@ fn the_page_shows_the_agent_at_work_in_a_real_browser() {
         .as_str()
         .unwrap()
         .starts_with("finished (stop) after 6 steps"));
+    let _ = std::fs::remove_file(&runs);
 }

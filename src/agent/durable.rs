@@ -421,12 +421,16 @@ where
             extensions,
             ..
         } = resume;
+        // A waiting call the resume decides was asked about before: its
+        // request is not streamed again. One asked again is.
         let asked_before: HashSet<String> = checkpoint
             .step
             .iter()
             .filter(|record| matches!(record.state, CallState::WaitingApproval { .. }))
+            .filter(|record| otherwise.is_some() || decisions.contains_key(&record.call.id))
             .map(|record| record.call.id.clone())
             .collect();
+
         let resumed = Resumed {
             records: checkpoint.step.clone(),
             decisions,
