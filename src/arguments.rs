@@ -2,8 +2,9 @@
 //!
 //! A model (or an MCP client, or an HTTP caller) sends a tool's arguments
 //! as JSON text. Everything in toolstack that reads that text — the typed
-//! tools' decoder, the validation layer, the HTTP endpoint, the MCP client
-//! and agent-as-tool — follows the same two rules, with the same messages:
+//! tools' decoder, the HTTP endpoint, the MCP client, agent-as-tool, and
+//! the validation, repair and cache layers — follows the same two rules,
+//! with the same messages:
 //!
 //! 1. **Empty means `{}`.** Some models send `""` (or whitespace) for a tool
 //!    without parameters; it is read as an empty object.
@@ -185,6 +186,15 @@ pub fn not_json(err: serde_json::Error) -> ToolError {
 /// syntax error with no code of its own to match.
 pub(crate) fn is_too_deep(err: &serde_json::Error) -> bool {
     err.is_syntax() && err.to_string().starts_with("recursion limit exceeded")
+}
+
+/// Whether `err`, from one of these readers, refuses text for its nesting
+/// (deeper than [`MAX_DEPTH`]) rather than for not being JSON: for a reader
+/// that takes text that is not JSON as text.
+pub(crate) fn refuses_depth(err: &ToolError) -> bool {
+    std::error::Error::source(err)
+        .and_then(|source| source.downcast_ref::<serde_json::Error>())
+        .is_some_and(is_too_deep)
 }
 
 /// The error for arguments that are JSON but not an object; `found` names

@@ -64,12 +64,13 @@ impl<M> Describe for AgentTool<M> {
 
 /// The message in a call's arguments: `{"message": "..."}`, a JSON string,
 /// or the text itself when it is not JSON (or is JSON but not an object).
-/// An object must hold `message`, as a string.
+/// An object must hold `message`, as a string. The text is read by the
+/// [argument rules](crate::arguments): empty is `{}`, and text nested too
+/// deeply is refused in their words, not taken as a message.
 fn message_of(arguments: &str) -> Result<String, ToolError> {
     use serde_json::Value;
 
-    let text = crate::arguments::or_empty_object(arguments);
-    match serde_json::from_str::<Value>(text) {
+    match crate::arguments::parse(arguments) {
         Ok(Value::Object(mut map)) => match map.remove("message") {
             Some(Value::String(message)) => Ok(message),
             Some(other) => Err(ToolError::invalid_arguments(format!(
@@ -81,8 +82,8 @@ fn message_of(arguments: &str) -> Result<String, ToolError> {
             )),
         },
         Ok(Value::String(message)) => Ok(message),
-        Err(err) if crate::arguments::is_too_deep(&err) => Err(crate::arguments::not_json(err)),
-        _ => Ok(arguments.to_owned()),
+        Err(err) if crate::arguments::refuses_depth(&err) => Err(err),
+        Ok(_) | Err(_) => Ok(arguments.to_owned()),
     }
 }
 

@@ -256,12 +256,8 @@ impl CacheLayer {
             Some(key) => Some(key(request.extensions())?),
             None => None,
         };
-        let arguments = request.arguments().trim();
-        let value: Value = if arguments.is_empty() {
-            Value::Object(Default::default())
-        } else {
-            serde_json::from_str(arguments).ok()?
-        };
+        let arguments = request.arguments();
+        let value = toolstack::arguments::parse(arguments).ok()?;
         let mut key = String::with_capacity(arguments.len() + request.name().len() + 8);
         key.push_str(request.name());
         key.push('\u{0}');
