@@ -137,12 +137,13 @@ where
 
 /// Whether the call's arguments break the [argument
 /// rules](toolstack::arguments), which the repairs are for: text that keeps
-/// them (a JSON object, or blank) goes on untouched, and text past the
+/// them (a JSON object, or blank) goes on untouched — not parsed again when
+/// a reader before found so, as an HTTP endpoint does — and text past the
 /// tools' size bound is left for the tool to refuse.
 fn needs_repair(request: &ToolRequest) -> bool {
     let text = request.arguments();
     arguments::check_size(text, request.name(), arguments::DEFAULT_MAX_ARGUMENT_BYTES).is_ok()
-        && arguments::check(text).is_err()
+        && arguments::checked(request).is_err()
 }
 
 /// `text` repaired into a JSON object, with the rules that did it; `None`

@@ -162,6 +162,29 @@ async fn text_the_tool_refuses_is_never_answered_from_another_calls_entry() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
+#[cfg(feature = "validate")]
+#[tokio::test]
+async fn under_a_validation_the_key_is_of_the_text_the_tool_gets_even_after_a_rewrite() {
+    // The validation lends the value it parsed to the layers below; a layer
+    // between that rewrites the text leaves that value behind with the old
+    // text, and the cache keys the new one.
+    let runs = Arc::new(AtomicUsize::new(0));
+    let rewrite = |mut request: ToolRequest| {
+        request.set_arguments(r#"{"a": 9}"#);
+        request
+    };
+    let service = Toolbox::new().layered(
+        counting(runs.clone(), true),
+        tower::ServiceBuilder::new()
+            .layer(toolstack_layers::validate::ValidateLayer::new())
+            .map_request(rewrite)
+            .layer(layer()),
+    );
+    assert_eq!(text(&items(&service, r#"{"a": 1}"#).await), "9+0 (run 1)");
+    assert_eq!(text(&items(&service, r#"{"a": 2}"#).await), "9+0 (run 1)");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
 #[derive(Clone, Debug, PartialEq)]
 struct User(&'static str);
 

@@ -67,23 +67,24 @@ impl<M> Describe for AgentTool<M> {
 /// An object must hold `message`, as a string. The text is read by the
 /// [argument rules](crate::arguments): empty is `{}`, and text nested too
 /// deeply is refused in their words, not taken as a message.
-fn message_of(arguments: &str) -> Result<String, ToolError> {
+fn message_of(request: &ToolRequest) -> Result<String, ToolError> {
     use serde_json::Value;
 
-    match crate::arguments::parse(arguments) {
-        Ok(Value::Object(mut map)) => match map.remove("message") {
-            Some(Value::String(message)) => Ok(message),
+    // The value a layer above parsed (a validation's), or parsed here.
+    match crate::arguments::parsed(request) {
+        Ok(Value::Object(map)) => match map.get("message") {
+            Some(Value::String(message)) => Ok(message.clone()),
             Some(other) => Err(ToolError::invalid_arguments(format!(
                 "`message` must be a string (what to ask the agent), got {}",
-                crate::arguments::kind_of(&other)
+                crate::arguments::kind_of(other)
             ))),
             None => Err(ToolError::invalid_arguments(
                 "`message` is required: what to ask the agent",
             )),
         },
-        Ok(Value::String(message)) => Ok(message),
+        Ok(Value::String(message)) => Ok(message.clone()),
         Err(err) if crate::arguments::refuses_depth(&err) => Err(err),
-        Ok(_) | Err(_) => Ok(arguments.to_owned()),
+        Ok(_) | Err(_) => Ok(request.arguments().to_owned()),
     }
 }
 
@@ -107,7 +108,7 @@ where
         ) {
             return ready_future(Err(err));
         }
-        let message = match message_of(request.arguments()) {
+        let message = match message_of(&request) {
             Ok(message) => message,
             Err(err) => return ready_future(Err(err)),
         };

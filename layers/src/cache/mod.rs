@@ -256,8 +256,10 @@ impl CacheLayer {
             Some(key) => Some(key(request.extensions())?),
             None => None,
         };
+        // The value a validation above parsed, or parsed here and kept for
+        // one below.
+        let value = toolstack::arguments::parsed(request).ok()?;
         let arguments = request.arguments();
-        let value = toolstack::arguments::parse(arguments).ok()?;
         let mut key = String::with_capacity(arguments.len() + request.name().len() + 8);
         key.push_str(request.name());
         key.push('\u{0}');
@@ -265,7 +267,7 @@ impl CacheLayer {
             key.push_str(&caller);
         }
         key.push('\u{0}');
-        canonical(&value, &mut key);
+        canonical(value, &mut key);
         (key.len() <= MAX_KEY_BYTES).then_some(key)
     }
 }
