@@ -244,17 +244,17 @@ impl<S> Validate<S> {
         self
     }
 
-    /// The wrapped tool.
+    /// The wrapped service.
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
 
-    /// The wrapped tool, mutably.
+    /// The wrapped service, mutably.
     pub fn get_mut(&mut self) -> &mut S {
         &mut self.inner
     }
 
-    /// Unwraps the tool.
+    /// Unwraps the service.
     pub fn into_inner(self) -> S {
         self.inner
     }
