@@ -161,6 +161,7 @@ pub fn parsed(request: &ToolRequest) -> Result<&Value, ToolError> {
 
 /// The value a reader already parsed from a request's text, if any: for a
 /// reader that would rather parse the text itself than have the value kept.
+#[cfg(any(feature = "mcp", test))]
 pub(crate) fn parsed_already(request: &ToolRequest) -> Option<&Value> {
     request.findings().value.get().map(|value| &**value)
 }
