@@ -2,8 +2,9 @@
 //!
 //! A model (or an MCP client, or an HTTP caller) sends a tool's arguments
 //! as JSON text. Everything in toolstack that reads that text — the typed
-//! tools' decoder, the validation layer, the HTTP endpoint, the MCP client
-//! and agent-as-tool — follows the same two rules, with the same messages:
+//! tools' decoder, the HTTP endpoint, the MCP client, agent-as-tool, and
+//! the validation, repair and cache layers — follows the same two rules,
+//! with the same messages:
 //!
 //! 1. **Empty means `{}`.** Some models send `""` (or whitespace) for a tool
 //!    without parameters; it is read as an empty object.
@@ -39,10 +40,44 @@
 //! let err = arguments::parse_object("{oops").unwrap_err();
 //! assert!(err.message().starts_with("arguments are not valid JSON: "), "{err}");
 //! ```
+//!
+//! **Read once.** On its way to a tool a call's text may meet several
+//! readers: the HTTP endpoint checks it, a repair layer asks whether it
+//! keeps the rules, a validation layer needs its value for the schema, a
+//! cache its value for the key. What the first of them finds is kept with
+//! the text, in the request: [`checked`] and [`parsed`] read a request's
+//! text the way [`check`] and [`parse`] read any text, but a text already
+//! checked is not checked again, and the value a reader parsed is lent to
+//! the next one (a retry's second attempt included: a request's clones
+//! hold the same text, and share what was found about it). The findings
+//! belong to the text: [`ToolRequest::set_arguments`] starts a new text
+//! with nothing found, so a layer that rewrites the text never leaves a
+//! stale verdict behind, and nothing outside these readers can record one.
+//!
+//! A typed tool still reads the text itself: serde's reading of the text is
+//! its contract (a duplicate field is refused, a `RawValue` borrows the
+//! text, the messages point at a line and column), which a value read back
+//! would not keep. The value a layer parsed is let go when a typed tool's
+//! function starts, unless a clone of the request (a retry's) still holds
+//! the text.
+//!
+//! ```
+//! use toolstack::{arguments, ToolRequest};
+//!
+//! let request = ToolRequest::new("search", r#"{"q": "tower"}"#);
+//! let first: *const serde_json::Value = arguments::parsed(&request).unwrap();
+//! let retry = request.clone();
+//! // The same value, not parsed again.
+//! assert!(std::ptr::eq(first, arguments::parsed(&retry).unwrap()));
+//! assert_eq!(arguments::checked(&retry).unwrap(), r#"{"q": "tower"}"#);
+//! ```
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
 
-use crate::ToolError;
+use crate::{ToolError, ToolRequest};
 
 /// The deepest nesting of arrays and objects that argument text may have,
 /// the arguments object included: one under serde_json's recursion limit
@@ -80,6 +115,84 @@ pub fn check(text: &str) -> Result<&str, ToolError> {
 pub fn parse(text: &str) -> Result<Value, ToolError> {
     let text = or_empty_object(text);
     serde_json::from_str(text).map_err(|err| not_json_in(text, err))
+}
+
+/// [`check`] for a request's text, once per text: a text that a reader
+/// before found to keep the rules (an HTTP endpoint, a layer above, an
+/// earlier attempt) is not parsed again, and one found to keep them here is
+/// not parsed by the next reader that asks. The same answers and messages
+/// as [`check`].
+#[inline]
+pub fn checked(request: &ToolRequest) -> Result<&str, ToolError> {
+    let text = request.arguments();
+    let findings = request.findings();
+    if findings.checked.load(Ordering::Relaxed) {
+        return Ok(or_empty_object(text));
+    }
+    match findings.value.get().map(|value| &**value) {
+        // JSON already: of the rules, only the second is left to look at,
+        // and `check` would name what the text is by its first byte, as
+        // `kind_of` names the value.
+        Some(Value::Object(_)) => {}
+        Some(other) => return Err(not_an_object(kind_of(other))),
+        None => {
+            check(text)?;
+        }
+    }
+    findings.checked.store(true, Ordering::Relaxed);
+    Ok(or_empty_object(text))
+}
+
+/// [`parse`] for a request's text, once per text: the value is kept with
+/// the request (and shared by its clones), so the next reader of the same
+/// text — a cache below a validation, a retry's second attempt — gets it
+/// without parsing again. The same answers and messages as [`parse`]; as
+/// with it, the second rule (an object) is left to the reader.
+pub fn parsed(request: &ToolRequest) -> Result<&Value, ToolError> {
+    let findings = request.findings();
+    if let Some(value) = findings.value.get() {
+        return Ok(value);
+    }
+    let value = parse(request.arguments())?;
+    // Another clone may have parsed the same text meanwhile: either value
+    // is the text's.
+    Ok(findings.value.get_or_init(|| Box::new(value)))
+}
+
+/// The value a reader already parsed from a request's text, if any: for a
+/// reader that would rather parse the text itself than have the value kept.
+#[cfg(any(feature = "mcp", test))]
+pub(crate) fn parsed_already(request: &ToolRequest) -> Option<&Value> {
+    request.findings().value.get().map(|value| &**value)
+}
+
+/// What the readers found about one argument text, kept with it in its
+/// request; a new text starts with nothing found.
+#[derive(Debug, Default)]
+pub(crate) struct Findings {
+    // The text keeps the rules and is JSON: `check` passed.
+    checked: AtomicBool,
+    // The text's value, as `parse` read it. Boxed: a request that no
+    // reader parses (most) carries a pointer, not a `Value` (72 bytes with
+    // `preserve_order`), in every open call.
+    value: OnceLock<Box<Value>>,
+}
+
+impl Findings {
+    /// Lets go of the value (the typed tool that reads the text itself has
+    /// no use for it), keeping the verdict.
+    pub(crate) fn forget_value(&mut self) {
+        self.value.take();
+    }
+}
+
+impl Clone for Findings {
+    fn clone(&self) -> Self {
+        Findings {
+            checked: AtomicBool::new(self.checked.load(Ordering::Relaxed)),
+            value: self.value.clone(),
+        }
+    }
 }
 
 /// The argument text with rule 1 applied: `"{}"` for empty text or text of
@@ -153,6 +266,7 @@ pub fn parse_object(text: &str) -> Result<Map<String, Value>, ToolError> {
 /// the error that names the tool and the limit (*"arguments are 2000000
 /// bytes; the limit for `search` is 1048576 bytes"*). Checked before any
 /// parse.
+#[inline]
 pub fn check_size(text: &str, tool: &str, limit: usize) -> Result<(), ToolError> {
     if text.len() <= limit {
         return Ok(());
@@ -187,6 +301,15 @@ pub(crate) fn is_too_deep(err: &serde_json::Error) -> bool {
     err.is_syntax() && err.to_string().starts_with("recursion limit exceeded")
 }
 
+/// Whether `err`, from one of these readers, refuses text for its nesting
+/// (deeper than [`MAX_DEPTH`]) rather than for not being JSON: for a reader
+/// that takes text that is not JSON as text.
+pub(crate) fn refuses_depth(err: &ToolError) -> bool {
+    std::error::Error::source(err)
+        .and_then(|source| source.downcast_ref::<serde_json::Error>())
+        .is_some_and(is_too_deep)
+}
+
 /// The error for arguments that are JSON but not an object; `found` names
 /// what they are instead ("an array", "a string", …).
 pub fn not_an_object(found: &str) -> ToolError {
@@ -202,5 +325,87 @@ pub(crate) fn kind_of(value: &Value) -> &'static str {
         Value::String(_) => "a string",
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kept(request: &ToolRequest) -> Option<&Value> {
+        parsed_already(request)
+    }
+
+    #[test]
+    fn a_value_parsed_once_is_lent_to_the_requests_clones_and_dies_with_its_text() {
+        let mut request = ToolRequest::new("t", r#"{"a": 1}"#);
+        let retry = request.clone();
+        let value: *const Value = parsed(&request).unwrap();
+        assert!(std::ptr::eq(value, kept(&retry).unwrap()), "shared");
+
+        request.set_arguments(r#"{"a": 2}"#);
+        assert_eq!(kept(&request), None, "a new text starts with nothing found");
+        assert_eq!(parsed(&request).unwrap()["a"], 2);
+        // The clone keeps its own text, and what was found about it.
+        assert_eq!(kept(&retry).unwrap()["a"], 1);
+    }
+
+    #[test]
+    fn a_verdict_is_forgotten_with_its_text() {
+        let mut request = ToolRequest::new("t", "{}");
+        assert_eq!(checked(&request).unwrap(), "{}");
+        request.set_arguments("[1]");
+        let err = checked(&request).unwrap_err();
+        assert_eq!(
+            err.message(),
+            "arguments must be a JSON object, got an array"
+        );
+    }
+
+    #[test]
+    fn checked_says_what_check_says_whether_or_not_a_value_was_parsed() {
+        for text in [
+            "",
+            " \n",
+            "{}",
+            r#"{"a": [1, {"b": null}]}"#,
+            "[1, 2]",
+            r#""text""#,
+            "42",
+            "-1",
+            "true",
+            "false",
+            "null",
+            "{oops",
+            "\u{a0}{}",
+        ] {
+            let expected = check(text).map_err(|err| err.message().to_owned());
+            let fresh = ToolRequest::new("t", text);
+            let got = checked(&fresh).map_err(|err| err.message().to_owned());
+            assert_eq!(got, expected, "{text:?}, nothing found before");
+            // Asked again: the verdict kept (or the check made again).
+            let again = checked(&fresh).map_err(|err| err.message().to_owned());
+            assert_eq!(again, expected, "{text:?}, asked again");
+
+            let after_parse = ToolRequest::new("t", text);
+            let _ = parsed(&after_parse);
+            let got = checked(&after_parse).map_err(|err| err.message().to_owned());
+            assert_eq!(got, expected, "{text:?}, after a parse");
+        }
+    }
+
+    #[test]
+    fn a_typed_tool_lets_go_of_a_value_nothing_else_holds() {
+        let request = ToolRequest::new("t", r#"{"a": 1}"#);
+        parsed(&request).unwrap();
+        let (parts, _) = request.into_parts();
+        assert!(parts.findings.value.get().is_none());
+
+        let request = ToolRequest::new("t", r#"{"a": 1}"#);
+        parsed(&request).unwrap();
+        let retry = request.clone();
+        let (parts, _) = request.into_parts();
+        assert!(parts.findings.value.get().is_some(), "a clone holds it");
+        drop(retry);
     }
 }

@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 use http::Extensions;
 
+use crate::arguments::Findings;
 use crate::ToolInfo;
 
 /// One call of a tool: call id, tool name, raw JSON arguments, extensions.
@@ -50,6 +51,9 @@ pub(crate) struct Parts {
     pub(crate) id: Cow<'static, str>,
     pub(crate) name: Cow<'static, str>,
     pub(crate) arguments: Cow<'static, str>,
+    // What the argument readers found about `arguments` (see
+    // `arguments::checked`): shared by the clones, which hold the same text.
+    pub(crate) findings: Findings,
 }
 
 impl ToolRequest {
@@ -67,6 +71,7 @@ impl ToolRequest {
                 id: Cow::Borrowed(""),
                 name: name.into(),
                 arguments: arguments.into(),
+                findings: Findings::default(),
             }),
             info: None,
             extensions: Extensions::new(),
@@ -133,9 +138,13 @@ impl ToolRequest {
         &mut self.extensions
     }
 
-    /// Replaces the arguments.
+    /// Replaces the arguments; what the [argument
+    /// readers](crate::arguments::checked) found about the old text goes
+    /// with it.
     pub fn set_arguments(&mut self, arguments: impl Into<Cow<'static, str>>) {
-        Arc::make_mut(&mut self.call).arguments = arguments.into();
+        let call = Arc::make_mut(&mut self.call);
+        call.arguments = arguments.into();
+        call.findings = Findings::default();
     }
 
     /// Replaces the tool's name (e.g. to route an alias).
@@ -143,8 +152,20 @@ impl ToolRequest {
         Arc::make_mut(&mut self.call).name = name.into();
     }
 
+    /// What the argument readers found about the text.
+    pub(crate) fn findings(&self) -> &Findings {
+        &self.call.findings
+    }
+
+    /// The call's shared data and extensions, for a tool that has read its
+    /// arguments: a value a layer parsed from them is let go here, unless a
+    /// clone of the request still holds the text.
     pub(crate) fn into_parts(self) -> (Arc<Parts>, Extensions) {
-        (self.call, self.extensions)
+        let mut call = self.call;
+        if let Some(parts) = Arc::get_mut(&mut call) {
+            parts.findings.forget_value();
+        }
+        (call, self.extensions)
     }
 }
 

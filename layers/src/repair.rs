@@ -49,8 +49,7 @@
 
 use std::task::{Context, Poll};
 
-use serde::de::IgnoredAny;
-use toolstack::{ToolError, ToolRequest};
+use toolstack::{arguments, ToolError, ToolRequest};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -121,9 +120,7 @@ where
     }
 
     fn call(&mut self, mut request: ToolRequest) -> Self::Future {
-        // Text past the tools' size bound is refused by the tool anyway.
-        let small = request.arguments().len() <= toolstack::arguments::DEFAULT_MAX_ARGUMENT_BYTES;
-        if small && !is_object(request.arguments()) {
+        if needs_repair(&request) {
             if let Some((text, rules)) = repair(request.arguments()) {
                 request.set_arguments(text);
                 tracing::info!(
@@ -138,12 +135,15 @@ where
     }
 }
 
-/// Whether `text` is a JSON object (the one shape tool arguments take; an
-/// empty text counts, as tools read it as `{}`).
-fn is_object(text: &str) -> bool {
-    let trimmed = text.trim_ascii();
-    trimmed.is_empty()
-        || trimmed.starts_with('{') && serde_json::from_str::<IgnoredAny>(trimmed).is_ok()
+/// Whether the call's arguments break the [argument
+/// rules](toolstack::arguments), which the repairs are for: text that keeps
+/// them (a JSON object, or blank) goes on untouched — not parsed again when
+/// a reader before found so, as an HTTP endpoint does — and text past the
+/// tools' size bound is left for the tool to refuse.
+fn needs_repair(request: &ToolRequest) -> bool {
+    let text = request.arguments();
+    arguments::check_size(text, request.name(), arguments::DEFAULT_MAX_ARGUMENT_BYTES).is_ok()
+        && arguments::checked(request).is_err()
 }
 
 /// `text` repaired into a JSON object, with the rules that did it; `None`

@@ -36,7 +36,10 @@
 //! ```
 //!
 //! Arguments follow the [argument rules](toolstack::arguments): empty
-//! arguments are read as `{}`.
+//! arguments are read as `{}`. The value parsed for the schema is kept
+//! with the request ([`arguments::parsed`](toolstack::arguments::parsed)):
+//! a layer below that wants it (a cache's key, an agent tool's message, an
+//! MCP tool's call) does not parse the text again.
 //!
 //! **Bounds.** Arguments longer than
 //! [`max_argument_bytes`](ValidateLayer::max_argument_bytes) (by default
@@ -241,17 +244,17 @@ impl<S> Validate<S> {
         self
     }
 
-    /// The wrapped tool.
+    /// The wrapped service.
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
 
-    /// The wrapped tool, mutably.
+    /// The wrapped service, mutably.
     pub fn get_mut(&mut self) -> &mut S {
         &mut self.inner
     }
 
-    /// Unwraps the tool.
+    /// Unwraps the service.
     pub fn into_inner(self) -> S {
         self.inner
     }
@@ -263,7 +266,7 @@ impl<S> Validate<S> {
             self.max_argument_bytes,
         )?;
         match &self.schema {
-            Schema::Fixed(validator) => check(validator, request.arguments()),
+            Schema::Fixed(validator) => check(validator, request),
             Schema::PerTool(compiled) => {
                 let Some(info) = request.info_shared() else {
                     return Err(ToolError::failed(format!(
@@ -275,7 +278,7 @@ impl<S> Validate<S> {
                     .with_retryable(false));
                 };
                 compiled.with(info, |validator| match validator {
-                    Some(validator) => check(validator, request.arguments()),
+                    Some(validator) => check(validator, request),
                     None => Ok(()),
                 })
             }
@@ -533,12 +536,14 @@ fn compile(schema: &Value) -> Result<Arc<jsonschema::Validator>, SchemaError> {
         })
 }
 
-fn check(validator: &jsonschema::Validator, arguments: &str) -> Result<(), ToolError> {
-    let instance = toolstack::arguments::parse(arguments)?;
-    if validator.is_valid(&instance) {
+fn check(validator: &jsonschema::Validator, request: &ToolRequest) -> Result<(), ToolError> {
+    // Kept with the request: a layer below that wants the value (a cache's
+    // key, a retry's next attempt through this layer) does not parse again.
+    let instance = toolstack::arguments::parsed(request)?;
+    if validator.is_valid(instance) {
         return Ok(());
     }
-    let mut errors = validator.iter_errors(&instance);
+    let mut errors = validator.iter_errors(instance);
     let violations: Vec<Violation> = errors
         .by_ref()
         .take(MAX_LISTED)

@@ -141,6 +141,50 @@ async fn key_order_and_whitespace_do_not_make_another_key_but_values_do() {
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
+#[tokio::test]
+async fn text_the_tool_refuses_is_never_answered_from_another_calls_entry() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let service = cached(counting(runs.clone(), true), layer());
+    assert_eq!(text(&items(&service, "{}").await), "0+0 (run 1)");
+    // Blank to the eye, not to the argument rules: a no-break space is not
+    // `{}`, so the call is the tool's to refuse, not `{}`'s cached result.
+    for blank in ["\u{a0}", "\u{2003}{}"] {
+        let err = service
+            .clone()
+            .oneshot(ToolRequest::new("lookup", blank))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArguments, "{blank:?}");
+        assert!(err.message().contains("U+"), "{blank:?}: {err}");
+    }
+    // Blank in JSON's own whitespace is `{}`, and hits.
+    assert_eq!(text(&items(&service, " \n\t").await), "0+0 (run 1)");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[cfg(feature = "validate")]
+#[tokio::test]
+async fn under_a_validation_the_key_is_of_the_text_the_tool_gets_even_after_a_rewrite() {
+    // The validation lends the value it parsed to the layers below; a layer
+    // between that rewrites the text leaves that value behind with the old
+    // text, and the cache keys the new one.
+    let runs = Arc::new(AtomicUsize::new(0));
+    let rewrite = |mut request: ToolRequest| {
+        request.set_arguments(r#"{"a": 9}"#);
+        request
+    };
+    let service = Toolbox::new().layered(
+        counting(runs.clone(), true),
+        tower::ServiceBuilder::new()
+            .layer(toolstack_layers::validate::ValidateLayer::new())
+            .map_request(rewrite)
+            .layer(layer()),
+    );
+    assert_eq!(text(&items(&service, r#"{"a": 1}"#).await), "9+0 (run 1)");
+    assert_eq!(text(&items(&service, r#"{"a": 2}"#).await), "9+0 (run 1)");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
 #[derive(Clone, Debug, PartialEq)]
 struct User(&'static str);
 

@@ -64,25 +64,27 @@ impl<M> Describe for AgentTool<M> {
 
 /// The message in a call's arguments: `{"message": "..."}`, a JSON string,
 /// or the text itself when it is not JSON (or is JSON but not an object).
-/// An object must hold `message`, as a string.
-fn message_of(arguments: &str) -> Result<String, ToolError> {
+/// An object must hold `message`, as a string. The text is read by the
+/// [argument rules](crate::arguments): empty is `{}`, and text nested too
+/// deeply is refused in their words, not taken as a message.
+fn message_of(request: &ToolRequest) -> Result<String, ToolError> {
     use serde_json::Value;
 
-    let text = crate::arguments::or_empty_object(arguments);
-    match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(mut map)) => match map.remove("message") {
-            Some(Value::String(message)) => Ok(message),
+    // The value a layer above parsed (a validation's), or parsed here.
+    match crate::arguments::parsed(request) {
+        Ok(Value::Object(map)) => match map.get("message") {
+            Some(Value::String(message)) => Ok(message.clone()),
             Some(other) => Err(ToolError::invalid_arguments(format!(
                 "`message` must be a string (what to ask the agent), got {}",
-                crate::arguments::kind_of(&other)
+                crate::arguments::kind_of(other)
             ))),
             None => Err(ToolError::invalid_arguments(
                 "`message` is required: what to ask the agent",
             )),
         },
-        Ok(Value::String(message)) => Ok(message),
-        Err(err) if crate::arguments::is_too_deep(&err) => Err(crate::arguments::not_json(err)),
-        _ => Ok(arguments.to_owned()),
+        Ok(Value::String(message)) => Ok(message.clone()),
+        Err(err) if crate::arguments::refuses_depth(&err) => Err(err),
+        Ok(_) | Err(_) => Ok(request.arguments().to_owned()),
     }
 }
 
@@ -106,7 +108,7 @@ where
         ) {
             return ready_future(Err(err));
         }
-        let message = match message_of(request.arguments()) {
+        let message = match message_of(&request) {
             Ok(message) => message,
             Err(err) => return ready_future(Err(err)),
         };

@@ -1,6 +1,7 @@
 //! The toolbox's routes: `GET /tools`, `POST /tools/{name}` (see the
 //! [module](super) for the protocol).
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::fmt;
 use std::hash::BuildHasher;
@@ -224,6 +225,10 @@ impl HttpTools {
     ) -> Result<ToolStream, Rejection> {
         let arguments = read_arguments(body, self.body_limit).await?;
         let mut request = ToolRequest::new(name, arguments).with_id(id);
+        // Syntax only, without building a value: the tool decodes the text
+        // itself, and its errors name the fields. The verdict stays with
+        // the request, so a layer that asks again does not parse again.
+        arguments::checked(&request).map_err(Rejection::Tool)?;
         *request.extensions_mut() = extensions;
         self.toolbox
             .dispatch(request)
@@ -259,19 +264,16 @@ fn new_call_id() -> String {
 
 const PREALLOCATE_MAX: usize = 64 * 1024;
 
-/// Reads at most `limit` bytes of body and checks that they are JSON text.
-async fn read_arguments(body: Body, limit: usize) -> Result<String, Rejection> {
+/// Reads at most `limit` bytes of body, as text: `{}` for a blank body
+/// (the argument rules' first), without an allocation.
+async fn read_arguments(body: Body, limit: usize) -> Result<Cow<'static, str>, Rejection> {
     let bytes = read_limited(body, limit).await?;
     let text = String::from_utf8(bytes).map_err(Rejection::BodyNotUtf8)?;
-    // Syntax only, without building a value: the tool decodes the text
-    // itself, and its errors name the fields.
-    let arguments = arguments::check(&text).map_err(Rejection::Tool)?;
-    // `check` answers with the text itself or with `"{}"`; only a
-    // blank body pays for an allocation.
-    if std::ptr::eq(arguments, text.as_str()) {
-        Ok(text)
+    // `or_empty_object` answers with the text itself or with `"{}"`.
+    if std::ptr::eq(arguments::or_empty_object(&text), text.as_str()) {
+        Ok(Cow::Owned(text))
     } else {
-        Ok(arguments.to_owned())
+        Ok(Cow::Borrowed("{}"))
     }
 }
 

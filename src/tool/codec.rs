@@ -68,7 +68,10 @@ fn describe_error<Args: DeserializeOwned>(text: &str, err: serde_json::Error) ->
     // serde_json reports an enum given a number, `null` or an array as a
     // syntax error ("expected value"), though the text is valid JSON: only
     // text that does not parse at all is "not valid JSON".
-    if err.is_eof() || crate::arguments::is_too_deep(&err) || (err.is_syntax() && !is_json(text)) {
+    if err.is_eof()
+        || crate::arguments::is_too_deep(&err)
+        || (err.is_syntax() && crate::arguments::check(text).is_err())
+    {
         return crate::arguments::not_json(err);
     }
     let mut de = serde_json::Deserializer::from_str(text);
@@ -86,10 +89,6 @@ fn describe_error<Args: DeserializeOwned>(text: &str, err: serde_json::Error) ->
     ToolError::invalid_arguments(message).with_source(err)
 }
 
-fn is_json(text: &str) -> bool {
-    serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok()
-}
-
 /// For an enum field given something that cannot name a variant, what it
 /// was given and the variants it takes (`invalid value at `unit`: got `42`,
 /// expected one of `celsius`, `fahrenheit``): the value at `path` is swapped
@@ -100,7 +99,7 @@ fn not_a_variant<Args: DeserializeOwned>(
 ) -> Option<String> {
     use serde_path_to_error::Segment;
 
-    let mut root: serde_json::Value = serde_json::from_str(text).ok()?;
+    let mut root = crate::arguments::parse(text).ok()?;
     let mut at = &mut root;
     for segment in path.iter() {
         at = match segment {

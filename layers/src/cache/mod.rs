@@ -256,12 +256,10 @@ impl CacheLayer {
             Some(key) => Some(key(request.extensions())?),
             None => None,
         };
-        let arguments = request.arguments().trim();
-        let value: Value = if arguments.is_empty() {
-            Value::Object(Default::default())
-        } else {
-            serde_json::from_str(arguments).ok()?
-        };
+        // The value a validation above parsed, or parsed here and kept for
+        // one below.
+        let value = toolstack::arguments::parsed(request).ok()?;
+        let arguments = request.arguments();
         let mut key = String::with_capacity(arguments.len() + request.name().len() + 8);
         key.push_str(request.name());
         key.push('\u{0}');
@@ -269,7 +267,7 @@ impl CacheLayer {
             key.push_str(&caller);
         }
         key.push('\u{0}');
-        canonical(&value, &mut key);
+        canonical(value, &mut key);
         (key.len() <= MAX_KEY_BYTES).then_some(key)
     }
 }

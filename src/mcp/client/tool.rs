@@ -116,7 +116,7 @@ pub(super) struct CallSpec {
 impl CallSpec {
     pub(super) fn params(&self) -> Result<CallToolRequestParams, ToolError> {
         let mut params = CallToolRequestParams::new(self.name.to_string());
-        if let Some(arguments) = parse_arguments(self.request.arguments())? {
+        if let Some(arguments) = parse_arguments(&self.request)? {
             params = params.with_arguments(arguments);
         }
         // The trace goes on.
@@ -167,12 +167,24 @@ pub(super) fn trace_context(request: &ToolRequest) -> Option<crate::TraceContext
     request.extensions().get::<crate::TraceContext>().cloned()
 }
 
-pub(super) fn parse_arguments(raw: &str) -> Result<Option<rmcp::model::JsonObject>, ToolError> {
+pub(super) fn parse_arguments(
+    request: &ToolRequest,
+) -> Result<Option<rmcp::model::JsonObject>, ToolError> {
+    let raw = request.arguments();
     // An empty text sends no `arguments` at all, which MCP reads as none.
     if raw.trim_ascii().is_empty() {
         return Ok(None);
     }
-    crate::arguments::parse_object(raw).map(Some)
+    // A value a layer above parsed (a validation's) is copied, which is
+    // cheaper than a parse; else the text is parsed into the map sent, and
+    // no value is kept that nothing below would read.
+    match crate::arguments::parsed_already(request) {
+        Some(serde_json::Value::Object(map)) => Ok(Some(map.clone())),
+        Some(other) => Err(crate::arguments::not_an_object(crate::arguments::kind_of(
+            other,
+        ))),
+        None => crate::arguments::parse_object(raw).map(Some),
+    }
 }
 
 /// Sends `notifications/cancelled` when a call is dropped before its

@@ -1,0 +1,136 @@
+//! [`BoxTool`]: a tool erased, with its description.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures_core::Stream;
+use tower_service::Service;
+
+use super::erased::{Erased, ErasedTool};
+use super::{ResponseFuture, ToolItem, ToolStream};
+use crate::{Describe, ToolError, ToolInfo, ToolRequest};
+
+/// A type-erased tool with its [`ToolInfo`]: `Clone`, `Send` and `Sync`,
+/// so it fits a toolbox, an axum state or a `Buffer`.
+///
+/// Its `poll_ready` is always ready; each call drives the readiness of its
+/// own clone of the wrapped service (see the [module docs](super)).
+#[derive(Clone)]
+pub struct BoxTool {
+    info: Arc<ToolInfo>,
+    // Set when the tool is listed under another name than the one it was
+    // built with (a nested or renamed toolbox tool): a call goes in under
+    // this description's name, as axum strips a nested prefix, so the tool
+    // and the layers inside it never see a name they do not know.
+    target: Option<Arc<ToolInfo>>,
+    inner: Arc<dyn ErasedTool>,
+}
+
+impl BoxTool {
+    /// Erases a described tool.
+    pub fn new<S>(tool: S) -> Self
+    where
+        S: Describe + Service<ToolRequest> + Clone + Send + Sync + 'static,
+        S::Error: Into<ToolError>,
+        S::Future: Send + 'static,
+        S::Response: Stream<Item = ToolItem> + Send + 'static,
+    {
+        let info = Arc::new(tool.info().clone());
+        BoxTool::with_info(info, tool)
+    }
+
+    /// Erases any tool service, described by `info` (for services that do
+    /// not carry their own description, such as one wrapped in tower's
+    /// stock layers).
+    pub fn with_info<S>(info: impl Into<Arc<ToolInfo>>, service: S) -> Self
+    where
+        S: Service<ToolRequest> + Clone + Send + Sync + 'static,
+        S::Error: Into<ToolError>,
+        S::Future: Send + 'static,
+        S::Response: Stream<Item = ToolItem> + Send + 'static,
+    {
+        BoxTool {
+            info: info.into(),
+            target: None,
+            inner: Arc::new(Erased::new(service)),
+        }
+    }
+
+    /// The same tool, listed as `info` (a new name), still called with the
+    /// name and description it was built with.
+    ///
+    /// Renaming a renamed tool keeps the first target, so however deep a
+    /// tool is nested a call rewrites its name once.
+    pub(crate) fn renamed(&self, info: Arc<ToolInfo>) -> BoxTool {
+        BoxTool {
+            target: Some(self.target.clone().unwrap_or_else(|| self.info.clone())),
+            info,
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// The tool's description.
+    pub fn info(&self) -> &ToolInfo {
+        &self.info
+    }
+
+    /// The tool's description, shared.
+    pub fn info_shared(&self) -> &Arc<ToolInfo> {
+        &self.info
+    }
+
+    /// Starts a call without `&mut self` (the toolbox's dispatch path).
+    ///
+    /// The request carries the tool's description from here on
+    /// ([`ToolRequest::info`]). A tool listed under another name (see
+    /// [`Toolbox::nest`](crate::Toolbox::nest) and
+    /// [`Toolbox::rename`](crate::Toolbox::rename)) gets the request under
+    /// its own name, with its own description.
+    pub fn call_shared(&self, mut request: ToolRequest) -> ResponseFuture {
+        match &self.target {
+            None => request.set_info(self.info.clone()),
+            Some(target) => {
+                // `set_name` copies the request's shared call data when a
+                // clone holds it too (a retry layer outside): the one cost
+                // of a renamed tool, paid only by renamed tools.
+                if request.name() != target.name() {
+                    request.set_name(target.name().to_owned());
+                }
+                request.set_info(target.clone());
+            }
+        }
+        ResponseFuture::calling(self.inner.call(request))
+    }
+}
+
+impl Describe for BoxTool {
+    fn info(&self) -> &ToolInfo {
+        &self.info
+    }
+}
+
+impl Service<ToolRequest> for BoxTool {
+    type Response = ToolStream;
+    type Error = ToolError;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: ToolRequest) -> ResponseFuture {
+        self.call_shared(request)
+    }
+}
+
+impl fmt::Debug for BoxTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut f = f.debug_struct("BoxTool");
+        f.field("name", &self.info.name());
+        if let Some(target) = &self.target {
+            f.field("calls", &target.name());
+        }
+        f.finish_non_exhaustive()
+    }
+}
