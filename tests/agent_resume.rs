@@ -146,7 +146,10 @@ async fn a_suspended_run_resumes_in_another_process_and_runs_each_call_once() {
     assert_eq!(checkpoint.holder, None);
     let states: Vec<&str> = checkpoint.step.iter().map(|r| r.state.as_str()).collect();
     assert_eq!(states, ["finished", "waiting_approval"]);
-    assert_eq!(store.waiting().await.unwrap(), [run_id.clone()]);
+    assert_eq!(
+        store.waiting().await.unwrap(),
+        std::slice::from_ref(&run_id)
+    );
     assert_eq!(runs.count.load(Ordering::SeqCst), 1);
     assert_eq!(runs.delete.load(Ordering::SeqCst), 0);
 

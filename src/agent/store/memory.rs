@@ -15,12 +15,15 @@ use super::{Checkpoint, RunStatus, RunStore, StoreError, Stored, Version, MAX_CH
 /// in one process).
 #[derive(Clone, Debug)]
 pub struct MemoryStore {
-    runs: Arc<Mutex<HashMap<String, (Version, Arc<[u8]>, RunStatus)>>>,
+    runs: Arc<Mutex<HashMap<String, Entry>>>,
     limit: usize,
     /// The chunks of chat responses in progress (resumable streams).
     #[cfg(feature = "http")]
     pub(crate) chunks: Arc<crate::http::ai_sdk::log::MemoryChunks>,
 }
+
+/// A stored run: its version, its encoded checkpoint, its status.
+type Entry = (Version, Arc<[u8]>, RunStatus);
 
 impl Default for MemoryStore {
     fn default() -> Self {
