@@ -573,3 +573,61 @@ async fn a_waiting_call_resumed_without_a_decision_is_asked_again() {
     assert_eq!(done(&events).stop, StopReason::Finished);
     assert_eq!(runs.delete.load(Ordering::SeqCst), 1);
 }
+
+/// A store whose saves wait until the test lets them through.
+#[derive(Clone)]
+struct Gated {
+    inner: MemoryStore,
+    open: Arc<tokio::sync::Semaphore>,
+}
+
+impl RunStore for Gated {
+    fn load<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Option<Stored>, StoreError>> {
+        self.inner.load(run_id)
+    }
+    fn save<'a>(
+        &'a self,
+        checkpoint: &'a Checkpoint,
+        expected: Version,
+    ) -> BoxFuture<'a, Result<Version, StoreError>> {
+        Box::pin(async move {
+            let _permit = self.open.acquire().await.expect("the gate stays");
+            self.inner.save(checkpoint, expected).await
+        })
+    }
+    fn waiting(&self) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
+        self.inner.waiting()
+    }
+    fn delete<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        self.inner.delete(run_id)
+    }
+}
+
+#[tokio::test]
+async fn a_store_that_has_not_answered_does_not_hold_the_models_stream() {
+    let store = Gated {
+        inner: MemoryStore::new(),
+        open: Arc::new(tokio::sync::Semaphore::new(0)),
+    };
+    let model = ScriptedModel::new([Turn::new().text("An answer in several words.")]);
+    let agent = Agent::new(model, Toolbox::new())
+        .store(store.clone())
+        .checkpoint_timeout(Duration::from_secs(60));
+    let mut run = agent.run(vec![Message::user("hi")]);
+    // The run's first save is held; the model's text streams all the same.
+    let mut text = String::new();
+    while text != "An answer in several words." {
+        let event = tokio::time::timeout(Duration::from_secs(30), run.next())
+            .await
+            .expect("the model's stream waited for the store")
+            .expect("the run ended");
+        if let AgentEvent::TextDelta(piece) = event {
+            text.push_str(&piece);
+        }
+    }
+    assert!(store.inner.is_empty(), "nothing was saved yet");
+    store.open.add_permits(1_000);
+    let events = to_the_end(run).await;
+    assert_eq!(done(&events).stop, StopReason::Finished);
+    assert_eq!(store.inner.len(), 1);
+}

@@ -34,7 +34,7 @@ use crate::{ErrorKind, ToolError, ToolInfo, ToolRequest, ToolResult, Toolbox};
 use super::durable::{run_error, Checkpointer, Resumed};
 use super::event::{AgentDone, AgentEvent, StopReason};
 use super::service::Agent;
-use super::store::{CallRecord, CallState, RunStatus};
+use super::store::{CallRecord, CallState, RunStatus, StoreError};
 
 /// One run in progress: the conversation so far and what it has used.
 pub(super) struct Run<M> {
@@ -120,12 +120,20 @@ where
             if self.steps >= self.agent.max_steps {
                 return StopReason::MaxSteps;
             }
+            // Where the run stands goes to the store while the model
+            // answers: a slow store never holds the model's stream up (a
+            // tool waits for its own start to be stored).
+            let save = self.save_later();
             self.steps += 1;
+            let (answer, saved) = futures_util::future::join(self.answer(), save).await;
+            if let Err(err) = saved {
+                fail(&self.failed, run_error(err));
+            }
             let Answer {
                 text,
                 calls,
                 finish,
-            } = match self.answer().await {
+            } = match answer {
                 Ok(answer) => answer,
                 Err(err) => {
                     let _ = self.tx.send(AgentEvent::Error(err)).await;
@@ -248,6 +256,37 @@ where
             .await;
         if let Err(err) = saved {
             fail(&self.failed, run_error(err));
+        }
+    }
+
+    /// A save of where the run stands between two steps, to run alongside
+    /// the model's answer; nothing to do without a store.
+    fn save_later(
+        &self,
+    ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send + 'static {
+        let checkpoints = self.checkpoints.clone();
+        let (messages, usage, steps, calls) = match checkpoints {
+            Some(_) => (
+                (*self.messages).clone(),
+                self.usage,
+                self.steps,
+                self.tool_calls,
+            ),
+            None => (Vec::new(), None, 0, 0),
+        };
+        async move {
+            let Some(checkpoints) = checkpoints else {
+                return Ok(());
+            };
+            checkpoints
+                .update(move |checkpoint| {
+                    checkpoint.messages = messages;
+                    checkpoint.step.clear();
+                    checkpoint.usage = usage;
+                    checkpoint.steps = steps;
+                    checkpoint.tool_calls = calls;
+                })
+                .await
         }
     }
 
@@ -427,7 +466,6 @@ where
         for (call, text) in calls.iter().zip(results) {
             self.push(Message::tool(call.id.clone(), text));
         }
-        self.checkpoint(None).await;
     }
 
     /// Answers every call of a step that will not run with `err`, so the

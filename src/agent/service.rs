@@ -316,7 +316,7 @@ where
             Arc::default(),
             Arc::clone(&failed),
         ));
-        let mut run = Run {
+        let run = Run {
             agent: self,
             // Shared with each model request; by the time the history grows
             // the model has let go of it, so `make_mut` does not copy it.
@@ -331,8 +331,7 @@ where
             checkpoints,
             failed,
         };
-        // The run is stored before anything happens.
-        run.checkpoint(None).await;
+        // The run is first stored while the model gives its first answer.
         run.finish(None).await;
     }
 }
