@@ -16,8 +16,9 @@ use crate::model::ModelService;
 use crate::{ToolError, ToolInfo};
 
 use super::event::StopReason;
-use super::run::{approval_events, Run, StepState};
+use super::run::Run;
 use super::service::{Agent, AgentStream};
+use super::step::{approval_events, StepState};
 use super::store::checkpoint::now_ms;
 use super::store::{
     CallState, Checkpoint, Holder, RunStatus, RunStore, StoreError, Stored, Version,

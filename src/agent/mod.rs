@@ -37,10 +37,12 @@
 //! ```
 
 mod as_tool;
+mod call;
 mod durable;
 mod event;
 mod run;
 mod service;
+mod step;
 pub mod store;
 
 pub use self::as_tool::{AgentTool, AgentToolStream};

@@ -14,7 +14,6 @@
 //! [`StopReason::Length`] / [`StopReason::ContentFilter`], so a truncated
 //! answer is never mistaken for a finished one.
 
-use std::collections::HashSet;
 use std::pin::pin;
 use std::sync::Arc;
 
@@ -23,17 +22,17 @@ use http::Extensions;
 use tokio::sync::mpsc;
 use tower::ServiceExt;
 
-use crate::approval::{ApprovalEvent, ApprovalEvents, CallerApprover, Decision};
 use crate::model::ModelService;
 use crate::model::{
     Accumulator, ChatRequest, FinishReason, Message, ModelDelta, Pushed, ToolCall, Usage,
 };
-use crate::result::{Collecting, Seen};
-use crate::{ErrorKind, ToolError, ToolInfo, ToolRequest, ToolResult, Toolbox};
+use crate::{ErrorKind, ToolError, ToolInfo, ToolResult};
 
+use super::call::Call;
 use super::durable::{run_error, Checkpointer, Resumed};
 use super::event::{AgentDone, AgentEvent, StopReason};
 use super::service::Agent;
+use super::step::{fail, Failed, StepState};
 use super::store::{CallRecord, CallState, RunStatus, StoreError};
 
 /// One run in progress: the conversation so far and what it has used.
@@ -53,43 +52,6 @@ pub(super) struct Run<M> {
     pub(super) checkpoints: Option<Arc<Checkpointer>>,
     /// The first checkpoint that failed: the run ends at the next boundary.
     pub(super) failed: Failed,
-}
-
-/// The first failed checkpoint of a run, shared with its calls.
-pub(super) type Failed = Arc<std::sync::Mutex<Option<ToolError>>>;
-
-fn fail(failed: &Failed, err: ToolError) {
-    failed
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get_or_insert(err);
-}
-
-/// Which calls of the current tool step are running and which of them
-/// wait for a decision: when they are the same, the run can only wait
-/// ([`AgentEvent::AwaitingApproval`]).
-#[derive(Debug, Default)]
-pub(super) struct StepState {
-    pub(super) running: usize,
-    pub(super) waiting: Vec<String>,
-    /// Whether the present wait has been told.
-    pub(super) told: bool,
-}
-
-impl StepState {
-    /// The calls waiting, if the run now can do nothing but wait and has
-    /// not said so yet.
-    pub(super) fn stalled(&mut self) -> Option<Vec<String>> {
-        let stalled = self.running > 0 && self.waiting.len() >= self.running;
-        if !stalled {
-            self.told = false;
-            return None;
-        }
-        if std::mem::replace(&mut self.told, true) {
-            return None;
-        }
-        Some(self.waiting.clone())
-    }
 }
 
 /// One model answer, complete.
@@ -488,271 +450,4 @@ where
     fn push(&mut self, message: Message) {
         Arc::make_mut(&mut self.messages).push(message);
     }
-}
-
-/// A call of the step in flight: counted down when it ends or is dropped.
-pub(super) struct Running<'a> {
-    pub(super) step: &'a std::sync::Mutex<StepState>,
-}
-
-impl Drop for Running<'_> {
-    fn drop(&mut self) {
-        let mut step = self.step.lock().unwrap_or_else(|p| p.into_inner());
-        step.running = step.running.saturating_sub(1);
-    }
-}
-
-/// One call of a step, with what it needs from its run.
-struct Call {
-    toolbox: Toolbox,
-    tx: mpsc::Sender<AgentEvent>,
-    extensions: Extensions,
-    step: Arc<std::sync::Mutex<StepState>>,
-    checkpoints: Option<Arc<Checkpointer>>,
-    failed: Failed,
-    idempotent: bool,
-    resumed: Option<Arc<Resumed>>,
-}
-
-impl Call {
-    /// Runs the call from its state; returns its result's text.
-    async fn run(self, record: CallRecord) -> String {
-        let CallRecord { call, state } = record;
-        let mut extensions = self.extensions.clone();
-        match state {
-            CallState::Finished { text, .. } => return text,
-            CallState::Started
-            | CallState::Decided {
-                decision: Decision::Allow | Decision::Modify { .. },
-                ..
-            } if !self.idempotent => {
-                let err = ToolError::new(
-                    ErrorKind::Interrupted,
-                    "the call may have run; the process stopped before it finished, \
-                     and the tool is not idempotent, so it was not run again",
-                );
-                return self.refused(&call, err).await;
-            }
-            CallState::Decided { decision, by } => {
-                extensions.insert(decided(&by, decision));
-            }
-            CallState::WaitingApproval { .. } | CallState::Planned => {
-                let waiting = matches!(state, CallState::WaitingApproval { .. });
-                let given = self.resumed.as_ref().and_then(|resumed| {
-                    let decision = resumed
-                        .decisions
-                        .get(&call.id)
-                        .or(resumed.otherwise.as_ref().filter(|_| waiting))?;
-                    Some(decided(&resumed.by, decision.clone()))
-                });
-                if let Some(approver) = given {
-                    extensions.insert(approver);
-                }
-            }
-            CallState::Started => {}
-        }
-        if let Some(checkpoints) = &self.checkpoints {
-            if let Err(err) = checkpoints.call(&call.id, CallState::Started).await {
-                let err = run_error(err);
-                fail(&self.failed, err.clone());
-                let err = ToolError::new(
-                    err.kind(),
-                    format!(
-                        "not run: its start could not be recorded ({})",
-                        err.message()
-                    ),
-                );
-                return self.refused(&call, err).await;
-            }
-        }
-        self.step.lock().unwrap_or_else(|p| p.into_inner()).running += 1;
-        let running = Running { step: &self.step };
-        let (text, is_error) = run_tool(&self.toolbox, &call, extensions, &self.tx).await;
-        drop(running);
-        self.finished(&call, &text, is_error).await;
-        let stalled = self
-            .step
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .stalled();
-        if let Some(call_ids) = stalled {
-            let _ = self
-                .tx
-                .send(AgentEvent::AwaitingApproval { call_ids })
-                .await;
-        }
-        text
-    }
-
-    /// The call ends with `err` without running.
-    async fn refused(&self, call: &ToolCall, err: ToolError) -> String {
-        let result = ToolResult::from_error(err);
-        let text = result.text();
-        self.finished(call, &text, true).await;
-        let event = AgentEvent::ToolResult {
-            call_id: call.id.clone(),
-            name: call.name.clone(),
-            result,
-        };
-        let _ = self.tx.send(event).await;
-        text
-    }
-
-    async fn finished(&self, call: &ToolCall, text: &str, is_error: bool) {
-        let Some(checkpoints) = &self.checkpoints else {
-            return;
-        };
-        let state = CallState::Finished {
-            text: text.to_owned(),
-            is_error,
-        };
-        if let Err(err) = checkpoints.call(&call.id, state).await {
-            fail(&self.failed, run_error(err));
-        }
-    }
-}
-
-/// An approver that gives `decision` at once, as `by`.
-fn decided(by: &str, decision: Decision) -> CallerApprover {
-    CallerApprover::new(by, move |_: &crate::approval::ApprovalRequest| {
-        std::future::ready(decision.clone())
-    })
-}
-
-/// The run's events, as the approval layer's sink; it also keeps the
-/// step's waiting calls, to tell when the run can only wait, and
-/// checkpoints each request and decision before the layer goes on (a
-/// checkpoint that fails stops the call). It holds the channel weakly: a
-/// request kept past the run (by a model, by a task a tool spawned) must
-/// not keep the event stream from ending. The calls in `asked_before`
-/// were asked about before the run was resumed: their requests are not
-/// streamed again.
-pub(super) fn approval_events(
-    events: mpsc::Sender<AgentEvent>,
-    step: Arc<std::sync::Mutex<StepState>>,
-    checkpoints: Option<Arc<Checkpointer>>,
-    asked_before: Arc<HashSet<String>>,
-    failed: Failed,
-) -> ApprovalEvents {
-    let events = events.downgrade();
-    ApprovalEvents::fallible(move |event| {
-        let events = events.upgrade();
-        let stalled = {
-            let mut step = step.lock().unwrap_or_else(|p| p.into_inner());
-            match &event {
-                ApprovalEvent::Requested(asked) => step.waiting.push(asked.call_id.clone()),
-                ApprovalEvent::Decided(decided) => {
-                    let call = &decided.request.call_id;
-                    if let Some(at) = step.waiting.iter().position(|id| id == call) {
-                        step.waiting.remove(at);
-                    }
-                }
-            }
-            step.stalled()
-        };
-        let (checkpoints, asked_before, failed) = (
-            checkpoints.clone(),
-            Arc::clone(&asked_before),
-            Arc::clone(&failed),
-        );
-        async move {
-            if let Some(checkpoints) = &checkpoints {
-                let (call_id, state) = match &event {
-                    ApprovalEvent::Requested(asked) => (
-                        &asked.call_id,
-                        CallState::WaitingApproval {
-                            request: asked.clone(),
-                        },
-                    ),
-                    ApprovalEvent::Decided(decided) => (
-                        &decided.request.call_id,
-                        CallState::Decided {
-                            decision: decided.decision.clone(),
-                            by: decided.by.clone(),
-                        },
-                    ),
-                };
-                if let Err(err) = checkpoints.call(call_id, state).await {
-                    let err = run_error(err);
-                    fail(&failed, err.clone());
-                    return Err(ToolError::new(
-                        err.kind(),
-                        format!(
-                            "not run: its approval could not be recorded ({})",
-                            err.message()
-                        ),
-                    ));
-                }
-            }
-            let Some(events) = events else {
-                return Ok(());
-            };
-            let event = match event {
-                ApprovalEvent::Requested(asked) if asked_before.contains(&asked.call_id) => None,
-                ApprovalEvent::Requested(asked) => Some(AgentEvent::ApprovalRequested {
-                    call_id: asked.call_id,
-                    name: asked.tool,
-                    arguments: asked.arguments,
-                }),
-                ApprovalEvent::Decided(decided) => Some(AgentEvent::ApprovalDecided {
-                    call_id: decided.request.call_id,
-                    name: decided.request.tool,
-                    decision: decided.decision,
-                    by: decided.by,
-                }),
-            };
-            if let Some(event) = event {
-                let _ = events.send(event).await;
-            }
-            if let Some(call_ids) = stalled {
-                let _ = events.send(AgentEvent::AwaitingApproval { call_ids }).await;
-            }
-            Ok(())
-        }
-    })
-}
-
-/// Runs one call, streaming its items and then its result as events;
-/// returns the result's text, for the history, and whether it failed.
-pub(super) async fn run_tool(
-    toolbox: &Toolbox,
-    call: &ToolCall,
-    extensions: Extensions,
-    tx: &mpsc::Sender<AgentEvent>,
-) -> (String, bool) {
-    let mut request =
-        ToolRequest::new(call.name.clone(), call.arguments.clone()).with_id(call.id.clone());
-    *request.extensions_mut() = extensions;
-    let result = match toolbox.dispatch(request).await {
-        Err(err) => ToolResult::from_error(err),
-        Ok(items) => {
-            let mut collecting = Collecting::new(items);
-            loop {
-                let event = match collecting.next().await {
-                    Seen::Progress(progress) => AgentEvent::Progress {
-                        call_id: call.id.clone(),
-                        progress,
-                    },
-                    Seen::Output => match collecting.latest() {
-                        Some(output) => AgentEvent::ToolOutput {
-                            call_id: call.id.clone(),
-                            output: output.clone(),
-                        },
-                        None => continue,
-                    },
-                    Seen::Done(result) => break result,
-                };
-                let _ = tx.send(event).await;
-            }
-        }
-    };
-    // The history needs the text; the event takes the result itself.
-    let (text, is_error) = (result.text(), result.is_error);
-    let event = AgentEvent::ToolResult {
-        call_id: call.id.clone(),
-        name: call.name.clone(),
-        result,
-    };
-    let _ = tx.send(event).await;
-    (text, is_error)
 }

@@ -22,7 +22,8 @@ use super::durable::{
     Checkpointer, Durability, OnStoreError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE,
 };
 use super::event::AgentEvent;
-use super::run::{approval_events, Failed, Run, StepState};
+use super::run::Run;
+use super::step::{approval_events, Failed, StepState};
 use super::store::{Checkpoint, RunStatus, RunStore, Version};
 
 /// `invoke_agent {name}`, or `invoke_agent` for an agent without a name.

@@ -1,0 +1,192 @@
+//! One tool call of a step: run from its stored state (a resumed step's
+//! call may have finished, or started, or wait for a decision), its
+//! start and end checkpointed, its items and result streamed as events.
+
+use std::sync::Arc;
+
+use http::Extensions;
+use tokio::sync::mpsc;
+
+use crate::approval::{CallerApprover, Decision};
+use crate::model::ToolCall;
+use crate::result::{Collecting, Seen};
+use crate::{ErrorKind, ToolError, ToolRequest, ToolResult, Toolbox};
+
+use super::durable::{run_error, Checkpointer, Resumed};
+use super::event::AgentEvent;
+use super::step::{fail, Failed, StepState};
+use super::store::{CallRecord, CallState};
+
+/// A call of the step in flight: counted down when it ends or is dropped.
+pub(super) struct Running<'a> {
+    pub(super) step: &'a std::sync::Mutex<StepState>,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let mut step = self.step.lock().unwrap_or_else(|p| p.into_inner());
+        step.running = step.running.saturating_sub(1);
+    }
+}
+
+/// One call of a step, with what it needs from its run.
+pub(super) struct Call {
+    pub(super) toolbox: Toolbox,
+    pub(super) tx: mpsc::Sender<AgentEvent>,
+    pub(super) extensions: Extensions,
+    pub(super) step: Arc<std::sync::Mutex<StepState>>,
+    pub(super) checkpoints: Option<Arc<Checkpointer>>,
+    pub(super) failed: Failed,
+    pub(super) idempotent: bool,
+    pub(super) resumed: Option<Arc<Resumed>>,
+}
+
+impl Call {
+    /// Runs the call from its state; returns its result's text.
+    pub(super) async fn run(self, record: CallRecord) -> String {
+        let CallRecord { call, state } = record;
+        let mut extensions = self.extensions.clone();
+        match state {
+            CallState::Finished { text, .. } => return text,
+            CallState::Started
+            | CallState::Decided {
+                decision: Decision::Allow | Decision::Modify { .. },
+                ..
+            } if !self.idempotent => {
+                let err = ToolError::new(
+                    ErrorKind::Interrupted,
+                    "the call may have run; the process stopped before it finished, \
+                     and the tool is not idempotent, so it was not run again",
+                );
+                return self.refused(&call, err).await;
+            }
+            CallState::Decided { decision, by } => {
+                extensions.insert(decided(&by, decision));
+            }
+            CallState::WaitingApproval { .. } | CallState::Planned => {
+                let waiting = matches!(state, CallState::WaitingApproval { .. });
+                let given = self.resumed.as_ref().and_then(|resumed| {
+                    let decision = resumed
+                        .decisions
+                        .get(&call.id)
+                        .or(resumed.otherwise.as_ref().filter(|_| waiting))?;
+                    Some(decided(&resumed.by, decision.clone()))
+                });
+                if let Some(approver) = given {
+                    extensions.insert(approver);
+                }
+            }
+            CallState::Started => {}
+        }
+        if let Some(checkpoints) = &self.checkpoints {
+            if let Err(err) = checkpoints.call(&call.id, CallState::Started).await {
+                let err = run_error(err);
+                fail(&self.failed, err.clone());
+                let err = ToolError::new(
+                    err.kind(),
+                    format!(
+                        "not run: its start could not be recorded ({})",
+                        err.message()
+                    ),
+                );
+                return self.refused(&call, err).await;
+            }
+        }
+        self.step.lock().unwrap_or_else(|p| p.into_inner()).running += 1;
+        let running = Running { step: &self.step };
+        let (text, is_error) = run_tool(&self.toolbox, &call, extensions, &self.tx).await;
+        drop(running);
+        self.finished(&call, &text, is_error).await;
+        let stalled = self
+            .step
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .stalled();
+        if let Some(call_ids) = stalled {
+            let _ = self
+                .tx
+                .send(AgentEvent::AwaitingApproval { call_ids })
+                .await;
+        }
+        text
+    }
+
+    /// The call ends with `err` without running.
+    async fn refused(&self, call: &ToolCall, err: ToolError) -> String {
+        let result = ToolResult::from_error(err);
+        let text = result.text();
+        self.finished(call, &text, true).await;
+        let event = AgentEvent::ToolResult {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            result,
+        };
+        let _ = self.tx.send(event).await;
+        text
+    }
+
+    async fn finished(&self, call: &ToolCall, text: &str, is_error: bool) {
+        let Some(checkpoints) = &self.checkpoints else {
+            return;
+        };
+        let state = CallState::Finished {
+            text: text.to_owned(),
+            is_error,
+        };
+        if let Err(err) = checkpoints.call(&call.id, state).await {
+            fail(&self.failed, run_error(err));
+        }
+    }
+}
+
+/// An approver that gives `decision` at once, as `by`.
+fn decided(by: &str, decision: Decision) -> CallerApprover {
+    CallerApprover::new(by, move |_: &crate::approval::ApprovalRequest| {
+        std::future::ready(decision.clone())
+    })
+}
+
+/// Runs one call, streaming its items and then its result as events;
+/// returns the result's text, for the history, and whether it failed.
+pub(super) async fn run_tool(
+    toolbox: &Toolbox,
+    call: &ToolCall,
+    extensions: Extensions,
+    tx: &mpsc::Sender<AgentEvent>,
+) -> (String, bool) {
+    let mut request =
+        ToolRequest::new(call.name.clone(), call.arguments.clone()).with_id(call.id.clone());
+    *request.extensions_mut() = extensions;
+    let result = match toolbox.dispatch(request).await {
+        Err(err) => ToolResult::from_error(err),
+        Ok(items) => {
+            let mut collecting = Collecting::new(items);
+            loop {
+                let event = match collecting.next().await {
+                    Seen::Progress(progress) => AgentEvent::Progress {
+                        call_id: call.id.clone(),
+                        progress,
+                    },
+                    Seen::Output => match collecting.latest() {
+                        Some(output) => AgentEvent::ToolOutput {
+                            call_id: call.id.clone(),
+                            output: output.clone(),
+                        },
+                        None => continue,
+                    },
+                    Seen::Done(result) => break result,
+                };
+                let _ = tx.send(event).await;
+            }
+        }
+    };
+    // The history needs the text; the event takes the result itself.
+    let (text, is_error) = (result.text(), result.is_error);
+    let event = AgentEvent::ToolResult {
+        call_id: call.id.clone(),
+        name: call.name.clone(),
+        result,
+    };
+    let _ = tx.send(event).await;
+    (text, is_error)
+}

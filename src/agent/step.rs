@@ -1,0 +1,147 @@
+//! The tool step in flight: which of its calls run and which wait for a
+//! decision ([`StepState`]), the run's sink for the approval layer's
+//! events (checkpointing each request and decision), and the first
+//! checkpoint a step's calls failed to save ([`Failed`]).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use crate::approval::{ApprovalEvent, ApprovalEvents};
+use crate::ToolError;
+
+use super::durable::{run_error, Checkpointer};
+use super::event::AgentEvent;
+use super::store::CallState;
+
+/// The first failed checkpoint of a run, shared with its calls.
+pub(super) type Failed = Arc<std::sync::Mutex<Option<ToolError>>>;
+
+/// Keeps `err` as the step's first failed checkpoint.
+pub(super) fn fail(failed: &Failed, err: ToolError) {
+    failed
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_or_insert(err);
+}
+
+/// Which calls of the current tool step are running and which of them
+/// wait for a decision: when they are the same, the run can only wait
+/// ([`AgentEvent::AwaitingApproval`]).
+#[derive(Debug, Default)]
+pub(super) struct StepState {
+    pub(super) running: usize,
+    pub(super) waiting: Vec<String>,
+    /// Whether the present wait has been told.
+    pub(super) told: bool,
+}
+
+impl StepState {
+    /// The calls waiting, if the run now can do nothing but wait and has
+    /// not said so yet.
+    pub(super) fn stalled(&mut self) -> Option<Vec<String>> {
+        let stalled = self.running > 0 && self.waiting.len() >= self.running;
+        if !stalled {
+            self.told = false;
+            return None;
+        }
+        if std::mem::replace(&mut self.told, true) {
+            return None;
+        }
+        Some(self.waiting.clone())
+    }
+}
+
+/// The run's events, as the approval layer's sink; it also keeps the
+/// step's waiting calls, to tell when the run can only wait, and
+/// checkpoints each request and decision before the layer goes on (a
+/// checkpoint that fails stops the call). It holds the channel weakly: a
+/// request kept past the run (by a model, by a task a tool spawned) must
+/// not keep the event stream from ending. The calls in `asked_before`
+/// were asked about before the run was resumed: their requests are not
+/// streamed again.
+pub(super) fn approval_events(
+    events: mpsc::Sender<AgentEvent>,
+    step: Arc<std::sync::Mutex<StepState>>,
+    checkpoints: Option<Arc<Checkpointer>>,
+    asked_before: Arc<HashSet<String>>,
+    failed: Failed,
+) -> ApprovalEvents {
+    let events = events.downgrade();
+    ApprovalEvents::fallible(move |event| {
+        let events = events.upgrade();
+        let stalled = {
+            let mut step = step.lock().unwrap_or_else(|p| p.into_inner());
+            match &event {
+                ApprovalEvent::Requested(asked) => step.waiting.push(asked.call_id.clone()),
+                ApprovalEvent::Decided(decided) => {
+                    let call = &decided.request.call_id;
+                    if let Some(at) = step.waiting.iter().position(|id| id == call) {
+                        step.waiting.remove(at);
+                    }
+                }
+            }
+            step.stalled()
+        };
+        let (checkpoints, asked_before, failed) = (
+            checkpoints.clone(),
+            Arc::clone(&asked_before),
+            Arc::clone(&failed),
+        );
+        async move {
+            if let Some(checkpoints) = &checkpoints {
+                let (call_id, state) = match &event {
+                    ApprovalEvent::Requested(asked) => (
+                        &asked.call_id,
+                        CallState::WaitingApproval {
+                            request: asked.clone(),
+                        },
+                    ),
+                    ApprovalEvent::Decided(decided) => (
+                        &decided.request.call_id,
+                        CallState::Decided {
+                            decision: decided.decision.clone(),
+                            by: decided.by.clone(),
+                        },
+                    ),
+                };
+                if let Err(err) = checkpoints.call(call_id, state).await {
+                    let err = run_error(err);
+                    fail(&failed, err.clone());
+                    return Err(ToolError::new(
+                        err.kind(),
+                        format!(
+                            "not run: its approval could not be recorded ({})",
+                            err.message()
+                        ),
+                    ));
+                }
+            }
+            let Some(events) = events else {
+                return Ok(());
+            };
+            let event = match event {
+                ApprovalEvent::Requested(asked) if asked_before.contains(&asked.call_id) => None,
+                ApprovalEvent::Requested(asked) => Some(AgentEvent::ApprovalRequested {
+                    call_id: asked.call_id,
+                    name: asked.tool,
+                    arguments: asked.arguments,
+                }),
+                ApprovalEvent::Decided(decided) => Some(AgentEvent::ApprovalDecided {
+                    call_id: decided.request.call_id,
+                    name: decided.request.tool,
+                    decision: decided.decision,
+                    by: decided.by,
+                }),
+            };
+            if let Some(event) = event {
+                let _ = events.send(event).await;
+            }
+            if let Some(call_ids) = stalled {
+                let _ = events.send(AgentEvent::AwaitingApproval { call_ids }).await;
+            }
+            Ok(())
+        }
+    })
+}
