@@ -147,6 +147,17 @@ fn stores() -> Vec<(
             "SqliteStore (a file, WAL)",
             Some(std::sync::Arc::new(store)),
         ));
+        let path = std::env::temp_dir().join(format!(
+            "toolstack-bench-runs-flushed-{}.db",
+            std::process::id()
+        ));
+        let store = toolstack::agent::store::sqlite::SqliteStore::open(&path)
+            .and_then(|store| store.sync_every_commit())
+            .expect("a SQLite file");
+        stores.push((
+            "SqliteStore (a file, WAL, a disk flush per save)",
+            Some(std::sync::Arc::new(store)),
+        ));
     }
     stores
 }
