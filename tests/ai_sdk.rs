@@ -348,7 +348,10 @@ async fn a_run_kept_past_the_timeout_is_dropped_and_bounded_in_number() {
         Turn::new().text("Could not ask."),
     ]);
     let endpoint = ChatEndpoint::new(Agent::new(model.clone(), guarded(Arc::clone(&runs))))
-        .approval_timeout(Duration::from_millis(300))
+        // Long enough that a loaded machine does not expire the first run
+        // before the second asks (the timeout is wall-clock: runs may be
+        // kept by another process).
+        .approval_timeout(Duration::from_secs(5))
         .max_waiting_runs(1);
     let app = endpoint.clone().into_router();
     let (_, _, first) = post(&app, json!({"messages": [user("one")]})).await;
@@ -359,7 +362,7 @@ async fn a_run_kept_past_the_timeout_is_dropped_and_bounded_in_number() {
     assert_eq!(second.last().unwrap()["finishReason"], "stop");
     assert_eq!(endpoint.waiting_runs().await.unwrap(), 1);
     // Past the timeout the first run is gone; its answer starts over.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    tokio::time::sleep(Duration::from_millis(5_500)).await;
     let conversation = json!({"messages": [user("one"), answered(&first, true, None)]});
     let (_, _, _) = post(&app, conversation).await;
     assert_eq!(endpoint.waiting_runs().await.unwrap(), 0);
