@@ -105,7 +105,8 @@ impl<M> Agent<M> {
         self.durability.as_ref().map(|durability| &durability.store)
     }
 
-    /// Names this process in the store (a random id by default): a run it
+    /// Names this process in the store (a random id, drawn when the store
+    /// is given, by default): a run it
     /// holds is resumed only by it until its lease passes. Set it to
     /// something stable (a host name) for a process that restarts and
     /// should take its own runs back at once. Needs a [`store`](Self::store).

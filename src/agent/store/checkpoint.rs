@@ -73,7 +73,8 @@ impl RunStatus {
 /// The process holding a running run, and until when.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Holder {
-    /// The process's id in the store (random per process unless set).
+    /// The process's id in the store (random for each agent given a store,
+    /// unless set with `Agent::process_id`).
     pub process: String,
     /// The lease: past this (ms since the Unix epoch) without a new
     /// checkpoint, another process may take the run over.
