@@ -516,17 +516,27 @@ async fn a_session_hears_of_its_task_as_it_runs() {
         "{statuses:?}"
     );
     assert_eq!(watching.progress.load(Ordering::SeqCst), 3);
-    let got = client
-        .peer()
-        .get_task(toolstack::mcp::rmcp::model::GetTaskParams::new(
-            created.task.task_id,
-        ))
-        .await
-        .unwrap();
-    assert_eq!(
-        serde_json::to_value(got.task.status()).unwrap(),
-        "completed"
-    );
+    // The end is told as the task ends; rmcp records it once the task's
+    // future has returned, a moment later: `tasks/get` shows it then.
+    let recorded = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let got = client
+                .peer()
+                .get_task(toolstack::mcp::rmcp::model::GetTaskParams::new(
+                    created.task.task_id.clone(),
+                ))
+                .await
+                .unwrap();
+            let status = serde_json::to_value(got.task.status()).unwrap();
+            if status != "working" {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the task's end recorded");
+    assert_eq!(recorded, "completed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
