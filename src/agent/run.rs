@@ -85,7 +85,7 @@ where
             // Where the run stands goes to the store while the model
             // answers: a slow store never holds the model's stream up (a
             // tool waits for its own start to be stored).
-            let save = self.save_later();
+            let save = self.save(Vec::new(), None);
             self.steps += 1;
             let (answer, saved) = futures_util::future::join(self.answer(), save).await;
             if let Err(err) = saved {
@@ -142,7 +142,7 @@ where
                     state: CallState::Planned,
                 })
                 .collect();
-            self.checkpoint(Some(records.clone())).await;
+            self.checkpoint_step(records.clone()).await;
             if let Some(stop) = self.store_failed().await {
                 return stop;
             }
@@ -195,55 +195,32 @@ where
         let _ = tx.send(AgentEvent::Done(done)).await;
     }
 
-    /// Saves where the run stands: the history, counts, and `step` (the
-    /// calls of the step in flight) when given.
-    pub(super) async fn checkpoint(&mut self, step: Option<Vec<CallRecord>>) {
-        let Some(checkpoints) = &self.checkpoints else {
-            return;
-        };
-        let (messages, usage, steps, calls) = (
-            (*self.messages).clone(),
-            self.usage,
-            self.steps,
-            self.tool_calls,
-        );
-        let saved = checkpoints
-            .update(move |checkpoint| {
-                checkpoint.messages = messages;
-                checkpoint.step = step.unwrap_or_default();
-                checkpoint.usage = usage;
-                checkpoint.steps = steps;
-                checkpoint.tool_calls = calls;
-            })
-            .await;
-        if let Err(err) = saved {
-            fail(&self.failed, run_error(err));
-        }
-    }
-
-    /// A save of where the run stands between two steps, to run alongside
-    /// the model's answer; nothing to do without a store.
-    fn save_later(
+    /// A save of where the run stands — the history, the counts, `step`
+    /// (the calls of the step in flight), and `status` when it changes —
+    /// owning what it writes, so that it can run alongside the model's
+    /// answer; nothing to do without a store.
+    fn save(
         &self,
+        step: Vec<CallRecord>,
+        status: Option<RunStatus>,
     ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send + 'static {
         let checkpoints = self.checkpoints.clone();
-        let (messages, usage, steps, calls) = match checkpoints {
-            Some(_) => (
-                (*self.messages).clone(),
-                self.usage,
-                self.steps,
-                self.tool_calls,
-            ),
-            None => (Vec::new(), None, 0, 0),
+        let messages = match checkpoints {
+            Some(_) => (*self.messages).clone(),
+            None => Vec::new(),
         };
+        let (usage, steps, calls) = (self.usage, self.steps, self.tool_calls);
         async move {
             let Some(checkpoints) = checkpoints else {
                 return Ok(());
             };
             checkpoints
                 .update(move |checkpoint| {
+                    if let Some(status) = status {
+                        checkpoint.status = status;
+                    }
                     checkpoint.messages = messages;
-                    checkpoint.step.clear();
+                    checkpoint.step = step;
                     checkpoint.usage = usage;
                     checkpoint.steps = steps;
                     checkpoint.tool_calls = calls;
@@ -252,28 +229,16 @@ where
         }
     }
 
+    /// Saves the step about to run, its calls planned.
+    async fn checkpoint_step(&mut self, step: Vec<CallRecord>) {
+        if let Err(err) = self.save(step, None).await {
+            fail(&self.failed, run_error(err));
+        }
+    }
+
     /// The last checkpoint: the run ended.
     async fn checkpoint_done(&mut self, stop: StopReason) {
-        let Some(checkpoints) = self.checkpoints.clone() else {
-            return;
-        };
-        let (messages, usage, steps, calls) = (
-            (*self.messages).clone(),
-            self.usage,
-            self.steps,
-            self.tool_calls,
-        );
-        let saved = checkpoints
-            .update(move |checkpoint| {
-                checkpoint.status = RunStatus::Done { stop };
-                checkpoint.messages = messages;
-                checkpoint.step.clear();
-                checkpoint.usage = usage;
-                checkpoint.steps = steps;
-                checkpoint.tool_calls = calls;
-            })
-            .await;
-        if let Err(err) = saved {
+        if let Err(err) = self.save(Vec::new(), Some(RunStatus::Done { stop })).await {
             // The run has ended anyway; a resume will find it mid-way.
             tracing::warn!(error = %err, "the end of the run was not checkpointed");
         }
