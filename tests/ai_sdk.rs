@@ -347,12 +347,12 @@ async fn a_run_kept_past_the_timeout_is_dropped_and_bounded_in_number() {
         Turn::new().tool_call("delete", "{}"),
         Turn::new().text("Could not ask."),
     ]);
-    let endpoint = ChatEndpoint::new(Agent::new(model.clone(), guarded(Arc::clone(&runs))))
-        // Long enough that a loaded machine does not expire the first run
-        // before the second asks (the timeout is wall-clock: runs may be
-        // kept by another process).
-        .approval_timeout(Duration::from_secs(5))
-        .max_waiting_runs(1);
+    let store = toolstack::agent::store::MemoryStore::new();
+    let endpoint = ChatEndpoint::new(
+        Agent::new(model.clone(), guarded(Arc::clone(&runs))).store(store.clone()),
+    )
+    .approval_timeout(Duration::from_secs(60))
+    .max_waiting_runs(1);
     let app = endpoint.clone().into_router();
     let (_, _, first) = post(&app, json!({"messages": [user("one")]})).await;
     assert_eq!(endpoint.waiting_runs().await.unwrap(), 1);
@@ -361,8 +361,19 @@ async fn a_run_kept_past_the_timeout_is_dropped_and_bounded_in_number() {
     assert!(types(&second).contains(&"tool-output-denied"), "{second:?}");
     assert_eq!(second.last().unwrap()["finishReason"], "stop");
     assert_eq!(endpoint.waiting_runs().await.unwrap(), 1);
-    // Past the timeout the first run is gone; its answer starts over.
-    tokio::time::sleep(Duration::from_millis(5_500)).await;
+    // Past the timeout (its checkpoint aged by a minute and a second, as
+    // the wall clock would, for the timeout is kept across processes) the
+    // first run is gone; its answer starts over.
+    use toolstack::agent::store::RunStore;
+    let [run_id] = &store.waiting().await.unwrap()[..] else {
+        panic!("one run waits")
+    };
+    let mut stored = store.load(run_id).await.unwrap().unwrap();
+    stored.checkpoint.saved_at_ms -= 61_000;
+    store
+        .save(&stored.checkpoint, stored.version)
+        .await
+        .unwrap();
     let conversation = json!({"messages": [user("one"), answered(&first, true, None)]});
     let (_, _, _) = post(&app, conversation).await;
     assert_eq!(endpoint.waiting_runs().await.unwrap(), 0);

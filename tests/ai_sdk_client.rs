@@ -134,10 +134,28 @@ async fn the_ai_sdk_client_assembles_what_the_endpoint_streams() {
         Turn::new().text("Sleeping first.").tool_call("slow", "{}"),
         Turn::new().text("Slept well."),
     ]);
-    let slow = Toolbox::new().tool(tool::from_fn("slow", |_: Value| async {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        Ok::<_, ToolError>("slept")
-    }));
+    // The tool finishes only once the reloaded page has reconnected (its
+    // `GET …/stream` reached the endpoint): the answer is in progress then.
+    let reconnected = Arc::new(tokio::sync::Semaphore::new(0));
+    let slow = {
+        let reconnected = Arc::clone(&reconnected);
+        Toolbox::new().tool(tool::from_fn("slow", move |_: Value| {
+            let reconnected = Arc::clone(&reconnected);
+            async move {
+                let _after = reconnected.acquire().await.expect("the gate stays");
+                Ok::<_, ToolError>("slept")
+            }
+        }))
+    };
+    let on_reconnect = {
+        let reconnected = Arc::clone(&reconnected);
+        tower::util::MapRequestLayer::new(move |request: axum::extract::Request| {
+            if request.method() == axum::http::Method::GET {
+                reconnected.add_permits(1);
+            }
+            request
+        })
+    };
 
     let app = axum::Router::new()
         .nest(
@@ -154,7 +172,8 @@ async fn the_ai_sdk_client_assembles_what_the_endpoint_streams() {
             "/resumable",
             ChatEndpoint::new(Agent::new(resumable_model, slow))
                 .resumable_streams(MemoryStore::new())
-                .into_router(),
+                .into_router()
+                .layer(on_reconnect),
         );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

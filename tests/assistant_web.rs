@@ -89,7 +89,9 @@ fn the_page_shows_the_agent_at_work_in_a_real_browser() {
     ));
     let mut server = Killed(
         Command::new(&assistant)
-            .args(["--web", "--port", &port, "--runs"])
+            // A delta every 50 ms: the answer is still streaming when the
+            // page reloads, however slow the machine's browser is.
+            .args(["--web", "--port", &port, "--pace-ms", "50", "--runs"])
             .arg(&runs)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -130,7 +132,7 @@ fn the_page_shows_the_agent_at_work_in_a_real_browser() {
             // How to kill the server and start it again.
             .arg(server.0.id().to_string())
             .arg(&assistant)
-            .args(["--web", "--port", &port, "--runs"])
+            .args(["--web", "--port", &port, "--pace-ms", "50", "--runs"])
             .arg(&runs),
         Duration::from_secs(300),
         "web/check-page.mjs to drive the page in Chromium (launch, load, ask, approve, answer)",

@@ -86,13 +86,13 @@ async fn the_redis_log_keeps_the_contract() {
     contract(&store).await;
 }
 
-/// A tool that takes its time, so the answer is in progress when the
-/// first client leaves.
-fn slow(runs: Arc<AtomicUsize>) -> Toolbox {
+/// A tool that waits until the test lets it finish, so the answer is in
+/// progress when the first client leaves and the second one comes.
+fn slow(runs: Arc<AtomicUsize>, gate: Arc<tokio::sync::Semaphore>) -> Toolbox {
     Toolbox::new().tool(tool::from_fn("slow", move |_: Value| {
-        let runs = Arc::clone(&runs);
+        let (runs, gate) = (Arc::clone(&runs), Arc::clone(&gate));
         async move {
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            let _open = gate.acquire().await.expect("the gate stays");
             runs.fetch_add(1, Ordering::SeqCst);
             Ok::<_, ToolError>("slept")
         }
@@ -114,9 +114,13 @@ async fn endpoint_serves_a_reconnecting_client<L: ChunkLog + Clone>(log: L) {
         Turn::new().text("Sleeping first.").tool_call("slow", "{}"),
         Turn::new().text("Slept well."),
     ]);
-    let app = ChatEndpoint::new(Agent::new(model, slow(Arc::clone(&runs))))
-        .resumable_streams(log)
-        .into_router();
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let app = ChatEndpoint::new(Agent::new(
+        model,
+        slow(Arc::clone(&runs), Arc::clone(&gate)),
+    ))
+    .resumable_streams(log)
+    .into_router();
     let body = json!({"id": "chat-7", "messages": [
         {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "sleep"}]}
     ]});
@@ -152,6 +156,8 @@ async fn endpoint_serves_a_reconnecting_client<L: ChunkLog + Clone>(log: L) {
         .unwrap();
     assert_eq!(again.status(), StatusCode::OK);
     assert_eq!(again.headers()["x-vercel-ai-ui-message-stream"], "v1");
+    // The tool may finish now: the rest comes live.
+    gate.add_permits(1);
     let text = tokio::time::timeout(
         Duration::from_secs(30),
         axum::body::to_bytes(again.into_body(), usize::MAX),

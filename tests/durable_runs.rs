@@ -40,12 +40,14 @@ fn runs_survive_the_kill_of_their_process_and_no_write_runs_twice() {
         std::process::Command::new(proof).args([
             "--runs",
             "8",
+            // Long writes: the kill surely comes while the first half's run,
+            // however slow the machine.
             "--write-ms",
-            "1000",
+            "10000",
             "--lease-ms",
             "1500",
         ]),
-        Duration::from_secs(300),
+        Duration::from_secs(600),
         "the durable-runs proof",
     );
     let text = String::from_utf8_lossy(&out.stdout);

@@ -93,6 +93,9 @@ struct Written {
     checkpoint: Checkpoint,
     /// A save failed and the run went on in memory.
     in_memory: bool,
+    /// A save failed and the run stops: every later save fails the same
+    /// way at once (the store is not waited for again).
+    broken: Option<StoreError>,
 }
 
 impl Checkpointer {
@@ -103,6 +106,7 @@ impl Checkpointer {
                 version,
                 checkpoint,
                 in_memory: false,
+                broken: None,
             }),
         }
     }
@@ -118,6 +122,9 @@ impl Checkpointer {
         change(&mut written.checkpoint);
         if written.in_memory {
             return Ok(());
+        }
+        if let Some(err) = &written.broken {
+            return Err(err.clone());
         }
         let now = now_ms();
         let lease = u64::try_from(self.durability.lease.as_millis()).unwrap_or(u64::MAX);
@@ -143,7 +150,10 @@ impl Checkpointer {
                 written.version = version;
                 Ok(())
             }
-            Err(err @ StoreError::Conflict { .. }) => Err(err),
+            Err(err @ StoreError::Conflict { .. }) => {
+                written.broken = Some(err.clone());
+                Err(err)
+            }
             Err(err) if self.durability.on_error == OnStoreError::Continue => {
                 tracing::warn!(
                     error = %err,
@@ -152,7 +162,10 @@ impl Checkpointer {
                 written.in_memory = true;
                 Ok(())
             }
-            Err(err) => Err(err),
+            Err(err) => {
+                written.broken = Some(err.clone());
+                Err(err)
+            }
         }
     }
 
