@@ -10,32 +10,18 @@
 
 #[path = "support/process.rs"]
 mod process;
+#[path = "support/proof.rs"]
+mod proof;
 
 use std::io::Write;
 use std::time::Duration;
 
 #[test]
 fn runs_survive_the_kill_of_their_process_and_no_write_runs_twice() {
-    let on_path = std::env::var_os("PATH").is_some_and(|paths| {
-        std::env::split_paths(&paths).any(|dir| dir.join("redis-server").exists())
-    });
-    if !on_path {
-        let why = "`redis-server` is not on PATH (Debian: apt-get install redis-server)";
-        assert!(
-            std::env::var_os("TOOLSTACK_REQUIRE_REDIS").is_none(),
-            "TOOLSTACK_REQUIRE_REDIS is set but {why}"
-        );
-        let _ = writeln!(
-            std::io::stderr(),
-            "!! SKIPPED: the durable-runs proof did NOT run: {why}"
-        );
+    if !proof::redis_server_on_path("the durable-runs proof") {
         return;
     }
-    // `cargo test` builds the examples next to the test binaries.
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap().join("examples");
-    let proof = dir.join(format!("durable_runs{}", std::env::consts::EXE_SUFFIX));
-    assert!(proof.exists(), "{} is missing", proof.display());
+    let proof = proof::example("durable_runs");
     let out = process::output_within(
         std::process::Command::new(proof).args([
             "--runs",

@@ -10,30 +10,15 @@
 //! Needs `redis-server` (`.ci/run` installs it); without it the test says
 //! SKIPPED loudly, and fails when `TOOLSTACK_REQUIRE_REDIS` is set.
 
-use std::io::Write;
+#[path = "support/proof.rs"]
+mod proof;
 
 #[test]
 fn four_processes_share_one_quota_in_redis_and_fail_open_or_closed_without_it() {
-    let on_path = std::env::var_os("PATH").is_some_and(|paths| {
-        std::env::split_paths(&paths).any(|dir| dir.join("redis-server").exists())
-    });
-    if !on_path {
-        let why = "`redis-server` is not on PATH (Debian: apt-get install redis-server)";
-        assert!(
-            std::env::var_os("TOOLSTACK_REQUIRE_REDIS").is_none(),
-            "TOOLSTACK_REQUIRE_REDIS is set but {why}"
-        );
-        let _ = writeln!(
-            std::io::stderr(),
-            "!! SKIPPED: the shared-quota proof did NOT run: {why}"
-        );
+    if !proof::redis_server_on_path("the shared-quota proof") {
         return;
     }
-    // `cargo test` builds the examples next to the test binaries.
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap().join("examples");
-    let proof = dir.join(format!("shared_quota{}", std::env::consts::EXE_SUFFIX));
-    assert!(proof.exists(), "{} is missing", proof.display());
+    let proof = proof::example("shared_quota");
     let out = std::process::Command::new(proof)
         .args([
             "--quota",

@@ -96,6 +96,33 @@ pub struct Logged {
     pub ended: bool,
 }
 
+/// How often a log that cannot wake its readers (SQLite, Redis) is looked
+/// at again while a reader waits.
+#[cfg(any(feature = "sqlite", feature = "redis"))]
+const POLL: Duration = Duration::from_millis(25);
+
+/// Reads with `look` until it finds chunks or the end, looking again every
+/// [`POLL`] for at most `wait`.
+#[cfg(any(feature = "sqlite", feature = "redis"))]
+async fn polled<F, Fut>(wait: Duration, mut look: F) -> Result<Logged, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Logged, StoreError>>,
+{
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let logged = look().await?;
+        if !logged.chunks.is_empty() || logged.ended {
+            return Ok(logged);
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return Ok(logged);
+        }
+        tokio::time::sleep(POLL.min(deadline - now)).await;
+    }
+}
+
 impl<L: ChunkLog + ?Sized> ChunkLog for std::sync::Arc<L> {
     fn open<'a>(
         &'a self,

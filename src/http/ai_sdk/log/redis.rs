@@ -13,9 +13,7 @@ use redis::Script;
 use crate::agent::store::redis::RedisStore;
 use crate::agent::store::StoreError;
 
-use super::{ChunkLog, Logged, LOG_TTL, MAX_LOGGED_CHUNKS};
-
-const POLL: Duration = Duration::from_millis(25);
+use super::{polled, ChunkLog, Logged, LOG_TTL, MAX_LOGGED_CHUNKS};
 
 /// KEYS: the response's stream. ARGV: the chunk's id, the chunk, the TTL.
 /// A chunk already there (an append tried again) is kept once.
@@ -143,10 +141,10 @@ impl ChunkLog for RedisStore {
         from: usize,
         wait: Duration,
     ) -> BoxFuture<'a, Result<Logged, StoreError>> {
-        Box::pin(async move {
-            let key = self.chunks_key(stream_id);
-            let deadline = tokio::time::Instant::now() + wait;
-            loop {
+        let key = self.chunks_key(stream_id);
+        Box::pin(polled(wait, move || {
+            let key = key.clone();
+            async move {
                 let mut connection = self.manager.clone();
                 let (exists, entries): (bool, Vec<(String, Vec<String>)>) = self
                     .bounded(
@@ -178,15 +176,8 @@ impl ChunkLog for RedisStore {
                         _ => {}
                     }
                 }
-                if !logged.chunks.is_empty() || logged.ended {
-                    return Ok(logged);
-                }
-                let now = tokio::time::Instant::now();
-                if now >= deadline {
-                    return Ok(logged);
-                }
-                tokio::time::sleep(POLL.min(deadline - now)).await;
+                Ok(logged)
             }
-        })
+        }))
     }
 }

@@ -10,9 +10,7 @@ use crate::agent::store::checkpoint::now_ms;
 use crate::agent::store::sqlite::{unavailable, SqliteStore};
 use crate::agent::store::StoreError;
 
-use super::{ChunkLog, Logged, LOG_TTL, MAX_LOGGED_CHUNKS};
-
-const POLL: Duration = Duration::from_millis(25);
+use super::{polled, ChunkLog, Logged, LOG_TTL, MAX_LOGGED_CHUNKS};
 
 impl ChunkLog for SqliteStore {
     fn open<'a>(
@@ -122,12 +120,9 @@ impl ChunkLog for SqliteStore {
         from: usize,
         wait: Duration,
     ) -> BoxFuture<'a, Result<Logged, StoreError>> {
-        Box::pin(async move {
-            let deadline = tokio::time::Instant::now() + wait;
-            loop {
-                let stream = stream_id.to_owned();
-                let logged = self
-                    .blocking(move |connection| {
+        Box::pin(polled(wait, move || {
+            let stream = stream_id.to_owned();
+            self.blocking(move |connection| {
                         let ended: Option<bool> = connection
                             .query_row(
                                 "SELECT ended FROM toolstack_streams WHERE stream_id = ?1",
@@ -154,16 +149,6 @@ impl ChunkLog for SqliteStore {
                             .map_err(unavailable)?;
                         Ok(Logged { chunks, ended })
                     })
-                    .await?;
-                if !logged.chunks.is_empty() || logged.ended {
-                    return Ok(logged);
-                }
-                let now = tokio::time::Instant::now();
-                if now >= deadline {
-                    return Ok(logged);
-                }
-                tokio::time::sleep(POLL.min(deadline - now)).await;
-            }
-        })
+        }))
     }
 }
