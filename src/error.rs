@@ -215,6 +215,14 @@ impl ToolError {
         .with_retryable(false)
     }
 
+    /// The same error (kind, retry-after, source) with another message: a
+    /// layer that learns more about a failure says it, keeping what the
+    /// error is.
+    pub fn with_message(mut self, message: impl Into<Cow<'static, str>>) -> Self {
+        self.inner.message = message.into();
+        self
+    }
+
     /// Attaches the underlying cause.
     pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
         self.inner.source = Some(Arc::from(source.into()));

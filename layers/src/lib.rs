@@ -96,8 +96,8 @@ mod builder;
 #[cfg(feature = "cache")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cache")))]
 pub mod cache;
+mod call;
 pub mod catch_panic;
-mod clock;
 pub mod coalesce;
 pub mod concurrency;
 #[cfg(feature = "otel")]

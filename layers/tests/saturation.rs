@@ -122,9 +122,12 @@ async fn a_call_that_waited_for_quota_and_a_permit_is_not_blamed_on_the_tool() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn above_the_admission_layers_a_first_item_bound_counts_the_wait_too() {
-    // The order the README used to show: the same scenario times B out
-    // though `t` never ran — why the bounds of the tool go below.
+async fn above_the_admission_layers_a_first_item_bound_that_expires_in_the_wait_says_the_tool_never_started(
+) {
+    // The order the README used to show: the same scenario, the first-item
+    // bound above the quota and the permit. It expires while B waits for
+    // C's permit — why the tool's own bounds go below — and B's error says
+    // that B waited, not that the tool was slow.
     let permit = ConcurrencyLimitLayer::shared(1);
     let (t_runs, u_runs) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let tools = Toolbox::new()
@@ -144,11 +147,10 @@ async fn above_the_admission_layers_a_first_item_bound_counts_the_wait_too() {
     tokio::time::sleep(Duration::from_millis(5)).await;
     call(&tools, "u", r#"{"ms":450}"#).await;
     let b = b.await.unwrap();
+    assert_eq!(kind(&b.0), Some(ErrorKind::Overloaded), "{:?}", b.0);
     assert_eq!(
-        kind(&b.0),
-        Some(ErrorKind::Timeout {
-            phase: TimeoutPhase::FirstItem
-        })
+        b.0.error.as_ref().unwrap().message(),
+        "waited 100ms for capacity over 1 attempt, until its first-item bound of 100ms passed; the tool never started"
     );
     assert_eq!(t_runs.load(Ordering::SeqCst), 1, "t never ran for B");
 }
@@ -320,4 +322,144 @@ async fn a_retry_after_longer_than_the_policy_waits_for_is_handed_back_at_once()
     assert!(result.error.is_none());
     assert!(took >= Duration::from_secs(120));
     let _ = futures_util::stream::empty::<()>().next().await;
+}
+
+/// A tool whose first run fails as unavailable, then answers; it counts
+/// its runs.
+fn flaky_once(
+    runs: &Arc<AtomicUsize>,
+) -> impl tower::Service<
+    ToolRequest,
+    Error = ToolError,
+    Response = impl futures_util::Stream<Item = toolstack::ToolItem> + Send + 'static,
+    Future = impl Send + 'static,
+> + toolstack::Describe
+       + Clone
+       + Send
+       + Sync
+       + 'static {
+    let runs = runs.clone();
+    tool::from_fn("flaky", move |_: serde_json::Value| {
+        let n = runs.fetch_add(1, Ordering::SeqCst);
+        async move {
+            if n == 0 {
+                Err(ToolError::new(
+                    ErrorKind::Unavailable,
+                    "the backend blinked",
+                ))
+            } else {
+                Ok("fine")
+            }
+        }
+    })
+    .with_annotations(ToolAnnotations::new().read_only())
+}
+
+fn fixed_backoff(attempts: u32, ms: u64) -> RetryPolicy {
+    RetryPolicy::new()
+        .max_attempts(attempts)
+        .backoff(Duration::from_millis(ms), Duration::from_millis(ms))
+        .jitter(false)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_refused_for_capacity_after_an_attempt_that_ran_ends_with_that_attempts_error() {
+    // `flaky` and `busy` share one permit. flaky's first run fails; while
+    // it backs off, `busy` takes the permit for a second; both retries of
+    // flaky wait 100 ms for it and are shed.
+    let permit = ConcurrencyLimitLayer::shared(1).max_wait(Duration::from_millis(100));
+    let (flaky_runs, busy_runs) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let tools = Toolbox::new()
+        .layered(
+            flaky_once(&flaky_runs),
+            ServiceBuilder::new()
+                .stream_retry(fixed_backoff(3, 50))
+                .layer(permit.clone()),
+        )
+        .layered(sleeper("busy", &busy_runs), permit);
+    let flaky = tokio::spawn({
+        let tools = tools.clone();
+        async move { call(&tools, "flaky", "{}").await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let busy = tokio::spawn({
+        let tools = tools.clone();
+        async move { call(&tools, "busy", r#"{"ms":1000}"#).await }
+    });
+    let (result, _) = flaky.await.unwrap();
+    let err = result.error.expect("flaky's retries never got the permit");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert_eq!(
+        err.message(),
+        "the backend blinked; it was tried again, and that attempt was refused: waited 100ms for capacity; the tool never started"
+    );
+    assert_eq!(flaky_runs.load(Ordering::SeqCst), 1);
+    assert!(busy.await.unwrap().0.error.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deadline_that_passes_while_a_retry_waits_for_a_permit_says_the_tool_never_started() {
+    // `t` and `busy` share one permit, which `busy` holds for a second.
+    let permit = ConcurrencyLimitLayer::shared(1).max_wait(Duration::from_millis(100));
+    let (runs, busy_runs) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let tools = Toolbox::new()
+        .layered(
+            sleeper("t", &runs),
+            ServiceBuilder::new()
+                .stream_timeout(TimeoutLayer::new().deadline(Duration::from_millis(150)))
+                .stream_retry(fixed_backoff(5, 100))
+                .layer(permit.clone()),
+        )
+        .layered(sleeper("busy", &busy_runs), permit);
+    let holder = tokio::spawn({
+        let tools = tools.clone();
+        async move { call(&tools, "busy", r#"{"ms":1000}"#).await }
+    });
+    tokio::task::yield_now().await;
+    // Waits 100 ms for the permit before the call (and its deadline)
+    // starts, is shed, backs off 100 ms (it ends before the deadline),
+    // waits again: the deadline passes 50 ms into the second wait.
+    let (result, took) = call(&tools, "t", r#"{"ms":1}"#).await;
+    let err = result.error.expect("the call cannot have run");
+    assert_eq!(err.kind(), ErrorKind::Overloaded, "{err}");
+    assert_eq!(
+        err.message(),
+        "waited 150ms for capacity over 2 attempts, until its deadline of 150ms passed; the tool never started"
+    );
+    assert_eq!(took, Duration::from_millis(250));
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "`t` never ran");
+    assert!(holder.await.unwrap().0.error.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_that_would_start_after_the_deadline_is_not_waited_for() {
+    // `t` and `busy` share one permit, which `busy` holds for a second.
+    let permit = ConcurrencyLimitLayer::shared(1).max_wait(Duration::from_millis(100));
+    let (runs, busy_runs) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let tools = Toolbox::new()
+        .layered(
+            sleeper("t", &runs),
+            ServiceBuilder::new()
+                .stream_timeout(TimeoutLayer::new().deadline(Duration::from_millis(150)))
+                .stream_retry(fixed_backoff(5, 200))
+                .layer(permit.clone()),
+        )
+        .layered(sleeper("busy", &busy_runs), permit);
+    let holder = tokio::spawn({
+        let tools = tools.clone();
+        async move { call(&tools, "busy", r#"{"ms":1000}"#).await }
+    });
+    tokio::task::yield_now().await;
+    // Shed after its 100 ms wait; the 200 ms backoff would end past the
+    // 150 ms deadline, so the call ends at once with the refusal.
+    let (result, took) = call(&tools, "t", r#"{"ms":1}"#).await;
+    let err = result.error.expect("the call cannot have run");
+    assert_eq!(err.kind(), ErrorKind::Overloaded, "{err}");
+    assert_eq!(
+        err.message(),
+        "waited 100ms for capacity; the tool never started"
+    );
+    assert_eq!(took, Duration::from_millis(100), "it waited for nothing");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "`t` never ran");
+    assert!(holder.await.unwrap().0.error.is_none());
 }

@@ -142,7 +142,13 @@ where
                         return Poll::Ready(Err(polled_after_completion()));
                     };
                     while !*allowed {
-                        ready!(sleep.as_mut().poll(cx));
+                        if sleep.as_mut().poll(cx).is_pending() {
+                            // A timeout above that expires now says so.
+                            crate::call::report(crate::call::Capacity::Quota {
+                                ready_at: sleep.deadline(),
+                            });
+                            return Poll::Pending;
+                        }
                         // Another call may have taken the cell this one woke
                         // up for; then sleep again until the next one.
                         match limiter.check(CallKey::of(req)) {
@@ -150,9 +156,16 @@ where
                             Err(earliest) => sleep.as_mut().reset(Instant::from_std(earliest)),
                         }
                     }
-                    if let Err(err) = ready!(service.poll_ready(cx)) {
-                        state.set(State::Done);
-                        return Poll::Ready(Err(err.into()));
+                    match service.poll_ready(cx) {
+                        Poll::Ready(Ok(())) => {}
+                        Poll::Ready(Err(err)) => {
+                            state.set(State::Done);
+                            return Poll::Ready(Err(err.into()));
+                        }
+                        Poll::Pending => {
+                            crate::call::report(crate::call::Capacity::Permit);
+                            return Poll::Pending;
+                        }
                     }
                     let Some(req) = request.take() else {
                         return Poll::Ready(Err(polled_after_completion()));

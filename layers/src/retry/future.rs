@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use futures_core::Stream;
 use pin_project_lite::pin_project;
-use tokio::time::{sleep, Sleep};
-use toolstack::{ToolError, ToolRequest};
+use tokio::time::{sleep, Instant, Sleep};
+use toolstack::{ErrorKind, ToolError, ToolRequest};
 use tower_service::Service;
 
 use super::policy::refused_before_running;
@@ -25,6 +25,15 @@ pub(super) struct Attempts<S, R, I> {
     pub(super) shared: Arc<Shared<S, I>>,
     /// Attempts made so far.
     pub(super) attempt: u32,
+    /// When the call started and its deadline, as a timeout above lent
+    /// them to `call`: a retry never waits past the deadline.
+    pub(super) start: Option<crate::call::Start>,
+    /// The error of the latest attempt that reached the service: what the
+    /// call ends with if a later attempt is refused for capacity.
+    pub(super) ran: Option<ToolError>,
+    /// When the latest refusal was a rate limit's: when its quota allows
+    /// the call (else the refusal was for a permit).
+    pub(super) quota_at: Option<Instant>,
 }
 
 /// What every call of one [`Retry`](super::Retry) service (and its clones)
@@ -38,6 +47,84 @@ pub(super) struct Shared<S, I> {
 }
 
 impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
+    /// After `err`, the delay before the next attempt, or the error the
+    /// call ends with. `reached` says whether the call may have reached
+    /// the service.
+    fn next(&mut self, err: ToolError, reached: bool) -> Result<Duration, ToolError> {
+        let refused = refused_before_running(&err);
+        let Some(delay) = self.retry_delay(&err, reached && !refused) else {
+            return Err(self.last_error(err));
+        };
+        if refused {
+            self.quota_at = match err.kind() {
+                ErrorKind::RateLimited { retry_after } => {
+                    Some(Instant::now() + retry_after.unwrap_or_default())
+                }
+                _ => None,
+            };
+        } else if reached {
+            self.ran = Some(err);
+        }
+        Ok(delay)
+    }
+
+    /// The error a call ends with when `err` is final. A refusal for
+    /// capacity after an attempt that ran is not the call's story: that
+    /// attempt's error is, with the refusal said after it. Refusals alone,
+    /// over several attempts, say so.
+    fn last_error(&mut self, err: ToolError) -> ToolError {
+        if !refused_before_running(&err) {
+            return err;
+        }
+        if let Some(ran) = self.ran.take() {
+            let message = format!(
+                "{}; it was tried again, and that attempt was refused: {}",
+                ran.message(),
+                err.message()
+            );
+            return ran.with_message(message);
+        }
+        if self.attempt == 1 {
+            return err;
+        }
+        let waited = match self.start {
+            Some(start) => format!(
+                " over {:?}",
+                Instant::now().saturating_duration_since(start.at)
+            ),
+            None => String::new(),
+        };
+        let message = format!(
+            "refused for capacity {} times{waited}; the {} never started (the last refusal: {})",
+            self.attempt,
+            R::KIND,
+            err.message()
+        );
+        err.with_message(message)
+    }
+
+    /// What this call is waiting for, for a timeout above to read if its
+    /// bound expires now.
+    fn report(&self) {
+        let capacity = match self.quota_at {
+            Some(ready_at) => crate::call::Capacity::Quota { ready_at },
+            None => crate::call::Capacity::Permit,
+        };
+        crate::call::report(capacity);
+        self.amend();
+    }
+
+    /// Adds this call's attempts, and the error of one that ran, to what a
+    /// layer below reported.
+    fn amend(&self) {
+        crate::call::amend(|waiting| {
+            waiting.attempts = self.attempt;
+            if waiting.ran.is_none() {
+                waiting.ran = self.ran.clone();
+            }
+        });
+    }
+
     /// The delay before the next attempt after `err`, or `None` when `err`
     /// is final. `reached` says whether the call may have reached the
     /// service.
@@ -64,17 +151,30 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
         // nothing for it.
         if reached
             && !policy.retry_non_idempotent
-            && !refused_before_running(err)
             && !self.shared.idempotency.is_idempotent(&self.request)
         {
             return None;
+        }
+        let delay = policy.delay(self.attempt, err);
+        // A retry that would start after the deadline would only wait for
+        // it: the call ends now, with what it has.
+        if let Some(deadline) = self.start.and_then(|start| start.deadline) {
+            if Instant::now() + delay >= deadline {
+                tracing::info!(
+                    operation = R::KIND.operation(),
+                    target = self.request.name(),
+                    delay_ms = delay.as_millis() as u64,
+                    error = %err,
+                    "not retrying: the call's deadline would pass first"
+                );
+                return None;
+            }
         }
         if let Some(budget) = &policy.budget {
             if !budget.withdraw() {
                 return None;
             }
         }
-        let delay = policy.delay(self.attempt, err);
         self.attempt += 1;
         // At `info`: a wait of seconds must show, never be silence.
         tracing::info!(
@@ -115,15 +215,22 @@ where
 {
     loop {
         let (err, reached) = match state.as_mut().project() {
-            StateProj::Calling { future } => match ready!(future.poll(cx)) {
-                Ok(stream) => {
+            StateProj::Calling { future } => match future.poll(cx) {
+                Poll::Ready(Ok(stream)) => {
                     state.set(State::Done);
                     return Poll::Ready(Ok(stream));
                 }
-                Err(err) => (err.into(), true),
+                Poll::Ready(Err(err)) => (err.into(), true),
+                Poll::Pending => {
+                    attempts.amend();
+                    return Poll::Pending;
+                }
             },
             StateProj::Backoff { sleep } => {
-                ready!(sleep.as_mut().poll(cx));
+                if sleep.as_mut().poll(cx).is_pending() {
+                    attempts.report();
+                    return Poll::Pending;
+                }
                 state.set(State::Readying);
                 continue;
             }
@@ -131,13 +238,17 @@ where
                 let service = attempts
                     .service
                     .get_or_insert_with(|| Box::new(attempts.shared.template.clone()));
-                match ready!(service.poll_ready(cx)) {
-                    Ok(()) => {
+                match service.poll_ready(cx) {
+                    Poll::Ready(Ok(())) => {
                         let future = service.call(attempts.request.clone());
                         state.set(State::Calling { future });
                         continue;
                     }
-                    Err(err) => (err.into(), false),
+                    Poll::Ready(Err(err)) => (err.into(), false),
+                    Poll::Pending => {
+                        attempts.report();
+                        return Poll::Pending;
+                    }
                 }
             }
             StateProj::Streaming { .. } | StateProj::Done => {
@@ -146,11 +257,11 @@ where
                 )));
             }
         };
-        match attempts.retry_delay(&err, reached) {
-            Some(delay) => state.set(State::Backoff {
+        match attempts.next(err, reached) {
+            Ok(delay) => state.set(State::Backoff {
                 sleep: Box::pin(sleep(delay)),
             }),
-            None => {
+            Err(err) => {
                 state.set(State::Done);
                 return Poll::Ready(Err(err));
             }
@@ -248,17 +359,17 @@ where
                         return Poll::Ready(Some(Ok(item)));
                     }
                     Some(Err(err)) => {
-                        let delay = if *emitted {
-                            None
+                        let next = if *emitted {
+                            Err(err)
                         } else {
-                            this.attempts.retry_delay(&err, true)
+                            this.attempts.next(err, true)
                         };
-                        match delay {
+                        match next {
                             // Dropping the failed stream here ends that attempt.
-                            Some(delay) => this.state.set(State::Backoff {
+                            Ok(delay) => this.state.set(State::Backoff {
                                 sleep: Box::pin(sleep(delay)),
                             }),
-                            None => {
+                            Err(err) => {
                                 // The last item: drop the stream behind it.
                                 this.state.set(State::Done);
                                 return Poll::Ready(Some(Err(err)));

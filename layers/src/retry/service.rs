@@ -115,6 +115,9 @@ where
             request,
             shared: self.shared.clone(),
             attempt: 1,
+            start: crate::call::start(),
+            ran: None,
+            quota_at: None,
         };
         ResponseFuture::new(first, attempts)
     }

@@ -38,6 +38,36 @@ impl Bounds {
             .reduce(|best, next| if next.0 < best.0 { next } else { best })
     }
 
+    /// Whether a bound that may expire before the callee has started is
+    /// set: only then does a poll listen for what the layers below report.
+    #[inline]
+    fn listens(&self) -> bool {
+        self.deadline.is_some() || self.first_item.is_some()
+    }
+
+    /// The error of `phase` expiring now: when the layers below reported
+    /// in this poll that the call still waits for capacity (the callee
+    /// never started, or an attempt that ran is waiting to be tried
+    /// again), that is what the error says; else the bound's own.
+    fn expired(&self, phase: TimeoutPhase) -> ToolError {
+        let (at, limit, what) = match phase {
+            TimeoutPhase::Deadline => (self.deadline, self.limits.deadline, "its deadline"),
+            TimeoutPhase::FirstItem => (
+                self.first_item,
+                self.limits.first_item,
+                "its first-item bound",
+            ),
+            _ => (None, None, ""),
+        };
+        if let (Some(at), Some(limit)) = (at, limit) {
+            if let Some(waiting) = crate::call::take() {
+                let waited = Instant::now().saturating_duration_since(at - limit);
+                return waiting.into_error(self.kind, waited, &format!("{what} of {limit:?}"));
+            }
+        }
+        self.error(phase)
+    }
+
     fn error(&self, phase: TimeoutPhase) -> ToolError {
         let (limits, subject) = (&self.limits, self.kind);
         let message = match phase {
@@ -113,6 +143,9 @@ where
                 "timeout::ResponseFuture",
             )));
         }
+        if this.bounds.listens() {
+            crate::call::clear();
+        }
         if let Poll::Ready(result) = this.inner.poll(cx) {
             *this.done = true;
             return Poll::Ready(match result {
@@ -130,7 +163,7 @@ where
         match this.bounds.next_expiry(None) {
             Some((at, phase)) if poll_timer(this.timer, at, cx).is_ready() => {
                 *this.done = true;
-                Poll::Ready(Err(this.bounds.error(phase)))
+                Poll::Ready(Err(this.bounds.expired(phase)))
             }
             _ => Poll::Pending,
         }
@@ -167,7 +200,10 @@ where
         let Some(inner) = this.inner.as_mut().as_pin_mut() else {
             return Poll::Ready(None);
         };
-        if let Some(deadline) = this.bounds.deadline {
+        // A stream that never pauses arms no timer: every few dozen items,
+        // a look at the clock. (Before the first item every poll that
+        // returns arms the timer, which then sees why the call waits.)
+        if let (Some(deadline), true) = (this.bounds.deadline, *this.seen_item) {
             if *this.countdown == 0 {
                 *this.countdown = DEADLINE_CHECK_EVERY;
                 if Instant::now() >= deadline {
@@ -178,6 +214,11 @@ where
             } else {
                 *this.countdown -= 1;
             }
+        }
+        // Until the first item the callee may not have started: hear what
+        // the layers below say of it.
+        if !*this.seen_item && this.bounds.listens() {
+            crate::call::clear();
         }
         match inner.poll_next(cx) {
             Poll::Ready(Some(Err(err))) => {
@@ -205,9 +246,14 @@ where
                 }
                 match this.bounds.next_expiry(*this.idle_at) {
                     Some((at, phase)) if poll_timer(this.timer, at, cx).is_ready() => {
+                        let error = if *this.seen_item {
+                            this.bounds.error(phase)
+                        } else {
+                            this.bounds.expired(phase)
+                        };
                         this.inner.set(None);
                         *this.timer = None;
-                        Poll::Ready(Some(Err(this.bounds.error(phase))))
+                        Poll::Ready(Some(Err(error)))
                     }
                     _ => Poll::Pending,
                 }

@@ -56,17 +56,32 @@ where
 
     fn call(&mut self, request: R) -> Self::Future {
         let limits = self.limits;
-        // Only bounds counted from `call` need the clock now.
-        let start = (limits.deadline.is_some() || limits.first_item.is_some()).then(Instant::now);
+        let lent = crate::call::start();
+        // Only bounds counted from `call` need the clock now; a timeout
+        // above lent the instant its call started (this one's, give or take
+        // the layers between).
+        let start = (limits.deadline.is_some() || limits.first_item.is_some())
+            .then(|| lent.map_or_else(Instant::now, |lent| lent.at));
+        let deadline = start.zip(limits.deadline).map(|(s, d)| s + d);
         let bounds = Bounds {
-            deadline: start.zip(limits.deadline).map(|(s, d)| s + d),
+            deadline,
             first_item: start.zip(limits.first_item).map(|(s, d)| s + d),
             limits,
             kind: R::KIND,
         };
         let inner = match start {
-            // A rate limit below takes its quota at this same instant.
-            Some(start) => crate::clock::lend(start, || self.inner.call(request)),
+            // The layers below take their time from this instant, and see
+            // the nearer of this deadline and one lent from above.
+            Some(at) => {
+                let outer = lent.and_then(|lent| lent.deadline);
+                let deadline = match (deadline, outer) {
+                    (Some(own), Some(outer)) => Some(own.min(outer)),
+                    (own, outer) => own.or(outer),
+                };
+                crate::call::lend(crate::call::Start { at, deadline }, || {
+                    self.inner.call(request)
+                })
+            }
             None => self.inner.call(request),
         };
         ResponseFuture::new(inner, bounds)

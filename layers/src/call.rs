@@ -1,0 +1,171 @@
+//! What the layers of one call tell each other, with no field in the
+//! request and no allocation on the way of a call that does not wait.
+//!
+//! **Down, while a layer's `call` runs:** the call's [`Start`] — the
+//! instant it started and its deadline — lent by the timeout to the layers
+//! it calls into. A rate limit below takes its quota at that instant
+//! instead of reading the clock again (one clock read per call), an inner
+//! timeout counts from it, and a retry sees the deadline it must not wait
+//! past. Outside such a `call` (a retry's later attempt, a stack without a
+//! timeout), [`now`] reads tokio's clock, so `tokio::time::pause` still
+//! drives them all.
+//!
+//! **Up, while a layer polls the ones below it:** why a pending call has
+//! not reached the tool — it is [`Waiting`] for capacity (a permit or a
+//! rate limit's quota), or in a retry's backoff after a refusal. The layer
+//! that holds the call reports it on every poll that leaves it pending; a
+//! retry above adds its attempts and the error of an attempt that ran; a
+//! timeout above, whose bound expires in that poll, reads it and says what
+//! happened — "waited 410ms for capacity over 3 attempts; the tool never
+//! started" — instead of blaming the tool.
+//!
+//! Both travel in thread-local cells, set around a `call` or a poll: a
+//! call's layers run on the thread that polls it, and neither a request's
+//! clones (a retry's attempts, a caller's copies) nor `poll_ready` (where a
+//! concurrency limit waits, with no request at hand) could carry them as
+//! well. A layer that moves the call to another task (tower's `Buffer`)
+//! cuts both: below it, the layers read the clock themselves and a timeout
+//! above reports its bound as it always has.
+
+use std::cell::Cell;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use toolstack::{ErrorKind, ToolError};
+
+use crate::CallKind;
+
+/// When a call started, and when it must be over.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Start {
+    pub(crate) at: Instant,
+    pub(crate) deadline: Option<Instant>,
+}
+
+/// What a pending call waits for, before it has reached the tool.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Capacity {
+    /// A concurrency permit (or any inner service's readiness).
+    Permit,
+    /// A rate limit's quota, which allows the call at `ready_at`.
+    Quota { ready_at: Instant },
+}
+
+/// Why a pending call has not reached the tool, as the layer holding it
+/// reports it.
+#[derive(Debug)]
+pub(crate) struct Waiting {
+    pub(crate) capacity: Capacity,
+    /// Attempts so far, the one waiting included.
+    pub(crate) attempts: u32,
+    /// The error of an earlier attempt that did reach the tool.
+    pub(crate) ran: Option<ToolError>,
+}
+
+thread_local! {
+    static START: Cell<Option<Start>> = const { Cell::new(None) };
+    static WAITING: Cell<Option<Waiting>> = const { Cell::new(None) };
+}
+
+/// The current call's start, if a layer above lent it.
+#[inline]
+pub(crate) fn start() -> Option<Start> {
+    START.with(Cell::get)
+}
+
+/// The instant the current call started, if a layer above lent it, else
+/// tokio's clock now.
+#[inline]
+pub(crate) fn now() -> Instant {
+    start().map_or_else(Instant::now, |start| start.at)
+}
+
+/// Runs `f` (a layer's call into the service below it) with `start` lent
+/// as the current call's.
+#[inline]
+pub(crate) fn lend<T>(start: Start, f: impl FnOnce() -> T) -> T {
+    struct Restore(Option<Start>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            START.with(|cell| cell.set(self.0));
+        }
+    }
+    let _restore = Restore(START.with(|cell| cell.replace(Some(start))));
+    f()
+}
+
+/// Forgets any report: a layer that may read one clears it before it polls
+/// the layers below, so what it reads is theirs, from this poll.
+#[inline]
+pub(crate) fn clear() {
+    WAITING.with(|cell| cell.set(None));
+}
+
+/// Reports, during a poll that leaves the call pending, that it waits for
+/// `capacity` and has not reached the tool.
+pub(crate) fn report(capacity: Capacity) {
+    WAITING.with(|cell| {
+        cell.set(Some(Waiting {
+            capacity,
+            attempts: 1,
+            ran: None,
+        }))
+    });
+}
+
+/// Lets a layer above the one that reported (a retry) add what it knows:
+/// `f` runs on the report of this poll, if there is one.
+pub(crate) fn amend(f: impl FnOnce(&mut Waiting)) {
+    WAITING.with(|cell| {
+        if let Some(mut waiting) = cell.take() {
+            f(&mut waiting);
+            cell.set(Some(waiting));
+        }
+    });
+}
+
+/// Takes the report of this poll: what a timeout whose bound just expired
+/// asks before it blames the callee.
+pub(crate) fn take() -> Option<Waiting> {
+    WAITING.with(Cell::take)
+}
+
+impl Waiting {
+    /// The error of a call whose bound (`what`, e.g. "its deadline of
+    /// 400ms") expired while it waited, `waited` after it started.
+    pub(crate) fn into_error(self, kind: CallKind, waited: Duration, what: &str) -> ToolError {
+        if let Some(ran) = self.ran {
+            // An attempt ran and failed; its error is the call's, and the
+            // wait for another attempt is said after it.
+            let message = format!(
+                "{}; {what} passed while a retry waited for capacity, so it was not tried again",
+                ran.message()
+            );
+            return ran.with_message(message);
+        }
+        let attempts = match self.attempts {
+            1 => "1 attempt".to_owned(),
+            n => format!("{n} attempts"),
+        };
+        match self.capacity {
+            Capacity::Permit => ToolError::new(
+                ErrorKind::Overloaded,
+                format!(
+                    "waited {waited:?} for capacity over {attempts}, until {what} passed; the {kind} never started"
+                ),
+            ),
+            Capacity::Quota { ready_at } => {
+                let retry_after = ready_at.saturating_duration_since(Instant::now());
+                ToolError::new(
+                    ErrorKind::RateLimited {
+                        retry_after: Some(retry_after),
+                    },
+                    format!(
+                        "waited {waited:?} for the rate limit's quota over {attempts}, until {what} passed; the {kind} never started; retry after {} ms",
+                        retry_after.as_nanos().div_ceil(1_000_000)
+                    ),
+                )
+            }
+        }
+    }
+}
