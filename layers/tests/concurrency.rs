@@ -173,3 +173,116 @@ async fn concurrency_queued_call_proceeds_when_the_stream_ends() {
         "the second call waited for the first stream"
     );
 }
+
+/// Many threads take and give back the limit's own permits (the atomic
+/// path, the queue when none is free, waits given up): never more calls
+/// in flight than permits, and at the end every permit is back — as many
+/// calls as permits can then be in flight together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_own_permits_are_never_exceeded_nor_lost_across_threads() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    const PERMITS: usize = 3;
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(tokio::sync::Barrier::new(PERMITS + 1));
+    let holding = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tool = {
+        let (in_flight, most, gate, holding) = (
+            in_flight.clone(),
+            most.clone(),
+            gate.clone(),
+            holding.clone(),
+        );
+        tower::service_fn(move |_: ToolRequest| {
+            let (in_flight, most, gate, holding) = (
+                in_flight.clone(),
+                most.clone(),
+                gate.clone(),
+                holding.clone(),
+            );
+            async move {
+                let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                if holding.load(Ordering::SeqCst) {
+                    gate.wait().await;
+                } else {
+                    tokio::task::yield_now().await;
+                }
+                in_flight.fetch_sub(1, Ordering::SeqCst);
+                Ok::<_, ToolError>(futures_util::stream::iter([Ok::<_, ToolError>(
+                    toolstack::ToolOutput::text("done"),
+                )]))
+            }
+        })
+    };
+    let layer = ConcurrencyLimitLayer::shared(PERMITS);
+    let patient = layer.layer(tool.clone());
+    let hasty = layer
+        .clone()
+        .max_wait(Duration::from_micros(50))
+        .layer(tool);
+    let mut tasks = Vec::new();
+    for task in 0..16 {
+        let (mut patient, mut hasty) = (patient.clone(), hasty.clone());
+        tasks.push(tokio::spawn(async move {
+            let (mut done, mut shed) = (0, 0);
+            for n in 0..500 {
+                let svc = if (task + n) % 4 == 0 {
+                    &mut hasty
+                } else {
+                    &mut patient
+                };
+                match svc.ready().await.unwrap().call(request()).await {
+                    Ok(stream) => {
+                        assert_eq!(texts(stream).await, ["done"]);
+                        done += 1;
+                    }
+                    Err(err) => {
+                        assert_eq!(err.kind(), ErrorKind::Overloaded, "{err}");
+                        shed += 1;
+                    }
+                }
+            }
+            (done, shed)
+        }));
+    }
+    let mut done = 0;
+    for task in tasks {
+        done += tokio::time::timeout(Duration::from_secs(60), task)
+            .await
+            .expect("the calls finished")
+            .unwrap()
+            .0;
+    }
+    assert!(done > 0);
+    assert!(
+        most.load(Ordering::SeqCst) <= PERMITS,
+        "more calls than permits"
+    );
+    assert_eq!(in_flight.load(Ordering::SeqCst), 0);
+
+    // Every permit is back: PERMITS calls can be in flight at once.
+    holding.store(true, Ordering::SeqCst);
+    let holders: Vec<_> = (0..PERMITS)
+        .map(|_| {
+            let mut patient = patient.clone();
+            tokio::spawn(async move {
+                let stream = patient
+                    .ready()
+                    .await
+                    .unwrap()
+                    .call(request())
+                    .await
+                    .unwrap();
+                texts(stream).await
+            })
+        })
+        .collect();
+    tokio::time::timeout(Duration::from_secs(60), gate.wait())
+        .await
+        .expect("a permit was lost: not every holder got in");
+    for holder in holders {
+        assert_eq!(holder.await.unwrap(), ["done"]);
+    }
+}

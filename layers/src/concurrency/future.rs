@@ -4,9 +4,10 @@ use std::task::{ready, Context, Poll};
 
 use futures_core::Stream;
 use pin_project_lite::pin_project;
-use tokio::sync::OwnedSemaphorePermit;
 use toolstack::boxed::FuseAfterError;
 use toolstack::ToolError;
+
+use super::permits::Permit;
 
 pin_project! {
     /// The response future of [`ConcurrencyLimit`](super::ConcurrencyLimit):
@@ -16,13 +17,13 @@ pin_project! {
         // `None` when the call was shed: it never reached the service.
         #[pin]
         inner: Option<F>,
-        permit: Option<OwnedSemaphorePermit>,
+        permit: Option<Permit>,
         shed: Option<ToolError>,
     }
 }
 
 impl<F> ResponseFuture<F> {
-    pub(super) fn new(inner: F, permit: OwnedSemaphorePermit) -> Self {
+    pub(super) fn new(inner: F, permit: Permit) -> Self {
         ResponseFuture {
             inner: Some(inner),
             permit: Some(permit),
@@ -82,7 +83,7 @@ pin_project! {
         // stops before the permit goes.
         #[pin]
         inner: FuseAfterError<St>,
-        permit: Option<OwnedSemaphorePermit>,
+        permit: Option<Permit>,
     }
 }
 

@@ -4,6 +4,8 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tower_layer::Layer;
 
+use super::permits::Permits;
+use super::service::Source;
 use super::ConcurrencyLimit;
 
 /// Applies a [`ConcurrencyLimit`] to a tool or a model.
@@ -23,7 +25,7 @@ pub struct ConcurrencyLimitLayer {
 #[derive(Debug, Clone)]
 enum Limit {
     PerService(usize),
-    Shared(Arc<Semaphore>),
+    Shared(Source),
 }
 
 impl ConcurrencyLimitLayer {
@@ -39,14 +41,17 @@ impl ConcurrencyLimitLayer {
     /// At most `max` calls in flight across *every* service this layer (or a
     /// clone of it) wraps.
     pub fn shared(max: usize) -> Self {
-        Self::with_semaphore(Arc::new(Semaphore::new(max)))
+        ConcurrencyLimitLayer {
+            limit: Limit::Shared(Source::Own(Arc::new(Permits::new(max)))),
+            max_wait: None,
+        }
     }
 
     /// Draws permits from `semaphore`, which the caller may share with other
     /// limits or close to refuse further calls.
     pub fn with_semaphore(semaphore: Arc<Semaphore>) -> Self {
         ConcurrencyLimitLayer {
-            limit: Limit::Shared(semaphore),
+            limit: Limit::Shared(Source::Semaphore(semaphore)),
             max_wait: None,
         }
     }
@@ -66,7 +71,7 @@ impl<S> Layer<S> for ConcurrencyLimitLayer {
     fn layer(&self, inner: S) -> ConcurrencyLimit<S> {
         let limit = match &self.limit {
             Limit::PerService(max) => ConcurrencyLimit::new(inner, *max),
-            Limit::Shared(semaphore) => ConcurrencyLimit::with_semaphore(inner, semaphore.clone()),
+            Limit::Shared(source) => ConcurrencyLimit::from_source(inner, source.clone()),
         };
         match self.max_wait {
             Some(max) => limit.max_wait(max),

@@ -45,6 +45,7 @@
 
 mod future;
 mod layer;
+mod permits;
 mod service;
 
 pub use self::future::{ResponseFuture, ResponseStream};

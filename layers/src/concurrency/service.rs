@@ -5,12 +5,13 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use futures_core::Stream;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
+use tokio::sync::{Semaphore, TryAcquireError};
 use tokio::time::{sleep, Sleep};
 use tokio_util::sync::PollSemaphore;
 use toolstack::{ErrorKind, ToolError};
 use tower_service::Service;
 
+use super::permits::{Permit, Permits, Waiter};
 use super::ResponseFuture;
 
 /// Limits the calls of a service — a tool or a model — in flight, counting a
@@ -19,12 +20,12 @@ use super::ResponseFuture;
 #[derive(Debug)]
 pub struct ConcurrencyLimit<S> {
     inner: S,
-    semaphore: Arc<Semaphore>,
+    source: Source,
     // Made only when no permit is free: creating one allocates, and a
     // clone is made per call by the toolbox and by retry.
-    waiting: Option<PollSemaphore>,
+    waiting: Option<Queued>,
     // Reserved by `poll_ready`, spent by `call`.
-    permit: Option<OwnedSemaphorePermit>,
+    permit: Option<Permit>,
     // How long a call may wait for a permit; `None`: as long as it takes.
     max_wait: Option<Duration>,
     // Armed when a call starts waiting (only with `max_wait`).
@@ -34,17 +35,39 @@ pub struct ConcurrencyLimit<S> {
     shed: bool,
 }
 
+/// Where a limit's permits come from.
+#[derive(Debug, Clone)]
+pub(super) enum Source {
+    /// The limit's own: an atomic count, a queue only while calls wait.
+    Own(Arc<Permits>),
+    /// A semaphore the caller gave, which it may share or close.
+    Semaphore(Arc<Semaphore>),
+}
+
+/// A call waiting in the queue for a permit.
+#[derive(Debug)]
+struct Queued {
+    poll: PollSemaphore,
+    // Registered with the limit's own permits (`None` on a caller's
+    // semaphore); unregistered when served or dropped.
+    waiter: Option<Waiter>,
+}
+
 impl<S> ConcurrencyLimit<S> {
     /// At most `max` calls of `inner` (and its clones) in flight.
     pub fn new(inner: S, max: usize) -> Self {
-        Self::with_semaphore(inner, Arc::new(Semaphore::new(max)))
+        Self::from_source(inner, Source::Own(Arc::new(Permits::new(max))))
     }
 
     /// Draws permits from a semaphore that may be shared with other services.
     pub fn with_semaphore(inner: S, semaphore: Arc<Semaphore>) -> Self {
+        Self::from_source(inner, Source::Semaphore(semaphore))
+    }
+
+    pub(super) fn from_source(inner: S, source: Source) -> Self {
         ConcurrencyLimit {
             inner,
-            semaphore,
+            source,
             waiting: None,
             permit: None,
             max_wait: None,
@@ -87,7 +110,7 @@ impl<S: Clone> Clone for ConcurrencyLimit<S> {
         // next call only.
         ConcurrencyLimit {
             inner: self.inner.clone(),
-            semaphore: self.semaphore.clone(),
+            source: self.source.clone(),
             waiting: None,
             permit: None,
             max_wait: self.max_wait,
@@ -120,21 +143,44 @@ where
         }
         if self.permit.is_none() {
             if self.waiting.is_none() {
-                match self.semaphore.clone().try_acquire_owned() {
-                    Ok(permit) => self.permit = Some(permit),
-                    Err(TryAcquireError::Closed) => return Poll::Ready(Err(closed())),
-                    // Queue up (in FIFO order) and keep the place until served.
-                    Err(TryAcquireError::NoPermits) => {
-                        self.waiting = Some(PollSemaphore::new(self.semaphore.clone()));
-                        self.give_up = self.max_wait.map(|max| Box::pin(sleep(max)));
-                    }
+                self.permit = match &self.source {
+                    Source::Own(permits) => match Permit::try_own(permits) {
+                        Some(permit) => Some(permit),
+                        None => match Waiter::register(permits) {
+                            Err(permit) => Some(permit),
+                            Ok(waiter) => {
+                                self.waiting = Some(Queued {
+                                    poll: PollSemaphore::new(waiter.queue()),
+                                    waiter: Some(waiter),
+                                });
+                                None
+                            }
+                        },
+                    },
+                    Source::Semaphore(semaphore) => match semaphore.clone().try_acquire_owned() {
+                        Ok(permit) => Some(Permit::Semaphore(permit)),
+                        Err(TryAcquireError::Closed) => return Poll::Ready(Err(closed())),
+                        Err(TryAcquireError::NoPermits) => {
+                            self.waiting = Some(Queued {
+                                poll: PollSemaphore::new(semaphore.clone()),
+                                waiter: None,
+                            });
+                            None
+                        }
+                    },
+                };
+                // Queued up (in FIFO order): keep the place until served.
+                if self.waiting.is_some() {
+                    self.give_up = self.max_wait.map(|max| Box::pin(sleep(max)));
                 }
             }
             if let Some(waiting) = &mut self.waiting {
-                match waiting.poll_acquire(cx) {
+                match waiting.poll.poll_acquire(cx) {
                     Poll::Ready(Some(permit)) => {
-                        self.permit = Some(permit);
-                        self.waiting = None;
+                        self.permit = Some(match self.waiting.take().and_then(|q| q.waiter) {
+                            Some(waiter) => waiter.served(permit),
+                            None => Permit::Semaphore(permit),
+                        });
                         self.give_up = None;
                     }
                     Poll::Ready(None) => return Poll::Ready(Err(closed())),
