@@ -181,6 +181,12 @@ type Entry = (Arc<ToolInfo>, Option<Arc<jsonschema::Validator>>);
 /// over a toolbox larger than that compiles the rest on every call.
 const MAX_CACHED: usize = 1024;
 
+/// Whether two descriptions hold the very same schema (the entry's
+/// `Arc<ToolInfo>` keeps it alive, so its address is not reused).
+fn same_schema(a: &ToolInfo, b: &ToolInfo) -> bool {
+    std::ptr::eq(a.input_schema(), b.input_schema())
+}
+
 impl Compiled {
     /// Runs `f` with the compiled schema of `info`'s tool (`None`: its
     /// schema does not compile). The first tool's is lent without a lock or
@@ -193,12 +199,15 @@ impl Compiled {
         let (first, validator) = self
             .first
             .get_or_init(|| (info.clone(), compile_or_warn(info)));
-        if Arc::ptr_eq(first, info) {
+        // Keyed by the schema, not the description: a toolbox hands each
+        // thread its own copy of a tool's description, and the copies share
+        // one schema.
+        if same_schema(first, info) {
             return f(validator.as_deref());
         }
         let validator = {
             let mut others = self.others.lock().unwrap_or_else(|e| e.into_inner());
-            match others.iter().find(|(i, _)| Arc::ptr_eq(i, info)) {
+            match others.iter().find(|(i, _)| same_schema(i, info)) {
                 Some((_, validator)) => validator.clone(),
                 None => {
                     let validator = compile_or_warn(info);

@@ -37,7 +37,7 @@ struct Spare<S>(Mutex<Option<Box<S>>>);
 
 /// How many spare slots a tool keeps: the threads that can run at once,
 /// to a power of two, at most 64.
-fn spare_slots() -> usize {
+pub(super) fn spare_slots() -> usize {
     static SLOTS: OnceLock<usize> = OnceLock::new();
     *SLOTS.get_or_init(|| {
         std::thread::available_parallelism()
@@ -48,7 +48,7 @@ fn spare_slots() -> usize {
 }
 
 /// This thread's slot index (the spare slot is this modulo their number).
-fn thread_slot() -> usize {
+pub(super) fn thread_slot() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
         static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed);

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use futures_core::Stream;
 use tower_service::Service;
 
-use super::erased::{Erased, ErasedTool};
+use super::erased::{spare_slots, thread_slot, Erased, ErasedTool};
 use super::{ResponseFuture, ToolItem, ToolStream};
 use crate::{Describe, ToolError, ToolInfo, ToolRequest};
 
@@ -24,7 +24,21 @@ pub struct BoxTool {
     // this description's name, as axum strips a nested prefix, so the tool
     // and the layers inside it never see a name they do not know.
     target: Option<Arc<ToolInfo>>,
+    // The description each call carries (the target's, else `info`), one
+    // copy per thread slot: a call takes a reference count on its thread's
+    // copy, so calls on several threads do not all write one count.
+    carried: Arc<[Arc<ToolInfo>]>,
     inner: Arc<dyn ErasedTool>,
+}
+
+/// One copy of `info` per thread slot (the first is `info` itself).
+fn per_thread(info: &Arc<ToolInfo>) -> Arc<[Arc<ToolInfo>]> {
+    (0..spare_slots())
+        .map(|slot| match slot {
+            0 => Arc::clone(info),
+            _ => Arc::new(ToolInfo::clone(info)),
+        })
+        .collect()
 }
 
 impl BoxTool {
@@ -50,8 +64,10 @@ impl BoxTool {
         S::Future: Send + 'static,
         S::Response: Stream<Item = ToolItem> + Send + 'static,
     {
+        let info = info.into();
         BoxTool {
-            info: info.into(),
+            carried: per_thread(&info),
+            info,
             target: None,
             inner: Arc::new(Erased::new(service)),
         }
@@ -63,8 +79,10 @@ impl BoxTool {
     /// Renaming a renamed tool keeps the first target, so however deep a
     /// tool is nested a call rewrites its name once.
     pub(crate) fn renamed(&self, info: Arc<ToolInfo>) -> BoxTool {
+        let target = self.target.clone().unwrap_or_else(|| self.info.clone());
         BoxTool {
-            target: Some(self.target.clone().unwrap_or_else(|| self.info.clone())),
+            carried: per_thread(&target),
+            target: Some(target),
             info,
             inner: self.inner.clone(),
         }
@@ -88,18 +106,16 @@ impl BoxTool {
     /// [`Toolbox::rename`](crate::Toolbox::rename)) gets the request under
     /// its own name, with its own description.
     pub fn call_shared(&self, mut request: ToolRequest) -> ResponseFuture {
-        match &self.target {
-            None => request.set_info(self.info.clone()),
-            Some(target) => {
-                // `set_name` copies the request's shared call data when a
-                // clone holds it too (a retry layer outside): the one cost
-                // of a renamed tool, paid only by renamed tools.
-                if request.name() != target.name() {
-                    request.set_name(target.name().to_owned());
-                }
-                request.set_info(target.clone());
+        if let Some(target) = &self.target {
+            // `set_name` copies the request's shared call data when a
+            // clone holds it too (a retry layer outside): the one cost of a
+            // renamed tool, paid only by renamed tools.
+            if request.name() != target.name() {
+                request.set_name(target.name().to_owned());
             }
         }
+        let carried = &self.carried[thread_slot() & (self.carried.len() - 1)];
+        request.set_info(Arc::clone(carried));
         ResponseFuture::calling(self.inner.call(request))
     }
 }

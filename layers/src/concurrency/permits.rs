@@ -23,17 +23,17 @@ use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// A limit's permits, shared by its services and their clones.
-pub(super) struct Permits {
+/// A limit's permits, counted for all its services and their clones.
+pub(super) struct Count {
     free: AtomicUsize,
     waiters: AtomicUsize,
     // Holds permits only while calls wait; never closed.
     queue: Arc<Semaphore>,
 }
 
-impl Permits {
-    pub(super) fn new(max: usize) -> Self {
-        Permits {
+impl Count {
+    fn new(max: usize) -> Self {
+        Count {
             free: AtomicUsize::new(max),
             waiters: AtomicUsize::new(0),
             queue: Arc::new(Semaphore::new(0)),
@@ -42,7 +42,7 @@ impl Permits {
 
     /// Takes a free permit without waiting, if there is one.
     #[inline]
-    pub(super) fn try_take(&self) -> bool {
+    fn try_take(&self) -> bool {
         let mut free = self.free.load(SeqCst);
         while free > 0 {
             match self
@@ -72,12 +72,39 @@ impl Permits {
     }
 }
 
-impl fmt::Debug for Permits {
+impl fmt::Debug for Count {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Permits")
             .field("free", &self.free.load(SeqCst))
             .field("waiters", &self.waiters.load(SeqCst))
             .finish()
+    }
+}
+
+/// One service's handle on a limit's [`Count`]. A held permit keeps a
+/// reference on its service's handle, not on the count: services (a
+/// toolbox keeps one per thread) then take and drop reference counts of
+/// their own, and only the count itself is written by every call.
+#[derive(Debug)]
+pub(super) struct Permits(Arc<Count>);
+
+impl Permits {
+    pub(super) fn new(max: usize) -> Self {
+        Permits(Arc::new(Count::new(max)))
+    }
+
+    /// Another handle on the same count.
+    pub(super) fn handle(&self) -> Self {
+        Permits(Arc::clone(&self.0))
+    }
+}
+
+impl std::ops::Deref for Permits {
+    type Target = Count;
+
+    #[inline]
+    fn deref(&self) -> &Count {
+        &self.0
     }
 }
 

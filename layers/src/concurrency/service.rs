@@ -35,13 +35,23 @@ pub struct ConcurrencyLimit<S> {
     shed: bool,
 }
 
-/// Where a limit's permits come from.
-#[derive(Debug, Clone)]
+/// Where a limit's permits come from. A clone of the limit's own is a new
+/// handle on the same count.
+#[derive(Debug)]
 pub(super) enum Source {
     /// The limit's own: an atomic count, a queue only while calls wait.
     Own(Arc<Permits>),
     /// A semaphore the caller gave, which it may share or close.
     Semaphore(Arc<Semaphore>),
+}
+
+impl Clone for Source {
+    fn clone(&self) -> Self {
+        match self {
+            Source::Own(permits) => Source::Own(Arc::new(permits.handle())),
+            Source::Semaphore(semaphore) => Source::Semaphore(Arc::clone(semaphore)),
+        }
+    }
 }
 
 /// A call waiting in the queue for a permit.

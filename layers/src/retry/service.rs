@@ -20,16 +20,25 @@ use crate::Request;
 pub struct Retry<S, I = Inferred> {
     inner: S,
     // The policy, the idempotency rule and a template of the inner service
-    // for retries, shared by every call and clone: a call costs one
-    // reference count, whatever the size of the stack below.
+    // for retries, shared by every call (and copied for a clone): a call
+    // costs one reference count, whatever the size of the stack below.
     shared: Arc<Shared<S, I>>,
 }
 
-impl<S: Clone, I> Clone for Retry<S, I> {
+/// A clone has its own copy of what the calls share (the policy — whose
+/// budget stays shared —, the idempotency rule, the template): the
+/// reference count each call takes is then the clone's, and a toolbox,
+/// which keeps one clone per thread, has calls on several threads write
+/// no common count.
+impl<S: Clone, I: Clone> Clone for Retry<S, I> {
     fn clone(&self) -> Self {
         Retry {
             inner: self.inner.clone(),
-            shared: self.shared.clone(),
+            shared: Arc::new(Shared {
+                policy: self.shared.policy.clone(),
+                idempotency: self.shared.idempotency.clone(),
+                template: self.shared.template.clone(),
+            }),
         }
     }
 }
