@@ -18,22 +18,29 @@ use crate::Request;
 /// What a call needs to be tried again: the request, the layer's shared
 /// policy, and — made only when a retry happens — a service to retry on.
 pub(super) struct Attempts<S, R, I> {
-    // Cloned from the shared template, boxed, on the first retry: a call
-    // that succeeds at once carries a pointer, not a copy of the stack.
-    pub(super) service: Option<Box<S>>,
     pub(super) request: R,
     pub(super) shared: Arc<Shared<S, I>>,
     /// Attempts made so far.
     pub(super) attempt: u32,
-    /// When the call started and its deadline, as a timeout above lent
-    /// them to `call`: a retry never waits past the deadline.
-    pub(super) start: Option<crate::call::Start>,
+    /// The call's deadline, as a timeout above lent it to `call`: a retry
+    /// never waits past it.
+    pub(super) deadline: Option<Instant>,
+    /// Made on the first failure: a call that succeeds at once carries a
+    /// pointer, not the failure path's state.
+    pub(super) failed: Option<Box<Failed<S>>>,
+}
+
+/// What a call keeps once an attempt has failed.
+pub(super) struct Failed<S> {
+    // Cloned from the shared template on the first retry: a clone of the
+    // service the first attempt went to, as tower's retry makes.
+    service: Option<S>,
     /// The error of the latest attempt that reached the service: what the
     /// call ends with if a later attempt is refused for capacity.
-    pub(super) ran: Option<ToolError>,
+    ran: Option<ToolError>,
     /// When the latest refusal was a rate limit's: when its quota allows
     /// the call (else the refusal was for a permit).
-    pub(super) quota_at: Option<Instant>,
+    quota_at: Option<Instant>,
 }
 
 /// What every call of one [`Retry`](super::Retry) service (and its clones)
@@ -55,15 +62,22 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
         let Some(delay) = self.retry_delay(&err, reached && !refused) else {
             return Err(self.last_error(err));
         };
+        let failed = self.failed.get_or_insert_with(|| {
+            Box::new(Failed {
+                service: None,
+                ran: None,
+                quota_at: None,
+            })
+        });
         if refused {
-            self.quota_at = match err.kind() {
+            failed.quota_at = match err.kind() {
                 ErrorKind::RateLimited { retry_after } => {
                     Some(Instant::now() + retry_after.unwrap_or_default())
                 }
                 _ => None,
             };
         } else if reached {
-            self.ran = Some(err);
+            failed.ran = Some(err);
         }
         Ok(delay)
     }
@@ -76,7 +90,7 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
         if !refused_before_running(&err) {
             return err;
         }
-        if let Some(ran) = self.ran.take() {
+        if let Some(ran) = self.failed.as_mut().and_then(|failed| failed.ran.take()) {
             let message = format!(
                 "{}; it was tried again, and that attempt was refused: {}",
                 ran.message(),
@@ -87,15 +101,8 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
         if self.attempt == 1 {
             return err;
         }
-        let waited = match self.start {
-            Some(start) => format!(
-                " over {:?}",
-                Instant::now().saturating_duration_since(start.at)
-            ),
-            None => String::new(),
-        };
         let message = format!(
-            "refused for capacity {} times{waited}; the {} never started (the last refusal: {})",
+            "refused for capacity {} times; the {} never started (the last refusal: {})",
             self.attempt,
             R::KIND,
             err.message()
@@ -103,10 +110,27 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
         err.with_message(message)
     }
 
+    /// The service the next attempt goes to.
+    fn service(&mut self) -> &mut S
+    where
+        S: Clone,
+    {
+        let failed = self.failed.get_or_insert_with(|| {
+            Box::new(Failed {
+                service: None,
+                ran: None,
+                quota_at: None,
+            })
+        });
+        failed
+            .service
+            .get_or_insert_with(|| self.shared.template.clone())
+    }
+
     /// What this call is waiting for, for a timeout above to read if its
     /// bound expires now.
     fn report(&self) {
-        let capacity = match self.quota_at {
+        let capacity = match self.failed.as_ref().and_then(|failed| failed.quota_at) {
             Some(ready_at) => crate::call::Capacity::Quota { ready_at },
             None => crate::call::Capacity::Permit,
         };
@@ -120,7 +144,7 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
         crate::call::amend(|waiting| {
             waiting.attempts = self.attempt;
             if waiting.ran.is_none() {
-                waiting.ran = self.ran.clone();
+                waiting.ran = self.failed.as_ref().and_then(|failed| failed.ran.clone());
             }
         });
     }
@@ -158,7 +182,7 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
         let delay = policy.delay(self.attempt, err);
         // A retry that would start after the deadline would only wait for
         // it: the call ends now, with what it has.
-        if let Some(deadline) = self.start.and_then(|start| start.deadline) {
+        if let Some(deadline) = self.deadline {
             if Instant::now() + delay >= deadline {
                 tracing::info!(
                     operation = R::KIND.operation(),
@@ -234,23 +258,19 @@ where
                 state.set(State::Readying);
                 continue;
             }
-            StateProj::Readying => {
-                let service = attempts
-                    .service
-                    .get_or_insert_with(|| Box::new(attempts.shared.template.clone()));
-                match service.poll_ready(cx) {
-                    Poll::Ready(Ok(())) => {
-                        let future = service.call(attempts.request.clone());
-                        state.set(State::Calling { future });
-                        continue;
-                    }
-                    Poll::Ready(Err(err)) => (err.into(), false),
-                    Poll::Pending => {
-                        attempts.report();
-                        return Poll::Pending;
-                    }
+            StateProj::Readying => match attempts.service().poll_ready(cx) {
+                Poll::Ready(Ok(())) => {
+                    let request = attempts.request.clone();
+                    let future = attempts.service().call(request);
+                    state.set(State::Calling { future });
+                    continue;
                 }
-            }
+                Poll::Ready(Err(err)) => (err.into(), false),
+                Poll::Pending => {
+                    attempts.report();
+                    return Poll::Pending;
+                }
+            },
             StateProj::Streaming { .. } | StateProj::Done => {
                 return Poll::Ready(Err(ToolError::polled_after_completion(
                     "retry::ResponseFuture",

@@ -120,13 +120,11 @@ where
         // template, made and readied only then, takes any retry.
         let first = self.inner.call(request.clone());
         let attempts = Attempts {
-            service: None,
             request,
             shared: self.shared.clone(),
             attempt: 1,
-            start: crate::call::start(),
-            ran: None,
-            quota_at: None,
+            deadline: crate::call::start().and_then(|start| start.deadline),
+            failed: None,
         };
         ResponseFuture::new(first, attempts)
     }

@@ -13,23 +13,43 @@ use super::TimeoutLayer;
 /// at the clock for its deadline.
 const DEADLINE_CHECK_EVERY: u8 = 64;
 
-/// The absolute bounds of one call.
+/// The bounds of one call: when it started and its limits (48 bytes, in
+/// every call's future and stream); the instants they give are computed
+/// when asked.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Bounds {
-    pub(super) deadline: Option<Instant>,
-    /// Cleared when the first item arrives.
-    pub(super) first_item: Option<Instant>,
+    /// Read only when a deadline or first-item bound is set.
+    pub(super) start: Option<Instant>,
     pub(super) limits: TimeoutLayer,
     /// What the error messages call the callee.
     pub(super) kind: crate::CallKind,
+    /// Set when the first item arrives: the first-item bound is over.
+    pub(super) first_item_seen: bool,
 }
 
 impl Bounds {
+    #[inline]
+    pub(super) fn deadline(&self) -> Option<Instant> {
+        self.start
+            .zip(self.limits.deadline.get())
+            .map(|(s, d)| s + d)
+    }
+
+    #[inline]
+    fn first_item(&self) -> Option<Instant> {
+        if self.first_item_seen {
+            return None;
+        }
+        self.start
+            .zip(self.limits.first_item.get())
+            .map(|(s, d)| s + d)
+    }
+
     /// The bound that expires first, preferring the deadline on a tie.
     fn next_expiry(&self, idle_at: Option<Instant>) -> Option<(Instant, TimeoutPhase)> {
         let candidates = [
-            self.deadline.map(|at| (at, TimeoutPhase::Deadline)),
-            self.first_item.map(|at| (at, TimeoutPhase::FirstItem)),
+            self.deadline().map(|at| (at, TimeoutPhase::Deadline)),
+            self.first_item().map(|at| (at, TimeoutPhase::FirstItem)),
             idle_at.map(|at| (at, TimeoutPhase::Idle)),
         ];
         candidates
@@ -42,7 +62,7 @@ impl Bounds {
     /// set: only then does a poll listen for what the layers below report.
     #[inline]
     fn listens(&self) -> bool {
-        self.deadline.is_some() || self.first_item.is_some()
+        self.limits.deadline.is_set() || (self.limits.first_item.is_set() && !self.first_item_seen)
     }
 
     /// The error of `phase` expiring now: when the layers below reported
@@ -50,18 +70,14 @@ impl Bounds {
     /// never started, or an attempt that ran is waiting to be tried
     /// again), that is what the error says; else the bound's own.
     fn expired(&self, phase: TimeoutPhase) -> ToolError {
-        let (at, limit, what) = match phase {
-            TimeoutPhase::Deadline => (self.deadline, self.limits.deadline, "its deadline"),
-            TimeoutPhase::FirstItem => (
-                self.first_item,
-                self.limits.first_item,
-                "its first-item bound",
-            ),
-            _ => (None, None, ""),
+        let (limit, what) = match phase {
+            TimeoutPhase::Deadline => (self.limits.deadline.get(), "its deadline"),
+            TimeoutPhase::FirstItem => (self.limits.first_item.get(), "its first-item bound"),
+            _ => (None, ""),
         };
-        if let (Some(at), Some(limit)) = (at, limit) {
+        if let (Some(start), Some(limit)) = (self.start, limit) {
             if let Some(waiting) = crate::call::take() {
-                let waited = Instant::now().saturating_duration_since(at - limit);
+                let waited = Instant::now().saturating_duration_since(start);
                 return waiting.into_error(self.kind, waited, &format!("{what} of {limit:?}"));
             }
         }
@@ -73,15 +89,15 @@ impl Bounds {
         let message = match phase {
             TimeoutPhase::Deadline => format!(
                 "the {subject} did not finish within its deadline of {:?}",
-                limits.deadline.unwrap_or_default()
+                limits.deadline.get().unwrap_or_default()
             ),
             TimeoutPhase::FirstItem => format!(
                 "the {subject} produced no output within {:?}",
-                limits.first_item.unwrap_or_default()
+                limits.first_item.get().unwrap_or_default()
             ),
             TimeoutPhase::Idle => format!(
                 "the {subject} produced no further output for {:?}",
-                limits.idle.unwrap_or_default()
+                limits.idle.get().unwrap_or_default()
             ),
             _ => format!("the {subject} did not open its response in time"),
         };
@@ -203,7 +219,7 @@ where
         // A stream that never pauses arms no timer: every few dozen items,
         // a look at the clock. (Before the first item every poll that
         // returns arms the timer, which then sees why the call waits.)
-        if let (Some(deadline), true) = (this.bounds.deadline, *this.seen_item) {
+        if let (Some(deadline), true) = (this.bounds.deadline(), *this.seen_item) {
             if *this.countdown == 0 {
                 *this.countdown = DEADLINE_CHECK_EVERY;
                 if Instant::now() >= deadline {
@@ -228,7 +244,7 @@ where
                 Poll::Ready(Some(Err(err)))
             }
             Poll::Ready(Some(item)) => {
-                this.bounds.first_item = None;
+                this.bounds.first_item_seen = true;
                 *this.idle_at = None;
                 *this.seen_item = true;
                 Poll::Ready(Some(item))
@@ -239,9 +255,11 @@ where
                 Poll::Ready(None)
             }
             Poll::Pending => {
-                if let (Some(idle), true, None) =
-                    (this.bounds.limits.idle, *this.seen_item, *this.idle_at)
-                {
+                if let (Some(idle), true, None) = (
+                    this.bounds.limits.idle.get(),
+                    *this.seen_item,
+                    *this.idle_at,
+                ) {
                     *this.idle_at = Some(Instant::now() + idle);
                 }
                 match this.bounds.next_expiry(*this.idle_at) {

@@ -60,21 +60,20 @@ where
         // Only bounds counted from `call` need the clock now; a timeout
         // above lent the instant its call started (this one's, give or take
         // the layers between).
-        let start = (limits.deadline.is_some() || limits.first_item.is_some())
+        let start = (limits.deadline.is_set() || limits.first_item.is_set())
             .then(|| lent.map_or_else(Instant::now, |lent| lent.at));
-        let deadline = start.zip(limits.deadline).map(|(s, d)| s + d);
         let bounds = Bounds {
-            deadline,
-            first_item: start.zip(limits.first_item).map(|(s, d)| s + d),
+            start,
             limits,
             kind: R::KIND,
+            first_item_seen: false,
         };
         let inner = match start {
             // The layers below take their time from this instant, and see
             // the nearer of this deadline and one lent from above.
             Some(at) => {
                 let outer = lent.and_then(|lent| lent.deadline);
-                let deadline = match (deadline, outer) {
+                let deadline = match (bounds.deadline(), outer) {
                     (Some(own), Some(outer)) => Some(own.min(outer)),
                     (own, outer) => own.or(outer),
                 };
