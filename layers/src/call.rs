@@ -124,6 +124,16 @@ pub(crate) fn amend(f: impl FnOnce(&mut Waiting)) {
     });
 }
 
+/// Whether a layer below reported, in this poll, that the call waits.
+pub(crate) fn is_waiting() -> bool {
+    WAITING.with(|cell| {
+        let waiting = cell.take();
+        let yes = waiting.is_some();
+        cell.set(waiting);
+        yes
+    })
+}
+
 /// Takes the report of this poll: what a timeout whose bound just expired
 /// asks before it blames the callee.
 pub(crate) fn take() -> Option<Waiting> {

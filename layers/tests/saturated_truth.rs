@@ -12,7 +12,8 @@
 //! * a call whose first attempt ran and failed, and whose retry was then
 //!   refused or ran out of time waiting, ends with that first failure,
 //!   the refusal said after it;
-//! * a call that ran and was slow does end as a timeout;
+//! * a call that ran and was slow does end as a timeout — one that ran out
+//!   of time because it started late says how late;
 //! * every call ends exactly once (nothing after an error, no call twice).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -211,6 +212,12 @@ async fn a_saturated_stack_never_blames_the_tool_for_a_wait_and_keeps_the_first_
             let case = if ms > 400 {
                 "timed out in the tool"
             } else {
+                // It could only run out of time by starting late: the
+                // message says so.
+                assert!(
+                    message.contains("after the call, having waited for capacity"),
+                    "call {id} ran for {ms} ms: {message}"
+                );
                 "timed out in the tool, having started late"
             };
             *tally.entry(case).or_default() += 1;

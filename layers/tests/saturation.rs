@@ -463,3 +463,30 @@ async fn a_retry_that_would_start_after_the_deadline_is_not_waited_for() {
     assert_eq!(runs.load(Ordering::SeqCst), 0, "`t` never ran");
     assert!(holder.await.unwrap().0.error.is_none());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_deadline_that_passes_while_a_late_tool_runs_says_how_late_it_started() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let tools = Toolbox::new().layered(
+        sleeper("t", &runs),
+        ServiceBuilder::new()
+            .stream_timeout(TimeoutLayer::new().deadline(Duration::from_millis(300)))
+            .stream_rate_limit(RateLimitLayer::per_tool(every_20ms())),
+    );
+    assert!(call(&tools, "t", r#"{"ms":1}"#).await.0.error.is_none());
+    // The quota allows the next call 19 ms on; it then runs for 500 ms.
+    let (result, took) = call(&tools, "t", r#"{"ms":500}"#).await;
+    let err = result.error.expect("the deadline passed");
+    assert_eq!(
+        err.kind(),
+        ErrorKind::Timeout {
+            phase: TimeoutPhase::Deadline
+        }
+    );
+    assert_eq!(
+        err.message(),
+        "the tool did not finish within its deadline of 300ms (it started 19ms after the call, having waited for capacity)"
+    );
+    assert_eq!(took, Duration::from_millis(300));
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}

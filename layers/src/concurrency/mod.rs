@@ -37,7 +37,12 @@
 //!
 //! # Differences from tower's `ConcurrencyLimit`
 //!
-//! Both reserve the permit in `poll_ready` and reset it on `Clone`. tower's
+//! Both reserve the permit in `poll_ready` and reset it on `Clone`. The
+//! permits of a limit made by [`ConcurrencyLimitLayer::new`] or
+//! [`ConcurrencyLimitLayer::shared`] are an atomic count — one
+//! compare-and-swap to take one, one add to give it back, where tokio's
+//! semaphore (tower's) takes its waiter-list lock on every release — and a
+//! semaphore only queues the calls that find none free, in FIFO order. tower's
 //! releases it when the response future resolves — for a stream, when it
 //! *opens* — so a limit of 4 lets any number of streams run; this one holds
 //! it until the stream ends, fails or is dropped, and answers `poll_ready`

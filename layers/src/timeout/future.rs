@@ -1,6 +1,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures_core::Stream;
 use pin_project_lite::pin_project;
@@ -25,6 +26,10 @@ pub(super) struct Bounds {
     pub(super) kind: crate::CallKind,
     /// Set when the first item arrives: the first-item bound is over.
     pub(super) first_item_seen: bool,
+    /// Whether, and for how long, the call was heard waiting for capacity
+    /// before it started: 0 never, 1 waiting now, `n` ≥ 2 admitted `n - 2`
+    /// ms after its start.
+    pub(super) waited: u32,
 }
 
 impl Bounds {
@@ -43,6 +48,31 @@ impl Bounds {
         self.start
             .zip(self.limits.first_item.get())
             .map(|(s, d)| s + d)
+    }
+
+    /// After a listening poll of the layers below: note when the call,
+    /// heard waiting for capacity, stops waiting (it was admitted).
+    #[inline]
+    fn heard(&mut self, pending: bool) {
+        if pending && crate::call::is_waiting() {
+            self.waited = 1;
+        } else if self.waited == 1 {
+            let ms = self.start.map_or(0, |start| start.elapsed().as_millis());
+            self.waited = u32::try_from(ms).unwrap_or(u32::MAX - 2).min(u32::MAX - 2) + 2;
+        }
+    }
+
+    /// What the message of a bound that expired while the callee ran adds
+    /// when the call had waited for capacity first.
+    fn started_late(&self) -> String {
+        match self.waited {
+            // Never waited, still waiting, or admitted within a millisecond.
+            0..=2 => String::new(),
+            n => format!(
+                " (it started {:?} after the call, having waited for capacity)",
+                Duration::from_millis(u64::from(n - 2))
+            ),
+        }
     }
 
     /// The bound that expires first, preferring the deadline on a tie.
@@ -88,12 +118,14 @@ impl Bounds {
         let (limits, subject) = (&self.limits, self.kind);
         let message = match phase {
             TimeoutPhase::Deadline => format!(
-                "the {subject} did not finish within its deadline of {:?}",
-                limits.deadline.get().unwrap_or_default()
+                "the {subject} did not finish within its deadline of {:?}{}",
+                limits.deadline.get().unwrap_or_default(),
+                self.started_late()
             ),
             TimeoutPhase::FirstItem => format!(
-                "the {subject} produced no output within {:?}",
-                limits.first_item.get().unwrap_or_default()
+                "the {subject} produced no output within {:?}{}",
+                limits.first_item.get().unwrap_or_default(),
+                self.started_late()
             ),
             TimeoutPhase::Idle => format!(
                 "the {subject} produced no further output for {:?}",
@@ -159,10 +191,15 @@ where
                 "timeout::ResponseFuture",
             )));
         }
-        if this.bounds.listens() {
+        let listens = this.bounds.listens();
+        if listens {
             crate::call::clear();
         }
-        if let Poll::Ready(result) = this.inner.poll(cx) {
+        let polled = this.inner.poll(cx);
+        if listens {
+            this.bounds.heard(polled.is_pending());
+        }
+        if let Poll::Ready(result) = polled {
             *this.done = true;
             return Poll::Ready(match result {
                 Ok(inner) => Ok(ResponseStream {
@@ -233,10 +270,15 @@ where
         }
         // Until the first item the callee may not have started: hear what
         // the layers below say of it.
-        if !*this.seen_item && this.bounds.listens() {
+        let listens = !*this.seen_item && this.bounds.listens();
+        if listens {
             crate::call::clear();
         }
-        match inner.poll_next(cx) {
+        let polled = inner.poll_next(cx);
+        if listens {
+            this.bounds.heard(polled.is_pending());
+        }
+        match polled {
             Poll::Ready(Some(Err(err))) => {
                 // An error is the last item: drop the stream behind it.
                 this.inner.set(None);

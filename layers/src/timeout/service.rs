@@ -67,6 +67,7 @@ where
             limits,
             kind: R::KIND,
             first_item_seen: false,
+            waited: 0,
         };
         let inner = match start {
             // The layers below take their time from this instant, and see
