@@ -256,10 +256,14 @@ where
         // A stream that never pauses arms no timer: every few dozen items,
         // a look at the clock. (Before the first item every poll that
         // returns arms the timer, which then sees why the call waits.)
-        if let (Some(deadline), true) = (this.bounds.deadline(), *this.seen_item) {
+        if *this.seen_item {
             if *this.countdown == 0 {
                 *this.countdown = DEADLINE_CHECK_EVERY;
-                if Instant::now() >= deadline {
+                if this
+                    .bounds
+                    .deadline()
+                    .is_some_and(|deadline| Instant::now() >= deadline)
+                {
                     this.inner.set(None);
                     *this.timer = None;
                     return Poll::Ready(Some(Err(this.bounds.error(TimeoutPhase::Deadline))));
