@@ -99,6 +99,8 @@ impl Bounds {
     /// in this poll that the call still waits for capacity (the callee
     /// never started, or an attempt that ran is waiting to be tried
     /// again), that is what the error says; else the bound's own.
+    #[cold]
+    #[inline(never)]
     fn expired(&self, phase: TimeoutPhase) -> ToolError {
         let (limit, what) = match phase {
             TimeoutPhase::Deadline => (self.limits.deadline.get(), "its deadline"),
@@ -114,6 +116,8 @@ impl Bounds {
         self.error(phase)
     }
 
+    #[cold]
+    #[inline(never)]
     fn error(&self, phase: TimeoutPhase) -> ToolError {
         let (limits, subject) = (&self.limits, self.kind);
         let message = match phase {
@@ -135,6 +139,17 @@ impl Bounds {
         };
         ToolError::timeout(phase, message)
     }
+}
+
+/// Polls the layers below (`poll`) hearing what they report: before the
+/// callee's first item, where a bound may expire before it started. Kept
+/// out of line: a stream's items after the first never come this way.
+#[inline(never)]
+fn poll_listening<T>(bounds: &mut Bounds, poll: impl FnOnce() -> Poll<T>) -> Poll<T> {
+    crate::call::clear();
+    let polled = poll();
+    bounds.heard(polled.is_pending());
+    polled
 }
 
 /// Arms (or re-arms) the lazily created timer for `at` and polls it.
@@ -191,14 +206,11 @@ where
                 "timeout::ResponseFuture",
             )));
         }
-        let listens = this.bounds.listens();
-        if listens {
-            crate::call::clear();
-        }
-        let polled = this.inner.poll(cx);
-        if listens {
-            this.bounds.heard(polled.is_pending());
-        }
+        let polled = if this.bounds.listens() {
+            poll_listening(this.bounds, || this.inner.poll(cx))
+        } else {
+            this.inner.poll(cx)
+        };
         if let Poll::Ready(result) = polled {
             *this.done = true;
             return Poll::Ready(match result {
@@ -274,14 +286,11 @@ where
         }
         // Until the first item the callee may not have started: hear what
         // the layers below say of it.
-        let listens = !*this.seen_item && this.bounds.listens();
-        if listens {
-            crate::call::clear();
-        }
-        let polled = inner.poll_next(cx);
-        if listens {
-            this.bounds.heard(polled.is_pending());
-        }
+        let polled = if !*this.seen_item && this.bounds.listens() {
+            poll_listening(this.bounds, || inner.poll_next(cx))
+        } else {
+            inner.poll_next(cx)
+        };
         match polled {
             Poll::Ready(Some(Err(err))) => {
                 // An error is the last item: drop the stream behind it.
