@@ -490,3 +490,33 @@ async fn a_deadline_that_passes_while_a_late_tool_runs_says_how_late_it_started(
     assert_eq!(took, Duration::from_millis(300));
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn refusals_alone_over_several_attempts_say_how_many() {
+    let permit = ConcurrencyLimitLayer::shared(1).max_wait(Duration::from_millis(100));
+    let (runs, busy_runs) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let tools = Toolbox::new()
+        .layered(
+            sleeper("t", &runs),
+            ServiceBuilder::new()
+                .stream_retry(fixed_backoff(3, 50))
+                .layer(permit.clone()),
+        )
+        .layered(sleeper("busy", &busy_runs), permit);
+    let holder = tokio::spawn({
+        let tools = tools.clone();
+        async move { call(&tools, "busy", r#"{"ms":1000}"#).await }
+    });
+    tokio::task::yield_now().await;
+    let (result, took) = call(&tools, "t", r#"{"ms":1}"#).await;
+    let err = result.error.expect("the call cannot have run");
+    assert_eq!(err.kind(), ErrorKind::Overloaded, "{err}");
+    assert_eq!(
+        err.message(),
+        "refused for capacity 3 times; the tool never started (the last refusal: waited 100ms for capacity; the tool never started)"
+    );
+    // Three waits of 100 ms, two backoffs of 50 ms.
+    assert_eq!(took, Duration::from_millis(400));
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    assert!(holder.await.unwrap().0.error.is_none());
+}
