@@ -127,19 +127,8 @@ where
     }
 
     fn call(&mut self, request: R) -> Self::Future {
-        // The future is written where it is kept, not handed back through
-        // `catch_unwind` (a copy of the whole stack below, per call).
-        let mut called = None;
-        let kind = match catch_unwind(AssertUnwindSafe(|| called = Some(self.inner.call(request))))
-        {
-            Ok(()) => match called {
-                Some(future) => Kind::Calling { future },
-                None => Kind::Done {
-                    error: Some(ToolError::polled_after_completion(
-                        "catch_panic::CatchPanic",
-                    )),
-                },
-            },
+        let kind = match catch_unwind(AssertUnwindSafe(|| self.inner.call(request))) {
+            Ok(future) => Kind::Calling { future },
             Err(payload) => Kind::Done {
                 error: Some(panicked(R::KIND, payload)),
             },
@@ -186,15 +175,10 @@ where
         let (mut state, kind) = (this.state, *this.kind);
         let result = match state.as_mut().project() {
             KindProj::Calling { future } => {
-                // As in `call`: the stream is written in place, not copied
-                // out of `catch_unwind`.
-                let mut polled = Poll::Pending;
-                match catch_unwind(AssertUnwindSafe(|| polled = future.poll(cx))) {
-                    Ok(()) => match polled {
-                        Poll::Pending => return Poll::Pending,
-                        Poll::Ready(Ok(stream)) => Ok(ResponseStream::new(stream, kind)),
-                        Poll::Ready(Err(err)) => Err(err.into()),
-                    },
+                match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
+                    Ok(Poll::Pending) => return Poll::Pending,
+                    Ok(Poll::Ready(Ok(stream))) => Ok(ResponseStream::new(stream, kind)),
+                    Ok(Poll::Ready(Err(err))) => Err(err.into()),
                     Err(payload) => Err(panicked(kind, payload)),
                 }
             }

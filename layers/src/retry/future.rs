@@ -57,6 +57,8 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
     /// After `err`, the delay before the next attempt, or the error the
     /// call ends with. `reached` says whether the call may have reached
     /// the service.
+    #[cold]
+    #[inline(never)]
     fn next(&mut self, err: ToolError, reached: bool) -> Result<Duration, ToolError> {
         let refused = refused_before_running(&err);
         let Some(delay) = self.retry_delay(&err, reached && !refused) else {
@@ -86,6 +88,7 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
     /// capacity after an attempt that ran is not the call's story: that
     /// attempt's error is, with the refusal said after it. Refusals alone,
     /// over several attempts, say so.
+    #[cold]
     fn last_error(&mut self, err: ToolError) -> ToolError {
         if !refused_before_running(&err) {
             return err;
@@ -129,6 +132,8 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
 
     /// What this call is waiting for, for a timeout above to read if its
     /// bound expires now.
+    #[cold]
+    #[inline(never)]
     fn report(&self) {
         let capacity = match self.failed.as_ref().and_then(|failed| failed.quota_at) {
             Some(ready_at) => crate::call::Capacity::Quota { ready_at },
@@ -140,6 +145,7 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
 
     /// Adds this call's attempts, and the error of one that ran, to what a
     /// layer below reported.
+    #[inline(never)]
     fn amend(&self) {
         crate::call::amend(|waiting| {
             waiting.attempts = self.attempt;

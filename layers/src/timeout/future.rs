@@ -206,11 +206,16 @@ where
                 "timeout::ResponseFuture",
             )));
         }
-        let polled = if this.bounds.listens() {
-            poll_listening(this.bounds, || this.inner.poll(cx))
-        } else {
-            this.inner.poll(cx)
-        };
+        // Polled here, not through `poll_listening`: the opened stream is
+        // large, and a call out of line would copy it once more.
+        let listens = this.bounds.listens();
+        if listens {
+            crate::call::clear();
+        }
+        let polled = this.inner.poll(cx);
+        if listens {
+            this.bounds.heard(polled.is_pending());
+        }
         if let Poll::Ready(result) = polled {
             *this.done = true;
             return Poll::Ready(match result {
