@@ -64,13 +64,7 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
         let Some(delay) = self.retry_delay(&err, reached && !refused) else {
             return Err(self.last_error(err));
         };
-        let failed = self.failed.get_or_insert_with(|| {
-            Box::new(Failed {
-                service: None,
-                ran: None,
-                quota_at: None,
-            })
-        });
+        let failed = self.failed();
         if refused {
             failed.quota_at = match err.kind() {
                 ErrorKind::RateLimited { retry_after } => {
@@ -113,21 +107,29 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
         err.with_message(message)
     }
 
-    /// The service the next attempt goes to.
-    fn service(&mut self) -> &mut S
-    where
-        S: Clone,
-    {
-        let failed = self.failed.get_or_insert_with(|| {
+    /// What the call keeps once an attempt has failed, made on the first
+    /// failure.
+    fn failed(&mut self) -> &mut Failed<S> {
+        self.failed.get_or_insert_with(|| {
             Box::new(Failed {
                 service: None,
                 ran: None,
                 quota_at: None,
             })
-        });
-        failed
+        })
+    }
+
+    /// The service the next attempt goes to.
+    fn service(&mut self) -> &mut S
+    where
+        S: Clone,
+    {
+        // A retry's path: a reference count, to lend the template while
+        // the failure state is borrowed.
+        let shared = Arc::clone(&self.shared);
+        self.failed()
             .service
-            .get_or_insert_with(|| self.shared.template.clone())
+            .get_or_insert_with(|| shared.template.clone())
     }
 
     /// What this call is waiting for, for a timeout above to read if its
