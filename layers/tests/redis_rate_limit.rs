@@ -549,3 +549,52 @@ async fn a_redis_that_never_answers_costs_one_timeout_then_none_until_the_rechec
     );
     drop(held);
 }
+
+/// A deadline that passes while the call sleeps for the quota Redis said
+/// to wait for ends it as rate limited — the tool never started — not as
+/// the tool's timeout.
+#[tokio::test]
+async fn a_deadline_that_passes_while_waiting_for_redis_quota_says_the_tool_never_started() {
+    let Some(redis) = RedisServer::start(
+        "a_deadline_that_passes_while_waiting_for_redis_quota_says_the_tool_never_started",
+    ) else {
+        return;
+    };
+    let manager = redis.patient_manager().await;
+    // A cell a minute, and calls that may wait that long: the second call
+    // sleeps for most of a minute, far past its 300 ms deadline.
+    let a_minute = Quota::per_minute(NonZeroU32::MIN);
+    let stack = |prefix: &str| {
+        ServiceBuilder::new()
+            .layer(
+                toolstack_layers::timeout::TimeoutLayer::new().deadline(Duration::from_millis(300)),
+            )
+            .layer(
+                RateLimitLayer::global(a_minute)
+                    .wait_at_most(Duration::from_secs(120))
+                    .redis(patient(manager.clone(), prefix)),
+            )
+            .service(ok_tool("a"))
+    };
+    let service = stack("deadline");
+    assert!(call(&service, request("a")).await.is_ok());
+    let Err(err) = call(&service, request("a")).await else {
+        panic!("the second call cannot have been admitted");
+    };
+    assert!(
+        matches!(
+            err.kind(),
+            ErrorKind::RateLimited {
+                retry_after: Some(_)
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.message().starts_with("waited ")
+            && err.message().contains(
+                "for the rate limit's quota over 1 attempt, until its deadline of 300ms passed; the tool never started"
+            ),
+        "{err}"
+    );
+}

@@ -199,7 +199,13 @@ impl<S, R: Request> Asking<S, R> {
                 }
                 Step::SleepThenAsk | Step::SleepThenLocal => {
                     if let Some(sleep) = &mut self.sleep {
-                        ready!(sleep.as_mut().poll(cx));
+                        if sleep.as_mut().poll(cx).is_pending() {
+                            // A timeout above that expires now says so.
+                            crate::call::report(crate::call::Capacity::Quota {
+                                ready_at: sleep.deadline(),
+                            });
+                            return Poll::Pending;
+                        }
                     }
                     self.step = match self.step {
                         Step::SleepThenAsk => Step::Ask(self.store.take(&self.key)),
@@ -234,8 +240,13 @@ impl<S, R: Request> Asking<S, R> {
                     }
                 }
                 Step::Admitted => {
-                    if let Err(err) = ready!(self.service.poll_ready(cx)) {
-                        return Poll::Ready(Err(err.into()));
+                    match self.service.poll_ready(cx) {
+                        Poll::Ready(Ok(())) => {}
+                        Poll::Ready(Err(err)) => return Poll::Ready(Err(err.into())),
+                        Poll::Pending => {
+                            crate::call::report(crate::call::Capacity::Permit);
+                            return Poll::Pending;
+                        }
                     }
                     let Some(request) = self.request.take() else {
                         return Poll::Ready(Err(polled_after_completion()));
