@@ -362,6 +362,37 @@ fn fixed_backoff(attempts: u32, ms: u64) -> RetryPolicy {
         .jitter(false)
 }
 
+/// `t` behind `timeout ▸ retry` and `busy`, sharing one permit (a call
+/// waits 100 ms for it at most), with `busy` holding it for a second from
+/// now: each call of `t` is refused for capacity. Returns the toolbox,
+/// `t`'s runs and the holder.
+async fn t_while_busy_holds_the_permit(
+    timeout: TimeoutLayer,
+    retry: RetryPolicy,
+) -> (
+    Toolbox,
+    Arc<AtomicUsize>,
+    tokio::task::JoinHandle<(ToolResult, Duration)>,
+) {
+    let permit = ConcurrencyLimitLayer::shared(1).max_wait(Duration::from_millis(100));
+    let (runs, busy_runs) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let tools = Toolbox::new()
+        .layered(
+            sleeper("t", &runs),
+            ServiceBuilder::new()
+                .stream_timeout(timeout)
+                .stream_retry(retry)
+                .layer(permit.clone()),
+        )
+        .layered(sleeper("busy", &busy_runs), permit);
+    let holder = tokio::spawn({
+        let tools = tools.clone();
+        async move { call(&tools, "busy", r#"{"ms":1000}"#).await }
+    });
+    tokio::task::yield_now().await;
+    (tools, runs, holder)
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_retry_refused_for_capacity_after_an_attempt_that_ran_ends_with_that_attempts_error() {
     // `flaky` and `busy` share one permit. flaky's first run fails; while
@@ -399,23 +430,11 @@ async fn a_retry_refused_for_capacity_after_an_attempt_that_ran_ends_with_that_a
 
 #[tokio::test(start_paused = true)]
 async fn a_deadline_that_passes_while_a_retry_waits_for_a_permit_says_the_tool_never_started() {
-    // `t` and `busy` share one permit, which `busy` holds for a second.
-    let permit = ConcurrencyLimitLayer::shared(1).max_wait(Duration::from_millis(100));
-    let (runs, busy_runs) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let tools = Toolbox::new()
-        .layered(
-            sleeper("t", &runs),
-            ServiceBuilder::new()
-                .stream_timeout(TimeoutLayer::new().deadline(Duration::from_millis(150)))
-                .stream_retry(fixed_backoff(5, 100))
-                .layer(permit.clone()),
-        )
-        .layered(sleeper("busy", &busy_runs), permit);
-    let holder = tokio::spawn({
-        let tools = tools.clone();
-        async move { call(&tools, "busy", r#"{"ms":1000}"#).await }
-    });
-    tokio::task::yield_now().await;
+    let (tools, runs, holder) = t_while_busy_holds_the_permit(
+        TimeoutLayer::new().deadline(Duration::from_millis(150)),
+        fixed_backoff(5, 100),
+    )
+    .await;
     // Waits 100 ms for the permit before the call (and its deadline)
     // starts, is shed, backs off 100 ms (it ends before the deadline),
     // waits again: the deadline passes 50 ms into the second wait.
@@ -433,23 +452,11 @@ async fn a_deadline_that_passes_while_a_retry_waits_for_a_permit_says_the_tool_n
 
 #[tokio::test(start_paused = true)]
 async fn a_retry_that_would_start_after_the_deadline_is_not_waited_for() {
-    // `t` and `busy` share one permit, which `busy` holds for a second.
-    let permit = ConcurrencyLimitLayer::shared(1).max_wait(Duration::from_millis(100));
-    let (runs, busy_runs) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let tools = Toolbox::new()
-        .layered(
-            sleeper("t", &runs),
-            ServiceBuilder::new()
-                .stream_timeout(TimeoutLayer::new().deadline(Duration::from_millis(150)))
-                .stream_retry(fixed_backoff(5, 200))
-                .layer(permit.clone()),
-        )
-        .layered(sleeper("busy", &busy_runs), permit);
-    let holder = tokio::spawn({
-        let tools = tools.clone();
-        async move { call(&tools, "busy", r#"{"ms":1000}"#).await }
-    });
-    tokio::task::yield_now().await;
+    let (tools, runs, holder) = t_while_busy_holds_the_permit(
+        TimeoutLayer::new().deadline(Duration::from_millis(150)),
+        fixed_backoff(5, 200),
+    )
+    .await;
     // Shed after its 100 ms wait; the 200 ms backoff would end past the
     // 150 ms deadline, so the call ends at once with the refusal.
     let (result, took) = call(&tools, "t", r#"{"ms":1}"#).await;
@@ -493,21 +500,9 @@ async fn a_deadline_that_passes_while_a_late_tool_runs_says_how_late_it_started(
 
 #[tokio::test(start_paused = true)]
 async fn refusals_alone_over_several_attempts_say_how_many() {
-    let permit = ConcurrencyLimitLayer::shared(1).max_wait(Duration::from_millis(100));
-    let (runs, busy_runs) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let tools = Toolbox::new()
-        .layered(
-            sleeper("t", &runs),
-            ServiceBuilder::new()
-                .stream_retry(fixed_backoff(3, 50))
-                .layer(permit.clone()),
-        )
-        .layered(sleeper("busy", &busy_runs), permit);
-    let holder = tokio::spawn({
-        let tools = tools.clone();
-        async move { call(&tools, "busy", r#"{"ms":1000}"#).await }
-    });
-    tokio::task::yield_now().await;
+    // No deadline: a timeout with no bound passes the call through.
+    let (tools, runs, holder) =
+        t_while_busy_holds_the_permit(TimeoutLayer::new(), fixed_backoff(3, 50)).await;
     let (result, took) = call(&tools, "t", r#"{"ms":1}"#).await;
     let err = result.error.expect("the call cannot have run");
     assert_eq!(err.kind(), ErrorKind::Overloaded, "{err}");
