@@ -95,6 +95,9 @@ pub enum ErrorKind {
     /// The call had started when its process stopped: it may have run,
     /// and was not run again (its tool is not idempotent).
     Interrupted,
+    /// A guardrail raised: what it found ends the call, and an agent's run
+    /// ([`StopReason::Guardrail`](crate::agent::StopReason::Guardrail)).
+    Guardrail,
 }
 
 impl ErrorKind {
@@ -112,6 +115,7 @@ impl ErrorKind {
             ErrorKind::Denied => "denied",
             ErrorKind::Failed => "failed",
             ErrorKind::Interrupted => "interrupted",
+            ErrorKind::Guardrail => "guardrail",
         }
     }
 
@@ -348,6 +352,7 @@ impl ToolError {
             "panicked" => ErrorKind::Panicked,
             "denied" => ErrorKind::Denied,
             "interrupted" => ErrorKind::Interrupted,
+            "guardrail" => ErrorKind::Guardrail,
             _ => ErrorKind::Failed,
         };
         let error = ToolError::new(kind, message);

@@ -62,6 +62,7 @@ pub mod approval;
 pub mod arguments;
 pub mod boxed;
 pub mod error;
+pub mod guardrail;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;

@@ -9,6 +9,7 @@ use crate::budget::BudgetLayer;
 use crate::catch_panic::CatchPanicLayer;
 use crate::coalesce::CoalesceLayer;
 use crate::concurrency::ConcurrencyLimitLayer;
+use crate::guardrail::GuardrailLayer;
 #[cfg(feature = "rate-limit")]
 use crate::rate_limit::RateLimitLayer;
 use crate::repair::RepairLayer;
@@ -84,6 +85,8 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed {
     fn stream_repair(self, repair: RepairLayer) -> ServiceBuilder<Stack<RepairLayer, L>>;
     /// Adds an [`ApprovalLayer`]: calls are approved before they run.
     fn stream_approval(self, approval: ApprovalLayer) -> ServiceBuilder<Stack<ApprovalLayer, L>>;
+    /// Adds a [`GuardrailLayer`].
+    fn stream_guardrail(self, guardrail: GuardrailLayer) -> ServiceBuilder<Stack<GuardrailLayer, L>>;
 }
 
 impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
@@ -134,6 +137,10 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
 
     fn stream_approval(self, approval: ApprovalLayer) -> ServiceBuilder<Stack<ApprovalLayer, L>> {
         self.layer(approval)
+    }
+
+    fn stream_guardrail(self, guardrail: GuardrailLayer) -> ServiceBuilder<Stack<GuardrailLayer, L>> {
+        self.layer(guardrail)
     }
 }
 

@@ -100,6 +100,7 @@ mod call;
 pub mod catch_panic;
 pub mod coalesce;
 pub mod concurrency;
+pub mod guardrail;
 #[cfg(feature = "otel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
 pub mod otel;

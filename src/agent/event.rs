@@ -93,6 +93,10 @@ pub enum AgentEvent {
         /// What broke the answer off.
         error: ToolError,
     },
+    /// A guardrail refused, redacted or raised on a tool call or a model
+    /// call (the guardrail layer of `toolstack-layers` said so); a raise
+    /// ends the run ([`StopReason::Guardrail`]).
+    GuardrailTriggered(crate::guardrail::GuardrailTriggered),
     /// The model failed; the run ends.
     Error(ToolError),
     /// The run ended.
@@ -142,6 +146,10 @@ pub enum StopReason {
     /// to stop then ([`OnStoreError::Fail`](super::OnStoreError::Fail), the
     /// default; see the [`AgentEvent::Error`] before).
     StoreFailed,
+    /// A guardrail raised on a tool call or a model call (see the
+    /// [`AgentEvent::GuardrailTriggered`] before): the run ends after the
+    /// step in which it did.
+    Guardrail,
 }
 
 impl StopReason {
@@ -156,6 +164,7 @@ impl StopReason {
             StopReason::Length => "length",
             StopReason::ContentFilter => "content_filter",
             StopReason::StoreFailed => "store_failed",
+            StopReason::Guardrail => "guardrail",
         }
     }
 }

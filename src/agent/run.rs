@@ -32,7 +32,7 @@ use super::call::Call;
 use super::durable::{run_error, Checkpointer, Resumed};
 use super::event::{AgentDone, AgentEvent, StopReason};
 use super::service::Agent;
-use super::step::{fail, Failed, StepState};
+use super::step::{fail, guardrail_events, Failed, StepState};
 use super::store::{CallRecord, CallState, RunStatus, StoreError};
 
 /// One run in progress: the conversation so far and what it has used.
@@ -79,6 +79,9 @@ where
             if let Some(stop) = self.store_failed().await {
                 return stop;
             }
+            if self.guardrail_raised() {
+                return StopReason::Guardrail;
+            }
             if self.steps >= self.agent.max_steps {
                 return StopReason::MaxSteps;
             }
@@ -98,8 +101,13 @@ where
             } = match answer {
                 Ok(answer) => answer,
                 Err(err) => {
+                    let raised = err.kind() == ErrorKind::Guardrail || self.guardrail_raised();
                     let _ = self.tx.send(AgentEvent::Error(err)).await;
-                    return StopReason::ModelError;
+                    return if raised {
+                        StopReason::Guardrail
+                    } else {
+                        StopReason::ModelError
+                    };
                 }
             };
             self.push(Message::Assistant {
@@ -154,6 +162,10 @@ where
     /// turns and steps to the end; the final checkpoint and
     /// [`AgentEvent::Done`].
     pub(super) async fn finish(mut self, resumed: Option<Resumed>) {
+        // A guardrail layer below (on the model or the tools) tells the
+        // run what it did; set once, every call's extensions carry it.
+        self.extensions
+            .insert(guardrail_events(self.tx.clone(), Arc::clone(&self.step)));
         let stop = match resumed {
             Some(resumed) if !resumed.records.is_empty() => {
                 let records = resumed.records.clone();
@@ -172,7 +184,10 @@ where
         }
         span.record("toolstack.agent.steps", int(self.steps as u64));
         span.record("toolstack.agent.stop", stop.as_str());
-        if matches!(stop, StopReason::ModelError | StopReason::StoreFailed) {
+        if matches!(
+            stop,
+            StopReason::ModelError | StopReason::StoreFailed | StopReason::Guardrail
+        ) {
             span.record("error.type", stop.as_str());
             span.record("otel.status_code", "ERROR");
         }
@@ -410,6 +425,11 @@ where
                 })
                 .await;
         }
+    }
+
+    /// Whether a guardrail raised on a call of this run.
+    fn guardrail_raised(&self) -> bool {
+        self.step.lock().unwrap_or_else(|p| p.into_inner()).raised
     }
 
     fn push(&mut self, message: Message) {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use crate::approval::{ApprovalEvent, ApprovalEvents};
+use crate::guardrail::{Action, GuardrailEvents};
 use crate::ToolError;
 
 use super::durable::{run_error, Checkpointer};
@@ -35,6 +36,8 @@ pub(super) struct StepState {
     pub(super) waiting: Vec<String>,
     /// Whether the present wait has been told.
     pub(super) told: bool,
+    /// Whether a guardrail raised: the run ends at the next boundary.
+    pub(super) raised: bool,
 }
 
 impl StepState {
@@ -51,6 +54,27 @@ impl StepState {
         }
         Some(self.waiting.clone())
     }
+}
+
+/// The run's events, as the guardrail layer's sink: each is streamed, and
+/// a raise is kept in the step's state, so the run ends at the next
+/// boundary. It holds the channel weakly, as [`approval_events`] does.
+pub(super) fn guardrail_events(
+    events: mpsc::Sender<AgentEvent>,
+    step: Arc<std::sync::Mutex<StepState>>,
+) -> GuardrailEvents {
+    let events = events.downgrade();
+    GuardrailEvents::new(move |triggered| {
+        if triggered.action == Action::Raised {
+            step.lock().unwrap_or_else(|p| p.into_inner()).raised = true;
+        }
+        let events = events.upgrade();
+        async move {
+            if let Some(events) = events {
+                let _ = events.send(AgentEvent::GuardrailTriggered(triggered)).await;
+            }
+        }
+    })
 }
 
 /// The run's events, as the approval layer's sink; it also keeps the

@@ -154,7 +154,7 @@ pub fn status_for(kind: ErrorKind) -> StatusCode {
     match kind {
         ErrorKind::InvalidArguments => StatusCode::BAD_REQUEST,
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
-        ErrorKind::Denied => StatusCode::FORBIDDEN,
+        ErrorKind::Denied | ErrorKind::Guardrail => StatusCode::FORBIDDEN,
         ErrorKind::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
         ErrorKind::Overloaded | ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,

@@ -1,0 +1,228 @@
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures_core::Stream;
+use toolstack::guardrail::{GuardrailEvents, Target};
+use toolstack::model::{ChatRequest, Message};
+use toolstack::{ErrorKind, ToolError, ToolRequest};
+use tower_service::Service;
+use tracing::Span;
+
+use super::check::{check_span, run_chain, Outcome, Run};
+use super::future::{GuardedStream, ResponseFuture};
+use super::layer::{GuardrailLayer, Settings};
+use crate::{Output, Request};
+
+/// Checks the calls of the service it wraps. See the [module docs](super).
+#[derive(Clone, Debug)]
+pub struct Guarded<S> {
+    inner: S,
+    layer: GuardrailLayer,
+}
+
+impl<S> Guarded<S> {
+    /// Checks the calls of `inner` as `layer` says.
+    pub fn new(inner: S, layer: GuardrailLayer) -> Self {
+        Guarded { inner, layer }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+/// A request a guardrail can check: a tool call or a model call.
+pub trait GuardedRequest: Request + Send + Sized + 'static + sealed::Sealed {
+    /// What its input is ([`Target::ToolCall`] or [`Target::LlmInput`]).
+    const INPUT: Target;
+    /// What its output is ([`Target::ToolResult`] or [`Target::LlmOutput`]).
+    const OUTPUT: Target;
+
+    /// The texts its input guardrails check, each with where it is.
+    #[doc(hidden)]
+    fn inputs(&self) -> Vec<(usize, Arc<str>)>;
+
+    /// Puts `text` where the input at `at` was.
+    #[doc(hidden)]
+    fn redact_input(&mut self, at: usize, text: String);
+
+    /// What a refused input answers: a tool's call fails
+    /// [`Denied`](ErrorKind::Denied), for the model to read; a model's is
+    /// answered with the reason as its text.
+    #[doc(hidden)]
+    fn refused<T: Output>(guardrail: &str, reason: &str) -> Result<T, ToolError>;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for toolstack::ToolRequest {}
+    impl Sealed for toolstack::model::ChatRequest {}
+}
+
+impl GuardedRequest for ToolRequest {
+    const INPUT: Target = Target::ToolCall;
+    const OUTPUT: Target = Target::ToolResult;
+
+    fn inputs(&self) -> Vec<(usize, Arc<str>)> {
+        vec![(0, Arc::from(self.arguments()))]
+    }
+
+    fn redact_input(&mut self, _: usize, text: String) {
+        self.set_arguments(text);
+    }
+
+    fn refused<T: Output>(guardrail: &str, reason: &str) -> Result<T, ToolError> {
+        Err(ToolError::new(
+            ErrorKind::Denied,
+            format!("guardrail `{guardrail}` refused this call: {reason}"),
+        ))
+    }
+}
+
+impl GuardedRequest for ChatRequest {
+    const INPUT: Target = Target::LlmInput;
+    const OUTPUT: Target = Target::LlmOutput;
+
+    /// Every user and tool message, each time: a model is sent the whole
+    /// conversation, so a message let through unredacted on one turn would
+    /// be sent again on the next.
+    fn inputs(&self) -> Vec<(usize, Arc<str>)> {
+        self.messages
+            .iter()
+            .enumerate()
+            .filter_map(|(at, message)| match message {
+                Message::User { content } | Message::Tool { content, .. } => {
+                    Some((at, Arc::from(content.as_str())))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn redact_input(&mut self, at: usize, text: String) {
+        if let Some(Message::User { content } | Message::Tool { content, .. }) =
+            Arc::make_mut(&mut self.messages).get_mut(at)
+        {
+            *content = text;
+        }
+    }
+
+    fn refused<T: Output>(guardrail: &str, reason: &str) -> Result<T, ToolError> {
+        Ok(T::from_text(format!(
+            "[this request was refused by guardrail `{guardrail}`: {reason}]"
+        )))
+    }
+}
+
+/// What one call's checks share: the layer's settings, who is called, where
+/// triggers are told, and the output guardrails' spans.
+pub(super) struct Call {
+    pub(super) settings: Arc<Settings>,
+    pub(super) name: Arc<str>,
+    pub(super) call_id: Option<Arc<str>>,
+    pub(super) events: Option<GuardrailEvents>,
+    pub(super) output_spans: Vec<Span>,
+    pub(super) output: Target,
+}
+
+impl Call {
+    pub(super) fn run(&self) -> Run<'_> {
+        Run {
+            timeout: self.settings.timeout,
+            on_error: self.settings.on_error,
+            name: &self.name,
+            call_id: &self.call_id,
+            events: self.events.as_ref(),
+        }
+    }
+}
+
+/// The error of a raise.
+pub(super) fn raised(guardrail: &str, reason: &str) -> ToolError {
+    ToolError::new(
+        ErrorKind::Guardrail,
+        format!("guardrail `{guardrail}` raised: {reason}"),
+    )
+}
+
+impl<S, R, St, T> Service<R> for Guarded<S>
+where
+    R: GuardedRequest,
+    S: Service<R, Response = St> + Clone + Send + 'static,
+    S::Error: Into<ToolError>,
+    S::Future: Send + 'static,
+    St: Stream<Item = Result<T, ToolError>> + Send + 'static,
+    T: Output + Send + 'static,
+{
+    type Response = GuardedStream<St, T>;
+    type Error = ToolError;
+    type Future = ResponseFuture<S::Future, St, T>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, mut request: R) -> Self::Future {
+        let settings = &self.layer.settings;
+        if settings.input.is_empty() && settings.output.is_empty() {
+            return ResponseFuture::direct(self.inner.call(request), None);
+        }
+        let call = Arc::new(Call {
+            settings: Arc::clone(settings),
+            name: Arc::from(request.name()),
+            call_id: (!request.id().is_empty()).then(|| Arc::from(request.id())),
+            events: request.extensions().get::<GuardrailEvents>().cloned(),
+            output_spans: settings
+                .output
+                .iter()
+                .map(|guardrail| check_span(guardrail, R::OUTPUT))
+                .collect(),
+            output: R::OUTPUT,
+        });
+        let output = (!settings.output.is_empty()).then(|| Arc::clone(&call));
+        if settings.input.is_empty() {
+            return ResponseFuture::direct(self.inner.call(request), output);
+        }
+        // The checks come first; the service, readied, is called after them.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture::checking(Box::pin(async move {
+            for (at, text) in request.inputs() {
+                let outcome = run_chain(
+                    call.run(),
+                    &call.settings.input,
+                    R::INPUT,
+                    text,
+                    0,
+                    None,
+                )
+                .await;
+                match outcome {
+                    Outcome::Pass(None) => {}
+                    Outcome::Pass(Some(text)) => request.redact_input(at, text),
+                    Outcome::Stop {
+                        guardrail,
+                        action: toolstack::guardrail::Action::Raised,
+                        reason,
+                    } => return Err(raised(&guardrail, &reason)),
+                    Outcome::Stop {
+                        guardrail, reason, ..
+                    } => return R::refused(&guardrail, &reason).map(GuardedStream::answered),
+                }
+            }
+            let stream = inner.call(request).await.map_err(Into::into)?;
+            Ok(GuardedStream::new(stream, output))
+        }))
+    }
+}
