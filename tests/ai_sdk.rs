@@ -245,6 +245,36 @@ fn answered(first: &[Value], approved: bool, reason: Option<&str>) -> Value {
 }
 
 #[tokio::test]
+async fn a_guardrail_is_a_data_part_and_its_raise_a_content_filter_finish() {
+    use toolstack_layers::guardrail::{Guardrail, GuardrailLayer, Verdict};
+    let model = ScriptedModel::new([
+        Turn::new().tool_call("count", r#"{"to":2}"#),
+        Turn::new().text("never"),
+    ]);
+    let raise = Guardrail::from_fn("no_counting", |_| async { Verdict::raise("counting is off") });
+    let tools = Toolbox::new().layered(
+        toolstack_demo::tools::count(),
+        GuardrailLayer::new().input(raise),
+    );
+    let app = ChatEndpoint::new(Agent::new(model, tools)).into_router();
+    let (status, _, chunks) = post(&app, json!({"id": "g", "messages": [user("count")]})).await;
+    assert_eq!(status, StatusCode::OK);
+    let part = chunks
+        .iter()
+        .find(|c| c["type"] == "data-guardrail")
+        .expect("a data-guardrail part");
+    assert_eq!(part["data"]["guardrail"], "no_counting");
+    assert_eq!(part["data"]["target"], "tool_call");
+    assert_eq!(part["data"]["action"], "raised");
+    assert_eq!(part["data"]["reason"], "counting is off");
+    assert!(part["data"]["toolCallId"].is_string(), "{part}");
+    let finish = chunks.last().unwrap();
+    assert_eq!(finish["type"], "finish");
+    assert_eq!(finish["finishReason"], "content-filter");
+    assert_eq!(finish["messageMetadata"]["stop"], "guardrail");
+}
+
+#[tokio::test]
 async fn an_approval_ends_the_response_and_the_answer_resumes_the_same_run() {
     let runs = Arc::new(AtomicUsize::new(0));
     let model = ScriptedModel::new([

@@ -344,6 +344,15 @@ impl Mapper {
                     );
                 }
             }
+            AgentEvent::GuardrailTriggered(triggered) => {
+                let call = triggered.call_id.as_deref().map(|id| self.part_id(id));
+                push(json!({
+                    "type": "data-guardrail",
+                    "data": {"guardrail": triggered.guardrail, "target": triggered.target,
+                             "action": triggered.action, "reason": triggered.reason,
+                             "toolCallId": call},
+                }));
+            }
             AgentEvent::TurnDiscarded { .. } => {
                 self.text = None;
                 self.writing.clear();
@@ -439,7 +448,7 @@ pub(super) fn finish_reason(stop: StopReason) -> &'static str {
     match stop {
         StopReason::Finished => "stop",
         StopReason::Length => "length",
-        StopReason::ContentFilter => "content-filter",
+        StopReason::ContentFilter | StopReason::Guardrail => "content-filter",
         StopReason::ModelError => "error",
         _ => "other",
     }
