@@ -43,6 +43,7 @@ use toolstack_layers::budget::BudgetLayer;
 use toolstack_layers::cache::CacheLayer;
 use toolstack_layers::coalesce::CoalesceLayer;
 use toolstack_layers::concurrency::ConcurrencyLimitLayer;
+use toolstack_layers::guardrail::{Guardrail, GuardrailLayer, Verdict};
 use toolstack_layers::rate_limit::{Quota, RateLimitLayer};
 use toolstack_layers::repair::RepairLayer;
 use toolstack_layers::retry::RetryPolicy;
@@ -134,6 +135,13 @@ fn allow(
     _: &toolstack::approval::ApprovalRequest,
 ) -> std::future::Ready<toolstack::approval::Decision> {
     std::future::ready(toolstack::approval::Decision::Allow)
+}
+
+/// One input and one output guardrail whose checks allow at once: the
+/// layer's own cost (a check's subject, its boxed future, its span).
+fn allowing_guardrails() -> GuardrailLayer {
+    let allow = || Guardrail::from_fn("allow", |_| std::future::ready(Verdict::Allow));
+    GuardrailLayer::new().input(allow()).output(allow())
 }
 
 fn timeouts() -> TimeoutLayer {
@@ -380,6 +388,13 @@ fn layer_cases() -> Vec<Case> {
             ),
         ),
         (
+            "guardrail (input and output allowed)",
+            one(
+                add_tool(),
+                ServiceBuilder::new().stream_guardrail(allowing_guardrails()),
+            ),
+        ),
+        (
             "cache (a hit)",
             one(
                 add_tool(),
@@ -504,6 +519,12 @@ fn precise_layer_cases() -> Vec<Case> {
             "approval (asked, allowed)",
             one(ServiceBuilder::new()
                 .stream_approval(ApprovalLayer::new(allow))
+                .service(empty_tool())),
+        ),
+        (
+            "guardrail (input and output allowed)",
+            one(ServiceBuilder::new()
+                .stream_guardrail(allowing_guardrails())
                 .service(empty_tool())),
         ),
         ("README stack", one(readme_stack!().service(empty_tool()))),

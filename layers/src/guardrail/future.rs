@@ -78,8 +78,8 @@ pin_project! {
         #[pin]
         inner: Option<St>,
         call: Option<Arc<Call>>,
-        // The item held while its checks run.
-        checking: Option<(T, BoxFuture<'static, Outcome>)>,
+        // The item held while its checks run, with its text.
+        checking: Option<(T, Arc<str>, BoxFuture<'static, Outcome>)>,
         // An item to give before anything else (a refusal's answer).
         queued: Option<Result<T, ToolError>>,
         // The end of the text already passed, for the next check.
@@ -123,21 +123,23 @@ where
             return Poll::Ready(Some(item));
         }
         loop {
-            if let Some((_, check)) = this.checking.as_mut() {
+            if let Some((_, _, check)) = this.checking.as_mut() {
                 let outcome = ready!(check.as_mut().poll(cx));
-                let Some((mut item, _)) = this.checking.take() else {
+                let Some((mut item, text, _)) = this.checking.take() else {
                     unreachable!("the item is held with its check")
                 };
                 match outcome {
                     Outcome::Pass(replaced) => {
-                        if let Some(text) = replaced {
-                            match item.text_mut() {
-                                Some(own) => *own = text,
-                                None => item = T::from_text(text),
+                        let max = this.call.as_ref().map_or(0, |call| call.settings.lookback);
+                        match replaced {
+                            None => remember(this.lookback, &text, max),
+                            Some(text) => {
+                                remember(this.lookback, &text, max);
+                                match item.text_mut() {
+                                    Some(own) => *own = text,
+                                    None => item = T::from_text(text),
+                                }
                             }
-                        }
-                        if let Some(call) = this.call.as_ref() {
-                            remember(this.lookback, &item, call.settings.lookback);
                         }
                         return Poll::Ready(Some(Ok(item)));
                     }
@@ -181,6 +183,8 @@ where
             let mut window = String::with_capacity(new_at + text.len());
             window.push_str(this.lookback);
             window.push_str(&text);
+            let window: Arc<str> = Arc::from(window);
+            let new: Arc<str> = Arc::from(text);
             let call = Arc::clone(call);
             let check = Box::pin(async move {
                 let spans = call.output_spans.as_slice();
@@ -188,13 +192,13 @@ where
                     call.run(),
                     &call.settings.output,
                     call.output,
-                    Arc::from(window),
+                    window,
                     new_at,
                     Some(spans),
                 )
                 .await
             });
-            *this.checking = Some((item, check));
+            *this.checking = Some((item, new, check));
         }
     }
 }
@@ -208,11 +212,11 @@ fn output_text<T: Output>(item: &T) -> String {
 }
 
 /// Keeps the last `max` bytes (at a character boundary) of what passed.
-fn remember<T: Output>(lookback: &mut String, item: &T, max: usize) {
+fn remember(lookback: &mut String, passed: &str, max: usize) {
     if max == 0 {
         return;
     }
-    lookback.push_str(&output_text(item));
+    lookback.push_str(passed);
     if lookback.len() > max {
         let mut cut = lookback.len() - max;
         while !lookback.is_char_boundary(cut) {
