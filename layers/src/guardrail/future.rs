@@ -164,7 +164,7 @@ where
             let Some(inner) = this.inner.as_mut().as_pin_mut() else {
                 return Poll::Ready(None);
             };
-            let item = match ready!(inner.poll_next(cx)) {
+            let mut item = match ready!(inner.poll_next(cx)) {
                 None => {
                     this.inner.set(None);
                     return Poll::Ready(None);
@@ -175,16 +175,23 @@ where
             let Some(call) = this.call.as_ref() else {
                 return Poll::Ready(Some(Ok(item)));
             };
-            let text = output_text(&item);
-            if !item.is_output() || text.is_empty() {
+            if !item.is_output() {
+                return Poll::Ready(Some(Ok(item)));
+            }
+            let new = output_text(&mut item);
+            if new.is_empty() {
                 return Poll::Ready(Some(Ok(item)));
             }
             let new_at = this.lookback.len();
-            let mut window = String::with_capacity(new_at + text.len());
-            window.push_str(this.lookback);
-            window.push_str(&text);
-            let window: Arc<str> = Arc::from(window);
-            let new: Arc<str> = Arc::from(text);
+            // The first item, or no lookback: the window is the new text.
+            let window = if new_at == 0 {
+                Arc::clone(&new)
+            } else {
+                let mut window = String::with_capacity(new_at + new.len());
+                window.push_str(this.lookback);
+                window.push_str(&new);
+                Arc::from(window)
+            };
             let call = Arc::clone(call);
             let check = Box::pin(async move {
                 let spans = call.output_spans.as_slice();
@@ -205,10 +212,13 @@ where
 
 /// The item's text as the model reads it (text, or JSON's text); empty for
 /// an item that has none (an image, progress).
-fn output_text<T: Output>(item: &T) -> String {
+fn output_text<T: Output>(item: &mut T) -> Arc<str> {
+    if let Some(text) = item.text_mut() {
+        return Arc::from(text.as_str());
+    }
     let mut bytes = Vec::new();
     let _ = item.write_output(&mut bytes);
-    String::from_utf8(bytes).unwrap_or_else(|err| String::from_utf8_lossy(err.as_bytes()).into_owned())
+    Arc::from(String::from_utf8_lossy(&bytes))
 }
 
 /// Keeps the last `max` bytes (at a character boundary) of what passed.
