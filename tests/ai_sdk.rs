@@ -326,6 +326,161 @@ async fn an_approval_ends_the_response_and_the_answer_resumes_the_same_run() {
     );
 }
 
+/// The tool part of `first`'s approval request, answered as the AI SDK's
+/// client sends it back: the request's signature kept, `input` shown.
+fn signed_answer(first: &[Value], input: Value, signature: Option<&str>) -> Value {
+    let request = first
+        .iter()
+        .find(|c| c["type"] == "tool-approval-request")
+        .expect("an approval request");
+    let mut approval = json!({"id": request["approvalId"], "approved": true});
+    if let Some(signature) = signature.or(request["signature"].as_str()) {
+        approval["signature"] = json!(signature);
+    }
+    json!({
+        "id": "a1",
+        "role": "assistant",
+        "parts": [
+            {"type": "step-start"},
+            {"type": "tool-delete", "toolCallId": request["toolCallId"], "state": "approval-responded",
+             "input": input, "approval": approval},
+        ],
+    })
+}
+
+fn keys() -> toolstack::approval::ApprovalKeys {
+    toolstack::approval::ApprovalKeys::new("k2", [2u8; 32])
+        .unwrap()
+        .previous("k1", [1u8; 32])
+        .unwrap()
+}
+
+#[tokio::test]
+async fn signed_approvals_refuse_a_forged_altered_or_replayed_answer() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new([
+        Turn::new().tool_call("delete", r#"{"older_than": 2020}"#),
+        Turn::new().tool_call("delete", r#"{"older_than": 1990}"#),
+        Turn::new().text("Both gone."),
+    ]);
+    let endpoint = ChatEndpoint::new(Agent::new(model, guarded(Arc::clone(&runs)))).sign_approvals(keys());
+    let app = endpoint.clone().into_router();
+    let (_, _, first) = post(&app, json!({"messages": [user("delete")]})).await;
+    let request = first.iter().find(|c| c["type"] == "tool-approval-request").unwrap();
+    let signature = request["signature"].as_str().expect("a signed request");
+    assert!(signature.starts_with("k2."), "{signature}");
+    assert_eq!(request.get("isAutomatic"), None);
+
+    let refused = |answer: Value| {
+        let app = app.clone();
+        async move {
+            let (status, _, body) = post(&app, json!({"messages": [user("delete"), answer]})).await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "{body:?}");
+            assert_eq!(body[0]["kind"], "denied");
+            body[0]["error"].as_str().unwrap().to_owned()
+        }
+    };
+    let input = json!({"older_than": 2020});
+    // No signature; a made-up one; one for other arguments shown.
+    let mut unsigned = signed_answer(&first, input.clone(), None);
+    unsigned["parts"][1]["approval"].as_object_mut().unwrap().remove("signature");
+    assert!(refused(unsigned).await.contains("carries no signature"));
+    let forged = format!("k2.{}", "A".repeat(43));
+    assert!(refused(signed_answer(&first, input.clone(), Some(&forged))).await.contains("does not match"));
+    let altered = signed_answer(&first, json!({"older_than": 1900}), None);
+    assert!(refused(altered).await.contains("other arguments"));
+    let unknown = signature.replacen("k2.", "k9.", 1);
+    assert!(refused(signed_answer(&first, input.clone(), Some(&unknown))).await.contains("unknown key"));
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "a refused answer ran the tool");
+    assert_eq!(endpoint.waiting_runs().await.unwrap(), 1, "the run still waits");
+
+    // The genuine answer resumes the run, which asks about its next call.
+    let (status, _, second) = post(
+        &app,
+        json!({"messages": [user("delete"), signed_answer(&first, input.clone(), None)]}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // Its signature replayed on the second call's approval: refused.
+    let next = second.iter().find(|c| c["type"] == "tool-approval-request").unwrap();
+    assert_ne!(next["approvalId"], request["approvalId"]);
+    let mut replayed = signed_answer(&second, json!({"older_than": 1990}), Some(signature));
+    replayed["id"] = json!("a1");
+    assert!(refused(replayed).await.contains("does not match"));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_key_rotated_in_still_verifies_what_the_old_key_signed() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new([
+        Turn::new().tool_call("delete", "{}"),
+        Turn::new().text("Gone."),
+    ]);
+    let agent = Agent::new(model, guarded(Arc::clone(&runs)))
+        .store(toolstack::agent::store::MemoryStore::new());
+    let old = toolstack::approval::ApprovalKeys::new("k1", [1u8; 32]).unwrap();
+    let before = ChatEndpoint::new(agent.clone()).sign_approvals(old).into_router();
+    let (_, _, first) = post(&before, json!({"messages": [user("delete")]})).await;
+    // The same store, the new key signing, the old one still held.
+    let after = ChatEndpoint::new(agent).sign_approvals(keys()).into_router();
+    let (status, _, _) = post(
+        &after,
+        json!({"messages": [user("delete"), signed_answer(&first, json!({}), None)]}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_policys_decision_is_told_as_automatic_with_its_reason() {
+    use toolstack::approval::Policy;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&runs);
+    let delete = tool::from_fn("delete", move |_: Value| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async { Ok::<_, ToolError>("deleted") }
+    });
+    let nobody = |_: &toolstack::approval::ApprovalRequest| async { Decision::deny("nobody") };
+    let layer = ApprovalLayer::new(nobody).caller_decides().policy(|call| {
+        if call.arguments().contains("tmp") {
+            Policy::allow("temporary files may always go")
+        } else {
+            Policy::deny("only temporary files")
+        }
+    });
+    let model = ScriptedModel::new([
+        Turn::new()
+            .tool_call("delete", r#"{"path": "/tmp/x"}"#)
+            .tool_call("delete", r#"{"path": "/etc"}"#),
+        Turn::new().text("Done."),
+    ]);
+    let app = ChatEndpoint::new(Agent::new(model, Toolbox::new().layered(delete, layer)))
+        .sign_approvals(keys())
+        .into_router();
+    let (status, _, chunks) = post(&app, json!({"messages": [user("clean")]})).await;
+    assert_eq!(status, StatusCode::OK);
+    let requests: Vec<&Value> = chunks.iter().filter(|c| c["type"] == "tool-approval-request").collect();
+    assert_eq!(requests.len(), 2, "{chunks:?}");
+    for request in &requests {
+        assert_eq!(request["isAutomatic"], true, "{request}");
+        assert!(request["signature"].as_str().is_some_and(|s| s.starts_with("k2.")));
+    }
+    let responses: Vec<(bool, &str)> = chunks
+        .iter()
+        .filter(|c| c["type"] == "tool-approval-response")
+        .map(|c| (c["approved"].as_bool().unwrap(), c["reason"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        responses,
+        [(true, "temporary files may always go"), (false, "only temporary files")]
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(chunks.last().unwrap()["finishReason"], "stop");
+}
+
 #[tokio::test]
 async fn a_denial_reaches_the_model_with_its_reason() {
     let runs = Arc::new(AtomicUsize::new(0));

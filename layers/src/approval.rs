@@ -71,7 +71,7 @@ use tower_service::Service;
 /// The vocabulary of approving a call, from `toolstack::approval` (which
 /// the agent shares): one module to import for the layer and its words.
 pub use toolstack::approval::{
-    ApprovalEvent, ApprovalEvents, ApprovalRequest, CallerApprover, Decided, Decision,
+    ApprovalEvent, ApprovalEvents, ApprovalRequest, CallerApprover, Decided, Decision, Policy,
 };
 
 /// Decides a call: see the [module docs](self). Any
@@ -91,22 +91,27 @@ where
     }
 }
 
-type Policy = Arc<dyn Fn(&ToolRequest) -> bool + Send + Sync>;
+type Rule = Arc<dyn Fn(&ToolRequest) -> Policy + Send + Sync>;
 
 /// Asks before calls run: see the [module docs](self).
 #[derive(Clone)]
 pub struct ApprovalLayer {
     approver: Arc<dyn Approver>,
-    when: Policy,
+    policy: Rule,
     by: Arc<str>,
     caller_decides: bool,
 }
 
 /// The default policy: ask for any tool not annotated read-only.
-fn not_read_only(request: &ToolRequest) -> bool {
-    request
+fn not_read_only(request: &ToolRequest) -> Policy {
+    let read_only = request
         .info()
-        .is_none_or(|info| info.annotations().read_only_hint != Some(true))
+        .is_some_and(|info| info.annotations().read_only_hint == Some(true));
+    if read_only {
+        Policy::Pass
+    } else {
+        Policy::Ask { reason: None }
+    }
 }
 
 impl ApprovalLayer {
@@ -114,7 +119,7 @@ impl ApprovalLayer {
     pub fn new(approver: impl Approver) -> Self {
         ApprovalLayer {
             approver: Arc::new(approver),
-            when: Arc::new(not_read_only),
+            policy: Arc::new(not_read_only),
             by: Arc::from("approver"),
             caller_decides: false,
         }
@@ -123,7 +128,48 @@ impl ApprovalLayer {
     /// Asks only for the calls `when` picks (the tool, its annotations and
     /// arguments, the caller in the extensions).
     pub fn when(mut self, when: impl Fn(&ToolRequest) -> bool + Send + Sync + 'static) -> Self {
-        self.when = Arc::new(when);
+        self.policy = Arc::new(move |request| match when(request) {
+            true => Policy::Ask { reason: None },
+            false => Policy::Pass,
+        });
+        self
+    }
+
+    /// Decides each call by `policy` first: [`Policy::Pass`] lets it
+    /// through untold, [`Policy::Allow`] and [`Policy::Deny`] decide it
+    /// at once — told as automatic, with the reason, as the AI SDK's
+    /// `isAutomatic` approvals are —, and [`Policy::Ask`] puts it to the
+    /// caller or the approver as usual, saying why. Replaces
+    /// [`when`](Self::when).
+    ///
+    /// ```
+    /// use toolstack::approval::{Decision, Policy};
+    /// use toolstack::{tool, ErrorKind, ToolError, ToolRequest, Toolbox};
+    /// use toolstack_layers::approval::ApprovalLayer;
+    /// use tower::ServiceExt;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let sql = tool::from_fn("sql", |_: serde_json::Value| async { Ok::<_, ToolError>("done") });
+    /// let person = |_: &toolstack::approval::ApprovalRequest| async { Decision::Allow };
+    /// let layer = ApprovalLayer::new(person).policy(|call| {
+    ///     let sql = call.arguments().to_lowercase();
+    ///     if sql.contains("drop") {
+    ///         Policy::deny("dropping tables is never allowed")
+    ///     } else if sql.contains("select") {
+    ///         Policy::allow("reads are always allowed")
+    ///     } else {
+    ///         Policy::ask("this writes")
+    ///     }
+    /// });
+    /// let tools = Toolbox::new().layered(sql, layer);
+    /// let err = tools.oneshot(ToolRequest::new("sql", r#"{"q": "DROP TABLE t"}"#)).await.unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::Denied);
+    /// assert!(err.message().contains("never allowed"));
+    /// # }
+    /// ```
+    pub fn policy(mut self, policy: impl Fn(&ToolRequest) -> Policy + Send + Sync + 'static) -> Self {
+        self.policy = Arc::new(policy);
         self
     }
 
@@ -227,7 +273,8 @@ where
     }
 
     fn call(&mut self, request: ToolRequest) -> Self::Future {
-        if !(self.config.when)(&request) {
+        let verdict = (self.config.policy)(&request);
+        if verdict == Policy::Pass {
             return ResponseFuture {
                 state: State::Pass {
                     future: self.inner.call(request),
@@ -239,7 +286,7 @@ where
         let inner = std::mem::replace(&mut self.inner, clone);
         ResponseFuture {
             state: State::Asking {
-                future: Box::pin(approve(inner, request, self.config.clone())),
+                future: Box::pin(approve(inner, request, self.config.clone(), verdict)),
             },
         }
     }
@@ -290,16 +337,26 @@ async fn approve<S>(
     mut inner: S,
     mut request: ToolRequest,
     config: ApprovalLayer,
+    verdict: Policy,
 ) -> Result<S::Response, ToolError>
 where
     S: Service<ToolRequest>,
     S::Error: Into<ToolError>,
 {
-    let asked = ApprovalRequest {
-        call_id: request.id().to_owned(),
-        tool: request.name().to_owned(),
-        arguments: request.arguments().to_owned(),
+    let mut asked = ApprovalRequest::new(request.id(), request.name(), request.arguments());
+    let automatic = match verdict {
+        Policy::Allow { reason } => Some((Decision::Allow, reason)),
+        Policy::Deny { reason } => Some((Decision::deny(reason.clone()), reason)),
+        Policy::Ask { reason } => {
+            asked.reason = reason;
+            None
+        }
+        _ => None,
     };
+    if let Some((_, reason)) = &automatic {
+        asked.automatic = true;
+        asked.reason = Some(reason.clone());
+    }
     let events = request.extensions().get::<ApprovalEvents>().cloned();
     if let Some(events) = &events {
         events.send(ApprovalEvent::Requested(asked.clone())).await?;
@@ -308,9 +365,10 @@ where
         .caller_decides
         .then(|| request.extensions().get::<CallerApprover>().cloned())
         .flatten();
-    let (decision, by) = match &caller {
-        Some(caller) => (caller.decide(&asked).await, caller.by()),
-        None => (config.approver.decide(&asked).await, &*config.by),
+    let (decision, by) = match (automatic, &caller) {
+        (Some((decision, _)), _) => (decision, "policy"),
+        (None, Some(caller)) => (caller.decide(&asked).await, caller.by()),
+        (None, None) => (config.approver.decide(&asked).await, &*config.by),
     };
     let span = tracing::Span::current();
     span.record("gen_ai.tool.call.decision", decision.outcome());

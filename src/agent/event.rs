@@ -52,6 +52,12 @@ pub enum AgentEvent {
         name: String,
         /// Its arguments, as the model wrote them.
         arguments: String,
+        /// Whether a policy decided it at once (an
+        /// [`ApprovalDecided`](Self::ApprovalDecided) follows): nobody is
+        /// asked, a UI shows the decision.
+        automatic: bool,
+        /// The policy's words: why it is asked, or why it was decided so.
+        reason: Option<String>,
     },
     /// Every tool call of the step still running waits for a decision
     /// ([`ApprovalRequested`](Self::ApprovalRequested) before): nothing

@@ -151,6 +151,8 @@ pub(super) fn approval_events(
                     call_id: asked.call_id,
                     name: asked.tool,
                     arguments: asked.arguments,
+                    automatic: asked.automatic,
+                    reason: asked.reason,
                 }),
                 ApprovalEvent::Decided(decided) => Some(AgentEvent::ApprovalDecided {
                     call_id: decided.request.call_id,

@@ -256,11 +256,7 @@ mod tests {
                     arguments: "{}".into(),
                 },
                 state: CallState::WaitingApproval {
-                    request: ApprovalRequest {
-                        call_id: "c1".into(),
-                        tool: "write".into(),
-                        arguments: "{}".into(),
-                    },
+                    request: ApprovalRequest::new("c1", "write", "{}"),
                 },
             }],
             usage: Some(Usage {

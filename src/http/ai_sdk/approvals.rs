@@ -9,7 +9,7 @@ use std::task::Waker;
 
 use tokio::sync::oneshot;
 
-use crate::approval::{ApprovalRequest, CallerApprover, Decision};
+use crate::approval::{ApprovalKeys, ApprovalRequest, CallerApprover, Decision};
 
 use super::ids::lock;
 use super::THE_USER;
@@ -21,6 +21,8 @@ pub(super) struct Approvals {
     /// The run's id, once its stream exists.
     pub(super) run_id: OnceLock<String>,
     pub(super) inner: Mutex<ApprovalsInner>,
+    /// The keys that sign each request, if the endpoint signs.
+    keys: Option<Arc<ApprovalKeys>>,
 }
 
 #[derive(Default)]
@@ -33,6 +35,21 @@ pub(super) struct ApprovalsInner {
 }
 
 impl Approvals {
+    /// A response's approvals, signed with `keys` if given.
+    pub(super) fn new(keys: Option<Arc<ApprovalKeys>>) -> Self {
+        Approvals {
+            keys,
+            ..Approvals::default()
+        }
+    }
+
+    /// The signature of the request for `call_id` (shown as `part_id`) of
+    /// `tool` with `arguments`, if the endpoint signs.
+    pub(super) fn sign(&self, call_id: &str, part_id: &str, tool: &str, arguments: &str) -> Option<String> {
+        let keys = self.keys.as_ref()?;
+        Some(keys.sign(&self.approval_id(call_id), part_id, tool, arguments))
+    }
+
     /// The approver the run's calls ask: it notes the call and waits —
     /// the response ends and the run is suspended in the store, where the
     /// answer finds it — unless the endpoint cannot keep the run and

@@ -214,6 +214,8 @@ pub(super) struct Mapper {
     pub(super) alias: HashMap<String, String>,
     /// Calls denied by their approval: they end `tool-output-denied`.
     pub(super) denied: HashSet<String>,
+    /// Calls a policy decided, with its reason, until the decision comes.
+    pub(super) automatic: HashMap<String, Option<String>>,
 }
 
 impl Mapper {
@@ -285,13 +287,29 @@ impl Mapper {
                              "total": progress.total, "message": progress.message},
                 }));
             }
-            AgentEvent::ApprovalRequested { call_id, .. } => {
+            AgentEvent::ApprovalRequested {
+                call_id,
+                name,
+                arguments,
+                automatic,
+                reason,
+            } => {
                 self.tool_event(&mut push);
                 let id = self.part_id(&call_id);
                 let approval_id = approvals.approval_id(&call_id);
-                push(
-                    json!({"type": "tool-approval-request", "approvalId": approval_id, "toolCallId": id}),
-                );
+                let mut chunk =
+                    json!({"type": "tool-approval-request", "approvalId": approval_id, "toolCallId": id});
+                if automatic {
+                    // A policy decided: the reason goes with its response.
+                    chunk["isAutomatic"] = Value::Bool(true);
+                    self.automatic.insert(call_id.clone(), reason);
+                } else if let Some(reason) = reason {
+                    chunk["reason"] = Value::String(reason);
+                }
+                if let Some(signature) = approvals.sign(&call_id, &id, &name, &arguments) {
+                    chunk["signature"] = Value::String(signature);
+                }
+                push(chunk);
             }
             AgentEvent::ApprovalDecided {
                 call_id,
@@ -309,8 +327,14 @@ impl Mapper {
                 if by != THE_USER {
                     let approval_id = approvals.approval_id(&call_id);
                     let mut chunk = json!({"type": "tool-approval-response", "approvalId": approval_id, "approved": approved});
-                    if let Decision::Deny { reason } = decision {
-                        chunk["reason"] = Value::String(reason);
+                    let policy = self.automatic.remove(&call_id).flatten();
+                    match decision {
+                        Decision::Deny { reason } => chunk["reason"] = Value::String(reason),
+                        _ => {
+                            if let Some(reason) = policy {
+                                chunk["reason"] = Value::String(reason);
+                            }
+                        }
                     }
                     push(chunk);
                 }

@@ -120,9 +120,9 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde_json::json;
 
-use crate::agent::store::{MemoryStore, RunStore};
+use crate::agent::store::{CallState, MemoryStore, RunStore};
 use crate::agent::{Agent, Resume, ResumeError};
-use crate::approval::Decision;
+use crate::approval::{input_digest, ApprovalKeys, Decision, SignatureError};
 use crate::model::ModelService;
 
 // The items the docs above link to.
@@ -169,6 +169,7 @@ pub struct ChatEndpoint<M> {
     approval_timeout: Duration,
     store: Arc<dyn RunStore>,
     log: Option<Arc<dyn ChunkLog>>,
+    keys: Option<Arc<ApprovalKeys>>,
 }
 
 impl<M: Clone> Clone for ChatEndpoint<M> {
@@ -181,6 +182,7 @@ impl<M: Clone> Clone for ChatEndpoint<M> {
             approval_timeout: self.approval_timeout,
             store: Arc::clone(&self.store),
             log: self.log.clone(),
+            keys: self.keys.clone(),
         }
     }
 }
@@ -224,6 +226,7 @@ impl<M> ChatEndpoint<M> {
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
             store,
             log: None,
+            keys: None,
         }
     }
 
@@ -270,6 +273,17 @@ impl<M> ChatEndpoint<M> {
         self
     }
 
+    /// Signs every approval request with `keys` (`signature` on
+    /// `tool-approval-request`, the AI SDK's scheme with the key's id in
+    /// front) and refuses an answer whose signature does not match the
+    /// call waiting in the store — forged, made for other arguments, or
+    /// replayed on another call or run — with `403`: the run keeps
+    /// waiting, and nothing runs.
+    pub fn sign_approvals(mut self, keys: ApprovalKeys) -> Self {
+        self.keys = Some(Arc::new(keys));
+        self
+    }
+
     /// How many runs wait for an approval answer now, in the store (which
     /// other processes may share).
     pub async fn waiting_runs(&self) -> Result<usize, crate::agent::store::StoreError> {
@@ -301,7 +315,7 @@ where
             true => None,
             false => match self.resume(&answers, extensions.clone()).await {
                 Ok(resumed) => resumed,
-                Err(err) => return resume_refused(&err),
+                Err(refused) => return refused,
             },
         };
         let (live, message_id) = match resumed {
@@ -316,7 +330,7 @@ where
                     Ok(history) => history,
                     Err(why) => return bad_request(why),
                 };
-                let approvals = Arc::new(Approvals::default());
+                let approvals = Arc::new(Approvals::new(self.keys.clone()));
                 let mut extensions = extensions;
                 extensions.insert(approvals.caller());
                 let events = self.agent.run_with(history, extensions);
@@ -378,7 +392,7 @@ where
         &self,
         answers: &[Answer],
         extensions: axum::http::Extensions,
-    ) -> Result<Option<Live>, ResumeError> {
+    ) -> Result<Option<Live>, Response> {
         let Some(run_id) = answers
             .iter()
             .find_map(|answer| parse_approval_id(&answer.approval_id))
@@ -386,6 +400,9 @@ where
         else {
             return Ok(None);
         };
+        if let Some(keys) = &self.keys {
+            self.verify(keys, &run_id, answers).await?;
+        }
         let mut resume = Resume::new()
             .by(THE_USER)
             .otherwise(Decision::deny("the user gave no answer"))
@@ -406,7 +423,7 @@ where
             };
             resume = resume.decide(call_id, decision);
         }
-        let approvals = Arc::new(Approvals::default());
+        let approvals = Arc::new(Approvals::new(self.keys.clone()));
         let _ = approvals.run_id.set(run_id.clone());
         let mut extensions = extensions;
         extensions.insert(approvals.caller());
@@ -422,8 +439,83 @@ where
                 let _ = self.store.delete(&run_id).await;
                 Ok(None)
             }
-            Err(err) => Err(err),
+            Err(err) => Err(resume_refused(&err)),
         }
+    }
+}
+
+impl<M> ChatEndpoint<M> {
+    /// Checks each answer's signature against the call waiting in the
+    /// store under its approval id: the key, the approval id, the call
+    /// id, the tool and the arguments stored — and that the arguments the
+    /// answer shows are those. The first that fails refuses them all.
+    async fn verify(
+        &self,
+        keys: &ApprovalKeys,
+        run_id: &str,
+        answers: &[Answer],
+    ) -> Result<(), Response> {
+        let stored = self
+            .store
+            .load(run_id)
+            .await
+            .map_err(|err| resume_refused(&ResumeError::Store(err)))?;
+        let Some(stored) = stored else {
+            // Nothing waits: the answers resume nothing (a new run starts).
+            return Ok(());
+        };
+        for answer in answers {
+            let Some((answer_run, call_id)) = parse_approval_id(&answer.approval_id) else {
+                continue;
+            };
+            if answer_run != run_id {
+                continue;
+            }
+            let waiting = stored.checkpoint.step.iter().find_map(|record| match &record.state {
+                CallState::WaitingApproval { request } if record.call.id == call_id => Some(request),
+                _ => None,
+            });
+            let Some(request) = waiting else {
+                continue;
+            };
+            let checked = match answer.signature.as_deref() {
+                None => Err(SignatureError::Missing),
+                Some(signature) => keys
+                    .verify(
+                        signature,
+                        &answer.approval_id,
+                        answer.tool_call_id.as_deref().unwrap_or(call_id),
+                        &request.tool,
+                        &request.arguments,
+                    )
+                    .map(|_| ()),
+            };
+            let shown = answer
+                .input
+                .as_ref()
+                .map(|input| input_digest(&input.to_string()));
+            let why = match checked {
+                Err(err) => Some(err.to_string()),
+                Ok(()) if shown.is_some_and(|shown| shown != input_digest(&request.arguments)) => {
+                    Some("the answer shows other arguments than the call that waits".to_owned())
+                }
+                Ok(()) => None,
+            };
+            if let Some(why) = why {
+                tracing::warn!(
+                    approval_id = %answer.approval_id,
+                    gen_ai.tool.name = %request.tool,
+                    gen_ai.tool.call.id = %call_id,
+                    "an approval answer was refused: {why}"
+                );
+                let body = json!({
+                    "error": format!("approval {} refused: {why}", answer.approval_id),
+                    "kind": "denied",
+                });
+                return Err((StatusCode::FORBIDDEN, axum::Json(body)).into_response());
+            }
+        }
+        Ok(())
     }
 }
 

@@ -24,11 +24,15 @@ pub(super) struct UiMessage {
     pub(super) parts: Vec<Value>,
 }
 
-/// A person's answer to one approval request.
+/// A person's answer to one approval request, with what its part shows
+/// of the call and the request's signature.
 pub(super) struct Answer {
     pub(super) approval_id: String,
     pub(super) approved: bool,
     pub(super) reason: Option<String>,
+    pub(super) signature: Option<String>,
+    pub(super) tool_call_id: Option<String>,
+    pub(super) input: Option<Value>,
 }
 
 impl ChatBody {
@@ -46,6 +50,9 @@ impl ChatBody {
                     approval_id: approval["id"].as_str()?.to_owned(),
                     approved: approval["approved"].as_bool()?,
                     reason: approval["reason"].as_str().map(str::to_owned),
+                    signature: approval["signature"].as_str().map(str::to_owned),
+                    tool_call_id: part["toolCallId"].as_str().map(str::to_owned),
+                    input: part.get("input").cloned(),
                 })
             })
             .collect()

@@ -1,6 +1,7 @@
 //! The vocabulary of approving a tool call before it runs: what is asked
 //! ([`ApprovalRequest`]), what is decided ([`Decision`], [`Decided`]), and
-//! where a UI hears of both ([`ApprovalEvents`]).
+//! where a UI hears of both ([`ApprovalEvents`]); and the keys that sign
+//! a request so that an answer cannot be forged ([`ApprovalKeys`]).
 //!
 //! The approval layer of `toolstack-layers` asks; an
 //! [`Agent`](crate::agent::Agent) puts an [`ApprovalEvents`] in each tool
@@ -16,6 +17,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::ToolError;
 
+mod signature;
+
+pub use signature::{input_digest, ApprovalKeys, KeyError, SignatureError, MIN_SECRET_BYTES};
+
 /// A call waiting for approval.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApprovalRequest {
@@ -25,6 +30,79 @@ pub struct ApprovalRequest {
     pub tool: String,
     /// The arguments, as sent.
     pub arguments: String,
+    /// Whether a policy decided it ([`Policy::Allow`] or [`Policy::Deny`]
+    /// in the approval layer), so nobody is asked: a UI shows the decision.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub automatic: bool,
+    /// The policy's words: why it is asked, or why it was decided so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl ApprovalRequest {
+    /// A request to approve the call `call_id` of `tool` with `arguments`,
+    /// put to whoever decides.
+    pub fn new(
+        call_id: impl Into<String>,
+        tool: impl Into<String>,
+        arguments: impl Into<String>,
+    ) -> Self {
+        ApprovalRequest {
+            call_id: call_id.into(),
+            tool: tool.into(),
+            arguments: arguments.into(),
+            automatic: false,
+            reason: None,
+        }
+    }
+}
+
+/// What an approval layer's policy says of a call, before anyone is asked
+/// (`ApprovalLayer::policy` in `toolstack-layers`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Policy {
+    /// Not a call to approve: it runs, and nothing is told.
+    Pass,
+    /// Allowed by the policy: it runs, and the decision is told as automatic.
+    Allow {
+        /// Why (a UI shows it).
+        reason: String,
+    },
+    /// Denied by the policy: the model reads the reason; the decision is
+    /// told as automatic.
+    Deny {
+        /// Why, for the model and the UI.
+        reason: String,
+    },
+    /// Someone decides: the person behind the call or the layer's approver.
+    Ask {
+        /// Why they are asked, if the policy says.
+        reason: Option<String>,
+    },
+}
+
+impl Policy {
+    /// An automatic allowance.
+    pub fn allow(reason: impl Into<String>) -> Self {
+        Policy::Allow {
+            reason: reason.into(),
+        }
+    }
+
+    /// An automatic denial.
+    pub fn deny(reason: impl Into<String>) -> Self {
+        Policy::Deny {
+            reason: reason.into(),
+        }
+    }
+
+    /// A question, with why it is asked.
+    pub fn ask(reason: impl Into<String>) -> Self {
+        Policy::Ask {
+            reason: Some(reason.into()),
+        }
+    }
 }
 
 /// What an approver decides for one call. Serializes as `"allow"`,
