@@ -157,7 +157,32 @@ async fn the_ai_sdk_client_assembles_what_the_endpoint_streams() {
         })
     };
 
+    // Signed requests: a forged answer first, then a genuine one.
+    let signed_runs = Arc::new(AtomicUsize::new(0));
+    let signed = {
+        let counted = Arc::clone(&signed_runs);
+        let delete = tool::from_fn("delete_rows", move |_: Value| {
+            let runs = Arc::clone(&counted);
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, ToolError>("deleted 2 rows")
+            }
+        });
+        let nobody = |_: &toolstack::approval::ApprovalRequest| async { Decision::deny("nobody here") };
+        let guarded = Toolbox::new().layered(delete, ApprovalLayer::new(nobody).caller_decides());
+        let model = ScriptedModel::new([
+            Turn::new().tool_call("delete_rows", r#"{"older_than":"2020"}"#),
+            Turn::new().tool_call("delete_rows", r#"{"older_than":"2020"}"#),
+            Turn::new().text("Deleted."),
+        ]);
+        let keys = toolstack::approval::ApprovalKeys::new("k1", [5u8; 32]).unwrap();
+        ChatEndpoint::new(Agent::new(model, guarded))
+            .sign_approvals(keys)
+            .into_router()
+    };
+
     let app = axum::Router::new()
+        .nest("/signed", signed)
         .nest(
             "/plain",
             ChatEndpoint::new(Agent::new(plain, tools)).into_router(),
@@ -305,6 +330,37 @@ async fn the_ai_sdk_client_assembles_what_the_endpoint_streams() {
         "the write ran once, after the restart"
     );
     let _ = std::fs::remove_file(&runs_file);
+
+    // Signed approvals through the SDK's client: the request's signature
+    // travels back with the answer; an answer whose call was altered in
+    // the client is refused, and only the genuine one runs.
+    let signed = &results["signed"];
+    let asked = signed["forged"]["requested"]["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["type"] == "tool-delete_rows")
+        .unwrap();
+    assert!(
+        asked["approval"]["signature"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("k1.")),
+        "the client kept no signature: {asked}"
+    );
+    let forged = signed["forged"]["finishes"].as_array().unwrap();
+    let refusal = forged[1]["error"].as_str().unwrap_or_default();
+    assert!(
+        refusal.contains("other arguments than the call that waits"),
+        "{signed}"
+    );
+    let genuine = &signed["genuine"];
+    assert_eq!(genuine["error"], Value::Null, "{genuine}");
+    assert_eq!(genuine["finishes"][1]["finishReason"], "stop", "{genuine}");
+    assert_eq!(
+        signed_runs.load(Ordering::SeqCst),
+        1,
+        "only the genuine answer ran the write"
+    );
 
     // The reloaded page: the whole answer, assembled by the SDK from the
     // replayed and the live chunks.

@@ -15,6 +15,7 @@
 // * `restart`: the same against BASE_URL/restartable, with the server's
 //   endpoint replaced by a new one over the same run store (POST
 //   BASE_URL/restart) between the request for approval and the answer.
+// * `signed`: see `signed()` below.
 // * `resume`: a chat's answer, its connection dropped after the first
 //   chunk (a reloaded page); then a new `AbstractChat` of the same id
 //   calls `resumeStream()` — the transport's `reconnectToStream`, `GET
@@ -87,11 +88,13 @@ class State {
 class Chat extends AbstractChat {
   // The messages a page had kept (its storage) are the state's own.
   constructor(init) {
-    super({ ...init, state: new State(init.messages) });
+    const state = new State(init.messages);
+    super({ ...init, state });
+    this.kept = state;
   }
 }
 
-async function approval(api = `${base}/approval`, between = async () => {}) {
+async function approval(api = `${base}/approval`, between = async () => {}, id = 'chat-approval') {
   // Each response's end, as the chat reports it.
   const finishes = [];
   const waiters = [];
@@ -105,7 +108,7 @@ async function approval(api = `${base}/approval`, between = async () => {}) {
       check();
     });
   const chat = new Chat({
-    id: 'chat-approval',
+    id,
     transport: new DefaultChatTransport({ api }),
     sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
     onFinish: event => finished({ finishReason: event.finishReason, isError: event.isError }),
@@ -116,7 +119,7 @@ async function approval(api = `${base}/approval`, between = async () => {}) {
   const requested = structuredClone(chat.messages.at(-1));
   const asked = requested.parts.find(part => part.state === 'approval-requested');
   if (!asked) return { requested, finishes, error: 'no approval was requested' };
-  await between();
+  await between(chat);
   // The chat itself sends the answer back, once every approval of the
   // last message is answered.
   await chat.addToolApprovalResponse({ id: asked.approval.id, approved: true });
@@ -129,6 +132,27 @@ async function restart() {
     const restarted = await fetch(`${base}/restart`, { method: 'POST' });
     if (!restarted.ok) throw new Error(`restart: ${restarted.status}`);
   });
+}
+
+// * `signed`: the same against BASE_URL/signed, whose requests are signed:
+//   `forged` alters the call's input in the chat's own state before
+//   approving (what a tampered client would send back), `genuine` does
+//   not.
+async function signed() {
+  const forged = await approval(
+    `${base}/signed`,
+    async chat => {
+      const index = chat.kept.messages.length - 1;
+      const message = structuredClone(chat.kept.messages[index]);
+      for (const part of message.parts) {
+        if (part.state === 'approval-requested') part.input = { older_than: '1900' };
+      }
+      chat.kept.replaceMessage(index, message);
+    },
+    'chat-forged',
+  );
+  const genuine = await approval(`${base}/signed`, async () => {}, 'chat-genuine');
+  return { forged, genuine };
 }
 
 async function resume() {
@@ -166,5 +190,6 @@ const results = {
   approval: await approval(),
   restart: await restart(),
   resume: await resume(),
+  signed: await signed(),
 };
 console.log(JSON.stringify(results));
