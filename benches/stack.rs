@@ -388,6 +388,16 @@ fn layer_cases() -> Vec<Case> {
             ),
         ),
         (
+            "approval (a policy allows)",
+            one(
+                add_tool(),
+                ServiceBuilder::new().stream_approval(
+                    ApprovalLayer::new(allow)
+                        .policy(|_| toolstack::approval::Policy::allow("reads are allowed")),
+                ),
+            ),
+        ),
+        (
             "guardrail (input and output allowed)",
             one(
                 add_tool(),
@@ -613,6 +623,37 @@ fn precise_layer_summary() {
         "| layer | ns/call | + ns over the empty tool | allocations/call |",
         &mut precise_layer_cases(),
         |ns, i| format!("{:+.1}", ns[i] - ns[0]),
+    );
+    signing_summary();
+}
+
+/// What a signed approval adds where it is made (the AI SDK endpoint signs
+/// each request and verifies each answer): next to the hand-written call.
+fn signing_summary() {
+    let keys = toolstack::approval::ApprovalKeys::new("k1", [7u8; 32]).expect("a key");
+    let arguments = r#"{"sql": "DELETE FROM rows WHERE day < 20200101", "limit": 100}"#;
+    let approval_id = "0123456789abcdef0123456789abcdef:call_0_0";
+    let signature = keys.sign(approval_id, "call_0_0", "execute_sql", arguments);
+    let signer = keys.clone();
+    let cases: Vec<Case> = vec![
+        ("hand-written call", Box::new(|| direct(black_box(ARGS)))),
+        (
+            "sign an approval request",
+            Box::new(move || signer.sign(approval_id, "call_0_0", "execute_sql", black_box(arguments))),
+        ),
+        (
+            "verify an answer",
+            Box::new(move || {
+                let verified = keys.verify(&signature, approval_id, "call_0_0", "execute_sql", black_box(arguments));
+                verified.expect("it verifies").to_owned()
+            }),
+        ),
+    ];
+    table(
+        "a signed approval, once per request and once per answer",
+        "| step | ns | × the hand-written call | allocations |",
+        &mut { cases },
+        |ns, i| format!("{:.2}×", ns[i] / ns[0]),
     );
 }
 
