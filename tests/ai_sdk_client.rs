@@ -386,3 +386,51 @@ async fn the_ai_sdk_client_assembles_what_the_endpoint_streams() {
     assert_eq!(slept["state"], "output-available", "{resume}");
     assert_eq!(slept["output"], "slept");
 }
+
+/// The signatures `ApprovalKeys` makes, checked by the AI SDK's own
+/// server-side verification (`web/check-signature.mjs`: `generateText`
+/// with `experimental_toolApprovalSecret` runs an approved call only if
+/// its signature matches): the same scheme, the same canonical JSON —
+/// numbers as JavaScript writes them, keys in UTF-16 order.
+#[test]
+fn approval_signatures_verify_with_the_ai_sdks_own_check() {
+    let Some(node) = node() else { return };
+    let secret = "a secret of at least thirty-two bytes!";
+    let keys = toolstack::approval::ApprovalKeys::new("k1", secret).unwrap();
+    let mut cases = Vec::new();
+    let mut expected = Vec::new();
+    for (arguments, shown) in [
+        (r#"{"older_than": 2020}"#, None),
+        (
+            r#"{"z": 0.1, "a": 1e21, "n": [1, 2.50, -0.0, 1.5e-7, 123456789012345678], "s": "x\ny\u0001\"é"}"#,
+            None,
+        ),
+        // Keys where UTF-16 order and byte order differ.
+        (r#"{"\uff01": 1, "😀": 2, "Z": 3}"#, None),
+        // Signed for these arguments, shown with others: refused.
+        (r#"{"older_than": 2020}"#, Some(r#"{"older_than": 1990}"#)),
+    ] {
+        let approval_id = format!("0123456789abcdef0123456789abcdef:call_{}", cases.len());
+        let call_id = format!("call_{}", cases.len());
+        let signed = keys.sign(&approval_id, &call_id, "delete_rows", arguments);
+        let mac = signed.split_once('.').unwrap().1;
+        let input: Value = serde_json::from_str(shown.unwrap_or(arguments)).unwrap();
+        cases.push(serde_json::json!({
+            "approvalId": approval_id, "toolCallId": call_id, "toolName": "delete_rows",
+            "input": input, "signature": mac,
+        }));
+        expected.push(if shown.is_some() { "AI_InvalidToolApprovalSignatureError" } else { "ran" });
+    }
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("web/check-signature.mjs");
+    let argument = serde_json::json!({"secret": secret, "cases": cases}).to_string();
+    let output = output_within(
+        Command::new(node).arg(script).arg(argument),
+        Duration::from_secs(60),
+        "web/check-signature.mjs to verify the signatures with the AI SDK",
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "node failed: {stderr}");
+    let results: Vec<String> = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|err| panic!("{err}: {}", String::from_utf8_lossy(&output.stdout)));
+    assert_eq!(results, expected);
+}
