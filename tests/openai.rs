@@ -571,3 +571,58 @@ async fn the_agent_asks_again_after_the_endpoint_cuts_an_answer_off_when_told_to
         Some(&Message::assistant("A whole answer."))
     );
 }
+
+/// A real OpenAI-compatible stream, recorded once through the client, is
+/// replayed through the agent with no server: the same events, in order.
+#[tokio::test]
+async fn a_recorded_openai_run_replays_through_the_agent_without_the_server() {
+    use toolstack::model::record::{RecordLayer, ReplayModel};
+    use tower::Layer;
+    let first = sse(
+        &[
+            call_chunk(0, Some("call_1"), Some("echo"), "{\"te"),
+            call_chunk(0, None, None, "xt\":\"hi\"}"),
+            finish_chunk("tool_calls"),
+        ],
+        true,
+    );
+    let second = sse(
+        &[text_chunk("ech"), text_chunk("oed"), finish_chunk("stop"), usage_chunk()],
+        true,
+    );
+    let (url, _bodies) = server(vec![first, second]).await;
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Echo {
+        text: String,
+    }
+    let tools = || {
+        Toolbox::new().tool(toolstack::tool::from_fn(
+            "echo",
+            |Echo { text }| async move { Ok::<_, ToolError>(text) },
+        ))
+    };
+    let file = std::env::temp_dir().join(format!(
+        "toolstack-openai-recording-{}-{:?}.jsonl",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let recorded = RecordLayer::create(&file).unwrap().layer(OpenAiModel::new(url, "m"));
+    let live: Vec<AgentEvent> = Agent::new(recorded, tools())
+        .run(vec![Message::user("say hi")])
+        .collect()
+        .await;
+    let replay = ReplayModel::open(&file).unwrap();
+    assert_eq!(replay.len(), 2);
+    let replayed: Vec<AgentEvent> = Agent::new(replay.clone(), tools())
+        .run(vec![Message::user("say hi")])
+        .collect()
+        .await;
+    assert_eq!(format!("{replayed:?}"), format!("{live:?}"));
+    assert_eq!(replay.replayed(), 2);
+    let Some(AgentEvent::Done(done)) = replayed.last() else {
+        panic!("no Done")
+    };
+    assert_eq!(done.stop, StopReason::Finished);
+    assert!(done.usage.is_some(), "the recorded usage is replayed");
+    let _ = std::fs::remove_file(&file);
+}
