@@ -17,6 +17,11 @@
 //! `OPENAI_BASE_URL`, `OPENAI_MODEL` (and `OPENAI_API_KEY`) set, a real
 //! OpenAI-compatible endpoint answers instead.
 //!
+//! `-- --record FILE` writes every model call (the request, the answer's
+//! deltas and their timing) to `FILE`; `-- --replay FILE` answers from
+//! such a recording instead of the script or the endpoint — a real
+//! model's run, replayed offline.
+//!
 //! With `OTEL_EXPORTER_OTLP_ENDPOINT` set (and `OTEL_SERVICE_NAME`), the
 //! run's spans — `invoke_agent assistant`, each `chat` and `execute_tool`
 //! with the GenAI attributes — go to that OpenTelemetry collector
@@ -51,6 +56,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use toolstack::agent::{Agent, AgentEvent};
 use toolstack::approval::{ApprovalRequest, CallerApprover, Decision};
+use toolstack::model::record::{RecordLayer, ReplayModel};
 use toolstack::model::{Message, ScriptedModel, Turn};
 use toolstack::{tool, Progress, ToolAnnotations, ToolContext, ToolError, ToolOutput, Toolbox};
 use toolstack_layers::approval::ApprovalLayer;
@@ -59,7 +65,7 @@ use toolstack_layers::rate_limit::{Quota, RateLimitLayer};
 use toolstack_layers::retry::RetryPolicy;
 use toolstack_layers::timeout::TimeoutLayer;
 use toolstack_layers::ServiceBuilderExt;
-use tower::ServiceBuilder;
+use tower::{Layer, ServiceBuilder};
 
 type Db = Arc<Mutex<Connection>>;
 
@@ -431,6 +437,39 @@ fn turns() -> Vec<Turn> {
     ]
 }
 
+/// A model, recorded by `record` when there is one (one type either way).
+type Model = tower::util::BoxCloneSyncService<
+    toolstack::model::ChatRequest,
+    futures_util::stream::BoxStream<'static, Result<toolstack::model::ModelDelta, ToolError>>,
+    ToolError,
+>;
+
+fn recorded<M>(model: M, record: &Option<RecordLayer>) -> Model
+where
+    M: toolstack::model::ModelService + Sync,
+{
+    use tower::ServiceExt;
+    match record {
+        Some(record) => Model::new(record.layer(model).map_response(|answer| answer.boxed())),
+        None => Model::new(
+            model
+                .map_response(|answer| answer.boxed())
+                .map_err(Into::into),
+        ),
+    }
+}
+
+/// The assistant's agent over `model`: its tools, and a limit of 8 steps;
+/// two tool calls at once; a turn cut off mid-answer discarded and asked
+/// again (the retry layer cannot take back deltas already shown).
+fn assistant<M: toolstack::model::ModelService>(model: M, db: Db) -> Agent<M> {
+    Agent::new(model, toolbox(db))
+        .name("assistant")
+        .max_steps(8)
+        .parallel_tools(2)
+        .retry_model_turns(2)
+}
+
 /// A real endpoint when `OPENAI_BASE_URL` and `OPENAI_MODEL` are set (and
 /// the `openai` feature is on).
 #[cfg(feature = "openai")]
@@ -508,26 +547,37 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }));
     let (approver, mut asks) = terminal_approver();
     extensions.insert(approver);
-    let mut events = match endpoint() {
+    // `--record FILE`: every model call goes to FILE as it is made;
+    // `--replay FILE`: the model answers from such a file, not the script
+    // nor the endpoint.
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|at| args.get(at + 1))
+            .map(std::path::PathBuf::from)
+    };
+    let record = flag("--record").map(RecordLayer::create).transpose()?;
+    let layers = model_layers;
+    let mut events = match (flag("--replay"), endpoint()) {
+        (Some(file), _) => {
+            let replay = ReplayModel::open(&file)?;
+            eprintln!("(model: the recording in {})", file.display());
+            let agent = assistant(layers.service(recorded(replay.clone(), &record)), db);
+            match replay.recorded_model() {
+                Some(name) => agent.model_name(name),
+                None => agent,
+            }
+            .run_with(conversation, extensions)
+        }
         #[cfg(feature = "openai")]
-        Some(model) => {
+        (None, Some(model)) => {
             println!("(model: the OpenAI-compatible endpoint in OPENAI_BASE_URL)\n");
-            Agent::new(model_layers.service(model), toolbox(db))
-                .name("assistant")
+            assistant(layers.service(recorded(model, &record)), db)
                 .provider("openai")
-                .max_steps(8)
-                .parallel_tools(2)
-                // The retry layer cannot take back deltas already shown;
-                // a turn cut off mid-answer is discarded and asked again.
-                .retry_model_turns(2)
                 .run_with(conversation, extensions)
         }
-        _ => Agent::new(model_layers.service(script()), toolbox(db))
-            .name("assistant")
+        _ => assistant(layers.service(recorded(script(), &record)), db)
             .model_name("scripted")
-            .max_steps(8)
-            .parallel_tools(2)
-            .retry_model_turns(2)
             .run_with(conversation, extensions),
     };
     let mut out = std::io::stdout();

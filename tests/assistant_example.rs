@@ -54,6 +54,38 @@ fn the_scripted_run_denies_the_write_and_budgets_the_rows() {
     );
 }
 
+/// `--record FILE` then `--replay FILE`: the scripted run recorded, then
+/// answered from the recording alone, prints byte for byte what it
+/// printed live.
+#[test]
+fn the_recorded_run_replays_byte_identical() {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap().join("examples");
+    let assistant = dir.join(format!("assistant{}", std::env::consts::EXE_SUFFIX));
+    let file = std::env::temp_dir().join(format!("toolstack-assistant-{}.jsonl", std::process::id()));
+    let run = |flag: &str| {
+        let out = std::process::Command::new(&assistant)
+            .arg(flag)
+            .arg(&file)
+            .stdin(std::process::Stdio::null())
+            .env_remove("OPENAI_BASE_URL")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{flag}: {out:?}");
+        out.stdout
+    };
+    let live = run("--record");
+    let recording = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(recording.lines().count(), 1 + 6, "a header and the run's six model calls");
+    let replayed = run("--replay");
+    assert!(!live.is_empty());
+    assert_eq!(
+        String::from_utf8_lossy(&replayed),
+        String::from_utf8_lossy(&live)
+    );
+    let _ = std::fs::remove_file(&file);
+}
+
 /// With `OTEL_EXPORTER_OTLP_ENDPOINT` set, the run's spans reach the
 /// collector over OTLP/HTTP: a stand-in collector on loopback receives
 /// `POST /v1/traces` and finds the run's span names in the protobuf (its

@@ -138,6 +138,13 @@ impl ReplayModel {
         self.exchanges.is_empty()
     }
 
+    /// The model the first recorded request asked for (what a replaying
+    /// agent names on its requests, so that they match).
+    pub fn recorded_model(&self) -> Option<String> {
+        let first = self.exchanges.first()?;
+        first.request["model"].as_str().map(str::to_owned)
+    }
+
     /// How many have been replayed.
     pub fn replayed(&self) -> usize {
         let used = self.used.lock().unwrap_or_else(|p| p.into_inner());
