@@ -639,12 +639,20 @@ fn signing_summary() {
         ("hand-written call", Box::new(|| direct(black_box(ARGS)))),
         (
             "sign an approval request",
-            Box::new(move || signer.sign(approval_id, "call_0_0", "execute_sql", black_box(arguments))),
+            Box::new(move || {
+                signer.sign(approval_id, "call_0_0", "execute_sql", black_box(arguments))
+            }),
         ),
         (
             "verify an answer",
             Box::new(move || {
-                let verified = keys.verify(&signature, approval_id, "call_0_0", "execute_sql", black_box(arguments));
+                let verified = keys.verify(
+                    &signature,
+                    approval_id,
+                    "call_0_0",
+                    "execute_sql",
+                    black_box(arguments),
+                );
                 verified.expect("it verifies").to_owned()
             }),
         ),

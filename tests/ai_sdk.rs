@@ -251,7 +251,9 @@ async fn a_guardrail_is_a_data_part_and_its_raise_a_content_filter_finish() {
         Turn::new().tool_call("count", r#"{"to":2}"#),
         Turn::new().text("never"),
     ]);
-    let raise = Guardrail::from_fn("no_counting", |_| async { Verdict::raise("counting is off") });
+    let raise = Guardrail::from_fn("no_counting", |_| async {
+        Verdict::raise("counting is off")
+    });
     let tools = Toolbox::new().layered(
         toolstack_demo::tools::count(),
         GuardrailLayer::new().input(raise),
@@ -363,10 +365,14 @@ async fn signed_approvals_refuse_a_forged_altered_or_replayed_answer() {
         Turn::new().tool_call("delete", r#"{"older_than": 1990}"#),
         Turn::new().text("Both gone."),
     ]);
-    let endpoint = ChatEndpoint::new(Agent::new(model, guarded(Arc::clone(&runs)))).sign_approvals(keys());
+    let endpoint =
+        ChatEndpoint::new(Agent::new(model, guarded(Arc::clone(&runs)))).sign_approvals(keys());
     let app = endpoint.clone().into_router();
     let (_, _, first) = post(&app, json!({"messages": [user("delete")]})).await;
-    let request = first.iter().find(|c| c["type"] == "tool-approval-request").unwrap();
+    let request = first
+        .iter()
+        .find(|c| c["type"] == "tool-approval-request")
+        .unwrap();
     let signature = request["signature"].as_str().expect("a signed request");
     assert!(signature.starts_with("k2."), "{signature}");
     assert_eq!(request.get("isAutomatic"), None);
@@ -383,16 +389,33 @@ async fn signed_approvals_refuse_a_forged_altered_or_replayed_answer() {
     let input = json!({"older_than": 2020});
     // No signature; a made-up one; one for other arguments shown.
     let mut unsigned = signed_answer(&first, input.clone(), None);
-    unsigned["parts"][1]["approval"].as_object_mut().unwrap().remove("signature");
+    unsigned["parts"][1]["approval"]
+        .as_object_mut()
+        .unwrap()
+        .remove("signature");
     assert!(refused(unsigned).await.contains("carries no signature"));
     let forged = format!("k2.{}", "A".repeat(43));
-    assert!(refused(signed_answer(&first, input.clone(), Some(&forged))).await.contains("does not match"));
+    assert!(refused(signed_answer(&first, input.clone(), Some(&forged)))
+        .await
+        .contains("does not match"));
     let altered = signed_answer(&first, json!({"older_than": 1900}), None);
     assert!(refused(altered).await.contains("other arguments"));
     let unknown = signature.replacen("k2.", "k9.", 1);
-    assert!(refused(signed_answer(&first, input.clone(), Some(&unknown))).await.contains("unknown key"));
-    assert_eq!(runs.load(Ordering::SeqCst), 0, "a refused answer ran the tool");
-    assert_eq!(endpoint.waiting_runs().await.unwrap(), 1, "the run still waits");
+    assert!(
+        refused(signed_answer(&first, input.clone(), Some(&unknown)))
+            .await
+            .contains("unknown key")
+    );
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "a refused answer ran the tool"
+    );
+    assert_eq!(
+        endpoint.waiting_runs().await.unwrap(),
+        1,
+        "the run still waits"
+    );
 
     // The genuine answer resumes the run, which asks about its next call.
     let (status, _, second) = post(
@@ -403,7 +426,10 @@ async fn signed_approvals_refuse_a_forged_altered_or_replayed_answer() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     // Its signature replayed on the second call's approval: refused.
-    let next = second.iter().find(|c| c["type"] == "tool-approval-request").unwrap();
+    let next = second
+        .iter()
+        .find(|c| c["type"] == "tool-approval-request")
+        .unwrap();
     assert_ne!(next["approvalId"], request["approvalId"]);
     let mut replayed = signed_answer(&second, json!({"older_than": 1990}), Some(signature));
     replayed["id"] = json!("a1");
@@ -421,10 +447,14 @@ async fn a_key_rotated_in_still_verifies_what_the_old_key_signed() {
     let agent = Agent::new(model, guarded(Arc::clone(&runs)))
         .store(toolstack::agent::store::MemoryStore::new());
     let old = toolstack::approval::ApprovalKeys::new("k1", [1u8; 32]).unwrap();
-    let before = ChatEndpoint::new(agent.clone()).sign_approvals(old).into_router();
+    let before = ChatEndpoint::new(agent.clone())
+        .sign_approvals(old)
+        .into_router();
     let (_, _, first) = post(&before, json!({"messages": [user("delete")]})).await;
     // The same store, the new key signing, the old one still held.
-    let after = ChatEndpoint::new(agent).sign_approvals(keys()).into_router();
+    let after = ChatEndpoint::new(agent)
+        .sign_approvals(keys())
+        .into_router();
     let (status, _, _) = post(
         &after,
         json!({"messages": [user("delete"), signed_answer(&first, json!({}), None)]}),
@@ -462,20 +492,33 @@ async fn a_policys_decision_is_told_as_automatic_with_its_reason() {
         .into_router();
     let (status, _, chunks) = post(&app, json!({"messages": [user("clean")]})).await;
     assert_eq!(status, StatusCode::OK);
-    let requests: Vec<&Value> = chunks.iter().filter(|c| c["type"] == "tool-approval-request").collect();
+    let requests: Vec<&Value> = chunks
+        .iter()
+        .filter(|c| c["type"] == "tool-approval-request")
+        .collect();
     assert_eq!(requests.len(), 2, "{chunks:?}");
     for request in &requests {
         assert_eq!(request["isAutomatic"], true, "{request}");
-        assert!(request["signature"].as_str().is_some_and(|s| s.starts_with("k2.")));
+        assert!(request["signature"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("k2.")));
     }
     let responses: Vec<(bool, &str)> = chunks
         .iter()
         .filter(|c| c["type"] == "tool-approval-response")
-        .map(|c| (c["approved"].as_bool().unwrap(), c["reason"].as_str().unwrap()))
+        .map(|c| {
+            (
+                c["approved"].as_bool().unwrap(),
+                c["reason"].as_str().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         responses,
-        [(true, "temporary files may always go"), (false, "only temporary files")]
+        [
+            (true, "temporary files may always go"),
+            (false, "only temporary files")
+        ]
     );
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert_eq!(chunks.last().unwrap()["finishReason"], "stop");

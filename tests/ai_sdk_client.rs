@@ -168,7 +168,8 @@ async fn the_ai_sdk_client_assembles_what_the_endpoint_streams() {
                 Ok::<_, ToolError>("deleted 2 rows")
             }
         });
-        let nobody = |_: &toolstack::approval::ApprovalRequest| async { Decision::deny("nobody here") };
+        let nobody =
+            |_: &toolstack::approval::ApprovalRequest| async { Decision::deny("nobody here") };
         let guarded = Toolbox::new().layered(delete, ApprovalLayer::new(nobody).caller_decides());
         let model = ScriptedModel::new([
             Turn::new().tool_call("delete_rows", r#"{"older_than":"2020"}"#),
@@ -419,7 +420,11 @@ fn approval_signatures_verify_with_the_ai_sdks_own_check() {
             "approvalId": approval_id, "toolCallId": call_id, "toolName": "delete_rows",
             "input": input, "signature": mac,
         }));
-        expected.push(if shown.is_some() { "AI_InvalidToolApprovalSignatureError" } else { "ran" });
+        expected.push(if shown.is_some() {
+            "AI_InvalidToolApprovalSignatureError"
+        } else {
+            "ran"
+        });
     }
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("web/check-signature.mjs");
     let argument = serde_json::json!({"secret": secret, "cases": cases}).to_string();

@@ -62,7 +62,8 @@ fn the_recorded_run_replays_byte_identical() {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().unwrap().parent().unwrap().join("examples");
     let assistant = dir.join(format!("assistant{}", std::env::consts::EXE_SUFFIX));
-    let file = std::env::temp_dir().join(format!("toolstack-assistant-{}.jsonl", std::process::id()));
+    let file =
+        std::env::temp_dir().join(format!("toolstack-assistant-{}.jsonl", std::process::id()));
     let run = |flag: &str| {
         let out = std::process::Command::new(&assistant)
             .arg(flag)
@@ -76,7 +77,11 @@ fn the_recorded_run_replays_byte_identical() {
     };
     let live = run("--record");
     let recording = std::fs::read_to_string(&file).unwrap();
-    assert_eq!(recording.lines().count(), 1 + 6, "a header and the run's six model calls");
+    assert_eq!(
+        recording.lines().count(),
+        1 + 6,
+        "a header and the run's six model calls"
+    );
     let replayed = run("--replay");
     assert!(!live.is_empty());
     assert_eq!(

@@ -587,7 +587,12 @@ async fn a_recorded_openai_run_replays_through_the_agent_without_the_server() {
         true,
     );
     let second = sse(
-        &[text_chunk("ech"), text_chunk("oed"), finish_chunk("stop"), usage_chunk()],
+        &[
+            text_chunk("ech"),
+            text_chunk("oed"),
+            finish_chunk("stop"),
+            usage_chunk(),
+        ],
         true,
     );
     let (url, _bodies) = server(vec![first, second]).await;
@@ -606,7 +611,9 @@ async fn a_recorded_openai_run_replays_through_the_agent_without_the_server() {
         std::process::id(),
         std::thread::current().id()
     ));
-    let recorded = RecordLayer::create(&file).unwrap().layer(OpenAiModel::new(url, "m"));
+    let recorded = RecordLayer::create(&file)
+        .unwrap()
+        .layer(OpenAiModel::new(url, "m"));
     let live: Vec<AgentEvent> = Agent::new(recorded, tools())
         .run(vec![Message::user("say hi")])
         .collect()

@@ -24,7 +24,9 @@ fn file(name: &str) -> PathBuf {
 
 fn script() -> ScriptedModel {
     ScriptedModel::new([
-        Turn::new().text("Counting.").tool_call("count", r#"{"to":3}"#),
+        Turn::new()
+            .text("Counting.")
+            .tool_call("count", r#"{"to":3}"#),
         Turn::new().text("Counted to 3."),
     ])
     .fragment_chars(3)
@@ -44,7 +46,11 @@ async fn run<M: toolstack::model::ModelService + Sync>(model: M, prompt: &str) -
 #[tokio::test]
 async fn an_agent_run_replays_exactly_and_a_changed_prompt_fails_with_a_diff() {
     let path = file("agent");
-    let live = run(RecordLayer::create(&path).unwrap().layer(script()), "count to 3").await;
+    let live = run(
+        RecordLayer::create(&path).unwrap().layer(script()),
+        "count to 3",
+    )
+    .await;
     let replay = ReplayModel::open(&path).unwrap();
     assert_eq!(replay.len(), 2);
     let replayed = run(replay, "count to 3").await;
@@ -61,9 +67,18 @@ async fn an_agent_run_replays_exactly_and_a_changed_prompt_fails_with_a_diff() {
         .expect("the replay refused the call");
     assert_eq!(error.kind(), ErrorKind::NotFound);
     let message = error.message();
-    assert!(message.starts_with("call 1 of the replay was not recorded"), "{message}");
-    assert!(message.contains(r#"-       "content": "count to 3""#), "{message}");
-    assert!(message.contains(r#"+       "content": "count to 4""#), "{message}");
+    assert!(
+        message.starts_with("call 1 of the replay was not recorded"),
+        "{message}"
+    );
+    assert!(
+        message.contains(r#"-       "content": "count to 3""#),
+        "{message}"
+    );
+    assert!(
+        message.contains(r#"+       "content": "count to 4""#),
+        "{message}"
+    );
     let _ = std::fs::remove_file(&path);
 }
 
@@ -74,7 +89,13 @@ async fn by_match_answers_out_of_order_and_in_order_does_not() {
     let recorded = RecordLayer::create(&path).unwrap().layer(model);
     let ask = |text: &str| ChatRequest::new(vec![Message::user(text)]);
     for text in ["first", "second"] {
-        let _: Vec<_> = recorded.clone().oneshot(ask(text)).await.unwrap().collect().await;
+        let _: Vec<_> = recorded
+            .clone()
+            .oneshot(ask(text))
+            .await
+            .unwrap()
+            .collect()
+            .await;
     }
     let texts = |deltas: Vec<Result<ModelDelta, ToolError>>| -> String {
         deltas
@@ -97,7 +118,11 @@ async fn by_match_answers_out_of_order_and_in_order_does_not() {
 
     let in_order = ReplayModel::open(&path).unwrap();
     let err = in_order.oneshot(ask("second")).await.unwrap_err();
-    assert!(err.message().starts_with("call 1 of the replay was not recorded"), "{err}");
+    assert!(
+        err.message()
+            .starts_with("call 1 of the replay was not recorded"),
+        "{err}"
+    );
     let _ = std::fs::remove_file(&path);
 }
 
@@ -153,9 +178,9 @@ async fn an_answer_dropped_while_recorded_is_kept_as_far_as_it_came() {
 async fn a_model_error_is_recorded_and_replayed_typed() {
     let path = file("error");
     let failing = service_fn(|_: ChatRequest| async {
-        Err::<futures_util::stream::Empty<Result<ModelDelta, ToolError>>, _>(ToolError::rate_limited(
-            Some(Duration::from_millis(1500)),
-        ))
+        Err::<futures_util::stream::Empty<Result<ModelDelta, ToolError>>, _>(
+            ToolError::rate_limited(Some(Duration::from_millis(1500))),
+        )
     });
     let recorded = RecordLayer::create(&path).unwrap().layer(failing);
     let request = || ChatRequest::new(vec![Message::user("hi")]);
@@ -171,7 +196,11 @@ async fn a_model_error_is_recorded_and_replayed_typed() {
 #[tokio::test]
 async fn bad_recordings_are_typed_errors_naming_the_line() {
     let path = file("bad");
-    let _ = run(RecordLayer::create(&path).unwrap().layer(script()), "count to 3").await;
+    let _ = run(
+        RecordLayer::create(&path).unwrap().layer(script()),
+        "count to 3",
+    )
+    .await;
     let good = std::fs::read_to_string(&path).unwrap();
     let write = |text: &str| {
         let mut f = std::fs::File::create(&path).unwrap();
@@ -189,20 +218,38 @@ async fn bad_recordings_are_typed_errors_naming_the_line() {
     }
     // An edited request no longer matches its digest.
     write(&good.replacen("count to 3", "count to 9", 1));
-    assert!(matches!(ReplayModel::open(&path), Err(ReplayError::Corrupt { line: 2, .. })));
+    assert!(matches!(
+        ReplayModel::open(&path),
+        Err(ReplayError::Corrupt { line: 2, .. })
+    ));
     // A newer format names both versions.
     write(&good.replacen(r#""version":1"#, r#""version":7"#, 1));
     let err = ReplayModel::open(&path).unwrap_err();
-    assert!(matches!(err, ReplayError::NewerFormat { found: 7, supported: 1 }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            ReplayError::NewerFormat {
+                found: 7,
+                supported: 1
+            }
+        ),
+        "{err:?}"
+    );
     assert_eq!(
         err.to_string(),
         "the recording is of format version 7; this library reads up to version 1"
     );
     // Not a recording at all; nothing at all.
     write("{\"hello\": 1}\n");
-    assert!(matches!(ReplayModel::open(&path), Err(ReplayError::Corrupt { line: 1, .. })));
+    assert!(matches!(
+        ReplayModel::open(&path),
+        Err(ReplayError::Corrupt { line: 1, .. })
+    ));
     write("");
-    assert!(matches!(ReplayModel::open(&path), Err(ReplayError::Corrupt { line: 1, .. })));
+    assert!(matches!(
+        ReplayModel::open(&path),
+        Err(ReplayError::Corrupt { line: 1, .. })
+    ));
     let _ = std::fs::remove_file(&path);
     assert!(matches!(ReplayModel::open(&path), Err(ReplayError::Io(_))));
 }

@@ -168,7 +168,10 @@ impl ApprovalLayer {
     /// assert!(err.message().contains("never allowed"));
     /// # }
     /// ```
-    pub fn policy(mut self, policy: impl Fn(&ToolRequest) -> Policy + Send + Sync + 'static) -> Self {
+    pub fn policy(
+        mut self,
+        policy: impl Fn(&ToolRequest) -> Policy + Send + Sync + 'static,
+    ) -> Self {
         self.policy = Arc::new(policy);
         self
     }

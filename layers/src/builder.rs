@@ -86,7 +86,10 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed {
     /// Adds an [`ApprovalLayer`]: calls are approved before they run.
     fn stream_approval(self, approval: ApprovalLayer) -> ServiceBuilder<Stack<ApprovalLayer, L>>;
     /// Adds a [`GuardrailLayer`].
-    fn stream_guardrail(self, guardrail: GuardrailLayer) -> ServiceBuilder<Stack<GuardrailLayer, L>>;
+    fn stream_guardrail(
+        self,
+        guardrail: GuardrailLayer,
+    ) -> ServiceBuilder<Stack<GuardrailLayer, L>>;
 }
 
 impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
@@ -139,7 +142,10 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
         self.layer(approval)
     }
 
-    fn stream_guardrail(self, guardrail: GuardrailLayer) -> ServiceBuilder<Stack<GuardrailLayer, L>> {
+    fn stream_guardrail(
+        self,
+        guardrail: GuardrailLayer,
+    ) -> ServiceBuilder<Stack<GuardrailLayer, L>> {
         self.layer(guardrail)
     }
 }

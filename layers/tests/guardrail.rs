@@ -12,7 +12,9 @@ use futures_util::{stream, StreamExt};
 use toolstack::agent::{Agent, AgentEvent, StopReason};
 use toolstack::guardrail::{Action, GuardrailEvents, GuardrailTriggered, Target};
 use toolstack::model::{ChatRequest, Message, ModelDelta, ScriptedModel, Turn};
-use toolstack::{tool, BoxTool, ErrorKind, ToolError, ToolOutput, ToolRequest, ToolResult, Toolbox};
+use toolstack::{
+    tool, BoxTool, ErrorKind, ToolError, ToolOutput, ToolRequest, ToolResult, Toolbox,
+};
 use toolstack_layers::guardrail::{Guardrail, GuardrailLayer, OnCheckError, Verdict};
 use toolstack_layers::ServiceBuilderExt;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
@@ -100,9 +102,12 @@ async fn a_rejected_call_never_reaches_the_tool_and_the_model_reads_why() {
 async fn redacted_arguments_are_what_the_tool_gets() {
     let runs = Arc::new(AtomicUsize::new(0));
     let tools = Toolbox::new().layered(query(runs.clone()), GuardrailLayer::new().input(words()));
-    let text = call(&tools, ToolRequest::new("query", r#"{"sql": "SELECT secret"}"#))
-        .await
-        .unwrap();
+    let text = call(
+        &tools,
+        ToolRequest::new("query", r#"{"sql": "SELECT secret"}"#),
+    )
+    .await
+    .unwrap();
     assert_eq!(text, "ran SELECT [redacted]");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
@@ -181,10 +186,16 @@ async fn without_lookback_a_split_match_is_not_seen() {
     // What the lookback is for: with none, each item is checked alone.
     const ITEMS: &[&str] = &["my card is 4111", " 1111 1111 1111"];
     let rows = tool::from_stream("rows", |_: serde_json::Value| {
-        stream::iter(ITEMS.iter().map(|item| Ok::<_, ToolError>(ToolOutput::text(*item))))
+        stream::iter(
+            ITEMS
+                .iter()
+                .map(|item| Ok::<_, ToolError>(ToolOutput::text(*item))),
+        )
     });
-    let tools =
-        Toolbox::new().layered(rows, GuardrailLayer::new().output(card_numbers()).lookback(0));
+    let tools = Toolbox::new().layered(
+        rows,
+        GuardrailLayer::new().output(card_numbers()).lookback(0),
+    );
     let text = call(&tools, ToolRequest::new("rows", "{}")).await.unwrap();
     // (The model reads the items joined by newlines.)
     assert_eq!(text, "my card is 4111\n 1111 1111 1111");
@@ -209,7 +220,10 @@ async fn output_is_redacted_item_by_item_and_a_raise_ends_it_with_an_error() {
     assert_eq!(items[1].as_ref().unwrap(), &ToolOutput::text("plain\n"));
     let err = items[2].as_ref().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Guardrail);
-    assert!(err.message().contains("an attempt to stop the server"), "{err}");
+    assert!(
+        err.message().contains("an attempt to stop the server"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -238,9 +252,12 @@ async fn a_check_that_hangs_refuses_after_its_timeout_or_allows_when_set() {
             .input(hangs())
             .check_timeout(Duration::from_millis(200)),
     );
-    let err = call(&refusing, ToolRequest::new("query", r#"{"sql": "SELECT 1"}"#))
-        .await
-        .unwrap_err();
+    let err = call(
+        &refusing,
+        ToolRequest::new("query", r#"{"sql": "SELECT 1"}"#),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Denied);
     assert!(
         err.message()
@@ -256,9 +273,12 @@ async fn a_check_that_hangs_refuses_after_its_timeout_or_allows_when_set() {
             .check_timeout(Duration::from_millis(200))
             .on_check_error(OnCheckError::Allow),
     );
-    let text = call(&allowing, ToolRequest::new("query", r#"{"sql": "SELECT 1"}"#))
-        .await
-        .unwrap();
+    let text = call(
+        &allowing,
+        ToolRequest::new("query", r#"{"sql": "SELECT 1"}"#),
+    )
+    .await
+    .unwrap();
     assert_eq!(text, "ran SELECT 1");
 }
 
@@ -267,27 +287,37 @@ async fn a_check_that_panics_or_fails_is_a_typed_refusal() {
     let panics_now = Guardrail::from_fn("panics_now", |_| -> std::future::Ready<Verdict> {
         panic!("a bug in the check")
     });
-    let panics_later = Guardrail::from_fn("panics_later", |_| async { panic!("a bug in the check") });
+    let panics_later =
+        Guardrail::from_fn("panics_later", |_| async { panic!("a bug in the check") });
     let fails = Guardrail::from_service(
         "classifier",
         service_fn(|_: toolstack_layers::guardrail::Subject| async {
-            Err::<Verdict, _>(ToolError::new(ErrorKind::Unavailable, "the classifier is down"))
+            Err::<Verdict, _>(ToolError::new(
+                ErrorKind::Unavailable,
+                "the classifier is down",
+            ))
         }),
     );
     for (guardrail, why) in [
         (panics_now, "it panicked"),
         (panics_later, "it panicked"),
-        (fails, "it returned an error: unavailable: the classifier is down"),
+        (
+            fails,
+            "it returned an error: unavailable: the classifier is down",
+        ),
     ] {
         let runs = Arc::new(AtomicUsize::new(0));
         let name = guardrail.name().to_owned();
-        let tools = Toolbox::new().layered(query(runs.clone()), GuardrailLayer::new().input(guardrail));
+        let tools =
+            Toolbox::new().layered(query(runs.clone()), GuardrailLayer::new().input(guardrail));
         let err = call(&tools, ToolRequest::new("query", r#"{"sql": "SELECT 1"}"#))
             .await
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Denied, "{name}");
         assert!(
-            err.message().starts_with(&format!("guardrail `{name}` refused this call: its check failed ({why})")),
+            err.message().starts_with(&format!(
+                "guardrail `{name}` refused this call: its check failed ({why})"
+            )),
             "{name}: {err}"
         );
         assert_eq!(runs.load(Ordering::SeqCst), 0, "{name}");
@@ -314,19 +344,22 @@ async fn a_service_check_and_a_chain_in_order() {
     let err = call(&tools, ToolRequest::new("query", r#"{"sql": "secret"}"#))
         .await
         .unwrap_err();
-    assert!(err.message().starts_with("guardrail `words` refused"), "{err}");
+    assert!(
+        err.message().starts_with("guardrail `words` refused"),
+        "{err}"
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
 
+/// The echo model's answer.
+type Echoed = stream::Iter<std::vec::IntoIter<Result<ModelDelta, ToolError>>>;
+
 /// A model that answers with the last user message, in three deltas.
-fn echo_model(
-) -> impl tower::Service<
+fn echo_model() -> impl tower::Service<
     ChatRequest,
-    Response = stream::Iter<std::vec::IntoIter<Result<ModelDelta, ToolError>>>,
+    Response = Echoed,
     Error = ToolError,
-    Future = std::future::Ready<
-        Result<stream::Iter<std::vec::IntoIter<Result<ModelDelta, ToolError>>>, ToolError>,
-    >,
+    Future = std::future::Ready<Result<Echoed, ToolError>>,
 > + Clone {
     service_fn(|request: ChatRequest| {
         let last = request
@@ -374,12 +407,19 @@ async fn a_model_is_sent_redacted_messages_and_a_refused_request_is_answered_wit
         .service(echo_model());
     let said = texts(
         model.clone(),
-        ChatRequest::new(vec![Message::system("be brief"), Message::user("my secret")]),
+        ChatRequest::new(vec![
+            Message::system("be brief"),
+            Message::user("my secret"),
+        ]),
     )
     .await;
     assert_eq!(
         said,
-        [Ok("you said: ".into()), Ok("my [redacted]".into()), Ok(" (done)".into())]
+        [
+            Ok("you said: ".into()),
+            Ok("my [redacted]".into()),
+            Ok(" (done)".into())
+        ]
     );
     // An earlier message is checked again on every call: the conversation
     // is sent whole each time.
@@ -406,10 +446,18 @@ async fn a_models_text_is_checked_as_it_streams() {
     let model = ServiceBuilder::new()
         .stream_guardrail(GuardrailLayer::new().output(words()))
         .service(echo_model());
-    let said = texts(model.clone(), ChatRequest::new(vec![Message::user("a secret")])).await;
+    let said = texts(
+        model.clone(),
+        ChatRequest::new(vec![Message::user("a secret")]),
+    )
+    .await;
     assert_eq!(
         said,
-        [Ok("you said: ".into()), Ok("a [redacted]".into()), Ok(" (done)".into())]
+        [
+            Ok("you said: ".into()),
+            Ok("a [redacted]".into()),
+            Ok(" (done)".into())
+        ]
     );
     let said = texts(model, ChatRequest::new(vec![Message::user("DROP")])).await;
     assert_eq!(
@@ -453,7 +501,11 @@ async fn under_an_agent_a_raise_stops_the_run_and_every_trigger_is_streamed() {
         panic!("no Done: {events:?}")
     };
     assert_eq!(done.stop, StopReason::Guardrail);
-    assert_eq!(played.turns_played(), 2, "the model was asked after the raise");
+    assert_eq!(
+        played.turns_played(),
+        2,
+        "the model was asked after the raise"
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 1, "only the redacted call ran");
 }
 
@@ -468,7 +520,9 @@ async fn under_an_agent_a_guardrail_on_the_model_stops_the_run_on_a_raise() {
         .collect()
         .await;
     assert!(
-        events.iter().any(|e| matches!(e, AgentEvent::GuardrailTriggered(t)
+        events
+            .iter()
+            .any(|e| matches!(e, AgentEvent::GuardrailTriggered(t)
             if t.action == Action::Raised && t.target == Target::LlmOutput && t.call_id.is_none())),
         "{events:?}"
     );

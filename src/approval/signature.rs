@@ -171,9 +171,7 @@ impl ApprovalKeys {
         if signature.len() > MAX_SIGNATURE_BYTES {
             return Err(SignatureError::Malformed);
         }
-        let (id, encoded) = signature
-            .split_once('.')
-            .ok_or(SignatureError::Malformed)?;
+        let (id, encoded) = signature.split_once('.').ok_or(SignatureError::Malformed)?;
         let given = URL_SAFE_NO_PAD
             .decode(encoded)
             .map_err(|_| SignatureError::Malformed)?;
@@ -181,7 +179,9 @@ impl ApprovalKeys {
             .keys
             .iter()
             .find(|(key_id, _)| key_id == id)
-            .ok_or_else(|| SignatureError::UnknownKey(id.chars().take(MAX_KEY_ID_BYTES).collect()))?;
+            .ok_or_else(|| {
+                SignatureError::UnknownKey(id.chars().take(MAX_KEY_ID_BYTES).collect())
+            })?;
         mac(secret, approval_id, call_id, tool, arguments)
             .verify_slice(&given)
             .map(|()| id.as_str())
@@ -217,7 +217,13 @@ fn checked(key_id: String, secret: &[u8]) -> Result<(String, Vec<u8>), KeyError>
 }
 
 /// The MAC over the AI SDK's payload for this approval.
-fn mac(secret: &[u8], approval_id: &str, call_id: &str, tool: &str, arguments: &str) -> Hmac<Sha256> {
+fn mac(
+    secret: &[u8],
+    approval_id: &str,
+    call_id: &str,
+    tool: &str,
+    arguments: &str,
+) -> Hmac<Sha256> {
     let payload = serde_json::json!([
         "ai-sdk-tool-approval-v1",
         approval_id,
@@ -233,8 +239,8 @@ fn mac(secret: &[u8], approval_id: &str, call_id: &str, tool: &str, arguments: &
 /// The arguments' digest: base64url SHA-256 of their canonical JSON (of
 /// the text itself, as a JSON string, when it is not JSON).
 pub fn input_digest(arguments: &str) -> String {
-    let value = serde_json::from_str(arguments)
-        .unwrap_or_else(|_| Value::String(arguments.to_owned()));
+    let value =
+        serde_json::from_str(arguments).unwrap_or_else(|_| Value::String(arguments.to_owned()));
     let mut canonical = String::new();
     canonical_json(&value, &mut canonical);
     URL_SAFE_NO_PAD.encode(Sha256::digest(canonical.as_bytes()))
@@ -328,7 +334,8 @@ mod tests {
     #[test]
     fn canonical_json_sorts_keys_and_drops_spaces() {
         let value: Value =
-            serde_json::from_str(r#"{"b": [1, 2.0, {"z": null, "a": "x\ny"}], "a": true}"#).unwrap();
+            serde_json::from_str(r#"{"b": [1, 2.0, {"z": null, "a": "x\ny"}], "a": true}"#)
+                .unwrap();
         let mut out = String::new();
         canonical_json(&value, &mut out);
         assert_eq!(out, r#"{"a":true,"b":[1,2,{"a":"x\ny","z":null}]}"#);
@@ -336,14 +343,23 @@ mod tests {
 
     #[test]
     fn keys_are_checked_when_set() {
-        assert!(matches!(ApprovalKeys::new("", [0u8; 32]), Err(KeyError::BadKeyId(_))));
-        assert!(matches!(ApprovalKeys::new("a.b", [0u8; 32]), Err(KeyError::BadKeyId(_))));
+        assert!(matches!(
+            ApprovalKeys::new("", [0u8; 32]),
+            Err(KeyError::BadKeyId(_))
+        ));
+        assert!(matches!(
+            ApprovalKeys::new("a.b", [0u8; 32]),
+            Err(KeyError::BadKeyId(_))
+        ));
         assert!(matches!(
             ApprovalKeys::new("k", [0u8; 31]),
             Err(KeyError::ShortSecret { bytes: 31, .. })
         ));
         let keys = ApprovalKeys::new("k", [0u8; 32]).unwrap();
-        assert!(matches!(keys.previous("k", [1u8; 32]), Err(KeyError::DuplicateKeyId(_))));
+        assert!(matches!(
+            keys.previous("k", [1u8; 32]),
+            Err(KeyError::DuplicateKeyId(_))
+        ));
     }
 
     #[test]
@@ -365,6 +381,9 @@ mod tests {
             verify(std::str::from_utf8(&flipped).unwrap()),
             Err(SignatureError::Mismatch)
         );
-        assert_eq!(keys.verify(&good, "r:c", "c", "other", "{}"), Err(SignatureError::Mismatch));
+        assert_eq!(
+            keys.verify(&good, "r:c", "c", "other", "{}"),
+            Err(SignatureError::Mismatch)
+        );
     }
 }

@@ -345,7 +345,8 @@ async fn check(
     let Ok(future) = made else {
         return Err("it panicked".to_owned());
     };
-    let checked = tracing::Instrument::instrument(AssertUnwindSafe(future).catch_unwind(), span.clone());
+    let checked =
+        tracing::Instrument::instrument(AssertUnwindSafe(future).catch_unwind(), span.clone());
     match tokio::time::timeout(timeout, checked).await {
         Err(_) => Err(format!("it did not answer within {timeout:?}")),
         Ok(Err(_)) => Err("it panicked".to_owned()),

@@ -199,15 +199,8 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         ResponseFuture::checking(Box::pin(async move {
             for (at, text) in request.inputs() {
-                let outcome = run_chain(
-                    call.run(),
-                    &call.settings.input,
-                    R::INPUT,
-                    text,
-                    0,
-                    None,
-                )
-                .await;
+                let outcome =
+                    run_chain(call.run(), &call.settings.input, R::INPUT, text, 0, None).await;
                 match outcome {
                     Outcome::Pass(None) => {}
                     Outcome::Pass(Some(text)) => request.redact_input(at, text),

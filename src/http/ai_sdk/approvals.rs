@@ -45,7 +45,13 @@ impl Approvals {
 
     /// The signature of the request for `call_id` (shown as `part_id`) of
     /// `tool` with `arguments`, if the endpoint signs.
-    pub(super) fn sign(&self, call_id: &str, part_id: &str, tool: &str, arguments: &str) -> Option<String> {
+    pub(super) fn sign(
+        &self,
+        call_id: &str,
+        part_id: &str,
+        tool: &str,
+        arguments: &str,
+    ) -> Option<String> {
         let keys = self.keys.as_ref()?;
         Some(keys.sign(&self.approval_id(call_id), part_id, tool, arguments))
     }

@@ -297,8 +297,7 @@ impl Mapper {
                 self.tool_event(&mut push);
                 let id = self.part_id(&call_id);
                 let approval_id = approvals.approval_id(&call_id);
-                let mut chunk =
-                    json!({"type": "tool-approval-request", "approvalId": approval_id, "toolCallId": id});
+                let mut chunk = json!({"type": "tool-approval-request", "approvalId": approval_id, "toolCallId": id});
                 if automatic {
                     // A policy decided: the reason goes with its response.
                     chunk["isAutomatic"] = Value::Bool(true);

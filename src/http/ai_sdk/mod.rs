@@ -471,10 +471,16 @@ impl<M> ChatEndpoint<M> {
             if answer_run != run_id {
                 continue;
             }
-            let waiting = stored.checkpoint.step.iter().find_map(|record| match &record.state {
-                CallState::WaitingApproval { request } if record.call.id == call_id => Some(request),
-                _ => None,
-            });
+            let waiting = stored
+                .checkpoint
+                .step
+                .iter()
+                .find_map(|record| match &record.state {
+                    CallState::WaitingApproval { request } if record.call.id == call_id => {
+                        Some(request)
+                    }
+                    _ => None,
+                });
             let Some(request) = waiting else {
                 continue;
             };

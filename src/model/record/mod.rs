@@ -70,7 +70,7 @@ use sha2::{Digest, Sha256};
 use crate::model::{ChatRequest, FinishReason, ModelDelta, ToolCallDelta, Usage};
 use crate::ToolError;
 
-pub use recorder::{Recorded, RecordLayer, Recorder};
+pub use recorder::{RecordLayer, Recorded, Recorder};
 pub use replay::{Order, Pace, ReplayModel, ReplayStream};
 
 /// The format's name, on a recording's first line.

@@ -192,7 +192,10 @@ pin_project! {
 
 impl<St> std::fmt::Debug for RecordedStream<St> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let steps = self.open.as_ref().map_or(0, |open| open.exchange.steps.len());
+        let steps = self
+            .open
+            .as_ref()
+            .map_or(0, |open| open.exchange.steps.len());
         f.debug_struct("RecordedStream")
             .field("recorded", &steps)
             .finish_non_exhaustive()

@@ -265,7 +265,10 @@ fn first_difference(recorded: &str, asked: &str) -> String {
             out.push_str(&format!("{sign} {line}\n"));
         }
         if lines.len() > DIFF_LINES {
-            out.push_str(&format!("{sign} … {} more lines\n", lines.len() - DIFF_LINES));
+            out.push_str(&format!(
+                "{sign} … {} more lines\n",
+                lines.len() - DIFF_LINES
+            ));
         }
     };
     side(&mut out, &old[prefix..old.len() - suffix], '-');
