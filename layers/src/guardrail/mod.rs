@@ -52,7 +52,7 @@
 //! `error.type` for a raise or a failure); a stream's checks by one
 //! guardrail share one such span for the call. A trigger is a `guardrail
 //! triggered` event in that span, and goes to the
-//! [`GuardrailEvents`](toolstack::guardrail::GuardrailEvents) in the
+//! [`GuardrailEvents`] in the
 //! request's extensions: under an [`Agent`](toolstack::agent::Agent), as
 //! `AgentEvent::GuardrailTriggered`. The GenAI semantic conventions have no
 //! released guardrail span yet; these names follow the `apply_guardrail`
