@@ -417,12 +417,15 @@ async fn a_store_that_fails_hangs_or_panics_never_fails_the_call() {
             .layer(BudgetLayer::new().max_items(10).keep(store))
             .service(tool::from_stream("rows", |_: serde_json::Value| stream::iter(rows(100))));
         let started = tokio::time::Instant::now();
-        let items: Vec<_> = tool
-            .oneshot(ToolRequest::new("rows", "{}"))
-            .await
-            .unwrap()
-            .collect()
-            .await;
+        let items: Vec<_> = tokio::time::timeout(2 * STORE_TIMEOUT, async {
+            tool.oneshot(ToolRequest::new("rows", "{}"))
+                .await
+                .unwrap()
+                .collect()
+                .await
+        })
+        .await
+        .expect("the call ends");
         assert_eq!(puts.load(Ordering::SeqCst), 1, "{mode}");
         // One outcome: the head, the notice, the tail, and no error.
         assert_eq!(items.len(), 11, "{mode}");
