@@ -86,7 +86,10 @@ async fn the_model_reads_the_head_a_notice_with_the_handle_and_the_tail() {
     );
     let read = call(&tools, "rows", "{}".into()).await.unwrap();
     assert_eq!(read.len(), 11);
-    assert_eq!(read[..8], (1..=8).map(|i| format!("row {i}")).collect::<Vec<_>>()[..]);
+    assert_eq!(
+        read[..8],
+        (1..=8).map(|i| format!("row {i}")).collect::<Vec<_>>()[..]
+    );
     assert_eq!(read[9..], ["row 99", "row 100"]);
     let (handle, offset) = next_args(&read[8]).unwrap();
     assert_eq!(
@@ -136,7 +139,10 @@ async fn a_notice_of_its_own_sees_where_the_output_was_kept() {
         });
     let tools = toolbox(rows(10), layer, store.clone());
     let read = call(&tools, "rows", "{}".into()).await.unwrap();
-    let whole = (1..=10).map(|i| format!("row {i}")).collect::<Vec<_>>().join("\n");
+    let whole = (1..=10)
+        .map(|i| format!("row {i}"))
+        .collect::<Vec<_>>()
+        .join("\n");
     let notice = &read[4];
     let handle = notice.split(' ').nth(5).unwrap();
     assert_eq!(
@@ -177,7 +183,9 @@ async fn an_output_over_the_stores_cap_keeps_its_beginning_and_says_so() {
     // 200,000 rows (about 1.3 MB) through a store that keeps 1,000 bytes of one.
     let store = MemoryStore::new(1 << 20, HOUR).max_output_bytes(1000);
     let many = tool::from_stream("rows", |_: serde_json::Value| {
-        stream::iter((1..=200_000).map(|i| Ok::<_, ToolError>(ToolOutput::text(format!("row {i}")))))
+        stream::iter(
+            (1..=200_000).map(|i| Ok::<_, ToolError>(ToolOutput::text(format!("row {i}")))),
+        )
     });
     let tools = toolstack::Toolbox::new()
         .layered(many, BudgetLayer::new().max_items(10).keep(store.clone()))
@@ -185,7 +193,10 @@ async fn an_output_over_the_stores_cap_keeps_its_beginning_and_says_so() {
     let read = call(&tools, "rows", "{}".into()).await.unwrap();
     assert_eq!(read.len(), 11);
     let notice = &read[8];
-    let whole: usize = (1..=200_000).map(|i| format!("row {i}").len()).sum::<usize>() + 199_999;
+    let whole: usize = (1..=200_000)
+        .map(|i| format!("row {i}").len())
+        .sum::<usize>()
+        + 199_999;
     let whole = support::output_store::thousands(whole);
     assert!(
         notice.contains(&format!(
@@ -243,7 +254,10 @@ async fn the_memory_store_drops_the_oldest_to_stay_within_its_total() {
             .unwrap();
         assert!(store.bytes() <= 3_000);
     }
-    assert!(store.read(&handles[0], 0, 1).await.unwrap().is_none(), "the oldest");
+    assert!(
+        store.read(&handles[0], 0, 1).await.unwrap().is_none(),
+        "the oldest"
+    );
     for handle in &handles[1..] {
         assert!(store.read(handle, 0, 1).await.unwrap().is_some());
     }
@@ -283,7 +297,9 @@ async fn bad_handles_offsets_and_limits_are_typed_errors_the_model_can_act_on() 
     let read_with = |args: String| call(&tools, "read_tool_result", args);
 
     for bad in ["../../etc", "", &"f".repeat(33), "not a handle at all"] {
-        let err = read_with(format!(r#"{{"handle":{bad:?}}}"#)).await.unwrap_err();
+        let err = read_with(format!(r#"{{"handle":{bad:?}}}"#))
+            .await
+            .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::NotFound, "{bad}: {err}");
         assert!(err.message().contains("32 hex digits"), "{err}");
     }
@@ -300,7 +316,11 @@ async fn bad_handles_offsets_and_limits_are_typed_errors_the_model_can_act_on() 
         .await
         .unwrap();
     assert_eq!(end[0], "");
-    assert!(end[1].ends_with("of 691: the end of the output.]"), "{}", end[1]);
+    assert!(
+        end[1].ends_with("of 691: the end of the output.]"),
+        "{}",
+        end[1]
+    );
     let err = read_with(format!(r#"{{"handle":"{handle}","limit":0}}"#))
         .await
         .unwrap_err();
@@ -332,7 +352,11 @@ async fn bad_handles_offsets_and_limits_are_typed_errors_the_model_can_act_on() 
     .await
     .unwrap();
     assert_eq!(page[0], "éé");
-    assert!(page[1].contains("bytes 4 to 8 (offset 3 was inside a character)"), "{}", page[1]);
+    assert!(
+        page[1].contains("bytes 4 to 8 (offset 3 was inside a character)"),
+        "{}",
+        page[1]
+    );
 }
 
 #[tokio::test]
@@ -341,7 +365,11 @@ async fn a_limit_over_the_most_a_page_holds_reads_that_most() {
     let big: Vec<_> = (0..20_000)
         .map(|i| Ok(ToolOutput::text(format!("a longer row, number {i}"))))
         .collect();
-    let tools = toolbox(big, BudgetLayer::new().max_items(10).keep(store.clone()), store);
+    let tools = toolbox(
+        big,
+        BudgetLayer::new().max_items(10).keep(store.clone()),
+        store,
+    );
     let read = call(&tools, "rows", "{}".into()).await.unwrap();
     let (handle, _) = next_args(&read[8]).unwrap();
     let page = call(
@@ -360,7 +388,11 @@ async fn a_limit_over_the_most_a_page_holds_reads_that_most() {
 async fn the_read_tool_is_in_the_toolbox_with_a_schema_from_its_arguments() {
     let store = memory();
     let tools = toolbox(rows(1), BudgetLayer::new().keep(store.clone()), store);
-    let info = tools.get("read_tool_result").expect("listed").info().clone();
+    let info = tools
+        .get("read_tool_result")
+        .expect("listed")
+        .info()
+        .clone();
     let schema = info.input_schema();
     let properties = &schema["properties"];
     for field in ["handle", "offset", "limit"] {
@@ -390,7 +422,12 @@ impl OutputStore for Broken {
         }
     }
 
-    fn read(&self, _: &str, _: usize, _: usize) -> BoxFuture<'static, Result<Option<Chunk>, StoreError>> {
+    fn read(
+        &self,
+        _: &str,
+        _: usize,
+        _: usize,
+    ) -> BoxFuture<'static, Result<Option<Chunk>, StoreError>> {
         match self.mode {
             "hangs" => Box::pin(std::future::pending()),
             _ => Box::pin(std::future::ready(Err(StoreError::new("disk gone")))),
@@ -408,14 +445,24 @@ impl OutputStore for Broken {
 
 #[tokio::test(start_paused = true)]
 async fn a_store_that_fails_hangs_or_panics_never_fails_the_call() {
-    for mode in ["fails", "hangs", "panics in its future", "panics when asked"] {
+    for mode in [
+        "fails",
+        "hangs",
+        "panics in its future",
+        "panics when asked",
+    ] {
         let capture = Capture::default();
         let _guard = capture.install();
         let puts = Arc::new(AtomicUsize::new(0));
-        let store = Broken { mode, puts: puts.clone() };
+        let store = Broken {
+            mode,
+            puts: puts.clone(),
+        };
         let tool = ServiceBuilder::new()
             .layer(BudgetLayer::new().max_items(10).keep(store))
-            .service(tool::from_stream("rows", |_: serde_json::Value| stream::iter(rows(100))));
+            .service(tool::from_stream("rows", |_: serde_json::Value| {
+                stream::iter(rows(100))
+            }));
         let started = tokio::time::Instant::now();
         let items: Vec<_> = tokio::time::timeout(2 * STORE_TIMEOUT, async {
             tool.oneshot(ToolRequest::new("rows", "{}"))
@@ -463,7 +510,10 @@ async fn a_store_that_fails_hangs_or_panics_never_fails_the_call() {
 #[tokio::test(start_paused = true)]
 async fn a_store_that_fails_or_hangs_on_a_read_is_unavailable_and_retryable() {
     for mode in ["fails", "hangs"] {
-        let store = Broken { mode, puts: Arc::default() };
+        let store = Broken {
+            mode,
+            puts: Arc::default(),
+        };
         let tools = toolbox(rows(1), BudgetLayer::new(), store);
         let args = format!(r#"{{"handle":"{}"}}"#, toolstack::id::new_token());
         let err = call(&tools, "read_tool_result", args).await.unwrap_err();

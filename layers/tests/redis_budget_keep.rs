@@ -49,7 +49,7 @@ async fn a_kept_output_has_its_time_to_live_in_redis_and_is_read_by_another_stor
     assert!(read[8].contains("is kept for 10m"), "{}", read[8]);
     let (handle, offset) = next_args(&read[8]).unwrap();
     let key = format!("app:kept:{handle}");
-    assert_eq!(redis.keys().await, [key.clone()]);
+    assert_eq!(redis.keys().await, std::slice::from_ref(&key));
     let pttl: i64 = redis::cmd("PTTL")
         .arg(&key)
         .query_async(&mut redis.connection().await)
@@ -95,13 +95,18 @@ async fn a_dead_redis_never_fails_the_call_and_a_read_is_retryable() {
         store.clone(),
     );
     store
-        .put(&toolstack::id::new_token(), WholeOutput::new("up".into(), 2))
+        .put(
+            &toolstack::id::new_token(),
+            WholeOutput::new("up".into(), 2),
+        )
         .await
         .expect("Redis is up");
     redis.kill();
 
     let started = Instant::now();
-    let read = call(&tools, "rows", "{}".into()).await.expect("the call ends well");
+    let read = call(&tools, "rows", "{}".into())
+        .await
+        .expect("the call ends well");
     assert!(started.elapsed() < COMMAND_TIMEOUT + STALL);
     assert_eq!(read.len(), 11);
     assert!(

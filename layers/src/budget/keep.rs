@@ -78,17 +78,14 @@ impl Keeper {
 
     /// Hands the output to the store; `tail` is the text of the items the
     /// model reads after the notice, which ends the omitted part.
-    pub(super) fn put<'a, T: Output + 'a>(
-        self: Box<Self>,
-        tail: impl Iterator<Item = &'a str>,
-    ) -> Putting {
+    pub(super) fn put<'a, T: Output + 'a>(self, tail: impl Iterator<Item = &'a str>) -> Putting {
         let (mut tail_bytes, mut pieces) = (0, 0usize);
         for text in tail {
             tail_bytes += text.len();
             pieces += 1;
         }
         tail_bytes += T::JOIN.len() * pieces.saturating_sub(1);
-        let keeper = *self;
+        let keeper = self;
         let handle = toolstack::id::new_token();
         let output = KeptOutput {
             handle: handle.clone(),

@@ -114,14 +114,14 @@ async fn read(store: &dyn OutputStore, args: ReadToolResult) -> Result<[ToolOutp
         store.read(&args.handle, args.offset, limit + 2 * CHAR_SLACK)
     }));
     let chunk = match asked {
-        Ok(read) => match tokio::time::timeout(STORE_TIMEOUT, AssertUnwindSafe(read).catch_unwind())
-            .await
-        {
-            Ok(Ok(Ok(chunk))) => chunk,
-            Ok(Ok(Err(err))) => return Err(unavailable(err.message())),
-            Ok(Err(_)) => return Err(unavailable("it panicked")),
-            Err(_) => return Err(unavailable("it did not answer in time")),
-        },
+        Ok(read) => {
+            match tokio::time::timeout(STORE_TIMEOUT, AssertUnwindSafe(read).catch_unwind()).await {
+                Ok(Ok(Ok(chunk))) => chunk,
+                Ok(Ok(Err(err))) => return Err(unavailable(err.message())),
+                Ok(Err(_)) => return Err(unavailable("it panicked")),
+                Err(_) => return Err(unavailable("it did not answer in time")),
+            }
+        }
         Err(_) => return Err(unavailable("it panicked")),
     };
     let chunk = chunk.ok_or_else(gone)?;

@@ -51,7 +51,10 @@ impl<St, T: Output> Budgeted<St, T> {
     pub(super) fn new(inner: St, config: BudgetLayer, tap: Option<Tap<T>>) -> Self {
         Budgeted {
             limits: config.limits(),
-            keeper: config.keep.as_ref().map(|store| Box::new(Keeper::new(store))),
+            keeper: config
+                .keep
+                .as_ref()
+                .map(|store| Box::new(Keeper::new(store))),
             inner,
             config,
             tap,
@@ -94,7 +97,7 @@ where
                 if *this.cut_items > 0 {
                     if let Some(keeper) = this.keeper.take() {
                         let tail = this.tail.iter().filter_map(Output::model_text);
-                        *this.putting = Some(keeper.put::<T>(tail));
+                        *this.putting = Some((*keeper).put::<T>(tail));
                     }
                     let kept = match this.putting {
                         Some(putting) => {

@@ -74,9 +74,7 @@ pub async fn read_all(
     let mut whole = String::new();
     for _ in 0..100_000 {
         let args = format!(r#"{{"handle":"{handle}","offset":{offset},"limit":{limit}}}"#);
-        let texts = call(tools, "read_tool_result", args)
-            .await
-            .expect("a page");
+        let texts = call(tools, "read_tool_result", args).await.expect("a page");
         let [page, trailer] = &texts[..] else {
             panic!("a page and its trailer: {texts:?}");
         };
@@ -108,7 +106,10 @@ pub async fn contract<S: OutputStore + Clone>(store: S, cap: usize) {
         .expect("kept");
     let chunk = store.read(&a, 0, 100).await.unwrap().expect("kept");
     assert_eq!(chunk.bytes, text.as_bytes());
-    assert_eq!((chunk.kept_bytes, chunk.output_bytes), (text.len(), text.len()));
+    assert_eq!(
+        (chunk.kept_bytes, chunk.output_bytes),
+        (text.len(), text.len())
+    );
     // A byte range, which may split a character: the store gives bytes.
     let chunk = store.read(&a, 2, 4).await.unwrap().unwrap();
     assert_eq!(chunk.bytes, &text.as_bytes()[2..6]);
@@ -118,8 +119,17 @@ pub async fn contract<S: OutputStore + Clone>(store: S, cap: usize) {
         assert!(chunk.bytes.is_empty());
         assert_eq!(chunk.kept_bytes, text.len());
     }
-    assert!(store.read(&a, 0, 0).await.unwrap().unwrap().bytes.is_empty());
-    assert!(store.read(&b, 0, 10).await.unwrap().is_none(), "another handle");
+    assert!(store
+        .read(&a, 0, 0)
+        .await
+        .unwrap()
+        .unwrap()
+        .bytes
+        .is_empty());
+    assert!(
+        store.read(&b, 0, 10).await.unwrap().is_none(),
+        "another handle"
+    );
 
     // More than the cap: its beginning, to a character boundary.
     let big = "é".repeat(cap);
@@ -150,11 +160,10 @@ async fn through_the_tool<S: OutputStore + Clone>(store: S) {
     items.insert(150, Ok(ToolOutput::json(serde_json::json!({"mid": true}))));
     items.insert(200, Ok(ToolOutput::image("aGVsbG8=", "image/png")));
     items.insert(100, Ok(ToolOutput::progress(toolstack::Progress::new(0.5))));
-    let whole = toolstack::ToolResult::collect(toolstack::ToolStream::new(stream::iter(
-        items.clone(),
-    )))
-    .await
-    .text();
+    let whole =
+        toolstack::ToolResult::collect(toolstack::ToolStream::new(stream::iter(items.clone())))
+            .await
+            .text();
     let tools = toolbox(
         items,
         BudgetLayer::new().max_items(20).keep(store.clone()),

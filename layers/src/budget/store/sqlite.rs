@@ -8,7 +8,9 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::{now_ms, ttl_ms, Chunk, OutputStore, StoreError, WholeOutput, DEFAULT_MAX_OUTPUT_BYTES};
+use super::{
+    now_ms, ttl_ms, Chunk, OutputStore, StoreError, WholeOutput, DEFAULT_MAX_OUTPUT_BYTES,
+};
 
 /// An [`OutputStore`] in a SQLite file (rusqlite, bundled): outputs
 /// outlive the process, and processes that share the file read each
