@@ -39,7 +39,7 @@ use toolstack::{
     tool, ToolAnnotations, ToolError, ToolItem, ToolOutput, ToolRequest, ToolResult, Toolbox,
 };
 use toolstack_layers::approval::ApprovalLayer;
-use toolstack_layers::budget::BudgetLayer;
+use toolstack_layers::budget::{BudgetLayer, MemoryStore};
 use toolstack_layers::cache::CacheLayer;
 use toolstack_layers::coalesce::CoalesceLayer;
 use toolstack_layers::concurrency::ConcurrencyLimitLayer;
@@ -360,6 +360,17 @@ fn layer_cases() -> Vec<Case> {
             ),
         ),
         (
+            "budget keeping the output (never cuts)",
+            one(
+                add_tool(),
+                ServiceBuilder::new().stream_budget(
+                    BudgetLayer::new()
+                        .max_items(1000)
+                        .keep(MemoryStore::new(1 << 20, Duration::from_secs(3600))),
+                ),
+            ),
+        ),
+        (
             "coalesce",
             one(
                 add_tool(),
@@ -460,6 +471,28 @@ where
     String::new()
 }
 
+/// A call of a tool answering 20 rows of text under `budget`, which cuts
+/// them to 10 (8, the notice, 2): the budget's cost when it cuts, the
+/// rows' own included (compare the two cases that use it).
+fn rows_cut(budget: BudgetLayer) -> Box<dyn FnMut() -> String> {
+    let rows = tower::service_fn(|_: ToolRequest| {
+        std::future::ready(Ok::<_, ToolError>(stream::iter(
+            (0..20).map(|i| Ok(ToolOutput::text(format!("row {i}")))),
+        )))
+    });
+    let mut svc = ServiceBuilder::new().stream_budget(budget).service(rows);
+    Box::new(move || {
+        ready(&mut svc);
+        let stream = svc
+            .call(ToolRequest::new("rows", black_box("{}")))
+            .now_or_never()
+            .expect("ready")
+            .expect("opened");
+        assert_eq!(drain(stream), 11);
+        String::new()
+    })
+}
+
 /// Each layer alone over the empty tool, called directly (no toolbox):
 /// what the layer itself costs per call.
 fn precise_layer_cases() -> Vec<Case> {
@@ -512,6 +545,28 @@ fn precise_layer_cases() -> Vec<Case> {
             one(ServiceBuilder::new()
                 .stream_budget(BudgetLayer::new().max_items(1000))
                 .service(empty_tool())),
+        ),
+        (
+            "budget keeping the output (never cuts)",
+            one(ServiceBuilder::new()
+                .stream_budget(
+                    BudgetLayer::new()
+                        .max_items(1000)
+                        .keep(MemoryStore::new(1 << 20, Duration::from_secs(3600))),
+                )
+                .service(empty_tool())),
+        ),
+        (
+            "budget (cuts 20 rows to 10; the tool's rows)",
+            rows_cut(BudgetLayer::new().max_items(10)),
+        ),
+        (
+            "budget keeping the output (cuts 20 rows to 10; the tool's rows)",
+            rows_cut(
+                BudgetLayer::new()
+                    .max_items(10)
+                    .keep(MemoryStore::new(1 << 20, Duration::from_secs(3600))),
+            ),
         ),
         (
             "coalesce",

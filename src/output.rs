@@ -137,6 +137,20 @@ impl ToolOutput {
             ToolOutput::Progress(p) => p.message.as_ref().map_or(0, String::len),
         }
     }
+
+    /// What a model reads of the item in a tool message: a text as it is,
+    /// JSON as its JSON text, an image or audio clip as its MIME type, a
+    /// resource as its text (else its URI); `None` for progress, which is
+    /// not part of the result.
+    pub fn model_text(&self) -> Option<&str> {
+        Some(match self {
+            ToolOutput::Text { text } => text.as_str(),
+            ToolOutput::Json { value } => value.as_str(),
+            ToolOutput::Image(m) | ToolOutput::Audio(m) => m.mime_type.as_str(),
+            ToolOutput::Resource(r) => r.text.as_deref().unwrap_or(&r.uri),
+            ToolOutput::Progress(_) => return None,
+        })
+    }
 }
 
 /// A JSON value as its compact JSON text.

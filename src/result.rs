@@ -227,7 +227,7 @@ impl ToolResult {
     pub fn text(&self) -> String {
         let mut out = String::new();
         for item in self.content.iter() {
-            let Some(piece) = model_text(item) else {
+            let Some(piece) = item.model_text() else {
                 continue;
             };
             if !out.is_empty() {
@@ -237,18 +237,6 @@ impl ToolResult {
         }
         out
     }
-}
-
-/// What a model reads of one item.
-fn model_text(item: &ToolOutput) -> Option<&str> {
-    Some(match item {
-        ToolOutput::Text { text } => text.as_str(),
-        ToolOutput::Json { value } => value.as_str(),
-        ToolOutput::Image(m) => m.mime_type.as_str(),
-        ToolOutput::Audio(m) => m.mime_type.as_str(),
-        ToolOutput::Resource(r) => r.text.as_deref().unwrap_or(&r.uri),
-        _ => return None,
-    })
 }
 
 impl Serialize for ToolResult {

@@ -23,7 +23,7 @@
 //! | [`validate`] (feature `validate`) | arguments checked against the tool's schema first |
 //! | [`approval`] | asks an approver before a call runs: allow, deny with a reason the model reads, or other arguments |
 //! | [`cache`] (feature `cache`) | results of read-only or idempotent tools kept and replayed; one run per key at a time; in memory or in Redis (feature `redis`) |
-//! | [`budget`] | caps what reaches the model (items, bytes, ≈ tokens): head and tail kept, the cut said in words |
+//! | [`budget`] | caps what reaches the model (items, bytes, ≈ tokens): head and tail kept, the cut said in words; the whole output kept for a `read_tool_result` tool (in memory, SQLite with feature `sqlite`, Redis) |
 //! | [`coalesce`] | merges runs of small text items, at most one per window |
 //! | [`repair`] | almost-JSON arguments (and, over a toolbox, a tool name's case or alias) repaired before they are refused |
 //!
@@ -107,8 +107,8 @@ pub mod otel;
 #[cfg(feature = "rate-limit")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rate-limit")))]
 pub mod rate_limit;
-// What the cache's and the rate limit's Redis stores share.
-#[cfg(all(feature = "redis", any(feature = "cache", feature = "rate-limit")))]
+// What the Redis stores (the cache's, the rate limit's, the budget's) share.
+#[cfg(feature = "redis")]
 mod redis;
 pub mod repair;
 mod request;

@@ -1,4 +1,4 @@
-//! What the rate limit's and the cache's Redis stores share: where Redis
+//! What the Redis stores (the rate limit's, the cache's, the budget's) share: where Redis
 //! is and how long to wait for it ([`RedisSettings`]), and whether it is
 //! worth asking now ([`Health`]).
 
@@ -112,6 +112,7 @@ pub(crate) fn micros_ceil(d: Duration) -> u64 {
 }
 
 /// `bytes` in lowercase hex, after `out`'s text.
+#[cfg(any(feature = "cache", feature = "rate-limit"))]
 pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for &b in bytes {

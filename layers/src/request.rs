@@ -137,6 +137,19 @@ pub trait Output {
         None
     }
 
+    /// What a model reads of the item, when it reads text: what a
+    /// [`budget`](crate::budget) that keeps the whole output keeps of it
+    /// (the items' texts joined by [`JOIN`](Self::JOIN)). `None` (the
+    /// default) for items a model does not read as text.
+    fn model_text(&self) -> Option<&str> {
+        None
+    }
+
+    /// What joins the texts of two items as a model reads them: a newline
+    /// for a tool's items (a tool message), nothing for a model's text
+    /// deltas (pieces of one text).
+    const JOIN: &'static str = "\n";
+
     /// Whether the item is output that reaches a model (and counts against
     /// a [`budget`](crate::budget)): `false` for progress, and for a
     /// model's tool-call fragments, finish reason and usage.
@@ -215,6 +228,11 @@ impl Output for ToolOutput {
     }
 
     #[inline]
+    fn model_text(&self) -> Option<&str> {
+        ToolOutput::model_text(self)
+    }
+
+    #[inline]
     fn is_output(&self) -> bool {
         !matches!(self, ToolOutput::Progress(_))
     }
@@ -288,6 +306,16 @@ impl Output for ModelDelta {
             _ => None,
         }
     }
+
+    #[inline]
+    fn model_text(&self) -> Option<&str> {
+        match self {
+            ModelDelta::Text(text) => Some(text),
+            _ => None,
+        }
+    }
+
+    const JOIN: &'static str = "";
 
     #[inline]
     fn is_output(&self) -> bool {
