@@ -95,6 +95,10 @@ pub enum ErrorKind {
     /// The call had started when its process stopped: it may have run,
     /// and was not run again (its tool is not idempotent).
     Interrupted,
+    /// A spend limit (tokens or cost, per run, caller or window) was
+    /// reached, and the model was not called. Not retryable: the limit
+    /// stays reached until its window rolls over or an operator raises it.
+    SpendLimited,
 }
 
 impl ErrorKind {
@@ -112,6 +116,7 @@ impl ErrorKind {
             ErrorKind::Denied => "denied",
             ErrorKind::Failed => "failed",
             ErrorKind::Interrupted => "interrupted",
+            ErrorKind::SpendLimited => "spend_limited",
         }
     }
 
@@ -348,6 +353,7 @@ impl ToolError {
             "panicked" => ErrorKind::Panicked,
             "denied" => ErrorKind::Denied,
             "interrupted" => ErrorKind::Interrupted,
+            "spend_limited" => ErrorKind::SpendLimited,
             _ => ErrorKind::Failed,
         };
         let error = ToolError::new(kind, message);
