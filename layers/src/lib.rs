@@ -106,12 +106,15 @@ pub mod otel;
 #[cfg(feature = "rate-limit")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rate-limit")))]
 pub mod rate_limit;
-// What the cache's and the rate limit's Redis stores share.
-#[cfg(all(feature = "redis", any(feature = "cache", feature = "rate-limit")))]
+// What the Redis stores (the cache's, the rate limit's, the spend
+// limit's) share.
+#[cfg(feature = "redis")]
 mod redis;
 pub mod repair;
 mod request;
 pub mod retry;
+mod shared_store;
+pub mod spend;
 pub mod timeout;
 pub mod trace;
 #[cfg(feature = "validate")]

@@ -49,6 +49,8 @@ pub use self::openai::fuzzing;
 #[cfg(feature = "openai")]
 #[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
 pub use self::openai::{OpenAiModel, OpenAiStream, MAX_SSE_EVENT_BYTES};
+#[doc(hidden)]
+pub use self::price::thousands;
 pub use self::price::{
     Cost, Price, PriceError, Prices, PricesBuilder, MAX_PRICE_PER_MILLION_TOKENS,
 };

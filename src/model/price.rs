@@ -21,7 +21,7 @@
 //! let usage = Usage::new(10_000, 500).cached(8_000);
 //! let cost = prices.cost("gpt-4o", &usage).expect("priced");
 //! assert_eq!(cost, Cost::from_micros(5_000 + 10_000 + 5_000));
-//! assert_eq!(cost.to_string(), "$0.0200");
+//! assert_eq!(cost.to_string(), "$0.02");
 //! // A dated snapshot matches the prefix entry.
 //! assert!(prices.cost("gpt-4o-mini-2024-07-18", &usage).is_some());
 //! assert!(prices.cost("claude", &usage).is_none());
@@ -42,8 +42,8 @@ use serde::Deserialize;
 use super::Usage;
 
 /// An amount of money: whole nano-dollars (10⁻⁹ $), so that any number of
-/// calls add up exactly. Displays as dollars (`$0.4210`), with at least
-/// two decimals and as many more, up to six, as it needs.
+/// calls add up exactly. Displays as dollars (`$0.40`, `$0.421`), with at
+/// least two decimals and as many more, up to six, as it needs (rounded up).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Cost(u64);
 
@@ -79,33 +79,22 @@ impl Cost {
 
 impl fmt::Display for Cost {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let dollars = self.0 / 1_000_000_000;
-        let nanos = self.0 % 1_000_000_000;
-        // Four decimals unless the amount needs more (up to six: what a
-        // person reads of a cost); rounded up, so a non-zero cost never
-        // reads as $0.00.
-        let mut decimals = 4;
-        while decimals < 6 && nanos % 10u64.pow(9 - decimals) != 0 && nanos < 10u64.pow(9 - 2) {
-            decimals += 1;
+        // To the micro-dollar, rounded up (a cost is never shown as less
+        // than it is, nor a non-zero one as nothing).
+        let micros = self.0.div_ceil(1_000);
+        let (dollars, fraction) = (micros / 1_000_000, micros % 1_000_000);
+        let mut digits = format!("{fraction:06}");
+        while digits.len() > 2 && digits.ends_with('0') {
+            digits.pop();
         }
-        let unit = 10u64.pow(9 - decimals);
-        let fraction = nanos.div_ceil(unit);
-        let (dollars, fraction) = if fraction == 10u64.pow(decimals) {
-            (dollars + 1, 0)
-        } else {
-            (dollars, fraction)
-        };
-        write!(
-            f,
-            "${}.{fraction:0width$}",
-            thousands(dollars),
-            width = decimals as usize
-        )
+        write!(f, "${}.{digits}", thousands(dollars))
     }
 }
 
-/// `n` with a comma between thousands (`41,210`).
-fn thousands(n: u64) -> String {
+/// `n` with a comma between thousands (`41,210`), as the spend limit's
+/// messages write amounts and token counts.
+#[doc(hidden)]
+pub fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, digit) in digits.chars().enumerate() {
@@ -458,16 +447,16 @@ mod tests {
 
     #[test]
     fn a_cost_displays_in_dollars_rounded_up() {
-        assert_eq!(Cost::from_cents(40).to_string(), "$0.4000");
-        assert_eq!(Cost::from_micros(421_000).to_string(), "$0.4210");
+        assert_eq!(Cost::from_cents(40).to_string(), "$0.40");
+        assert_eq!(Cost::from_micros(421_000).to_string(), "$0.421");
         assert_eq!(Cost::from_nanos(1).to_string(), "$0.000001");
         assert_eq!(Cost::from_nanos(12_345).to_string(), "$0.000013");
-        assert_eq!(Cost::from_nanos(999_999_999).to_string(), "$1.0000");
+        assert_eq!(Cost::from_nanos(999_999_999).to_string(), "$1.00");
         assert_eq!(
             Cost::from_nanos(1_234_567_000_000_000).to_string(),
-            "$1,234,567.0000"
+            "$1,234,567.00"
         );
-        assert_eq!(Cost::ZERO.to_string(), "$0.0000");
+        assert_eq!(Cost::ZERO.to_string(), "$0.00");
     }
 
     #[test]
