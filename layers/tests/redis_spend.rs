@@ -10,7 +10,7 @@ mod redis_server;
 use std::time::Instant;
 
 use futures_util::StreamExt;
-use redis_server::{RedisServer, COMMAND_TIMEOUT, PATIENT_TIMEOUT, STALL};
+use redis_server::{eventually, RedisServer, COMMAND_TIMEOUT, PATIENCE, PATIENT_TIMEOUT, STALL};
 use toolstack::model::{
     ChatRequest, Cost, Message, ModelDelta, Price, Prices, RunId, ScriptedModel, Turn, Usage,
 };
@@ -178,4 +178,39 @@ async fn a_dead_redis_fails_closed_as_unavailable_without_calling_the_model() {
         );
     }
     assert_eq!(b_inner.turns_played(), 0, "the model was not called");
+}
+
+#[tokio::test]
+async fn an_answer_dropped_early_still_adds_its_usage_to_redis() {
+    let Some(redis) = RedisServer::start("an_answer_dropped_early_still_adds_its_usage_to_redis")
+    else {
+        return;
+    };
+    // Usage first, then an answer that never ends.
+    let endless = tower::service_fn(|_: ChatRequest| {
+        let answer = futures_util::stream::iter([Ok(ModelDelta::Usage(Usage::new(100, 0)))])
+            .chain(futures_util::stream::pending());
+        std::future::ready(Ok::<_, ToolError>(answer))
+    });
+    let replica = |manager| {
+        SpendLimitLayer::new(prices())
+            .per_caller::<User>(Window::Hour, Limit::tokens(100))
+            .redis(RedisSpend::new(manager).prefix("t").timeout(PATIENT_TIMEOUT))
+    };
+    let a = replica(redis.patient_manager().await).layer(endless);
+    let b = replica(redis.patient_manager().await).layer(model(10_000));
+    let mut answer = a.clone().oneshot(request("alice")).await.unwrap();
+    assert!(answer.next().await.is_some());
+    drop(answer);
+    // The drop cannot wait for Redis: a task adds it, and replica b sees it.
+    eventually(PATIENCE, "the dropped answer's usage in Redis", || {
+        let b = b.clone();
+        async move {
+            matches!(
+                call(&b, request("alice")).await,
+                Err(err) if err.kind() == ErrorKind::SpendLimited
+            )
+        }
+    })
+    .await;
 }
