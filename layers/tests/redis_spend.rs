@@ -198,7 +198,9 @@ async fn an_answer_dropped_early_still_adds_its_usage_to_redis() {
             .redis(RedisSpend::new(manager).prefix("t").timeout(PATIENT_TIMEOUT))
     };
     let a = replica(redis.patient_manager().await).layer(endless);
-    let b = replica(redis.patient_manager().await).layer(model(10_000));
+    // b's own answers spend nothing: only a's usage can reach its limit.
+    let free = ScriptedModel::new((0..10_000).map(|_| Turn::new().usage(Usage::default())));
+    let b = replica(redis.patient_manager().await).layer(free);
     let mut answer = a.clone().oneshot(request("alice")).await.unwrap();
     assert!(answer.next().await.is_some());
     drop(answer);
