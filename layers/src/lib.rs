@@ -18,6 +18,7 @@
 //! | [`timeout`] | deadline, first-item and idle bounds; one typed error, then the end |
 //! | [`retry`] | tries again only before the first item; backoff, budget, idempotency |
 //! | [`rate_limit`] (feature `rate-limit`) | shared, keyed quotas; wait or reject; one quota across processes in Redis (feature `redis`) |
+//! | [`spend`] | model calls: token and cost limits per run, per caller, per UTC window, at a price table; refused before the model is called; in memory or in Redis (feature `redis`) |
 //! | [`concurrency`] | a permit held as long as the stream |
 //! | [`catch_panic`] | a panic anywhere becomes a `Panicked` error |
 //! | [`validate`] (feature `validate`) | arguments checked against the tool's schema first |

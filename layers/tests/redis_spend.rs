@@ -61,7 +61,11 @@ async fn two_replicas_count_in_the_same_counters_in_redis() {
         SpendLimitLayer::new(prices())
             .per_caller::<User>(Window::Day, Limit::cost(Cost::from_cents(30)))
             .per_run(Limit::tokens(1_000_000))
-            .redis(RedisSpend::new(manager).prefix("t").timeout(PATIENT_TIMEOUT))
+            .redis(
+                RedisSpend::new(manager)
+                    .prefix("t")
+                    .timeout(PATIENT_TIMEOUT),
+            )
     };
     let (a_inner, b_inner) = (model(3), model(3));
     let a = replica(redis.patient_manager().await).layer(a_inner.clone());
@@ -102,7 +106,11 @@ async fn two_replicas_count_in_the_same_counters_in_redis() {
         .query_async(&mut connection)
         .await
         .unwrap();
-    assert_eq!((tokens, nanos), (450_000, 600_000_000), "three calls of the run");
+    assert_eq!(
+        (tokens, nanos),
+        (450_000, 600_000_000),
+        "three calls of the run"
+    );
     let ttl: i64 = redis::cmd("TTL")
         .arg(alice)
         .query_async(&mut connection)
@@ -112,8 +120,15 @@ async fn two_replicas_count_in_the_same_counters_in_redis() {
         (1..=86_400 + 300).contains(&ttl),
         "a day's counter lives until the day ends: {ttl}"
     );
-    let ttl: i64 = redis::cmd("TTL").arg(run).query_async(&mut connection).await.unwrap();
-    assert!((86_000..=86_400).contains(&ttl), "a run's lives a day after its last call: {ttl}");
+    let ttl: i64 = redis::cmd("TTL")
+        .arg(run)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert!(
+        (86_000..=86_400).contains(&ttl),
+        "a run's lives a day after its last call: {ttl}"
+    );
 }
 
 /// Two replicas on one Redis (and their models); the first spends $0.20
@@ -124,7 +139,11 @@ async fn replicas_then_redis_dies(
 ) -> [(SpendLimit<ScriptedModel>, ScriptedModel); 2] {
     let replica = |manager| {
         let store = RedisSpend::new(manager).prefix("t");
-        let store = if open { store.fail_open() } else { store.fail_closed() };
+        let store = if open {
+            store.fail_open()
+        } else {
+            store.fail_closed()
+        };
         SpendLimitLayer::new(prices())
             .per_caller::<User>(Window::Day, Limit::cost(Cost::from_cents(20)))
             .redis(store)
@@ -156,9 +175,15 @@ async fn a_dead_redis_fails_open_to_each_replicas_own_counts() {
     // Replica a counted alice's $0.20 itself; b never saw it.
     let err = bounded(call(&a, request("alice"))).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::SpendLimited, "{err}");
-    bounded(call(&b, request("alice"))).await.expect("b's own count is nothing");
+    bounded(call(&b, request("alice")))
+        .await
+        .expect("b's own count is nothing");
     let err = bounded(call(&b, request("alice"))).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::SpendLimited, "b counted its own call: {err}");
+    assert_eq!(
+        err.kind(),
+        ErrorKind::SpendLimited,
+        "b counted its own call: {err}"
+    );
 }
 
 #[tokio::test]
@@ -195,7 +220,11 @@ async fn an_answer_dropped_early_still_adds_its_usage_to_redis() {
     let replica = |manager| {
         SpendLimitLayer::new(prices())
             .per_caller::<User>(Window::Hour, Limit::tokens(100))
-            .redis(RedisSpend::new(manager).prefix("t").timeout(PATIENT_TIMEOUT))
+            .redis(
+                RedisSpend::new(manager)
+                    .prefix("t")
+                    .timeout(PATIENT_TIMEOUT),
+            )
     };
     let a = replica(redis.patient_manager().await).layer(endless);
     // b's own answers spend nothing: only a's usage can reach its limit.

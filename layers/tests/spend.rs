@@ -62,7 +62,9 @@ async fn a_run_over_its_cost_limit_is_refused_before_the_model_is_called() {
 
     // $0.20, then $0.40: each admitted on what was spent before it.
     call(&model, request("r1")).await.expect("under the limit");
-    call(&model, request("r1")).await.expect("still under the limit");
+    call(&model, request("r1"))
+        .await
+        .expect("still under the limit");
     assert_eq!(inner.turns_played(), 2);
 
     let err = call(&model, request("r1")).await.unwrap_err();
@@ -94,8 +96,10 @@ struct User(&'static str);
 #[tokio::test]
 async fn each_caller_has_its_own_counter_and_the_anonymous_share_one() {
     let inner = script(10);
-    let layer = SpendLimitLayer::new(prices())
-        .per_caller::<User>(Window::Day, Limit::tokens(150_000).and_cost(Cost::from_cents(100)));
+    let layer = SpendLimitLayer::new(prices()).per_caller::<User>(
+        Window::Day,
+        Limit::tokens(150_000).and_cost(Cost::from_cents(100)),
+    );
     let model = layer.layer(inner.clone());
     let as_user = |user| request("r").with_extension(User(user));
 
@@ -112,10 +116,13 @@ async fn each_caller_has_its_own_counter_and_the_anonymous_share_one() {
     );
     call(&model, as_user("bob")).await.expect("bob has his own");
 
-    call(&model, request("a")).await.expect("the first anonymous call");
+    call(&model, request("a"))
+        .await
+        .expect("the first anonymous call");
     let err = call(&model, request("b")).await.unwrap_err();
     assert!(
-        err.message().starts_with("anonymous callers have used 150,000"),
+        err.message()
+            .starts_with("anonymous callers have used 150,000"),
         "{}",
         err.message()
     );
@@ -185,21 +192,16 @@ async fn usage_is_added_when_the_answer_ends_so_a_call_admitted_meanwhile_goes()
     );
 }
 
+type Answer = stream::BoxStream<'static, Result<ModelDelta, ToolError>>;
+
 /// A model whose answer reports usage first and then never ends.
 fn usage_then_silence(
     usage: Option<Usage>,
-) -> impl Service<
-    ChatRequest,
-    Response = stream::BoxStream<'static, Result<ModelDelta, ToolError>>,
-    Error = ToolError,
-    Future = futures_util::future::Ready<
-        Result<stream::BoxStream<'static, Result<ModelDelta, ToolError>>, ToolError>,
-    >,
-> + Clone {
+) -> impl Service<ChatRequest, Response = Answer, Error = ToolError> + Clone {
     tower::service_fn(move |_: ChatRequest| {
         let first = usage.map_or(ModelDelta::Text("…".into()), ModelDelta::Usage);
-        let answer = stream::iter([Ok(first)]).chain(stream::pending());
-        futures_util::future::ready(Ok::<_, ToolError>(answer.boxed()))
+        let answer: Answer = stream::iter([Ok(first)]).chain(stream::pending()).boxed();
+        futures_util::future::ready(Ok::<_, ToolError>(answer))
     })
 }
 
@@ -208,7 +210,10 @@ async fn an_answer_dropped_early_adds_what_it_had_reported() {
     let layer = SpendLimitLayer::new(prices()).per_run(Limit::tokens(1_000));
     let reported = layer.layer(usage_then_silence(Some(Usage::new(900, 200))));
     let mut answer = reported.clone().oneshot(request("r")).await.unwrap();
-    assert!(matches!(answer.next().await, Some(Ok(ModelDelta::Usage(_)))));
+    assert!(matches!(
+        answer.next().await,
+        Some(Ok(ModelDelta::Usage(_)))
+    ));
     drop(answer);
     let err = reported.clone().oneshot(request("r")).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::SpendLimited);
@@ -234,9 +239,18 @@ async fn an_answer_that_breaks_off_adds_the_usage_it_reported_then_ends_with_its
     });
     let layer = SpendLimitLayer::new(prices()).per_run(Limit::tokens(20));
     let model = layer.layer(broken);
-    let items: Vec<_> = model.clone().oneshot(request("r")).await.unwrap().collect().await;
+    let items: Vec<_> = model
+        .clone()
+        .oneshot(request("r"))
+        .await
+        .unwrap()
+        .collect()
+        .await;
     assert_eq!(items.len(), 2, "the error ends the answer: {items:?}");
-    assert_eq!(items[1].as_ref().unwrap_err().kind(), ErrorKind::Unavailable);
+    assert_eq!(
+        items[1].as_ref().unwrap_err().kind(),
+        ErrorKind::Unavailable
+    );
     assert!(model.clone().oneshot(request("r")).await.is_err());
 }
 
@@ -259,7 +273,8 @@ async fn the_model_that_answered_is_priced_and_an_unpriced_one_counts_tokens_onl
     call(&model, request("r")).await.unwrap();
     let err = call(&model, request("r")).await.unwrap_err();
     assert!(
-        err.message().starts_with("this run has spent $1.00 of its $1.00 limit"),
+        err.message()
+            .starts_with("this run has spent $1.00 of its $1.00 limit"),
         "{}",
         err.message()
     );
@@ -305,9 +320,25 @@ fn a_malformed_price_table_is_refused_naming_the_entry() {
          a price is dollars per million tokens, zero or more"
     );
     let err = built(Price::per_million_tokens(1.0, f64::NAN));
-    assert!(matches!(err, PriceError::BadPrice { field: "output", problem: "is not a number", .. }));
+    assert!(matches!(
+        err,
+        PriceError::BadPrice {
+            field: "output",
+            problem: "is not a number",
+            ..
+        }
+    ));
     let err = built(Price::per_million_tokens(1.0, 1.0).cached_input(f64::INFINITY));
-    assert!(matches!(err, PriceError::BadPrice { field: "cached_input", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            PriceError::BadPrice {
+                field: "cached_input",
+                ..
+            }
+        ),
+        "{err}"
+    );
     let err = built(Price::per_million_tokens(1.0, 1.0).reasoning(2e6));
     assert!(err.to_string().contains("per token, or in cents"), "{err}");
 
@@ -323,7 +354,10 @@ fn a_malformed_price_table_is_refused_naming_the_entry() {
             .model(twice, Price::per_million_tokens(2.0, 1.0))
             .build()
             .unwrap_err();
-        assert_eq!(err.to_string(), format!("price table entry `{twice}` is listed twice"));
+        assert_eq!(
+            err.to_string(),
+            format!("price table entry `{twice}` is listed twice")
+        );
     }
 
     let json = |text: &str| Prices::from_json(text).unwrap_err().to_string();
@@ -337,11 +371,13 @@ fn a_malformed_price_table_is_refused_naming_the_entry() {
     assert!(json(r#"[{"model": "a", "input": "1", "output": 1}]"#).contains("[0].input"));
     assert!(json(r#"{"a": {"input": 1, "output": 1}}"#).contains("expected a sequence"));
     assert!(json(r#"[{"model": "a", "input": -0.5, "output": 1}]"#).contains("is negative"));
-    assert!(json(r#"[{"model": "", "input": 1, "output": 1}]"#).contains("entry 0 has an empty model"));
     assert!(
-        json(r#"[{"model": "a", "input": 1, "output": 1}, {"model": "a", "input": 2, "output": 2}]"#)
-            .contains("listed twice")
+        json(r#"[{"model": "", "input": 1, "output": 1}]"#).contains("entry 0 has an empty model")
     );
+    assert!(json(
+        r#"[{"model": "a", "input": 1, "output": 1}, {"model": "a", "input": 2, "output": 2}]"#
+    )
+    .contains("listed twice"));
 
     let good = Prices::from_json(
         r#"[{"model": "gpt-4o", "input": 2.5, "cached_input": 1.25, "output": 10},
@@ -351,7 +387,10 @@ fn a_malformed_price_table_is_refused_naming_the_entry() {
     .unwrap();
     let usage = Usage::new(1_000_000, 0);
     assert_eq!(good.cost("gpt-4o", &usage), Some(Cost::from_cents(250)));
-    assert_eq!(good.cost("gpt-4o-mini-2024", &usage), Some(Cost::from_cents(15)));
+    assert_eq!(
+        good.cost("gpt-4o-mini-2024", &usage),
+        Some(Cost::from_cents(15))
+    );
     assert_eq!(good.cost("other", &usage), Some(Cost::from_cents(100)));
 }
 
@@ -373,7 +412,9 @@ async fn a_tool_calls_span_records_the_tokens_its_output_adds_to_the_next_prompt
     assert_eq!(items.len(), 1);
     let span = capture.tool_span();
     assert_eq!(
-        span.fields.get("toolstack.tool.result_tokens").map(String::as_str),
+        span.fields
+            .get("toolstack.tool.result_tokens")
+            .map(String::as_str),
         Some("11")
     );
 }

@@ -66,7 +66,11 @@ async fn a_run_over_its_spend_limit_stops_with_spend_limit_after_an_error_event(
         err.message(),
         "this run has used 700 of its 500 tokens ($0.0008 spent); the model was not called"
     );
-    assert_eq!(model.turns_played(), 1, "the second turn never reached the model");
+    assert_eq!(
+        model.turns_played(),
+        1,
+        "the second turn never reached the model"
+    );
     // The tool ran, and the history is whole.
     assert!(matches!(done.messages.last(), Some(Message::Tool { .. })));
 
@@ -109,13 +113,36 @@ async fn each_tool_results_cost_is_its_share_of_the_next_prompts_growth() {
     let costs: Vec<_> = done
         .tool_costs
         .iter()
-        .map(|c| (c.call_id.as_str(), c.name.as_str(), c.result_bytes, c.tokens, c.cost, c.measured))
+        .map(|c| {
+            (
+                c.call_id.as_str(),
+                c.name.as_str(),
+                c.result_bytes,
+                c.tokens,
+                c.cost,
+                c.measured,
+            )
+        })
         .collect();
     assert_eq!(
         costs,
         [
-            ("call_0_0", "short", bytes[0], short, Some(Cost::from_micros(short)), true),
-            ("call_0_1", "long", bytes[1], 300 - short, Some(Cost::from_micros(300 - short)), true),
+            (
+                "call_0_0",
+                "short",
+                bytes[0],
+                short,
+                Some(Cost::from_micros(short)),
+                true
+            ),
+            (
+                "call_0_1",
+                "long",
+                bytes[1],
+                300 - short,
+                Some(Cost::from_micros(300 - short)),
+                true
+            ),
         ]
     );
     assert!(short > 0 && short < 300 - short, "{costs:?}");
@@ -125,7 +152,10 @@ async fn each_tool_results_cost_is_its_share_of_the_next_prompts_growth() {
     assert_eq!(events.len(), 2, "{events:?}");
     assert_eq!(events[0].0, Some("invoke_agent"));
     assert_eq!(events[0].1["gen_ai.tool.call.id"], "call_0_0");
-    assert_eq!(events[0].1["toolstack.tool.result_tokens"], short.to_string());
+    assert_eq!(
+        events[0].1["toolstack.tool.result_tokens"],
+        short.to_string()
+    );
     assert_eq!(events[1].1["toolstack.tool.cost_measured"], "true");
     // On each tool's own span, the estimate made when it ended.
     let estimates: Vec<String> = capture
@@ -154,7 +184,10 @@ async fn without_usage_reports_a_results_tokens_are_estimated_and_an_unread_resu
         panic!("{:?}", done.tool_costs);
     };
     let bytes = tool_texts(&done)[0];
-    assert_eq!((cost.tokens, cost.measured), (bytes.div_ceil(4) as u64, false));
+    assert_eq!(
+        (cost.tokens, cost.measured),
+        (bytes.div_ceil(4) as u64, false)
+    );
     assert_eq!(cost.cost, None, "no prices given");
 
     // The run stops before a model call reads the result: it cost nothing.

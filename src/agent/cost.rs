@@ -56,11 +56,15 @@ impl ToolCosts {
             return;
         };
         let model = self.model.as_deref().or(model);
-        let price = prices.zip(model).and_then(|(p, m)| p.input_picos_per_token(m));
+        let price = prices
+            .zip(model)
+            .and_then(|(p, m)| p.input_picos_per_token(m));
         let measured = asked.zip(self.turn).map(|(asked, read)| {
             // The prompt grew by the assistant's answer (its reasoning is
             // not in the history) and the step's results.
-            let answer = asked.completion_tokens.saturating_sub(asked.reasoning_tokens);
+            let answer = asked
+                .completion_tokens
+                .saturating_sub(asked.reasoning_tokens);
             read.prompt_tokens
                 .saturating_sub(asked.prompt_tokens)
                 .saturating_sub(answer)

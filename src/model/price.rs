@@ -152,7 +152,9 @@ impl Price {
                 .cached_input
                 .map_or(Ok(input), |d| rate("cached_input", d))?,
             output,
-            reasoning: self.reasoning.map_or(Ok(output), |d| rate("reasoning", d))?,
+            reasoning: self
+                .reasoning
+                .map_or(Ok(output), |d| rate("reasoning", d))?,
         })
     }
 }
@@ -364,7 +366,7 @@ impl PricesBuilder {
         }
         table
             .prefixes
-            .sort_by(|(a, _), (b, _)| b.len().cmp(&a.len()));
+            .sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
         Ok(Prices {
             table: Arc::new(table),
         })

@@ -30,7 +30,11 @@ impl Metering {
 
     /// Adds `usage` (if the answer reported any), priced for the model
     /// that answered; the future adds it to the shared store.
-    fn settle(self, usage: Option<Usage>, answered: Option<&str>) -> Option<BoxFuture<'static, ()>> {
+    fn settle(
+        self,
+        usage: Option<Usage>,
+        answered: Option<&str>,
+    ) -> Option<BoxFuture<'static, ()>> {
         let usage = usage?;
         let model = answered.or(self.model.as_deref()).unwrap_or_default();
         self.meter.settle(&self.keys, usage, model)

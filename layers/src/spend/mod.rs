@@ -42,7 +42,7 @@
 //!
 //! A [`SpendLimitLayer`] has any number of limits, each a [`Limit`] —
 //! tokens (prompt and completion together), cost (at the layer's
-//! [`Prices`](toolstack::model::Prices)), or both — on one counter:
+//! [`Prices`]), or both — on one counter:
 //!
 //! | limit | counts | in |
 //! |---|---|---|

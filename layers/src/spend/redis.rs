@@ -210,11 +210,15 @@ impl SharedCounters for RedisCounters {
     fn read(&self, keys: &[CounterKey]) -> BoxFuture<'static, Result<Vec<Spent>, StoreError>> {
         let mut pipe = redis::pipe();
         for key in keys {
-            pipe.cmd("HMGET").arg(self.key(key)).arg("tokens").arg("nanos");
+            pipe.cmd("HMGET")
+                .arg(self.key(key))
+                .arg("tokens")
+                .arg("nanos");
         }
         ask(&self.config.settings, &self.health, move |mut manager| {
             Box::pin(async move {
-                let counts: Vec<(Option<i64>, Option<i64>)> = pipe.query_async(&mut manager).await?;
+                let counts: Vec<(Option<i64>, Option<i64>)> =
+                    pipe.query_async(&mut manager).await?;
                 let count = |n: Option<i64>| n.and_then(|n| u64::try_from(n).ok()).unwrap_or(0);
                 Ok(counts
                     .into_iter()

@@ -260,9 +260,7 @@ impl Rules {
                 return Err(LimitReached {
                     scope: key.scope,
                     window: key.period.map(|p| p.window),
-                    resets_at: key
-                        .period
-                        .map(|p| UNIX_EPOCH + Duration::from_secs(p.end)),
+                    resets_at: key.period.map(|p| UNIX_EPOCH + Duration::from_secs(p.end)),
                     resets_text: key.period.map(|p| p.end_text()),
                     spent_tokens: spent.tokens,
                     spent: spent.cost,

@@ -67,13 +67,14 @@ where
         if counted.keys.is_empty() {
             return ResponseFuture::called(self.inner.call(request), None);
         }
-        let metering = Metering::new(Arc::clone(&self.meter), counted.keys.clone(), model);
         let Some(store) = &self.meter.store else {
-            return match self.meter.admit_locally(&counted, now) {
-                Ok(()) => ResponseFuture::called(self.inner.call(request), Some(metering)),
-                Err(refused) => ResponseFuture::refused(refused),
-            };
+            if let Err(refused) = self.meter.admit_locally(&counted, now) {
+                return ResponseFuture::refused(refused);
+            }
+            let metering = Metering::new(Arc::clone(&self.meter), counted.keys, model);
+            return ResponseFuture::called(self.inner.call(request), Some(metering));
         };
+        let metering = Metering::new(Arc::clone(&self.meter), counted.keys.clone(), model);
         // Every call waits for the store's answer: it goes with a fresh
         // clone, readied only once admitted, and the readiness acquired
         // for this call is given back (as the rate limit's shared path).
@@ -81,13 +82,6 @@ where
         let fresh = self.inner.clone();
         let service = std::mem::replace(&mut self.inner, fresh);
         drop(service);
-        ResponseFuture::reading(
-            reading,
-            self.inner.clone(),
-            request,
-            counted,
-            now,
-            metering,
-        )
+        ResponseFuture::reading(reading, self.inner.clone(), request, counted, now, metering)
     }
 }

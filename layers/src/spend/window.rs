@@ -144,7 +144,10 @@ mod tests {
     fn windows_are_aligned_to_utc_and_named_by_their_start() {
         let hour = Window::Hour.period(NOW);
         assert_eq!(hour.label(), "hour:2026-12-01T13");
-        assert_eq!((hour.start, hour.end), (NOW - 45 * 60 - 10, NOW - 45 * 60 - 10 + HOUR));
+        assert_eq!(
+            (hour.start, hour.end),
+            (NOW - 45 * 60 - 10, NOW - 45 * 60 - 10 + HOUR)
+        );
         assert_eq!(hour.end_text(), "2026-12-01 14:00 UTC");
         let day = Window::Day.period(NOW);
         assert_eq!(day.label(), "day:2026-12-01");
@@ -157,7 +160,13 @@ mod tests {
 
     #[test]
     fn months_have_their_lengths_and_leap_years_their_february() {
-        for (year, month, days) in [(2028, 2, 29), (2026, 2, 28), (2100, 2, 28), (2000, 2, 29), (2026, 4, 30)] {
+        for (year, month, days) in [
+            (2028, 2, 29),
+            (2026, 2, 28),
+            (2100, 2, 28),
+            (2000, 2, 29),
+            (2026, 4, 30),
+        ] {
             let start = days_from_civil(year, month, 1) * DAY;
             let period = Window::Month.period(start + 5);
             assert_eq!(period.start, start);
