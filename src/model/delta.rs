@@ -226,3 +226,29 @@ impl From<WireToolCall> for ToolCall {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Usage;
+
+    #[test]
+    fn usage_json_without_the_parts_still_reads_and_zero_parts_are_left_out() {
+        let old: Usage = serde_json::from_str(r#"{"prompt_tokens":3,"completion_tokens":4}"#)
+            .expect("a checkpoint written before the parts existed");
+        assert_eq!(old, Usage::new(3, 4));
+        assert_eq!(
+            serde_json::to_string(&old).unwrap(),
+            r#"{"prompt_tokens":3,"completion_tokens":4}"#
+        );
+        let new = Usage::new(3, 4).cached(2).reasoning(1);
+        let text = serde_json::to_string(&new).unwrap();
+        assert_eq!(
+            text,
+            r#"{"prompt_tokens":3,"completion_tokens":4,"cached_tokens":2,"reasoning_tokens":1}"#
+        );
+        assert_eq!(serde_json::from_str::<Usage>(&text).unwrap(), new);
+        let mut sum = new;
+        sum += new;
+        assert_eq!(sum, Usage::new(6, 8).cached(4).reasoning(2));
+    }
+}
