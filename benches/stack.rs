@@ -47,6 +47,7 @@ use toolstack_layers::guardrail::{Guardrail, GuardrailLayer, Verdict};
 use toolstack_layers::rate_limit::{Quota, RateLimitLayer};
 use toolstack_layers::repair::RepairLayer;
 use toolstack_layers::retry::RetryPolicy;
+use toolstack_layers::spend::{Limit, SpendLimitLayer, Window};
 use toolstack_layers::timeout::TimeoutLayer;
 use toolstack_layers::ServiceBuilderExt;
 use tower::{Service, ServiceBuilder};
@@ -672,6 +673,90 @@ fn per_call_summary() {
     );
 }
 
+/// A model that answers every call at once: one text delta, usage.
+fn instant_model() -> impl Service<
+    toolstack::model::ChatRequest,
+    Response = impl Stream<Item = Result<toolstack::model::ModelDelta, toolstack::ToolError>>,
+    Error = toolstack::ToolError,
+> + Clone {
+    use toolstack::model::{ModelDelta, Usage};
+    tower::service_fn(|_: toolstack::model::ChatRequest| {
+        let answer = stream::iter([
+            Ok(ModelDelta::Text(TEXT.to_owned())),
+            Ok(ModelDelta::Usage(Usage::new(1_000, 100))),
+        ]);
+        std::future::ready(Ok::<_, toolstack::ToolError>(answer))
+    })
+}
+
+/// One model call, read to its end: the answer's text.
+fn model_call<S>(model: &mut S, request: &toolstack::model::ChatRequest) -> String
+where
+    S: Service<
+        toolstack::model::ChatRequest,
+        Response: Stream<Item = Result<toolstack::model::ModelDelta, toolstack::ToolError>>,
+        Error = toolstack::ToolError,
+    >,
+{
+    let answer = model
+        .call(request.clone())
+        .now_or_never()
+        .expect("ready")
+        .expect("answered");
+    let deltas: Vec<_> = answer.collect().now_or_never().expect("ready");
+    deltas
+        .into_iter()
+        .filter_map(|d| match d {
+            Ok(toolstack::model::ModelDelta::Text(text)) => Some(text),
+            _ => None,
+        })
+        .collect()
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Caller(u64);
+
+/// Model calls: the spend limit in memory, under its limits (a run's, a
+/// caller's day), over a model that answers at once.
+fn model_cases() -> Vec<Case> {
+    let request = toolstack::model::ChatRequest::new(vec![])
+        .with_model("m")
+        .with_extension(toolstack::model::RunId::new("run"))
+        .with_extension(Caller(7));
+    let prices = toolstack::model::Prices::builder()
+        .model("m", toolstack::model::Price::per_million_tokens(1.0, 2.0))
+        .build()
+        .expect("a good table");
+    let mut bare = instant_model();
+    let mut limited = ServiceBuilder::new()
+        .layer(
+            SpendLimitLayer::new(prices)
+                .per_run(Limit::tokens(u64::MAX))
+                .per_caller::<Caller>(Window::Day, Limit::tokens(u64::MAX)),
+        )
+        .service(instant_model());
+    let second = request.clone();
+    vec![
+        (
+            "model answering at once",
+            Box::new(move || model_call(&mut bare, &request)),
+        ),
+        (
+            "spend limit (in memory, under its limit)",
+            Box::new(move || model_call(&mut limited, &second)),
+        ),
+    ]
+}
+
+fn model_summary() {
+    table(
+        "a model call through a layer",
+        "| layer | ns/call | + ns over the model | allocations/call |",
+        &mut checked(model_cases()),
+        |ns, i| format!("{:+.1}", ns[i] - ns[0]),
+    );
+}
+
 fn precise_layer_summary() {
     table(
         "each layer alone over an empty tool, called directly",
@@ -1162,6 +1247,7 @@ fn main() {
     }
     if args.iter().any(|a| a == "--layers") {
         precise_layer_summary();
+        model_summary();
         return;
     }
     if args.iter().any(|a| a == "--throughput") {
@@ -1180,6 +1266,7 @@ fn main() {
     }
     per_call_summary();
     precise_layer_summary();
+    model_summary();
     throughput_summary();
     streaming_summary();
     memory_summary();

@@ -98,6 +98,10 @@ pub enum ErrorKind {
     /// A guardrail raised: what it found ends the call, and an agent's run
     /// ([`StopReason::Guardrail`](crate::agent::StopReason::Guardrail)).
     Guardrail,
+    /// A spend limit (tokens or cost, per run, caller or window) was
+    /// reached, and the model was not called. Not retryable: the limit
+    /// stays reached until its window rolls over or an operator raises it.
+    SpendLimited,
 }
 
 impl ErrorKind {
@@ -116,6 +120,7 @@ impl ErrorKind {
             ErrorKind::Failed => "failed",
             ErrorKind::Interrupted => "interrupted",
             ErrorKind::Guardrail => "guardrail",
+            ErrorKind::SpendLimited => "spend_limited",
         }
     }
 
@@ -353,6 +358,7 @@ impl ToolError {
             "denied" => ErrorKind::Denied,
             "interrupted" => ErrorKind::Interrupted,
             "guardrail" => ErrorKind::Guardrail,
+            "spend_limited" => ErrorKind::SpendLimited,
             _ => ErrorKind::Failed,
         };
         let error = ToolError::new(kind, message);

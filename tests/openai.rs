@@ -125,10 +125,7 @@ async fn streams_text_then_finish_and_a_usage_only_final_chunk() {
             ModelDelta::Text("Hel".into()),
             ModelDelta::Text("lo".into()),
             ModelDelta::Finish(FinishReason::Stop),
-            ModelDelta::Usage(Usage {
-                prompt_tokens: 12,
-                completion_tokens: 5
-            }),
+            ModelDelta::Usage(Usage::new(12, 5)),
         ]
     );
     let body = bodies.recv().await.unwrap();
@@ -528,6 +525,39 @@ async fn usage_is_a_delta_only_when_the_endpoint_sends_it() {
     };
     assert_eq!(usage(deltas(&url).await.unwrap()), []);
     assert_eq!(usage(deltas(&url).await.unwrap()), [Usage::default()]);
+}
+
+#[tokio::test]
+async fn cached_and_reasoning_tokens_are_read_from_the_usage_details() {
+    let detailed = json!({"choices": [], "usage": {
+        "prompt_tokens": 2006, "completion_tokens": 300, "total_tokens": 2306,
+        "prompt_tokens_details": {"cached_tokens": 1920, "audio_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 192, "audio_tokens": 0},
+    }});
+    // Details an endpoint sends as null, or not as counts, are no parts.
+    let odd = json!({"choices": [], "usage": {
+        "prompt_tokens": 7, "completion_tokens": 1,
+        "prompt_tokens_details": null,
+        "completion_tokens_details": {"reasoning_tokens": -3},
+    }});
+    let (url, _) = server(vec![
+        sse(&[text_chunk("a"), detailed], true),
+        sse(&[text_chunk("b"), odd], true),
+    ])
+    .await;
+    let usage = |items: Vec<Result<ModelDelta, ToolError>>| {
+        items
+            .into_iter()
+            .find_map(|d| match d.unwrap() {
+                ModelDelta::Usage(u) => Some(u),
+                _ => None,
+            })
+            .expect("a usage delta")
+    };
+    let first = usage(deltas(&url).await.unwrap());
+    assert_eq!(first, Usage::new(2006, 300).cached(1920).reasoning(192));
+    assert_eq!(first.uncached_prompt_tokens(), 86);
+    assert_eq!(usage(deltas(&url).await.unwrap()), Usage::new(7, 1));
 }
 
 #[tokio::test]

@@ -18,6 +18,7 @@
 //! | [`timeout`] | deadline, first-item and idle bounds; one typed error, then the end |
 //! | [`retry`] | tries again only before the first item; backoff, budget, idempotency |
 //! | [`rate_limit`] (feature `rate-limit`) | shared, keyed quotas; wait or reject; one quota across processes in Redis (feature `redis`) |
+//! | [`spend`] | model calls: token and cost limits per run, per caller, per UTC window, at a price table; refused before the model is called; in memory or in Redis (feature `redis`) |
 //! | [`concurrency`] | a permit held as long as the stream |
 //! | [`catch_panic`] | a panic anywhere becomes a `Panicked` error |
 //! | [`validate`] (feature `validate`) | arguments checked against the tool's schema first |
@@ -107,12 +108,15 @@ pub mod otel;
 #[cfg(feature = "rate-limit")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rate-limit")))]
 pub mod rate_limit;
-// What the Redis stores (the cache's, the rate limit's, the budget's) share.
+// What the Redis stores (the cache's, the rate limit's, the spend
+// limit's, the budget's) share.
 #[cfg(feature = "redis")]
 mod redis;
 pub mod repair;
 mod request;
 pub mod retry;
+mod shared_store;
+pub mod spend;
 pub mod timeout;
 pub mod trace;
 #[cfg(feature = "validate")]

@@ -1,14 +1,18 @@
-//! What the Redis stores (the rate limit's, the cache's, the budget's) share: where Redis
-//! is and how long to wait for it ([`RedisSettings`]), and whether it is
-//! worth asking now ([`Health`]).
+//! What the Redis stores (the rate limit's, the spend limit's, the
+//! cache's, the budget's) share: where Redis is and how long to wait for
+//! it ([`RedisSettings`]), whether it is worth asking now ([`Health`]),
+//! and a command asked within both ([`ask`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use redis::aio::ConnectionManager;
-use redis::RedisError;
+use redis::{RedisError, RedisResult};
 use tokio::time::Instant;
+
+use crate::shared_store::StoreError;
 
 /// How a store reaches Redis: the connection, the prefix of its keys, how
 /// long a command waits for an answer, and how long Redis is left alone
@@ -103,6 +107,41 @@ impl Health {
             self.unreachable(pause);
         }
     }
+}
+
+/// Runs the command `send` makes on a clone of the settings' connection,
+/// within their timeout, minding `health`: while Redis is left alone
+/// after it could not be reached, nothing is sent
+/// ([`StoreError::RecentlyUnreachable`]); an answer puts it back, a
+/// timeout or a connection error leaves it alone for the pause. What the
+/// rate limit's and the spend limit's stores ask goes through here.
+pub(crate) fn ask<T: Send + 'static>(
+    settings: &RedisSettings,
+    health: &Arc<Health>,
+    send: impl FnOnce(ConnectionManager) -> BoxFuture<'static, RedisResult<T>>,
+) -> BoxFuture<'static, Result<T, StoreError>> {
+    let (timeout, pause) = (settings.timeout, settings.recheck_after);
+    if !health.should_ask(pause) {
+        return Box::pin(std::future::ready(Err(StoreError::RecentlyUnreachable)));
+    }
+    let health = Arc::clone(health);
+    let answer = send(settings.manager.clone());
+    Box::pin(async move {
+        match tokio::time::timeout(timeout, answer).await {
+            Ok(Ok(value)) => {
+                health.reachable();
+                Ok(value)
+            }
+            Ok(Err(err)) => {
+                health.failed(&err, pause);
+                Err(StoreError::Failed(err.into()))
+            }
+            Err(_) => {
+                health.unreachable(pause);
+                Err(StoreError::TimedOut(timeout))
+            }
+        }
+    })
 }
 
 /// `d` in microseconds, rounded up, saturating.

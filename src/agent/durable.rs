@@ -455,12 +455,14 @@ where
         let span = self.span(Some(run_id));
         let run_id: Arc<str> = Arc::from(run_id);
         let agent = self.clone();
+        let run_key = crate::model::RunId::new(Arc::clone(&run_id));
         let driver = {
             let checkpoints = Arc::clone(&checkpoints);
             async move {
                 let tools: Arc<[ToolInfo]> =
                     agent.toolbox.infos_for(&extensions).cloned().collect();
                 let mut extensions = extensions;
+                extensions.insert(run_key);
                 let step = Arc::new(std::sync::Mutex::new(StepState::default()));
                 let failed = Arc::default();
                 extensions.insert(approval_events(
@@ -482,6 +484,7 @@ where
                     tool_calls: checkpoint.tool_calls,
                     checkpoints: Some(checkpoints),
                     failed,
+                    costs: Default::default(),
                 };
                 run.finish(Some(resumed)).await;
             }

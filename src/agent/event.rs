@@ -122,6 +122,41 @@ pub struct AgentDone {
     pub steps: usize,
     /// Why the run stopped.
     pub stop: StopReason,
+    /// What each tool call's result cost when a model call read it, in
+    /// the order they were read: the tokens it added to the next prompt
+    /// and, with [`Agent::prices`](super::Agent::prices), their price. A
+    /// result no model call read (the run stopped first) has none.
+    pub tool_costs: Vec<ToolCost>,
+}
+
+/// What one tool call's result cost: the tokens it added to the prompt of
+/// the model call that read it next ([`AgentDone::tool_costs`]).
+///
+/// Measured when both that call and the one that asked for the tool
+/// reported usage: the growth of the prompt between the two, less the
+/// assistant's answer (its completion tokens, reasoning excluded, which
+/// the history does not keep), split between the step's results in
+/// proportion to their length. Otherwise an estimate of four bytes a
+/// token (`measured` is then `false`). A result is in every later prompt
+/// too (usually cached); this is what it added once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ToolCost {
+    /// The call.
+    pub call_id: String,
+    /// The tool.
+    pub name: String,
+    /// The length of its result, in bytes, as the model read it.
+    pub result_bytes: usize,
+    /// The prompt tokens its result added.
+    pub tokens: u64,
+    /// What those tokens cost, at the model's price for (uncached)
+    /// prompt tokens; `None` without [`Agent::prices`](super::Agent::prices)
+    /// or a price for the model.
+    pub cost: Option<crate::model::Cost>,
+    /// Whether `tokens` is measured from the endpoint's usage reports
+    /// (else estimated from the result's length).
+    pub measured: bool,
 }
 
 /// Why a run stopped. Serializes as [`as_str`](Self::as_str) spells it.
@@ -156,6 +191,11 @@ pub enum StopReason {
     /// [`AgentEvent::GuardrailTriggered`] before): the run ends after the
     /// step in which it did.
     Guardrail,
+    /// A spend limit (tokens or cost, per run, caller or window) refused
+    /// the next model call before it was made (the spend limit layer of
+    /// `toolstack-layers`; the [`AgentEvent::Error`] before names the
+    /// limit and what was spent).
+    SpendLimit,
 }
 
 impl StopReason {
@@ -171,6 +211,7 @@ impl StopReason {
             StopReason::ContentFilter => "content_filter",
             StopReason::StoreFailed => "store_failed",
             StopReason::Guardrail => "guardrail",
+            StopReason::SpendLimit => "spend_limit",
         }
     }
 }

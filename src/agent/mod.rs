@@ -38,6 +38,7 @@
 
 mod as_tool;
 mod call;
+mod cost;
 mod durable;
 mod event;
 mod run;
@@ -49,5 +50,5 @@ pub use self::as_tool::{AgentTool, AgentToolStream};
 pub use self::durable::{
     OnStoreError, Resume, ResumeError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE,
 };
-pub use self::event::{AgentDone, AgentEvent, StopReason};
+pub use self::event::{AgentDone, AgentEvent, StopReason, ToolCost};
 pub use self::service::{Agent, AgentRequest, AgentStream};

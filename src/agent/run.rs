@@ -29,6 +29,7 @@ use crate::model::{
 use crate::{ErrorKind, ToolError, ToolInfo, ToolResult};
 
 use super::call::Call;
+use super::cost::ToolCosts;
 use super::durable::{run_error, Checkpointer, Resumed};
 use super::event::{AgentDone, AgentEvent, StopReason};
 use super::service::Agent;
@@ -52,6 +53,8 @@ pub(super) struct Run<M> {
     pub(super) checkpoints: Option<Arc<Checkpointer>>,
     /// The first checkpoint that failed: the run ends at the next boundary.
     pub(super) failed: Failed,
+    /// What each tool result cost, as the model calls that read them say.
+    pub(super) costs: ToolCosts,
 }
 
 /// One model answer, complete.
@@ -101,15 +104,18 @@ where
             } = match answer {
                 Ok(answer) => answer,
                 Err(err) => {
-                    let raised = err.kind() == ErrorKind::Guardrail || self.guardrail_raised();
-                    let _ = self.tx.send(AgentEvent::Error(err)).await;
-                    return if raised {
-                        StopReason::Guardrail
-                    } else {
-                        StopReason::ModelError
+                    let stop = match err.kind() {
+                        ErrorKind::SpendLimited => StopReason::SpendLimit,
+                        ErrorKind::Guardrail => StopReason::Guardrail,
+                        _ if self.guardrail_raised() => StopReason::Guardrail,
+                        _ => StopReason::ModelError,
                     };
+                    let _ = self.tx.send(AgentEvent::Error(err)).await;
+                    return stop;
                 }
             };
+            let model = self.agent.model_name.as_deref();
+            self.costs.answered(self.agent.prices.as_ref(), model);
             self.push(Message::Assistant {
                 content: (!text.is_empty()).then_some(text),
                 tool_calls: calls.clone(),
@@ -199,6 +205,7 @@ where
             usage,
             steps,
             tx,
+            costs,
             ..
         } = self;
         let done = AgentDone {
@@ -206,6 +213,7 @@ where
             usage,
             steps,
             stop,
+            tool_costs: costs.into_costs(),
         };
         let _ = tx.send(AgentEvent::Done(done)).await;
     }
@@ -298,6 +306,7 @@ where
             model: self.agent.model_name.clone(),
             extensions: self.extensions.clone(),
         };
+        self.costs.turn_started();
         let answer = self
             .agent
             .model
@@ -348,13 +357,17 @@ where
                 }
                 ModelDelta::Usage(used) => {
                     *self.usage.get_or_insert_with(Usage::default) += used;
+                    self.costs.usage(used);
                     continue;
                 }
                 ModelDelta::Finish(reason) => {
                     finish = Some(reason);
                     continue;
                 }
-                ModelDelta::Model(_) => continue,
+                ModelDelta::Model(model) => {
+                    self.costs.model(&model);
+                    continue;
+                }
             };
             let _ = self.tx.send(event).await;
         }
@@ -405,6 +418,7 @@ where
             .buffered(self.agent.parallel)
             .collect()
             .await;
+        self.costs.step_ran(&calls, &results);
         for (call, text) in calls.iter().zip(results) {
             self.push(Message::tool(call.id.clone(), text));
         }

@@ -15,7 +15,7 @@ use tower_service::Service;
 use tracing::Instrument;
 
 use crate::model::Message;
-use crate::model::ModelService;
+use crate::model::{ModelService, Prices, RunId};
 use crate::{ToolError, ToolInfo, Toolbox};
 
 use super::durable::{
@@ -59,6 +59,7 @@ pub struct Agent<M> {
     pub(super) parallel: usize,
     pub(super) turn_retries: usize,
     pub(super) durability: Option<Durability>,
+    pub(super) prices: Option<Prices>,
 }
 
 impl<M> Agent<M> {
@@ -77,7 +78,19 @@ impl<M> Agent<M> {
             parallel: 4,
             turn_retries: 0,
             durability: None,
+            prices: None,
         }
+    }
+
+    /// Prices each tool call's result ([`AgentDone::tool_costs`]): the
+    /// prompt tokens it added, at the price of the model's (uncached)
+    /// prompt tokens. The model is the one the answer names, else
+    /// [`model_name`](Self::model_name)'s.
+    ///
+    /// [`AgentDone::tool_costs`]: super::AgentDone::tool_costs
+    pub fn prices(mut self, prices: Prices) -> Self {
+        self.prices = Some(prices);
+        self
     }
 
     /// Checkpoints every run into `store` — at every step boundary and
@@ -267,6 +280,8 @@ where
         // The run's span is the parent of its model and tool calls' spans
         // (the driver runs inside it); a disabled span costs a branch.
         let span = self.span(checkpoints.is_some().then_some(&*run_id));
+        let mut extensions = extensions;
+        extensions.insert(RunId::new(Arc::clone(&run_id)));
         let driver = agent.drive(messages, extensions, tx, checkpoints.clone());
         AgentStream {
             driver: Some(Box::pin(driver.instrument(span))),
@@ -332,6 +347,7 @@ where
             tool_calls: 0,
             checkpoints,
             failed,
+            costs: Default::default(),
         };
         // The run is first stored while the model gives its first answer.
         run.finish(None).await;

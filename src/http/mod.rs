@@ -46,6 +46,7 @@
 //! | `not_found` (unknown or hidden tool) | `404` |
 //! | `denied` | `403` |
 //! | `rate_limited` | `429`, with `Retry-After` (seconds, rounded up) when known |
+//! | `spend_limited` | `429`, without `Retry-After` (the limit stays reached until its window rolls over) |
 //! | `overloaded`, `unavailable` | `503` |
 //! | `timeout` | `504` |
 //! | `failed`, `panicked`, `cancelled` | `500` |

@@ -155,7 +155,7 @@ pub fn status_for(kind: ErrorKind) -> StatusCode {
         ErrorKind::InvalidArguments => StatusCode::BAD_REQUEST,
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
         ErrorKind::Denied | ErrorKind::Guardrail => StatusCode::FORBIDDEN,
-        ErrorKind::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+        ErrorKind::RateLimited { .. } | ErrorKind::SpendLimited => StatusCode::TOO_MANY_REQUESTS,
         ErrorKind::Overloaded | ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
         ErrorKind::Failed | ErrorKind::Panicked | ErrorKind::Cancelled | ErrorKind::Interrupted => {

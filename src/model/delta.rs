@@ -102,19 +102,86 @@ pub enum FinishReason {
 /// Token usage of one model call, as reported. Where a total may lack a
 /// report, it is an `Option<Usage>` ([`AgentDone::usage`]).
 ///
+/// The cached and reasoning counts are *parts* of the prompt and
+/// completion counts (as OpenAI reports them: `prompt_tokens_details.cached_tokens`,
+/// `completion_tokens_details.reasoning_tokens`), not more tokens; zero
+/// when the endpoint does not say. Serialized, a zero part is left out,
+/// and a missing one reads as zero.
+///
+/// ```
+/// use toolstack::model::Usage;
+///
+/// let usage = Usage::new(1_200, 300).cached(1_000).reasoning(120);
+/// assert_eq!(usage.uncached_prompt_tokens(), 200);
+/// assert_eq!(usage.total_tokens(), 1_500);
+/// ```
+///
 /// [`AgentDone::usage`]: crate::agent::AgentDone::usage
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Usage {
-    /// Tokens in the prompt.
+    /// Tokens in the prompt, the cached ones included.
     pub prompt_tokens: u64,
-    /// Tokens generated.
+    /// Tokens generated, the reasoning ones included.
     pub completion_tokens: u64,
+    /// Of the prompt's tokens, those the endpoint read from its prompt
+    /// cache (usually billed at a lower price).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cached_tokens: u64,
+    /// Of the generated tokens, those the model spent reasoning (not in
+    /// the answer's text, billed as output).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: u64,
+}
+
+impl Usage {
+    /// `prompt_tokens` in, `completion_tokens` out, none of them cached or
+    /// reasoning.
+    pub fn new(prompt_tokens: u64, completion_tokens: u64) -> Self {
+        Usage {
+            prompt_tokens,
+            completion_tokens,
+            cached_tokens: 0,
+            reasoning_tokens: 0,
+        }
+    }
+
+    /// Says that `tokens` of the prompt's were read from the cache.
+    pub fn cached(mut self, tokens: u64) -> Self {
+        self.cached_tokens = tokens;
+        self
+    }
+
+    /// Says that `tokens` of the generated ones were reasoning.
+    pub fn reasoning(mut self, tokens: u64) -> Self {
+        self.reasoning_tokens = tokens;
+        self
+    }
+
+    /// The prompt's tokens not read from the cache (an endpoint that says
+    /// more were cached than were sent counts none).
+    pub fn uncached_prompt_tokens(&self) -> u64 {
+        self.prompt_tokens.saturating_sub(self.cached_tokens)
+    }
+
+    /// Prompt and completion tokens together.
+    pub fn total_tokens(&self) -> u64 {
+        self.prompt_tokens.saturating_add(self.completion_tokens)
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl std::ops::AddAssign for Usage {
     fn add_assign(&mut self, other: Usage) {
-        self.prompt_tokens += other.prompt_tokens;
-        self.completion_tokens += other.completion_tokens;
+        self.prompt_tokens = self.prompt_tokens.saturating_add(other.prompt_tokens);
+        self.completion_tokens = self
+            .completion_tokens
+            .saturating_add(other.completion_tokens);
+        self.cached_tokens = self.cached_tokens.saturating_add(other.cached_tokens);
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(other.reasoning_tokens);
     }
 }
 
@@ -157,5 +224,31 @@ impl From<WireToolCall> for ToolCall {
             name: wire.function.name,
             arguments: wire.function.arguments,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Usage;
+
+    #[test]
+    fn usage_json_without_the_parts_still_reads_and_zero_parts_are_left_out() {
+        let old: Usage = serde_json::from_str(r#"{"prompt_tokens":3,"completion_tokens":4}"#)
+            .expect("a checkpoint written before the parts existed");
+        assert_eq!(old, Usage::new(3, 4));
+        assert_eq!(
+            serde_json::to_string(&old).unwrap(),
+            r#"{"prompt_tokens":3,"completion_tokens":4}"#
+        );
+        let new = Usage::new(3, 4).cached(2).reasoning(1);
+        let text = serde_json::to_string(&new).unwrap();
+        assert_eq!(
+            text,
+            r#"{"prompt_tokens":3,"completion_tokens":4,"cached_tokens":2,"reasoning_tokens":1}"#
+        );
+        assert_eq!(serde_json::from_str::<Usage>(&text).unwrap(), new);
+        let mut sum = new;
+        sum += new;
+        assert_eq!(sum, Usage::new(6, 8).cached(4).reasoning(2));
     }
 }

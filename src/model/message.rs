@@ -124,3 +124,29 @@ impl ChatRequest {
         self
     }
 }
+
+/// The agent run a model request (or a tool call) belongs to, in its
+/// extensions: the [agent](crate::agent) puts its run's id there for every
+/// model request and tool call of the run, so that a layer can key on the
+/// run — a per-run spend limit does.
+///
+/// ```
+/// use toolstack::model::{ChatRequest, RunId};
+///
+/// let request = ChatRequest::new(vec![]).with_extension(RunId::new("run-1"));
+/// assert_eq!(request.extensions.get::<RunId>().map(RunId::as_str), Some("run-1"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RunId(Arc<str>);
+
+impl RunId {
+    /// The run `id`.
+    pub fn new(id: impl Into<Arc<str>>) -> Self {
+        RunId(id.into())
+    }
+
+    /// The id.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}

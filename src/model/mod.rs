@@ -12,6 +12,8 @@
 //! | [`ChatRequest`], [`Message`] | what the model is asked: the conversation, the tools it may call, extensions |
 //! | [`ModelDelta`], [`ToolCallDelta`], [`FinishReason`], [`Usage`] | what it streams back |
 //! | [`Accumulator`], [`ToolCall`] | fragments folded into complete tool calls, at most [`MAX_TOOL_CALLS_PER_ANSWER`] per answer |
+//! | [`Prices`], [`Price`], [`Cost`] | what model calls cost: a price table per model, checked when built; money in whole nano-dollars |
+//! | [`RunId`] | which agent run a request belongs to, in its extensions (a per-run spend limit keys on it) |
 //! | [`ScriptedModel`], [`Turn`] | a deterministic model: examples and tests with no network and no key |
 //! | [`record`]: `RecordLayer`, `ReplayModel` | a model's traffic recorded to a file once, and replayed from it in tests |
 //! | `OpenAiModel`, `MAX_SSE_EVENT_BYTES` (feature `openai`) | an OpenAI-compatible chat-completions endpoint, streamed over SSE, each event bounded |
@@ -36,17 +38,23 @@ mod message;
 #[cfg(feature = "openai")]
 mod openai;
 pub mod record;
+mod price;
 mod scripted;
 mod service;
 
 pub use self::accumulate::{AccumulateError, Accumulator, Pushed, MAX_TOOL_CALLS_PER_ANSWER};
 pub use self::delta::{FinishReason, ModelDelta, ToolCall, ToolCallDelta, Usage};
-pub use self::message::{ChatRequest, Message};
+pub use self::message::{ChatRequest, Message, RunId};
 #[cfg(feature = "openai")]
 #[doc(hidden)]
 pub use self::openai::fuzzing;
 #[cfg(feature = "openai")]
 #[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
 pub use self::openai::{OpenAiModel, OpenAiStream, MAX_SSE_EVENT_BYTES};
+#[doc(hidden)]
+pub use self::price::thousands;
+pub use self::price::{
+    Cost, Price, PriceError, Prices, PricesBuilder, MAX_PRICE_PER_MILLION_TOKENS,
+};
 pub use self::scripted::{ScriptedModel, ScriptedStream, Turn};
 pub use self::service::ModelService;

@@ -20,6 +20,7 @@ pub struct Turn {
     text: Vec<String>,
     calls: Vec<(String, String)>,
     finish: Option<FinishReason>,
+    usage: Option<Usage>,
     fault: Option<ToolError>,
 }
 
@@ -53,6 +54,14 @@ impl Turn {
         self
     }
 
+    /// Reports `usage` at the end of the answer, in place of the default
+    /// (the request's message count as prompt tokens, the answer's delta
+    /// count as completion tokens).
+    pub fn usage(mut self, usage: Usage) -> Self {
+        self.usage = Some(usage);
+        self
+    }
+
     /// Breaks the answer off with `error` after its text and tool calls,
     /// in place of the finish reason and usage: a connection that drops
     /// mid-stream. A turn with nothing else fails before its first delta.
@@ -71,7 +80,9 @@ pub type ScriptedStream = Iter<std::vec::IntoIter<Result<ModelDelta, ToolError>>
 /// Each answer is streamed the way a real model streams: text a word at a
 /// time, each tool call as fragments (id and name in the first, the
 /// arguments cut every few characters), then the finish reason and usage
-/// (or the turn's [fault](Turn::fail)).
+/// (or the turn's [fault](Turn::fail)); the usage is the
+/// [turn's](Turn::usage), or by default the request's message count as
+/// prompt tokens and the answer's delta count as completion tokens.
 /// Call ids are `call_<turn>_<index>`. Clones share the position in the
 /// script; a call after the last turn fails with kind unavailable.
 #[derive(Debug, Clone)]
@@ -148,10 +159,10 @@ impl ScriptedModel {
         });
         let completion_tokens = deltas.len() as u64;
         deltas.push(Ok(ModelDelta::Finish(reason)));
-        deltas.push(Ok(ModelDelta::Usage(Usage {
-            prompt_tokens: request.messages.len() as u64,
-            completion_tokens,
-        })));
+        let usage = turn
+            .usage
+            .unwrap_or_else(|| Usage::new(request.messages.len() as u64, completion_tokens));
+        deltas.push(Ok(ModelDelta::Usage(usage)));
         deltas
     }
 }

@@ -4,7 +4,7 @@
 use std::any::type_name;
 use std::collections::HashMap;
 use std::fmt;
-use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -14,6 +14,7 @@ use governor::{Quota, RateLimiter};
 use http::Extensions;
 
 use super::clock::TokioClock;
+use crate::shared_store::StableHash;
 use crate::{CallKind, Request};
 
 pub(super) type Direct = RateLimiter<NotKeyed, InMemoryState, TokioClock>;
@@ -55,19 +56,6 @@ pub(super) enum BucketKey<'a> {
     Caller(&'a dyn StableHash),
     /// A per-caller limit's bucket for requests that carry no caller.
     Anonymous,
-}
-
-/// A caller key fed to a hasher the store chooses (one whose output is
-/// the same in every process), through the key's own [`Hash`].
-#[cfg_attr(not(feature = "redis"), allow(dead_code))]
-pub(super) trait StableHash {
-    fn stable_hash(&self, state: &mut dyn Hasher);
-}
-
-impl<K: Hash> StableHash for K {
-    fn stable_hash(&self, mut state: &mut dyn Hasher) {
-        self.hash(&mut state);
-    }
 }
 
 /// How a [`RateLimitLayer`](super::RateLimitLayer) splits its quota between

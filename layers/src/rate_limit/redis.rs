@@ -2,7 +2,6 @@
 //! [`RateLimitLayer::redis`](super::RateLimitLayer::redis).
 
 use std::fmt;
-use std::hash::Hasher;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -14,7 +13,8 @@ use sha2::{Digest, Sha256};
 
 use super::limiter::BucketKey;
 use super::shared::{Fallback, SharedStore, StoreError, Verdict};
-use crate::redis::{micros_ceil, push_hex, Health, RedisSettings};
+use crate::redis::{ask, micros_ceil, push_hex, Health, RedisSettings};
+use crate::shared_store::push_caller;
 
 /// GCRA, as redis-cell and the Redis rate-limiting guides do it: one key
 /// per bucket holding its theoretical arrival time (TAT), on the server's
@@ -250,39 +250,20 @@ impl SharedStore for RedisBuckets {
     }
 
     fn take(&self, key: &Arc<str>) -> BoxFuture<'static, Result<Verdict, StoreError>> {
-        let settings = &self.config.settings;
-        let (timeout, pause) = (settings.timeout, settings.recheck_after);
-        if !self.health.should_ask(pause) {
-            return Box::pin(std::future::ready(Err(StoreError::RecentlyUnreachable)));
-        }
-        let mut manager = settings.manager.clone();
         let key = Arc::clone(key);
         let (interval, tolerance) = (self.interval, self.tolerance);
-        let health = Arc::clone(&self.health);
+        let answer = ask(&self.config.settings, &self.health, move |mut manager| {
+            Box::pin(async move {
+                let mut invocation = SCRIPT.key(&*key);
+                invocation.arg(interval).arg(tolerance);
+                invocation.invoke_async::<(i64, i64)>(&mut manager).await
+            })
+        });
         Box::pin(async move {
-            let mut invocation = SCRIPT.key(&*key);
-            invocation.arg(interval).arg(tolerance);
-            let answer =
-                tokio::time::timeout(timeout, invocation.invoke_async::<(i64, i64)>(&mut manager))
-                    .await;
-            match answer {
-                Ok(Ok((1, _))) => {
-                    health.reachable();
-                    Ok(Verdict::Allowed)
-                }
-                Ok(Ok((_, wait))) => {
-                    health.reachable();
-                    Ok(Verdict::Wait(Duration::from_micros(wait.max(1) as u64)))
-                }
-                Ok(Err(err)) => {
-                    health.failed(&err, pause);
-                    Err(StoreError::Failed(err.into()))
-                }
-                Err(_) => {
-                    health.unreachable(pause);
-                    Err(StoreError::TimedOut(timeout))
-                }
-            }
+            Ok(match answer.await? {
+                (1, _) => Verdict::Allowed,
+                (_, wait) => Verdict::Wait(Duration::from_micros(wait.max(1) as u64)),
+            })
         })
     }
 }
@@ -314,9 +295,7 @@ fn redis_key(prefix: &str, bucket: BucketKey<'_>) -> String {
         }
         BucketKey::Caller(caller) => {
             key.push_str("caller:");
-            let mut hasher = StableHasher::default();
-            caller.stable_hash(&mut hasher);
-            push_hex(&mut key, &hasher.0.finalize()[..16]);
+            push_caller(&mut key, caller);
         }
         BucketKey::Anonymous => key.push_str("anonymous"),
     }
@@ -342,74 +321,6 @@ fn push_name(key: &mut String, name: &str) {
     } else {
         key.push('#');
         push_hex(key, &Sha256::digest(name.as_bytes())[..16]);
-    }
-}
-
-/// SHA-256 of what a key's `Hash` writes, with every integer written
-/// little-endian at a fixed width, so that every process (on any platform)
-/// that hashes the same caller gets the same bucket. `finish` is there for
-/// the trait; the key uses the digest.
-#[derive(Default)]
-struct StableHasher(Sha256);
-
-impl Hasher for StableHasher {
-    fn finish(&self) -> u64 {
-        let digest = self.0.clone().finalize();
-        let mut first = [0; 8];
-        first.copy_from_slice(&digest[..8]);
-        u64::from_le_bytes(first)
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        self.0.update(bytes);
-    }
-
-    fn write_u8(&mut self, i: u8) {
-        self.write(&[i]);
-    }
-
-    fn write_u16(&mut self, i: u16) {
-        self.write(&i.to_le_bytes());
-    }
-
-    fn write_u32(&mut self, i: u32) {
-        self.write(&i.to_le_bytes());
-    }
-
-    fn write_u64(&mut self, i: u64) {
-        self.write(&i.to_le_bytes());
-    }
-
-    fn write_u128(&mut self, i: u128) {
-        self.write(&i.to_le_bytes());
-    }
-
-    fn write_usize(&mut self, i: usize) {
-        self.write_u64(i as u64);
-    }
-
-    fn write_i8(&mut self, i: i8) {
-        self.write_u8(i as u8);
-    }
-
-    fn write_i16(&mut self, i: i16) {
-        self.write_u16(i as u16);
-    }
-
-    fn write_i32(&mut self, i: i32) {
-        self.write_u32(i as u32);
-    }
-
-    fn write_i64(&mut self, i: i64) {
-        self.write_u64(i as u64);
-    }
-
-    fn write_i128(&mut self, i: i128) {
-        self.write_u128(i as u128);
-    }
-
-    fn write_isize(&mut self, i: isize) {
-        self.write_u64(i as i64 as u64);
     }
 }
 

@@ -11,7 +11,6 @@
 
 #![cfg_attr(not(feature = "redis"), allow(dead_code))]
 
-use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -21,11 +20,12 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use tokio::time::{Instant, Sleep};
-use toolstack::{BoxError, ErrorKind, ToolError};
+use toolstack::{ErrorKind, ToolError};
 use tower_service::Service;
 
 use super::limiter::{BucketKey, CallKey, Limiter};
 use super::mode::{millis_ceil, Mode};
+pub(super) use crate::shared_store::{Fallback, StoreError};
 use crate::Request;
 
 /// What a shared store answers when asked for one cell.
@@ -35,59 +35,6 @@ pub(super) enum Verdict {
     Allowed,
     /// The bucket is empty; one cell comes back after this long.
     Wait(Duration),
-}
-
-/// Why a shared store gave no verdict.
-#[derive(Debug)]
-pub(super) enum StoreError {
-    /// No answer within the command timeout.
-    TimedOut(Duration),
-    /// The store could not be reached a moment ago, and is left alone
-    /// until its pause is over (one call then tries it again).
-    RecentlyUnreachable,
-    /// The command failed.
-    Failed(BoxError),
-}
-
-impl fmt::Display for StoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StoreError::TimedOut(after) => {
-                write!(f, "no answer within {} ms", after.as_millis())
-            }
-            StoreError::RecentlyUnreachable => {
-                f.write_str("unreachable a moment ago; not asked again yet")
-            }
-            StoreError::Failed(err) => write!(f, "{err}"),
-        }
-    }
-}
-
-impl StdError for StoreError {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        match self {
-            StoreError::Failed(err) => Some(&**err),
-            _ => None,
-        }
-    }
-}
-
-/// What a call does when the shared store gives no verdict.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Fallback {
-    /// The layer's in-process limiter decides, with the same quota.
-    Open,
-    /// The call fails as `Unavailable`.
-    Closed,
-}
-
-impl Fallback {
-    fn as_str(self) -> &'static str {
-        match self {
-            Fallback::Open => "open",
-            Fallback::Closed => "closed",
-        }
-    }
 }
 
 /// A store of buckets that several processes share.

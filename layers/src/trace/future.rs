@@ -355,6 +355,16 @@ impl<R: Request, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> CallState<R
         if let Some(recorder) = &self.output {
             span.record(recorder.field, tracing::field::display(&recorder.text));
         }
+        if R::KIND == CallKind::Tool && self.start.is_some() {
+            // What the output adds to the model's next prompt, estimated
+            // as the budget counts it: the span ends now, before the next
+            // model call could say (the agent's `ToolCost` has that).
+            let tokens = self.bytes.div_ceil(crate::budget::BYTES_PER_TOKEN as u64);
+            span.record(
+                "toolstack.tool.result_tokens",
+                i64::try_from(tokens).unwrap_or(i64::MAX),
+            );
+        }
         let summary = StreamSummary {
             items: self.items,
             bytes: self.bytes,

@@ -46,7 +46,11 @@ where
 ///   `gen_ai.tool.type = "function"` and, when the tool has one,
 ///   `gen_ai.tool.description`, and for a call that came over MCP
 ///   ([`McpAttributes`](toolstack::McpAttributes) in its extensions)
-///   `mcp.method.name` and `mcp.protocol.version`;
+///   `mcp.method.name` and `mcp.protocol.version`; when the call ends,
+///   `toolstack.tool.result_tokens`, the tokens its output adds to the
+///   model's next prompt, estimated at
+///   [`BYTES_PER_TOKEN`](crate::budget::BYTES_PER_TOKEN) bytes a token
+///   (the agent's `AgentDone::tool_costs` has the measured share);
 /// * for a model call, a span named `chat` whose `otel.name` is
 ///   `chat {model}` (`chat` when the request names no model; kind
 ///   `CLIENT`), with `gen_ai.operation.name = "chat"`,
@@ -135,6 +139,7 @@ impl MakeSpan<ToolRequest> for DefaultMakeSpan {
             gen_ai.tool.call.decision = tracing::field::Empty,
             gen_ai.tool.call.decided_by = tracing::field::Empty,
             toolstack.cache = tracing::field::Empty,
+            toolstack.tool.result_tokens = tracing::field::Empty,
             error.type = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
             gen_ai.tool.call.arguments = tracing::field::Empty,

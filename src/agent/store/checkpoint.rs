@@ -259,10 +259,7 @@ mod tests {
                     request: ApprovalRequest::new("c1", "write", "{}"),
                 },
             }],
-            usage: Some(Usage {
-                prompt_tokens: 3,
-                completion_tokens: 4,
-            }),
+            usage: Some(Usage::new(3, 4)),
             steps: 1,
             tool_calls: 1,
             holder: None,

@@ -473,6 +473,10 @@ pub(super) fn finish_reason(stop: StopReason) -> &'static str {
         StopReason::Length => "length",
         StopReason::ContentFilter | StopReason::Guardrail => "content-filter",
         StopReason::ModelError => "error",
+        // The protocol has no reason for it: `other`, with the limit's
+        // message in the `error` chunk before and `spend_limit` as the
+        // message metadata's `stop`.
+        StopReason::SpendLimit => "other",
         _ => "other",
     }
 }

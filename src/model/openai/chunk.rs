@@ -43,12 +43,21 @@ pub(super) fn deltas_of(chunk: &Value) -> Result<Vec<ModelDelta>, ToolError> {
             out.push(ModelDelta::Finish(reason));
         }
     }
-    if let Some(usage) = chunk.get("usage").filter(|u| !u.is_null()) {
-        if let Ok(usage) = serde_json::from_value::<Usage>(usage.clone()) {
-            out.push(ModelDelta::Usage(usage));
-        }
+    if let Some(usage) = chunk.get("usage").and_then(usage_of) {
+        out.push(ModelDelta::Usage(usage));
     }
     Ok(out)
+}
+
+/// A chunk's `usage`: the two counts it must have, and the cached and
+/// reasoning parts when its details give them. Usage without the counts
+/// (or with counts that are not non-negative integers) is no report.
+fn usage_of(usage: &Value) -> Option<Usage> {
+    let count = |pointer: &str| usage.pointer(pointer).and_then(Value::as_u64);
+    let reported = Usage::new(count("/prompt_tokens")?, count("/completion_tokens")?)
+        .cached(count("/prompt_tokens_details/cached_tokens").unwrap_or(0))
+        .reasoning(count("/completion_tokens_details/reasoning_tokens").unwrap_or(0));
+    Some(reported)
 }
 
 /// A fragment's `index`, read as the full JSON integer and checked against

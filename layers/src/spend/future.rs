@@ -1,0 +1,340 @@
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use futures_core::Stream;
+use futures_util::future::BoxFuture;
+use pin_project_lite::pin_project;
+use toolstack::model::{ChatRequest, ModelDelta, Usage};
+use toolstack::ToolError;
+use tower_service::Service;
+
+use super::meter::Meter;
+use super::rules::{Counted, CounterKey, Spent};
+use crate::shared_store::{Fallback, StoreError};
+
+/// What a call adds to its counters when its answer ends.
+pub(super) struct Metering {
+    meter: Arc<Meter>,
+    keys: Vec<CounterKey>,
+    /// The model asked for (priced unless the answer names another).
+    model: Option<Arc<str>>,
+}
+
+impl Metering {
+    pub(super) fn new(meter: Arc<Meter>, keys: Vec<CounterKey>, model: Option<Arc<str>>) -> Self {
+        Metering { meter, keys, model }
+    }
+
+    /// Adds `usage` (if the answer reported any), priced for the model
+    /// that answered; the future adds it to the shared store.
+    fn settle(
+        self,
+        usage: Option<Usage>,
+        answered: Option<&str>,
+    ) -> Option<BoxFuture<'static, ()>> {
+        let usage = usage?;
+        let model = answered.or(self.model.as_deref()).unwrap_or_default();
+        self.meter.settle(&self.keys, usage, model)
+    }
+}
+
+pin_project! {
+    /// The response future of [`SpendLimit`](super::SpendLimit): the
+    /// refusal of a call over a limit, or — after the shared store's
+    /// answer, when the counters are there — the inner call.
+    pub struct ResponseFuture<S, F> {
+        #[pin]
+        called: Option<F>,
+        state: State<S>,
+        metering: Option<Metering>,
+    }
+}
+
+enum State<S> {
+    Refused(ToolError),
+    Reading {
+        reading: BoxFuture<'static, Result<Vec<Spent>, StoreError>>,
+        service: S,
+        request: ChatRequest,
+        counted: Counted,
+        now: u64,
+    },
+    Admitted {
+        service: S,
+        request: ChatRequest,
+    },
+    Called,
+    Done,
+}
+
+impl<S, F> ResponseFuture<S, F> {
+    pub(super) fn called(future: F, metering: Option<Metering>) -> Self {
+        ResponseFuture {
+            called: Some(future),
+            state: State::Called,
+            metering,
+        }
+    }
+
+    pub(super) fn refused(error: ToolError) -> Self {
+        ResponseFuture {
+            called: None,
+            state: State::Refused(error),
+            metering: None,
+        }
+    }
+
+    pub(super) fn reading(
+        reading: BoxFuture<'static, Result<Vec<Spent>, StoreError>>,
+        service: S,
+        request: ChatRequest,
+        counted: Counted,
+        now: u64,
+        metering: Metering,
+    ) -> Self {
+        ResponseFuture {
+            called: None,
+            state: State::Reading {
+                reading,
+                service,
+                request,
+                counted,
+                now,
+            },
+            metering: Some(metering),
+        }
+    }
+}
+
+impl<S, F, St, E> Future for ResponseFuture<S, F>
+where
+    S: Service<ChatRequest, Future = F, Error = E>,
+    F: Future<Output = Result<St, E>>,
+    E: Into<ToolError>,
+{
+    type Output = Result<ResponseStream<St>, ToolError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            if let Some(called) = this.called.as_mut().as_pin_mut() {
+                let answer = ready!(called.poll(cx));
+                this.called.set(None);
+                *this.state = State::Done;
+                return Poll::Ready(match answer {
+                    Ok(stream) => Ok(ResponseStream::new(stream, this.metering.take())),
+                    Err(err) => Err(err.into()),
+                });
+            }
+            match this.state {
+                State::Reading { reading, .. } => {
+                    let verdict = ready!(reading.as_mut().poll(cx));
+                    let State::Reading {
+                        service,
+                        request,
+                        counted,
+                        now,
+                        ..
+                    } = std::mem::replace(this.state, State::Done)
+                    else {
+                        return Poll::Ready(Err(polled_after_completion()));
+                    };
+                    let Some(metering) = this.metering.as_ref() else {
+                        return Poll::Ready(Err(polled_after_completion()));
+                    };
+                    let admitted = decide(&metering.meter, &counted, now, verdict);
+                    if let Err(err) = admitted {
+                        return Poll::Ready(Err(err));
+                    }
+                    *this.state = State::Admitted { service, request };
+                }
+                State::Admitted { service, .. } => {
+                    if let Err(err) = ready!(service.poll_ready(cx)) {
+                        *this.state = State::Done;
+                        return Poll::Ready(Err(err.into()));
+                    }
+                    let State::Admitted {
+                        mut service,
+                        request,
+                    } = std::mem::replace(this.state, State::Called)
+                    else {
+                        return Poll::Ready(Err(polled_after_completion()));
+                    };
+                    this.called.set(Some(service.call(request)));
+                }
+                State::Refused(_) => {
+                    let State::Refused(err) = std::mem::replace(this.state, State::Done) else {
+                        return Poll::Ready(Err(polled_after_completion()));
+                    };
+                    return Poll::Ready(Err(err));
+                }
+                State::Called | State::Done => {
+                    return Poll::Ready(Err(polled_after_completion()));
+                }
+            }
+        }
+    }
+}
+
+/// Whether the call goes, after the shared store's `verdict`: on what it
+/// says was spent, or — when it gave no answer — on this process's count
+/// (fail open) or not at all (fail closed).
+fn decide(
+    meter: &Meter,
+    counted: &Counted,
+    now: u64,
+    verdict: Result<Vec<Spent>, StoreError>,
+) -> Result<(), ToolError> {
+    let Some(store) = &meter.store else {
+        return meter.admit_locally(counted, now);
+    };
+    match verdict {
+        Ok(spent) => meter.judge(counted, &spent),
+        Err(err) => {
+            let fallback = store.fallback();
+            // On the call's span (polled inside the trace layer's), so a
+            // trace shows which calls the shared counters did not check.
+            tracing::warn!(
+                toolstack.spend.store = store.name(),
+                toolstack.spend.fallback = fallback.as_str(),
+                error = %err,
+                "the shared spend limit's store is unreachable"
+            );
+            match fallback {
+                Fallback::Open => meter.admit_locally(counted, now),
+                Fallback::Closed => Err(Meter::unchecked(&**store, err)),
+            }
+        }
+    }
+}
+
+impl<S, F> fmt::Debug for ResponseFuture<S, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match self.state {
+            State::Refused(_) => "refused",
+            State::Reading { .. } => "reading",
+            State::Admitted { .. } => "admitted",
+            State::Called => "called",
+            State::Done => "done",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .finish_non_exhaustive()
+    }
+}
+
+pin_project! {
+    /// The answer of a call through [`SpendLimit`](super::SpendLimit): the
+    /// inner stream, item for item, watched for its usage. When it ends
+    /// (after its last delta or an error), the usage reported is added to
+    /// the call's counters — to a shared store before the end is passed
+    /// on, so that the next call reads it. Dropped before its end, it adds
+    /// what was reported so far.
+    pub struct ResponseStream<St> {
+        #[pin]
+        inner: St,
+        metering: Option<Metering>,
+        usage: Option<Usage>,
+        model: Option<String>,
+        adding: Option<BoxFuture<'static, ()>>,
+        // The end (`None`) or error passed on once the usage is added.
+        held: Option<Result<ModelDelta, ToolError>>,
+        ended: bool,
+    }
+
+    impl<St> PinnedDrop for ResponseStream<St> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            let Some(metering) = this.metering.take() else {
+                return;
+            };
+            let Some(adding) = metering.settle(this.usage.take(), this.model.as_deref()) else {
+                return;
+            };
+            // A drop cannot wait: the shared store is told by a task of its
+            // own when there is a runtime to run it (this process counted
+            // it already).
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(adding);
+            }
+        }
+    }
+}
+
+impl<St> ResponseStream<St> {
+    fn new(inner: St, metering: Option<Metering>) -> Self {
+        ResponseStream {
+            inner,
+            metering,
+            usage: None,
+            model: None,
+            adding: None,
+            held: None,
+            ended: false,
+        }
+    }
+}
+
+impl<St> Stream for ResponseStream<St>
+where
+    St: Stream<Item = Result<ModelDelta, ToolError>>,
+{
+    type Item = Result<ModelDelta, ToolError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let mut this = self.project();
+        if let Some(adding) = this.adding {
+            ready!(adding.as_mut().poll(cx));
+            *this.adding = None;
+            return Poll::Ready(this.held.take());
+        }
+        if *this.ended {
+            return Poll::Ready(None);
+        }
+        let item = ready!(this.inner.as_mut().poll_next(cx));
+        match &item {
+            Some(Ok(ModelDelta::Usage(usage))) => {
+                *this.usage.get_or_insert_with(Usage::default) += *usage;
+                return Poll::Ready(item);
+            }
+            Some(Ok(ModelDelta::Model(model))) => {
+                *this.model = Some(model.clone());
+                return Poll::Ready(item);
+            }
+            Some(Ok(_)) => return Poll::Ready(item),
+            Some(Err(_)) | None => {}
+        }
+        // The end, or the error that ends it: the usage is added first.
+        *this.ended = true;
+        let Some(metering) = this.metering.take() else {
+            return Poll::Ready(item);
+        };
+        match metering.settle(this.usage.take(), this.model.as_deref()) {
+            None => Poll::Ready(item),
+            Some(mut adding) => match adding.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(item),
+                Poll::Pending => {
+                    *this.adding = Some(adding);
+                    *this.held = item;
+                    Poll::Pending
+                }
+            },
+        }
+    }
+}
+
+impl<St> fmt::Debug for ResponseStream<St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseStream")
+            .field("usage", &self.usage)
+            .field("ended", &self.ended)
+            .finish_non_exhaustive()
+    }
+}
+
+fn polled_after_completion() -> ToolError {
+    ToolError::polled_after_completion("spend::ResponseFuture")
+}

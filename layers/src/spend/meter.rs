@@ -1,0 +1,148 @@
+//! [`Meter`]: what the services of one spend limit layer share — the
+//! prices, the rules, the counters in process and, when processes share
+//! them, the store — and the two things it does for a call: admit it on
+//! what was spent, and add what it used.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use futures_util::future::BoxFuture;
+use http::Extensions;
+use toolstack::model::{Cost, Prices, Usage};
+use toolstack::{ErrorKind, ToolError};
+
+use super::memory::MemoryCounters;
+use super::rules::{Counted, CounterKey, Rules, Spent};
+use crate::shared_store::{Fallback, StoreError};
+
+/// Counters that several processes share (Redis, see
+/// [`RedisSpend`](super::RedisSpend)).
+pub(super) trait SharedCounters: fmt::Debug + Send + Sync {
+    /// The store's name in events and messages: `redis`.
+    fn name(&self) -> &'static str;
+
+    /// What a call does when the store does not answer.
+    fn fallback(&self) -> Fallback;
+
+    /// What each of `keys` holds. Resolves within the store's timeout.
+    fn read(&self, keys: &[CounterKey]) -> BoxFuture<'static, Result<Vec<Spent>, StoreError>>;
+
+    /// Adds `spent` to each of `keys`, each with its time to live from
+    /// `now`. Resolves within the store's timeout.
+    fn add(
+        &self,
+        keys: &[CounterKey],
+        spent: Spent,
+        now: u64,
+        run_ttl: u64,
+    ) -> BoxFuture<'static, Result<(), StoreError>>;
+}
+
+/// The wall clock the windows are read on.
+pub(super) type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
+/// The shared state of a layer's services.
+pub(super) struct Meter {
+    pub(super) prices: Prices,
+    pub(super) rules: Rules,
+    pub(super) memory: Arc<MemoryCounters>,
+    pub(super) store: Option<Arc<dyn SharedCounters>>,
+    pub(super) clock: Clock,
+    /// Seconds a run's counter lives after its last spend.
+    pub(super) run_ttl: u64,
+    pub(super) max_entries: usize,
+}
+
+impl Meter {
+    /// Seconds since the epoch, on the layer's clock.
+    pub(super) fn now(&self) -> u64 {
+        (self.clock)()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |since| since.as_secs())
+    }
+
+    /// The counters of a call with these extensions, now.
+    pub(super) fn counted(&self, extensions: &Extensions, now: u64) -> Counted {
+        self.rules.counted(extensions, now)
+    }
+
+    /// Admits the call on what this process counted, or refuses it.
+    pub(super) fn admit_locally(&self, counted: &Counted, now: u64) -> Result<(), ToolError> {
+        let spent = self.memory.read(&counted.keys, now);
+        self.judge(counted, &spent)
+    }
+
+    pub(super) fn judge(&self, counted: &Counted, spent: &[Spent]) -> Result<(), ToolError> {
+        self.rules.judge(counted, spent).map_err(|reached| {
+            tracing::debug!(
+                toolstack.spend.scope = reached.scope.as_str(),
+                toolstack.spend.window = reached.window.map(|w| w.as_str()),
+                toolstack.spend.tokens = reached.spent_tokens,
+                toolstack.spend.cost_nanos = reached.spent.as_nanos(),
+                "spend limit reached; refusing the model call"
+            );
+            reached.into_error()
+        })
+    }
+
+    /// The error of a call that the store could not check, failing closed.
+    pub(super) fn unchecked(store: &dyn SharedCounters, err: StoreError) -> ToolError {
+        ToolError::new(
+            ErrorKind::Unavailable,
+            format!(
+                "the spend limit could not be checked: its store ({}) is unreachable; the model was not called",
+                store.name()
+            ),
+        )
+        .with_source(err)
+    }
+
+    /// Adds what a call used (`usage` on `model`) to its counters: in
+    /// process at once, and in the shared store by the future returned.
+    pub(super) fn settle(
+        &self,
+        keys: &[CounterKey],
+        usage: Usage,
+        model: &str,
+    ) -> Option<BoxFuture<'static, ()>> {
+        let cost = self.prices.cost(model, &usage).unwrap_or_else(|| {
+            tracing::warn!(
+                gen_ai.response.model = model,
+                "the spend limit has no price for this model: its tokens count, its cost does not"
+            );
+            Cost::ZERO
+        });
+        let spent = Spent {
+            tokens: usage.total_tokens(),
+            cost,
+        };
+        let now = self.now();
+        self.memory
+            .add(keys, spent, now, self.run_ttl, self.max_entries);
+        let store = self.store.as_ref()?;
+        let name = store.name();
+        let adding = store.add(keys, spent, now, self.run_ttl);
+        Some(Box::pin(async move {
+            if let Err(err) = adding.await {
+                tracing::warn!(
+                    toolstack.spend.store = name,
+                    error = %err,
+                    "what a model call spent could not be added to the shared spend limit; this process counted it"
+                );
+            }
+        }))
+    }
+}
+
+impl fmt::Debug for Meter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Meter")
+            .field("prices", &self.prices)
+            .field("rules", &self.rules)
+            .field("counters", &self.memory.len())
+            .field("store", &self.store)
+            .field("run_ttl_s", &self.run_ttl)
+            .finish_non_exhaustive()
+    }
+}

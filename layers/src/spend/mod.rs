@@ -1,0 +1,124 @@
+//! Spend limits on model calls: tokens and cost, counted per agent run,
+//! per caller and for all calls, in UTC windows (hour, day, month), in
+//! process or shared by processes in Redis. A call that would go over a
+//! limit is refused before the model is called.
+//!
+//! ```
+//! use futures_util::StreamExt;
+//! use toolstack::model::{ChatRequest, Cost, Message, Price, Prices, RunId, ScriptedModel, Turn, Usage};
+//! use toolstack::ErrorKind;
+//! use toolstack_layers::spend::{Limit, SpendLimitLayer};
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let prices = Prices::builder()
+//!     .model("gpt-4o", Price::per_million_tokens(2.50, 10.00))
+//!     .build()?;
+//! let answer = || Turn::new().text("…").usage(Usage::new(100_000, 20_000));
+//! let model = ServiceBuilder::new()
+//!     .layer(SpendLimitLayer::new(prices).per_run(Limit::cost(Cost::from_cents(40))))
+//!     .service(ScriptedModel::new([answer(), answer()]));
+//!
+//! let request = || {
+//!     ChatRequest::new(vec![Message::user("hi")])
+//!         .with_model("gpt-4o")
+//!         .with_extension(RunId::new("run-1"))
+//! };
+//! // $0.25 + $0.20: the first call is under the limit, and spends $0.45.
+//! let answer: Vec<_> = model.clone().oneshot(request()).await?.collect().await;
+//! assert!(answer.iter().all(Result::is_ok));
+//! // The second is refused before the model is called.
+//! let err = model.oneshot(request()).await.unwrap_err();
+//! assert_eq!(err.kind(), ErrorKind::SpendLimited);
+//! assert_eq!(
+//!     err.message(),
+//!     "this run has spent $0.45 of its $0.40 limit (120,000 tokens); the model was not called"
+//! );
+//! # Ok(()) }
+//! ```
+//!
+//! # Limits
+//!
+//! A [`SpendLimitLayer`] has any number of limits, each a [`Limit`] —
+//! tokens (prompt and completion together), cost (at the layer's
+//! [`Prices`]), or both — on one counter:
+//!
+//! | limit | counts | in |
+//! |---|---|---|
+//! | [`per_run`](SpendLimitLayer::per_run) | one agent run (the [`RunId`](toolstack::model::RunId) the agent puts in every request) | the run's life (its counter is kept [`run_ttl`](SpendLimitLayer::run_ttl) after its last call) |
+//! | [`per_caller::<K>`](SpendLimitLayer::per_caller) | one caller (the `K` in the extensions, as the rate limit's per-caller key; requests without one share the anonymous counter) | a [`Window`] |
+//! | [`global`](SpendLimitLayer::global) | every call | a [`Window`] |
+//!
+//! Windows are fixed and aligned to UTC — an hour from its top, a day from
+//! 00:00 UTC, a month from its 1st — read on the system clock (or the
+//! layer's [`clock`](SpendLimitLayer::clock)); a call counts in the
+//! windows it was admitted in.
+//!
+//! # Before and after a call
+//!
+//! Before a call, the counters it would count in are read: if any limit
+//! is reached (spent ≥ limit), the call fails at once with
+//! [`ErrorKind::SpendLimited`](toolstack::ErrorKind::SpendLimited) — not
+//! retryable — whose message names the limit, what was spent and, for a
+//! window, when it resets; its source is a [`LimitReached`] for code to
+//! read. The model is not called. An agent run ends then with
+//! [`StopReason::SpendLimit`](toolstack::agent::StopReason::SpendLimit).
+//!
+//! After the call, when its answer ends (after the last delta, or an
+//! error), the usage it reported — a [`ModelDelta::Usage`], usually last —
+//! is priced for the model that answered (its
+//! [`ModelDelta::Model`](toolstack::model::ModelDelta::Model), else the
+//! one asked for) and added to every counter of the call. An answer
+//! dropped before its end adds what it had reported so far; one that
+//! reported no usage adds nothing. A model the price table does not price
+//! counts its tokens, not its cost (a warning says so): give the table a
+//! default entry (`*`) to price every model.
+//!
+//! A call is admitted on what was spent *before* it, so the one call that
+//! crosses a limit goes through, and calls made at the same time are each
+//! admitted on what was spent before them all: a limit can be overshot by
+//! one call (per concurrent call), as every provider's and framework's
+//! spend limit is. Reserving an estimate would refuse calls that fit: how
+//! much a model writes is not known until it has.
+//!
+//! [`ModelDelta::Usage`]: toolstack::model::ModelDelta::Usage
+//!
+//! # Shared by processes (feature `redis`)
+//!
+//! With the `redis` feature, `SpendLimitLayer::redis(RedisSpend::new(manager))`
+//! keeps the counters in Redis, shared by every process using the same
+//! Redis and prefix: one round trip reads a call's counters, one Lua
+//! script adds to them atomically with their time to live. When Redis does
+//! not answer, the call is decided by this process's own counts (fail
+//! open) or fails as `Unavailable` (fail closed). See `RedisSpend`.
+//!
+//! # Differences from other spend limits
+//!
+//! | | provider budgets, pydantic-ai's usage limits | [`SpendLimit`] |
+//! |---|---|---|
+//! | where | the provider's account, or one run | any stack of model calls: per run, per caller, global |
+//! | unit | dollars or tokens, floats | tokens and nano-dollars, integers: exact sums |
+//! | windows | monthly | hour, day or month, UTC-aligned, several at once |
+//! | across processes | the provider's | with `redis`: one count for every process on the same Redis and prefix |
+//! | over the limit | an error from the provider, after the request | refused before the model is called, typed, naming the limit |
+
+mod future;
+mod layer;
+mod memory;
+mod meter;
+#[cfg(feature = "redis")]
+mod redis;
+mod rules;
+mod service;
+mod window;
+
+pub use self::future::{ResponseFuture, ResponseStream};
+pub use self::layer::{SpendLimitLayer, DEFAULT_MAX_COUNTERS};
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use self::redis::RedisSpend;
+pub use self::rules::{Limit, LimitReached, Scope};
+pub use self::service::SpendLimit;
+pub use self::window::Window;
+pub use toolstack::model::{Cost, Price, PriceError, Prices};

@@ -1,0 +1,342 @@
+//! What a spend limit checks: its rules (a [`Limit`] per run, per caller
+//! or for all calls, in a [`Window`]), the counters a call is counted in,
+//! and the refusal ([`LimitReached`]) that names the limit and what was
+//! spent.
+
+use std::fmt;
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::Extensions;
+use toolstack::model::{thousands, Cost, RunId};
+use toolstack::{ErrorKind, ToolError};
+
+use super::window::{Period, Window};
+use crate::shared_store::StableHash;
+
+/// A bound on what calls may spend: tokens (prompt and completion
+/// together), cost, or both — whichever is reached first refuses the next
+/// call.
+///
+/// ```
+/// use toolstack::model::Cost;
+/// use toolstack_layers::spend::Limit;
+///
+/// let limit = Limit::cost(Cost::from_cents(40)).and_tokens(100_000);
+/// assert_eq!(limit.max_tokens(), Some(100_000));
+/// assert_eq!(limit.max_cost(), Some(Cost::from_cents(40)));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    tokens: Option<u64>,
+    cost: Option<Cost>,
+}
+
+impl Limit {
+    /// At most `tokens` tokens (prompt and completion together).
+    pub fn tokens(tokens: u64) -> Limit {
+        Limit {
+            tokens: Some(tokens),
+            cost: None,
+        }
+    }
+
+    /// At most `cost`, at the layer's prices.
+    pub fn cost(cost: Cost) -> Limit {
+        Limit {
+            tokens: None,
+            cost: Some(cost),
+        }
+    }
+
+    /// Also at most `tokens` tokens.
+    pub fn and_tokens(mut self, tokens: u64) -> Limit {
+        self.tokens = Some(tokens);
+        self
+    }
+
+    /// Also at most `cost`.
+    pub fn and_cost(mut self, cost: Cost) -> Limit {
+        self.cost = Some(cost);
+        self
+    }
+
+    /// The bound on tokens, if any.
+    pub fn max_tokens(&self) -> Option<u64> {
+        self.tokens
+    }
+
+    /// The bound on cost, if any.
+    pub fn max_cost(&self) -> Option<Cost> {
+        self.cost
+    }
+}
+
+/// What a counter holds: tokens and their cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Spent {
+    pub(super) tokens: u64,
+    pub(super) cost: Cost,
+}
+
+impl Spent {
+    pub(super) fn add(&mut self, other: Spent) {
+        self.tokens = self.tokens.saturating_add(other.tokens);
+        self.cost = self.cost.saturating_add(other.cost);
+    }
+}
+
+/// Whose spending a counter counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Scope {
+    /// One agent run (the request's [`RunId`]).
+    Run,
+    /// One caller (the per-caller key in the request's extensions).
+    Caller,
+    /// The calls that carry no caller key.
+    Anonymous,
+    /// Every call.
+    All,
+}
+
+impl Scope {
+    /// `run`, `caller`, `anonymous` or `all`, as the Redis keys name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Run => "run",
+            Scope::Caller => "caller",
+            Scope::Anonymous => "anonymous",
+            Scope::All => "all",
+        }
+    }
+}
+
+/// Finds a per-caller rule's key, of the type it was made for, in a
+/// request's extensions.
+pub(super) trait FindCaller: Send + Sync {
+    fn find<'a>(&self, extensions: &'a Extensions) -> Option<&'a dyn StableHash>;
+}
+
+pub(super) struct CallerOf<K>(pub(super) PhantomData<fn() -> K>);
+
+impl<K: Hash + Send + Sync + 'static> FindCaller for CallerOf<K> {
+    fn find<'a>(&self, extensions: &'a Extensions) -> Option<&'a dyn StableHash> {
+        extensions.get::<K>().map(|key| key as &dyn StableHash)
+    }
+}
+
+#[derive(Clone)]
+pub(super) enum Who {
+    Run,
+    Caller(Arc<dyn FindCaller>),
+    All,
+}
+
+/// One limit of a layer: whose spending, in which window, up to what.
+#[derive(Clone)]
+pub(super) struct Rule {
+    pub(super) who: Who,
+    /// `None` for a run: its whole life.
+    pub(super) window: Option<Window>,
+    pub(super) limit: Limit,
+}
+
+impl fmt::Debug for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let who = match self.who {
+            Who::Run => "run",
+            Who::Caller(_) => "caller",
+            Who::All => "all",
+        };
+        f.debug_struct("Rule")
+            .field("who", &who)
+            .field("window", &self.window)
+            .field("limit", &self.limit)
+            .finish()
+    }
+}
+
+/// One counter a call is counted in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct CounterKey {
+    pub(super) scope: Scope,
+    /// The run's or caller's hash, seeded per layer (the memory's key).
+    pub(super) id: u64,
+    /// The run's or caller's hash the same in every process (a shared
+    /// store's key), when the layer has one.
+    pub(super) stable: Option<Arc<str>>,
+    pub(super) period: Option<Period>,
+}
+
+/// The counters of one call and which rule reads which.
+#[derive(Debug, Default)]
+pub(super) struct Counted {
+    pub(super) keys: Vec<CounterKey>,
+    /// (rule, index in `keys`).
+    pub(super) checks: Vec<(usize, usize)>,
+}
+
+/// The rules of a layer, and how it hashes runs and callers.
+#[derive(Debug)]
+pub(super) struct Rules {
+    pub(super) rules: Vec<Rule>,
+    pub(super) seed: RandomState,
+    /// Whether keys need their stable form (a shared store is set).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(super) stable: bool,
+}
+
+impl Rules {
+    /// The counters `extensions` are counted in at `now`: one per rule
+    /// that applies (a per-run rule needs a [`RunId`]), the same counter
+    /// once for rules that share it.
+    pub(super) fn counted(&self, extensions: &Extensions, now: u64) -> Counted {
+        let mut counted = Counted::default();
+        for (index, rule) in self.rules.iter().enumerate() {
+            let (scope, hashed): (Scope, Option<&dyn StableHash>) = match &rule.who {
+                Who::Run => match extensions.get::<RunId>() {
+                    Some(run) => (Scope::Run, Some(run)),
+                    None => continue,
+                },
+                Who::Caller(find) => match find.find(extensions) {
+                    Some(caller) => (Scope::Caller, Some(caller)),
+                    None => (Scope::Anonymous, None),
+                },
+                Who::All => (Scope::All, None),
+            };
+            let id = hashed.map_or(0, |key| {
+                let mut hasher = self.seed.build_hasher();
+                key.stable_hash(&mut hasher);
+                hasher.finish()
+            });
+            let key = CounterKey {
+                scope,
+                id,
+                stable: None,
+                period: rule.window.map(|window| window.period(now)),
+            };
+            let at = match counted.keys.iter().position(|k| *k == key) {
+                Some(at) => at,
+                None => {
+                    counted.keys.push(CounterKey {
+                        stable: self.stable_form(hashed),
+                        ..key
+                    });
+                    counted.keys.len() - 1
+                }
+            };
+            counted.checks.push((index, at));
+        }
+        counted
+    }
+
+    #[cfg(feature = "redis")]
+    fn stable_form(&self, hashed: Option<&dyn StableHash>) -> Option<Arc<str>> {
+        let hashed = hashed.filter(|_| self.stable)?;
+        let mut text = String::with_capacity(32);
+        crate::shared_store::push_caller(&mut text, hashed);
+        Some(text.into())
+    }
+
+    #[cfg(not(feature = "redis"))]
+    fn stable_form(&self, _: Option<&dyn StableHash>) -> Option<Arc<str>> {
+        None
+    }
+
+    /// The first limit `spent` (one per key of `counted`) has reached.
+    pub(super) fn judge(&self, counted: &Counted, spent: &[Spent]) -> Result<(), LimitReached> {
+        for &(rule, at) in &counted.checks {
+            let (Some(rule), Some(spent), Some(key)) =
+                (self.rules.get(rule), spent.get(at), counted.keys.get(at))
+            else {
+                continue;
+            };
+            let tokens = rule.limit.tokens.is_some_and(|max| spent.tokens >= max);
+            let cost = rule.limit.cost.is_some_and(|max| spent.cost >= max);
+            if tokens || cost {
+                return Err(LimitReached {
+                    scope: key.scope,
+                    window: key.period.map(|p| p.window),
+                    resets_at: key.period.map(|p| UNIX_EPOCH + Duration::from_secs(p.end)),
+                    resets_text: key.period.map(|p| p.end_text()),
+                    spent_tokens: spent.tokens,
+                    spent: spent.cost,
+                    limit: rule.limit,
+                    on_tokens: tokens && !cost,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A spend limit was reached: what refused a model call (the source of
+/// its [`ErrorKind::SpendLimited`] error), naming the limit and what was
+/// spent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LimitReached {
+    /// Whose spending reached it.
+    pub scope: Scope,
+    /// The window it counts in; `None` for a run (its whole life).
+    pub window: Option<Window>,
+    /// When the window ends and the limit no longer holds.
+    pub resets_at: Option<SystemTime>,
+    resets_text: Option<String>,
+    /// The tokens spent in the counter.
+    pub spent_tokens: u64,
+    /// What they cost.
+    pub spent: Cost,
+    /// The limit.
+    pub limit: Limit,
+    // Whether the tokens, not the cost, reached it.
+    on_tokens: bool,
+}
+
+impl LimitReached {
+    pub(super) fn into_error(self) -> ToolError {
+        ToolError::new(ErrorKind::SpendLimited, self.to_string()).with_source(self)
+    }
+}
+
+impl fmt::Display for LimitReached {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (who, its) = match self.scope {
+            Scope::Run => ("this run has", "its"),
+            Scope::Caller => ("this caller has", "its"),
+            Scope::Anonymous => ("anonymous callers have", "their"),
+            Scope::All => ("all model calls together have", "their"),
+        };
+        let window = match self.window {
+            None => "",
+            Some(Window::Hour) => " for this hour",
+            Some(Window::Day) => " for today",
+            Some(Window::Month) => " for this month",
+        };
+        let tokens = thousands(self.spent_tokens);
+        match (self.on_tokens, self.limit.tokens, self.limit.cost) {
+            (true, Some(max), _) | (false, Some(max), None) => write!(
+                f,
+                "{who} used {tokens} of {its} {} tokens{window} ({} spent)",
+                thousands(max),
+                self.spent
+            )?,
+            (_, _, max) => write!(
+                f,
+                "{who} spent {} of {its} {} limit{window} ({tokens} tokens)",
+                self.spent,
+                max.unwrap_or_default()
+            )?,
+        }
+        f.write_str("; the model was not called")?;
+        if let Some(resets) = &self.resets_text {
+            write!(f, "; the limit resets at {resets}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for LimitReached {}
