@@ -37,8 +37,8 @@ mod delta;
 mod message;
 #[cfg(feature = "openai")]
 mod openai;
-pub mod record;
 mod price;
+pub mod record;
 mod scripted;
 mod service;
 
