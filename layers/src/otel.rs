@@ -1,14 +1,16 @@
-//! Spans to an OpenTelemetry collector (feature `otel`): `tracing` wired
-//! to the OpenTelemetry SDK, exported over OTLP/HTTP (protobuf), configured
-//! by the standard `OTEL_*` variables.
+//! Spans and metrics to an OpenTelemetry collector (feature `otel`):
+//! `tracing` and the [trace](crate::trace) layer's metrics wired to the
+//! OpenTelemetry SDK, exported over OTLP/HTTP (protobuf), configured by the
+//! standard `OTEL_*` variables.
 //!
 //! [`init_from_env`] is the one call an application makes at start: when a
 //! collector is named (`OTEL_EXPORTER_OTLP_ENDPOINT` or
 //! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) it installs a global `tracing`
 //! subscriber that sends every span at `INFO` and above — the agent's
 //! `invoke_agent`, the [trace](crate::trace) layer's `chat` and
-//! `execute_tool` — to it, and returns a guard that sends what is left and
-//! shuts the exporter down when dropped. When none is named it installs
+//! `execute_tool` — to it, makes a meter provider that exports the GenAI
+//! metrics OpenTelemetry's global one, and returns a guard that sends what
+//! is left and shuts both exporters down when dropped. When none is named it installs
 //! nothing and returns `None`, so the same binary runs with and without a
 //! collector.
 //!
@@ -48,13 +50,16 @@
 //! |---|---|
 //! | `OTEL_EXPORTER_OTLP_ENDPOINT` | the collector's base URL (`http://127.0.0.1:4318`); spans go to `{base}/v1/traces` |
 //! | `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` | the full URL for spans, instead |
+//! | `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` | the full URL for metrics, instead of `{base}/v1/metrics` |
 //! | `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES` | the resource: `service.name` and more |
-//! | `OTEL_EXPORTER_OTLP_HEADERS` (`_TRACES_HEADERS`) | `key=value,…` sent with each export (an API key) |
-//! | `OTEL_EXPORTER_OTLP_TIMEOUT` (`_TRACES_TIMEOUT`) | the export timeout, in milliseconds |
-//! | `OTEL_EXPORTER_OTLP_PROTOCOL` (`_TRACES_PROTOCOL`) | `http/protobuf`, the only one built in; another is an error |
+//! | `OTEL_EXPORTER_OTLP_HEADERS` (`_TRACES_HEADERS`, `_METRICS_HEADERS`) | `key=value,…` sent with each export (an API key) |
+//! | `OTEL_EXPORTER_OTLP_TIMEOUT` (`_TRACES_TIMEOUT`, `_METRICS_TIMEOUT`) | the export timeout, in milliseconds |
+//! | `OTEL_EXPORTER_OTLP_PROTOCOL` (`_TRACES_PROTOCOL`, `_METRICS_PROTOCOL`) | `http/protobuf`, the only one built in; another is an error |
 //! | `OTEL_TRACES_SAMPLER`, `OTEL_TRACES_SAMPLER_ARG` | sampling (`parentbased_traceidratio`, `0.1`) |
 //! | `OTEL_BSP_SCHEDULE_DELAY`, `OTEL_BSP_MAX_QUEUE_SIZE`, … | the batch processor |
-//! | `OTEL_TRACES_EXPORTER=none`, `OTEL_SDK_DISABLED=true` | nothing is installed, as with no endpoint |
+//! | `OTEL_METRIC_EXPORT_INTERVAL`, `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` | how often metrics are sent (ms; 60 000), cumulative or delta |
+//! | `OTEL_TRACES_EXPORTER=none`, `OTEL_METRICS_EXPORTER=none` | that signal is not exported |
+//! | `OTEL_SDK_DISABLED=true` | nothing is installed, as with no endpoint |
 //!
 //! The OpenTelemetry SDK and its OTLP exporter read them (this module only
 //! decides whether to export at all); an `https` endpoint needs the feature

@@ -223,7 +223,6 @@ impl<R: Request, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> EndGuard<R,
         on_failure: OF,
         on_early_drop: OD,
         tool_error: bool,
-        metrics: Option<CallMetrics>,
     ) -> Self {
         EndGuard {
             span,
@@ -239,10 +238,18 @@ impl<R: Request, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> EndGuard<R,
                 finish_reason: false,
                 ended: false,
                 error_type: None,
-                metrics,
+                metrics: None,
                 _request: PhantomData,
             },
         }
+    }
+}
+
+impl<R: Request, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> EndGuard<R, OE, OF, OD> {
+    /// Records the call's metrics when it ends.
+    pub(super) fn with_metrics(mut self, metrics: Option<CallMetrics>) -> Self {
+        self.state.metrics = metrics;
+        self
     }
 }
 

@@ -152,7 +152,7 @@ mod enabled {
                 self.response_model = Some(model.to_owned());
             }
             if let Some(usage) = item.usage() {
-                *self.usage.get_or_insert_with(Usage::default) += usage.clone();
+                *self.usage.get_or_insert_with(Usage::default) += *usage;
             }
         }
 
@@ -193,7 +193,7 @@ mod enabled {
                     self.attributes.pop();
                 }
             }
-            let usage = self.usage.clone().unwrap_or_default();
+            let usage = self.usage.unwrap_or_default();
             // A model's usage does not say how its tokens split by
             // modality: the conventions' `unknown`.
             self.attributes
@@ -285,7 +285,9 @@ mod disabled {
 
     /// Without the feature `opentelemetry`: nothing to record on.
     #[derive(Debug, Clone, Default)]
-    pub(in crate::trace) struct Metrics;
+    pub(in crate::trace) struct Metrics {
+        _none: (),
+    }
 
     impl Metrics {
         pub(in crate::trace) fn off(self) -> Self {

@@ -125,8 +125,8 @@ where
             layer.on_failure.clone(),
             layer.on_early_drop.clone(),
             tool_error,
-            metrics,
-        );
+        )
+        .with_metrics(metrics);
         ResponseFuture::watched(inner, layer.on_open.clone(), guard)
     }
 }
