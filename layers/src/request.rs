@@ -178,6 +178,20 @@ pub trait Output {
     fn finish_reason(&self) -> Option<std::borrow::Cow<'_, str>> {
         None
     }
+
+    /// The tokens the call used, when the item reports them (a model's
+    /// [`ModelDelta::Usage`]); the trace's metrics count them. `None` (the
+    /// default) for every other item.
+    fn usage(&self) -> Option<&toolstack::model::Usage> {
+        None
+    }
+
+    /// The model that answered, when the item names it (a model's
+    /// [`ModelDelta::Model`]); the trace's metrics say it as
+    /// `gen_ai.response.model`. `None` (the default) for every other item.
+    fn response_model(&self) -> Option<&str> {
+        None
+    }
 }
 
 impl Request for ToolRequest {
@@ -277,6 +291,22 @@ impl Output for ModelDelta {
     #[inline]
     fn finish_reason(&self) -> Option<std::borrow::Cow<'_, str>> {
         crate::trace::item::delta_finish_reason(self)
+    }
+
+    #[inline]
+    fn usage(&self) -> Option<&toolstack::model::Usage> {
+        match self {
+            ModelDelta::Usage(usage) => Some(usage),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    fn response_model(&self) -> Option<&str> {
+        match self {
+            ModelDelta::Model(model) => Some(model),
+            _ => None,
+        }
     }
 
     #[inline]

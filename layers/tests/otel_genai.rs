@@ -211,6 +211,7 @@ async fn an_agent_run_exports_invoke_agent_over_chat_and_execute_tool_spans() {
         "gen_ai.operation.name",
         "gen_ai.provider.name",
         "gen_ai.request.model",
+        "gen_ai.request.stream",
         "gen_ai.response.model",
         "gen_ai.response.finish_reasons",
         "gen_ai.response.time_to_first_chunk",
@@ -232,6 +233,7 @@ async fn an_agent_run_exports_invoke_agent_over_chat_and_execute_tool_spans() {
         assert_eq!(attr("gen_ai.operation.name"), Some(&Value::from("chat")));
         assert_eq!(attr("gen_ai.provider.name"), Some(&Value::from("openai")));
         assert_eq!(attr("gen_ai.request.model"), Some(&Value::from("gpt-test")));
+        assert_eq!(attr("gen_ai.request.stream"), Some(&Value::Bool(true)));
         assert_eq!(
             attr("gen_ai.response.model"),
             Some(&Value::from(RESPONSE_MODEL))
@@ -294,6 +296,30 @@ async fn an_agent_run_exports_invoke_agent_over_chat_and_execute_tool_spans() {
             span.attributes
         );
     }
+}
+
+#[tokio::test]
+async fn cached_and_reasoning_tokens_are_on_the_chat_and_agent_spans() {
+    let _serial = serial().await;
+    let exported = Exported::install();
+    assert_eq!(run(&agent_with_usage()).await, StopReason::Finished);
+    let spans = exported.spans();
+    let chats = named(&spans, "chat");
+    let parts = |span: &SpanData| {
+        (
+            attribute(span, "gen_ai.usage.cache_read.input_tokens").cloned(),
+            attribute(span, "gen_ai.usage.reasoning.output_tokens").cloned(),
+        )
+    };
+    assert_eq!(parts(chats[0]), (Some(Value::I64(64)), Some(Value::I64(8))));
+    // None reported: left out rather than zero.
+    assert_eq!(parts(chats[1]), (None, None));
+    let run = named(&spans, "invoke_agent")[0];
+    assert_eq!(parts(run), (Some(Value::I64(64)), Some(Value::I64(8))));
+    assert_eq!(
+        attribute(run, "gen_ai.usage.input_tokens"),
+        Some(&Value::I64(5100))
+    );
 }
 
 #[tokio::test]
@@ -486,6 +512,250 @@ impl Collector {
     }
 }
 
+/// What a metrics export says, by metric name: its unit and data points.
+#[derive(Debug, Default)]
+struct Metrics(Vec<opentelemetry_proto::tonic::metrics::v1::Metric>);
+
+impl Metrics {
+    fn decode(body: &[u8]) -> Self {
+        use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+        use prost::Message as _;
+        let request = ExportMetricsServiceRequest::decode(body).unwrap();
+        let mut metrics = Vec::new();
+        for resource in request.resource_metrics {
+            for scope in resource.scope_metrics {
+                assert_eq!(scope.scope.map(|s| s.name).as_deref(), Some("toolstack"));
+                metrics.extend(scope.metrics);
+            }
+        }
+        Metrics(metrics)
+    }
+
+    fn get(&self, name: &str) -> &opentelemetry_proto::tonic::metrics::v1::Metric {
+        self.0
+            .iter()
+            .find(|m| m.name == name)
+            .unwrap_or_else(|| panic!("no {name} among {:?}", self.names()))
+    }
+
+    fn names(&self) -> BTreeSet<&str> {
+        self.0.iter().map(|m| m.name.as_str()).collect()
+    }
+
+    fn histogram(&self, name: &str) -> Vec<HistogramPoint> {
+        use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+        match &self.get(name).data {
+            Some(Data::Histogram(histogram)) => histogram
+                .data_points
+                .iter()
+                .map(|point| HistogramPoint {
+                    attributes: attributes(&point.attributes),
+                    count: point.count,
+                    sum: point.sum.unwrap_or_default(),
+                    bucket_counts: point.bucket_counts.clone(),
+                    explicit_bounds: point.explicit_bounds.clone(),
+                })
+                .collect(),
+            other => panic!("{name} is not a histogram: {other:?}"),
+        }
+    }
+
+    /// A counter's points: attributes and the (integer) total.
+    fn counter(&self, name: &str) -> Vec<(BTreeSet<(String, String)>, i64)> {
+        use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+        use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value;
+        match &self.get(name).data {
+            Some(Data::Sum(sum)) => {
+                assert!(sum.is_monotonic, "{name} is a counter");
+                sum.data_points
+                    .iter()
+                    .map(|point| match point.value {
+                        Some(Value::AsInt(total)) => (attributes(&point.attributes), total),
+                        other => panic!("{name} counts integers, not {other:?}"),
+                    })
+                    .collect()
+            }
+            other => panic!("{name} is not a sum: {other:?}"),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct HistogramPoint {
+    attributes: BTreeSet<(String, String)>,
+    count: u64,
+    sum: f64,
+    bucket_counts: Vec<u64>,
+    explicit_bounds: Vec<f64>,
+}
+
+/// Attributes as `(key, value)` text pairs.
+fn attributes(
+    attributes: &[opentelemetry_proto::tonic::common::v1::KeyValue],
+) -> BTreeSet<(String, String)> {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    attributes
+        .iter()
+        .map(|kv| {
+            let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                Some(Value::StringValue(text)) => text.clone(),
+                Some(Value::IntValue(n)) => n.to_string(),
+                Some(Value::BoolValue(b)) => b.to_string(),
+                other => format!("{other:?}"),
+            };
+            (kv.key.clone(), value)
+        })
+        .collect()
+}
+
+fn pairs(pairs: &[(&str, &str)]) -> BTreeSet<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// The agent of [`agent`], its model reporting usage with cached and
+/// reasoning tokens: 100 in (64 cached), 20 out (8 reasoning), then 5000
+/// in, 30 out.
+fn agent_with_usage() -> Agent<Model> {
+    use toolstack::model::Usage;
+    let model = traced_model([
+        Turn::new()
+            .tool_call("add", r#"{"a":2,"b":3}"#)
+            .usage(Usage::new(100, 20).cached(64).reasoning(8)),
+        Turn::new().text("It is 5.").usage(Usage::new(5000, 30)),
+    ]);
+    Agent::new(model, toolbox())
+        .name("calculator")
+        .provider("openai")
+        .model_name("gpt-test")
+}
+
+/// The metrics of [`agent_with_usage`]'s run, as the conventions name,
+/// measure and bucket them.
+fn check_metrics(metrics: &Metrics) {
+    // The boundaries the conventions recommend, as they write them.
+    const DURATION_BUCKETS: [f64; 14] = [
+        0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+    ];
+    const TOKEN_BUCKETS: [f64; 14] = [
+        1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0,
+        4194304.0, 16777216.0, 67108864.0,
+    ];
+
+    let chat = pairs(&[
+        ("gen_ai.operation.name", "chat"),
+        ("gen_ai.provider.name", "openai"),
+        ("gen_ai.request.model", "gpt-test"),
+        ("gen_ai.response.model", RESPONSE_MODEL),
+    ]);
+    assert_eq!(metrics.get("gen_ai.client.operation.duration").unit, "s");
+    let [duration] = &metrics.histogram("gen_ai.client.operation.duration")[..] else {
+        panic!("one series of model calls");
+    };
+    assert_eq!(duration.attributes, chat);
+    assert_eq!(duration.count, 2);
+    assert_eq!(duration.explicit_bounds, DURATION_BUCKETS);
+
+    assert_eq!(metrics.get("gen_ai.execute_tool.duration").unit, "s");
+    let [tool] = &metrics.histogram("gen_ai.execute_tool.duration")[..] else {
+        panic!("one series of tool calls");
+    };
+    assert_eq!(
+        tool.attributes,
+        pairs(&[
+            ("gen_ai.operation.name", "execute_tool"),
+            ("gen_ai.tool.name", "add"),
+            ("gen_ai.tool.type", "function"),
+        ])
+    );
+    assert_eq!(tool.count, 1);
+    assert_eq!(tool.explicit_bounds, DURATION_BUCKETS);
+
+    // Input and output tokens, one series each, in the recommended
+    // buckets: 100 in (64, 256], 5000 in (4096, 16384]; 20 and 30 in
+    // (16, 64].
+    assert_eq!(metrics.get("gen_ai.client.token.usage").unit, "{token}");
+    let usage = metrics.histogram("gen_ai.client.token.usage");
+    let of = |kind: &str| {
+        let mut attributes = chat.clone();
+        attributes.insert(("gen_ai.token.type".into(), kind.into()));
+        usage
+            .iter()
+            .find(|point| point.attributes == attributes)
+            .unwrap_or_else(|| panic!("no {kind} tokens in {usage:?}"))
+    };
+    let (input, output) = (of("input"), of("output"));
+    assert_eq!(usage.len(), 2);
+    assert_eq!(input.explicit_bounds, TOKEN_BUCKETS);
+    assert_eq!((input.count, input.sum), (2, 5100.0));
+    let mut expected = vec![0; TOKEN_BUCKETS.len() + 1];
+    expected[4] = 1;
+    expected[7] = 1;
+    assert_eq!(input.bucket_counts, expected);
+    assert_eq!((output.count, output.sum), (2, 50.0));
+    let mut expected = vec![0; TOKEN_BUCKETS.len() + 1];
+    expected[3] = 2;
+    assert_eq!(output.bucket_counts, expected);
+
+    // The counters, by modality (which a model's usage does not tell).
+    let mut by_modality = chat.clone();
+    by_modality.insert(("gen_ai.token.modality".into(), "unknown".into()));
+    for (name, total) in [
+        ("gen_ai.client.inference.usage.input_tokens", 5100),
+        ("gen_ai.client.inference.usage.output_tokens", 50),
+        ("gen_ai.client.inference.usage.cache_read.input_tokens", 64),
+        ("gen_ai.client.inference.usage.reasoning.output_tokens", 8),
+    ] {
+        assert_eq!(metrics.get(name).unit, "{token}", "{name}");
+        assert_eq!(
+            metrics.counter(name),
+            [(by_modality.clone(), total)],
+            "{name}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_trace_layer_records_the_conventions_metrics_on_its_meter() {
+    use opentelemetry::metrics::MeterProvider as _;
+    use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
+
+    let _serial = serial().await;
+    let exporter = InMemoryMetricExporter::default();
+    let provider = SdkMeterProvider::builder()
+        .with_reader(PeriodicReader::builder(exporter.clone()).build())
+        .build();
+    let meter = provider.meter("toolstack");
+    // A failing tool call: its duration carries `error.type`.
+    let failing = Toolbox::new()
+        .tool(tool::from_fn("boom", |_: serde_json::Value| async move {
+            Err::<String, _>(ToolError::new(ErrorKind::Unavailable, "down"))
+        }))
+        .layer(TraceLayer::new().meter(meter.clone()));
+    // No subscriber: an own meter is enough for the call to be measured.
+    let result = failing
+        .clone()
+        .oneshot(ToolRequest::new("boom", "{}"))
+        .await;
+    let _ = ToolResult::collect(result.unwrap()).await;
+    provider.force_flush().unwrap();
+
+    let exported = exporter.get_finished_metrics().unwrap();
+    let names: Vec<String> = exported
+        .iter()
+        .flat_map(|rm| rm.scope_metrics())
+        .flat_map(|sm| sm.metrics())
+        .map(|m| m.name().to_owned())
+        .collect();
+    assert_eq!(names, ["gen_ai.execute_tool.duration"]);
+    let point = format!("{exported:?}");
+    assert!(point.contains("error.type"), "{point}");
+    assert!(point.contains("unavailable"), "{point}");
+    let _ = provider.shutdown();
+}
+
 #[test]
 fn init_from_env_sends_the_spans_to_the_collector_the_environment_names() {
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -500,6 +770,9 @@ fn init_from_env_sends_the_spans_to_the_collector_the_environment_names() {
         "OTEL_EXPORTER_OTLP_PROTOCOL",
         "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
         "OTEL_TRACES_EXPORTER",
+        "OTEL_METRICS_EXPORTER",
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
         "OTEL_SDK_DISABLED",
         "OTEL_TRACES_SAMPLER",
     ] {
@@ -514,15 +787,26 @@ fn init_from_env_sends_the_spans_to_the_collector_the_environment_names() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    assert_eq!(runtime.block_on(run(&agent())), StopReason::Finished);
-    // Sends what is queued, then shuts down.
+    assert_eq!(
+        runtime.block_on(run(&agent_with_usage())),
+        StopReason::Finished
+    );
+    // Sends what is queued and measured, then shuts down.
     drop(guard);
 
-    let exports: Vec<_> = collector.requests.try_iter().collect();
-    assert!(!exports.is_empty(), "nothing reached the collector");
+    let (exports, metrics): (Vec<_>, Vec<_>) = collector
+        .requests
+        .try_iter()
+        .partition(|(path, _, _)| path == "/v1/traces");
+    assert!(!exports.is_empty(), "no spans reached the collector");
+    // Cumulative: the last export has every measurement.
+    let (path, content_type, body) = metrics.last().expect("no metrics reached the collector");
+    assert_eq!(path, "/v1/metrics");
+    assert_eq!(content_type, "application/x-protobuf");
+    check_metrics(&Metrics::decode(body));
+
     let mut names = Vec::new();
-    for (path, content_type, body) in &exports {
-        assert_eq!(path, "/v1/traces");
+    for (_, content_type, body) in &exports {
         assert_eq!(content_type, "application/x-protobuf");
         let request = ExportTraceServiceRequest::decode(body.as_slice()).unwrap();
         for resource_spans in request.resource_spans {

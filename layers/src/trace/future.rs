@@ -14,6 +14,7 @@ use toolstack::ToolError;
 use tracing::Span;
 
 use super::item::record_finish_reason;
+use super::metrics::CallMetrics;
 use super::{OnEarlyDrop, OnEnd, OnFailure, OnOpen, Outcome, StreamSummary};
 use crate::{CallKind, Output, Request};
 
@@ -236,9 +237,19 @@ impl<R: Request, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> EndGuard<R,
                 on_early_drop,
                 finish_reason: false,
                 ended: false,
+                error_type: None,
+                metrics: None,
                 _request: PhantomData,
             },
         }
+    }
+}
+
+impl<R: Request, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> EndGuard<R, OE, OF, OD> {
+    /// Records the call's metrics when it ends.
+    pub(super) fn with_metrics(mut self, metrics: Option<CallMetrics>) -> Self {
+        self.state.metrics = metrics;
+        self
     }
 }
 
@@ -282,6 +293,11 @@ struct CallState<R, OE, OF, OD> {
     // A call that came over MCP fails with `error.type = "tool_error"`
     // (the OpenTelemetry MCP conventions): MCP sends it as `isError`.
     tool_error: bool,
+    // What `error.type` the call failed with, for its metrics.
+    error_type: Option<&'static str>,
+    // What the call records on the metrics when it ends (none without a
+    // meter).
+    metrics: Option<CallMetrics>,
     // The hooks are generic over the request type; the call's state only
     // names it.
     _request: PhantomData<fn(R)>,
@@ -303,6 +319,9 @@ impl<R: Request, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> CallState<R
         }
         if let Some(recorder) = &mut self.output {
             recorder.push(output);
+        }
+        if let Some(metrics) = &mut self.metrics {
+            metrics.item(output);
         }
     }
 
@@ -338,6 +357,7 @@ impl<R: Request, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> CallState<R
         };
         span.record("error.type", error_type);
         span.record("otel.status_code", "ERROR");
+        self.error_type = Some(error_type);
         self.on_failure.on_failure(err, self.elapsed(), span);
         self.end(Outcome::Failed, span);
     }
@@ -364,6 +384,13 @@ impl<R: Request, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> CallState<R
                 "toolstack.tool.result_tokens",
                 i64::try_from(tokens).unwrap_or(i64::MAX),
             );
+        }
+        if let Some(metrics) = self.metrics.take() {
+            let error_type = match outcome {
+                Outcome::Cancelled => Some("cancelled"),
+                Outcome::Completed | Outcome::Failed => self.error_type,
+            };
+            metrics.end(self.elapsed(), error_type);
         }
         let summary = StreamSummary {
             items: self.items,

@@ -19,6 +19,20 @@ pub(crate) fn record_delta(delta: &ModelDelta, span: &Span) {
             // writes a `u64` as text, and the conventions say int.
             span.record("gen_ai.usage.input_tokens", int(usage.prompt_tokens));
             span.record("gen_ai.usage.output_tokens", int(usage.completion_tokens));
+            // Parts of the two above, left out when the endpoint did not
+            // report them (zero).
+            if usage.cached_tokens > 0 {
+                span.record(
+                    "gen_ai.usage.cache_read.input_tokens",
+                    int(usage.cached_tokens),
+                );
+            }
+            if usage.reasoning_tokens > 0 {
+                span.record(
+                    "gen_ai.usage.reasoning.output_tokens",
+                    int(usage.reasoning_tokens),
+                );
+            }
         }
         _ => {}
     }
@@ -33,7 +47,7 @@ pub(crate) fn delta_finish_reason(delta: &ModelDelta) -> Option<Cow<'_, str>> {
     }
 }
 
-fn int(tokens: u64) -> i64 {
+pub(crate) fn int(tokens: u64) -> i64 {
     i64::try_from(tokens).unwrap_or(i64::MAX)
 }
 

@@ -1,5 +1,6 @@
 use tower_layer::Layer;
 
+use super::metrics::Metrics;
 use super::Trace;
 use super::{DefaultMakeSpan, DefaultOnEarlyDrop, DefaultOnEnd, DefaultOnFailure, DefaultOnOpen};
 
@@ -20,6 +21,7 @@ pub struct TraceLayer<
     pub(super) on_early_drop: OD,
     pub(super) record_arguments: Option<usize>,
     pub(super) record_output: Option<usize>,
+    pub(super) metrics: Metrics,
 }
 
 impl TraceLayer {
@@ -33,6 +35,7 @@ impl TraceLayer {
             on_early_drop: DefaultOnEarlyDrop::new(),
             record_arguments: None,
             record_output: None,
+            metrics: Metrics::default(),
         }
     }
 }
@@ -58,6 +61,7 @@ impl<OO, OE, OF, OD> TraceLayer<DefaultMakeSpan, OO, OE, OF, OD> {
     /// ```
     pub fn provider(mut self, name: &'static str) -> Self {
         self.make_span = self.make_span.provider(name);
+        self.metrics = self.metrics.provider(name);
         self
     }
 }
@@ -75,6 +79,7 @@ impl<M, OO, OE, OF, OD> TraceLayer<M, OO, OE, OF, OD> {
             on_early_drop: self.on_early_drop,
             record_arguments: self.record_arguments,
             record_output: self.record_output,
+            metrics: self.metrics,
         }
     }
 
@@ -88,6 +93,7 @@ impl<M, OO, OE, OF, OD> TraceLayer<M, OO, OE, OF, OD> {
             on_early_drop: self.on_early_drop,
             record_arguments: self.record_arguments,
             record_output: self.record_output,
+            metrics: self.metrics,
         }
     }
 
@@ -102,6 +108,7 @@ impl<M, OO, OE, OF, OD> TraceLayer<M, OO, OE, OF, OD> {
             on_early_drop: self.on_early_drop,
             record_arguments: self.record_arguments,
             record_output: self.record_output,
+            metrics: self.metrics,
         }
     }
 
@@ -115,6 +122,7 @@ impl<M, OO, OE, OF, OD> TraceLayer<M, OO, OE, OF, OD> {
             on_early_drop: self.on_early_drop,
             record_arguments: self.record_arguments,
             record_output: self.record_output,
+            metrics: self.metrics,
         }
     }
 
@@ -129,6 +137,7 @@ impl<M, OO, OE, OF, OD> TraceLayer<M, OO, OE, OF, OD> {
             on_early_drop,
             record_arguments: self.record_arguments,
             record_output: self.record_output,
+            metrics: self.metrics,
         }
     }
 
@@ -140,6 +149,35 @@ impl<M, OO, OE, OF, OD> TraceLayer<M, OO, OE, OF, OD> {
     /// Off by default: inputs may carry personal data.
     pub fn record_arguments(mut self, max_len: usize) -> Self {
         self.record_arguments = Some(max_len);
+        self
+    }
+
+    /// Records the calls' metrics on `meter` (feature `opentelemetry`)
+    /// rather than on the global meter provider's, and for every call, a
+    /// span made or not. See the [module docs](super#metrics).
+    ///
+    /// ```
+    /// use opentelemetry::metrics::MeterProvider as _;
+    /// use opentelemetry_sdk::metrics::SdkMeterProvider;
+    /// use toolstack_layers::trace::TraceLayer;
+    ///
+    /// let provider = SdkMeterProvider::builder().build();
+    /// let layer = TraceLayer::new().meter(provider.meter("toolstack"));
+    /// # let _ = layer;
+    /// ```
+    #[cfg(feature = "opentelemetry")]
+    pub fn meter(mut self, meter: opentelemetry::metrics::Meter) -> Self {
+        let provider = self.metrics.provider_name();
+        self.metrics = super::metrics::Metrics::with_meter(meter);
+        if let Some(provider) = provider {
+            self.metrics = self.metrics.provider(provider);
+        }
+        self
+    }
+
+    /// Records no metrics (the spans are as they were).
+    pub fn no_metrics(mut self) -> Self {
+        self.metrics = self.metrics.off();
         self
     }
 

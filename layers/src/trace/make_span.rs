@@ -15,7 +15,8 @@ use tracing::{Level, Span};
 /// span what the answer tells (`gen_ai.response.model`,
 /// `gen_ai.response.finish_reasons`,
 /// `gen_ai.response.time_to_first_chunk`, `gen_ai.usage.input_tokens`,
-/// `gen_ai.usage.output_tokens`); a span that does not declare those
+/// `gen_ai.usage.output_tokens`, `gen_ai.usage.cache_read.input_tokens`,
+/// `gen_ai.usage.reasoning.output_tokens`); a span that does not declare those
 /// fields (as `Empty`) simply does not get them.
 pub trait MakeSpan<R> {
     /// The span of the call `request`.
@@ -54,8 +55,9 @@ where
 /// * for a model call, a span named `chat` whose `otel.name` is
 ///   `chat {model}` (`chat` when the request names no model; kind
 ///   `CLIENT`), with `gen_ai.operation.name = "chat"`,
-///   `gen_ai.provider.name` when [set](Self::provider) and
-///   `gen_ai.request.model` when known; what the answer tells is recorded
+///   `gen_ai.provider.name` when [set](Self::provider),
+///   `gen_ai.request.model` when known and `gen_ai.request.stream = true`
+///   (every model call here streams); what the answer tells is recorded
 ///   as it streams (see the [module docs](super#what-a-chat-span-records)).
 ///
 /// The tool's description comes from the request
@@ -163,11 +165,15 @@ impl MakeSpan<ChatRequest> for DefaultMakeSpan {
             gen_ai.operation.name = "chat",
             gen_ai.provider.name = self.provider,
             gen_ai.request.model = model,
+            // Every model call here streams its answer (`ModelDelta`s).
+            gen_ai.request.stream = true,
             gen_ai.response.model = tracing::field::Empty,
             gen_ai.response.finish_reasons = tracing::field::Empty,
             gen_ai.response.time_to_first_chunk = tracing::field::Empty,
             gen_ai.usage.input_tokens = tracing::field::Empty,
             gen_ai.usage.output_tokens = tracing::field::Empty,
+            gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
+            gen_ai.usage.reasoning.output_tokens = tracing::field::Empty,
             error.type = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
             gen_ai.input.messages = tracing::field::Empty,

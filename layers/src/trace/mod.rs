@@ -16,7 +16,8 @@
 //! model; see [`ChatRequest::model`](toolstack::model::ChatRequest::model);
 //! kind `CLIENT`) with `gen_ai.operation.name = "chat"`,
 //! `gen_ai.provider.name` (name it with [`TraceLayer::provider`]: a model
-//! service does not say who serves it) and `gen_ai.request.model`; the
+//! service does not say who serves it), `gen_ai.request.model` and
+//! `gen_ai.request.stream = true` (every model call here streams); the
 //! items counted are the deltas, and the default events say `model call …`
 //! instead of `tool call …`.
 //!
@@ -82,6 +83,7 @@
 //! | `gen_ai.response.model` | [`ModelDelta::Model`](toolstack::model::ModelDelta::Model): the model that answered |
 //! | `gen_ai.response.finish_reasons` | [`ModelDelta::Finish`](toolstack::model::ModelDelta::Finish) (`stop`, `tool_calls`, `length`, …); `error` when the answer failed or was dropped before it |
 //! | `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens` | [`ModelDelta::Usage`](toolstack::model::ModelDelta::Usage) |
+//! | `gen_ai.usage.cache_read.input_tokens`, `gen_ai.usage.reasoning.output_tokens` | its cached and reasoning tokens, when the endpoint reported some |
 //!
 //! The conventions make the finish reasons a string array, one per
 //! choice, which a `tracing` field cannot hold. With the feature
@@ -90,6 +92,33 @@
 //! one reason is a string field. (A `fmt` layer next to an OpenTelemetry
 //! one then does not see it.) What an item records is its
 //! [`Output::record_on`](crate::Output::record_on).
+//!
+//! # Metrics
+//!
+//! With the feature `opentelemetry`, a call also records the GenAI
+//! conventions' metrics when it ends, on OpenTelemetry's global meter
+//! provider (instrumentation scope `toolstack`; `otel::init_from_env`
+//! installs one that exports over OTLP):
+//!
+//! | metric | instrument | on | attributes |
+//! |---|---|---|---|
+//! | `gen_ai.execute_tool.duration` | histogram, `s`, buckets [`DURATION_BUCKETS`] | a tool call | `gen_ai.operation.name`, `gen_ai.tool.name`, `gen_ai.tool.type`, `error.type` on failure |
+//! | `gen_ai.client.operation.duration` | histogram, `s`, buckets [`DURATION_BUCKETS`] | a model call | `gen_ai.operation.name = chat`, `gen_ai.provider.name`, `gen_ai.request.model`, `gen_ai.response.model`, `error.type` on failure |
+//! | `gen_ai.client.token.usage` | histogram, `{token}`, buckets [`TOKEN_BUCKETS`] | a model call that reported usage | the model call's, and `gen_ai.token.type` (`input`, `output`) |
+//! | `gen_ai.client.inference.usage.input_tokens`, `….output_tokens`, `….cache_read.input_tokens`, `….reasoning.output_tokens` | counters, `{token}` | every model call (`0` when it reported no usage) | the model call's, and `gen_ai.token.modality = unknown` (a model's usage does not split by modality) |
+//!
+//! A consumer that leaves a call before its end records it with
+//! `error.type = cancelled`. The histograms carry the conventions'
+//! recommended bucket boundaries as advice, which the SDK follows unless a
+//! view says otherwise.
+//!
+//! The global provider's instruments are taken at the layer's first
+//! recorded call, so install the provider before the first call, and the
+//! metrics are recorded for the calls that are watched (a span or a hook
+//! enabled: with `init_from_env`, every `INFO` span). A meter of one's own
+//! ([`TraceLayer::meter`]) records every call, watched or not;
+//! [`TraceLayer::no_metrics`] records none. Without a meter provider the
+//! global meter is OpenTelemetry's no-op one.
 //!
 //! # Differences from tower-http's `Trace`
 //!
@@ -206,6 +235,7 @@ mod future;
 pub(crate) mod item;
 mod layer;
 mod make_span;
+mod metrics;
 mod on_early_drop;
 mod on_end;
 mod on_failure;
@@ -216,6 +246,7 @@ mod summary;
 pub use self::future::{ResponseFuture, ResponseStream};
 pub use self::layer::TraceLayer;
 pub use self::make_span::{DefaultMakeSpan, MakeSpan};
+pub use self::metrics::{DURATION_BUCKETS, TOKEN_BUCKETS};
 pub use self::on_early_drop::{DefaultOnEarlyDrop, OnEarlyDrop};
 pub use self::on_end::{DefaultOnEnd, OnEnd};
 pub use self::on_failure::{DefaultOnFailure, OnFailure};

@@ -80,7 +80,8 @@ where
             || layer.on_open.is_enabled()
             || layer.on_end.is_enabled()
             || layer.on_failure.is_enabled()
-            || layer.on_early_drop.is_enabled();
+            || layer.on_early_drop.is_enabled()
+            || layer.metrics.is_enabled();
         if !watched {
             return ResponseFuture::unwatched(self.inner.call(request));
         }
@@ -99,6 +100,7 @@ where
             .extensions()
             .get::<toolstack::McpAttributes>()
             .is_some();
+        let metrics = layer.metrics.call(&request);
         let start = Some(Instant::now());
         if let (Some(max), true) = (layer.record_arguments, span_enabled) {
             let mut input = Recorded::new(max);
@@ -123,7 +125,8 @@ where
             layer.on_failure.clone(),
             layer.on_early_drop.clone(),
             tool_error,
-        );
+        )
+        .with_metrics(metrics);
         ResponseFuture::watched(inner, layer.on_open.clone(), guard)
     }
 }
