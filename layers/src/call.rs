@@ -74,7 +74,8 @@ pub(crate) fn start() -> Option<Start> {
 }
 
 /// The instant the current call started, if a layer above lent it, else
-/// tokio's clock now.
+/// tokio's clock now (the rate limit's clock).
+#[cfg(feature = "rate-limit")]
 #[inline]
 pub(crate) fn now() -> Instant {
     start().map_or_else(Instant::now, |start| start.at)
