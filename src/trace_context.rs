@@ -97,9 +97,18 @@ impl TraceContext {
     #[cfg(feature = "opentelemetry")]
     #[cfg_attr(docsrs, doc(cfg(feature = "opentelemetry")))]
     pub fn current() -> Option<Self> {
+        Self::from_span(&tracing::Span::current())
+    }
+
+    /// The OpenTelemetry context of `span` (with `tracing-opentelemetry`
+    /// installed), when it has a valid span: what a call made on its
+    /// behalf in another process continues.
+    #[cfg(feature = "opentelemetry")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "opentelemetry")))]
+    pub fn from_span(span: &tracing::Span) -> Option<Self> {
         use opentelemetry::trace::TraceContextExt;
         use tracing_opentelemetry::OpenTelemetrySpanExt;
-        let context = tracing::Span::current().context();
+        let context = span.context();
         let span = context.span();
         let span = span.span_context();
         if !span.is_valid() {

@@ -1,9 +1,10 @@
-//! A trace that crosses MCP: the client sends its span's context in the
-//! request's `_meta` (`traceparent`), the server's `execute_tool` span
-//! continues it, carrying the MCP attributes of the OpenTelemetry
-//! conventions — checked on the spans an OpenTelemetry SDK exports.
+//! A trace that crosses MCP: the client's `tools/call` span sends its
+//! context in the request's `_meta` (`traceparent`), the server's
+//! `tools/call` span continues it and the tool's `execute_tool` span is its
+//! child, carrying the MCP attributes of the OpenTelemetry conventions —
+//! checked on the spans an OpenTelemetry SDK exports.
 
-use opentelemetry::trace::{SpanId, TracerProvider as _};
+use opentelemetry::trace::{SpanId, SpanKind, Status, TracerProvider as _};
 use opentelemetry::Value;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use toolstack::mcp::rmcp::ServiceExt as _;
@@ -28,7 +29,7 @@ fn attribute<'a>(span: &'a SpanData, key: &str) -> Option<&'a Value> {
 }
 
 #[tokio::test]
-async fn the_servers_execute_tool_span_continues_the_clients_trace() {
+async fn the_trace_goes_from_the_client_span_to_the_server_span_to_the_tool() {
     let exporter = InMemorySpanExporter::default();
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(exporter.clone())
@@ -87,13 +88,27 @@ async fn the_servers_execute_tool_span_continues_the_clients_trace() {
         })
     };
     let turn = find("agent_turn");
+    let by_kind = |name: &str, kind: SpanKind| {
+        spans
+            .iter()
+            .find(|s| s.name == name && s.span_kind == kind)
+            .unwrap_or_else(|| panic!("no {kind:?} span {name}"))
+    };
+    let client = by_kind("tools/call add", SpanKind::Client);
+    let server = by_kind("tools/call add", SpanKind::Server);
     let add = find("execute_tool add");
-    // One trace, the server's span a child of the client's.
-    assert_eq!(add.span_context.trace_id(), turn.span_context.trace_id());
-    assert_eq!(add.parent_span_id, turn.span_context.span_id());
+    // One trace: the caller's span → the client span → (across MCP) the
+    // server span → the tool's span.
+    for span in [client, server, add] {
+        assert_eq!(span.span_context.trace_id(), turn.span_context.trace_id());
+    }
+    assert_eq!(client.parent_span_id, turn.span_context.span_id());
+    assert!(!client.parent_span_is_remote);
+    assert_eq!(server.parent_span_id, client.span_context.span_id());
+    assert!(server.parent_span_is_remote);
+    assert_eq!(add.parent_span_id, server.span_context.span_id());
     assert_ne!(add.parent_span_id, SpanId::INVALID);
-    assert!(add.parent_span_is_remote);
-    // The MCP attributes, on the same span.
+    // The MCP attributes, on the tool's span too.
     assert_eq!(
         attribute(add, "mcp.method.name"),
         Some(&Value::from("tools/call"))
@@ -103,6 +118,13 @@ async fn the_servers_execute_tool_span_continues_the_clients_trace() {
         Some(&Value::from("2025-11-25"))
     );
     assert_eq!(attribute(add, "error.type"), None);
+    // A byte stream, not HTTP: `pipe`, as for stdio; and a session, but
+    // no session id (stdio has none).
+    assert_eq!(
+        attribute(server, "network.transport"),
+        Some(&Value::from("pipe"))
+    );
+    assert_eq!(attribute(server, "mcp.session.id"), None);
 
     let fail = find("execute_tool fail");
     assert_eq!(fail.span_context.trace_id(), turn.span_context.trace_id());
@@ -110,4 +132,13 @@ async fn the_servers_execute_tool_span_continues_the_clients_trace() {
         attribute(fail, "error.type"),
         Some(&Value::from("tool_error"))
     );
+    for kind in [SpanKind::Client, SpanKind::Server] {
+        let span = by_kind("tools/call fail", kind.clone());
+        assert_eq!(
+            attribute(span, "error.type"),
+            Some(&Value::from("tool_error")),
+            "{kind:?}"
+        );
+        assert!(matches!(span.status, Status::Error { .. }), "{kind:?}");
+    }
 }

@@ -67,6 +67,7 @@ pub mod convert;
 mod input;
 mod log;
 mod server;
+mod telemetry;
 
 pub use call::TaskSupport;
 pub use client::{
@@ -76,3 +77,4 @@ pub use input::ClientInput;
 pub use log::ClientLog;
 pub use rmcp;
 pub use server::{McpServer, ToolsOnly};
+pub use telemetry::OPERATION_DURATION_BUCKETS;

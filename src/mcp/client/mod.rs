@@ -15,6 +15,7 @@ use rmcp::transport::IntoTransport;
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 
 use crate::mcp::convert;
+use crate::mcp::telemetry::{Meters, Operation, Outcome, Request, Side, Transport};
 use crate::{ErrorKind, ToolError, Toolbox};
 
 mod handler;
@@ -45,6 +46,15 @@ pub struct McpClient {
     progress: ProgressRouter,
     answers: Option<Arc<dyn Answer>>,
     max_input_rounds: usize,
+    telemetry: Arc<Telemetry>,
+}
+
+/// What the client's spans and metrics say of every operation: the
+/// transport, the negotiated revision; and the histograms.
+struct Telemetry {
+    transport: Transport,
+    protocol_version: Option<Arc<str>>,
+    meters: Meters,
 }
 
 /// How many input-required rounds one call may take before the client
@@ -147,6 +157,16 @@ impl McpClientBuilder {
         T: IntoTransport<RoleClient, E, A>,
         E: std::error::Error + Send + Sync + 'static,
     {
+        self.connect_over(transport, Transport::default()).await
+    }
+
+    /// Connects over `transport`, which the spans and metrics name as
+    /// `over`.
+    async fn connect_over<T, E, A>(self, transport: T, over: Transport) -> Result<McpClient, ToolError>
+    where
+        T: IntoTransport<RoleClient, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
         let progress = ProgressRouter::default();
         let mut info = self.info;
         // Calls that become tasks still look like streams (see McpTool).
@@ -180,11 +200,19 @@ impl McpClientBuilder {
             )
             .with_source(err)
         })?;
+        let telemetry = Telemetry {
+            transport: over,
+            protocol_version: running
+                .peer_info()
+                .map(|info| Arc::from(info.protocol_version.as_str())),
+            meters: Meters::default(),
+        };
         Ok(McpClient {
             running: Arc::new(running),
             progress,
             answers: self.answers,
             max_input_rounds: self.max_input_rounds,
+            telemetry: Arc::new(telemetry),
         })
     }
 
@@ -200,13 +228,13 @@ impl McpClientBuilder {
             )
             .with_source(err)
         })?;
-        self.connect(child).await
+        self.connect_over(child, Transport::stdio()).await
     }
 
     /// Connects to a streamable HTTP endpoint such as `http://host/mcp`.
     pub async fn connect_http(self, url: &str) -> Result<McpClient, ToolError> {
         let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.to_owned());
-        self.connect(transport).await
+        self.connect_over(transport, Transport::http(url)).await
     }
 }
 
@@ -262,9 +290,50 @@ impl McpClient {
         Ok(answered.into_iter().collect())
     }
 
+    /// The span and clock of a request for `method` (on `tool`); the
+    /// request's own trace context stands in for a parent when no local
+    /// span is current.
+    fn operation(
+        &self,
+        method: &'static str,
+        tool: Option<Arc<str>>,
+        came_with: Option<&crate::TraceContext>,
+    ) -> Operation {
+        let telemetry = &*self.telemetry;
+        let request = Request {
+            method,
+            tool,
+            protocol_version: telemetry.protocol_version.clone(),
+            // rmcp's HTTP transport keeps the session id to itself.
+            session_id: None,
+            request_id: None,
+            transport: telemetry.transport.clone(),
+            parent: came_with,
+        };
+        Operation::start(Side::Client, request, &telemetry.meters)
+    }
+
     /// The server's tools, each a local tool service.
     pub async fn tools(&self) -> Result<Vec<McpTool>, ToolError> {
-        let tools = self.running.list_all_tools().await.map_err(service_error)?;
+        let mut operation = self.operation("tools/list", None, None);
+        let tools = match self.running.list_all_tools().await {
+            Ok(tools) => {
+                operation.end(Outcome::Ok);
+                tools
+            }
+            Err(ServiceError::McpError(data)) => {
+                operation.end(Outcome::Rpc {
+                    code: data.code.0,
+                    message: &data.message,
+                });
+                return Err(protocol_error(data));
+            }
+            Err(err) => {
+                let err = service_error(err);
+                operation.end(Outcome::failed(&err));
+                return Err(err);
+            }
+        };
         Ok(tools
             .iter()
             .map(|tool| McpTool {

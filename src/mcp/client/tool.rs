@@ -20,6 +20,7 @@ use tokio::sync::oneshot;
 use tower_service::Service;
 
 use crate::mcp::convert;
+use crate::mcp::telemetry::{Operation, Outcome};
 use crate::{
     Describe, ErrorKind, Progress, ToolError, ToolInfo, ToolItem, ToolOutput, ToolRequest,
     ToolStream,
@@ -74,16 +75,31 @@ impl Service<ToolRequest> for McpTool {
     fn call(&mut self, request: ToolRequest) -> Self::Future {
         let client = self.client.clone();
         let name = self.info.name_shared().clone();
-        // Read now, inside the caller's span (a trace layer enters it for
-        // `call`), not when the future first runs.
-        let trace = trace_context(&request);
+        // Made now, inside the caller's span (a trace layer enters it for
+        // `call`), not when the future first runs: the client span, whose
+        // context goes on to the server (else the one the request came
+        // with).
+        let came_with = request.extensions().get::<crate::TraceContext>();
+        let mut operation = client.operation("tools/call", Some(name.clone()), came_with);
+        let trace = operation.trace_context().or_else(|| came_with.cloned());
         Box::pin(async move {
             let spec = CallSpec {
                 name,
                 request,
                 trace,
             };
-            let sent = client.send(spec.params()?).await?;
+            let sent = match spec.params() {
+                Ok(params) => client.send(params).await,
+                Err(err) => Err(err),
+            };
+            let sent = match sent {
+                Ok(sent) => sent,
+                Err(err) => {
+                    operation.end(Outcome::failed(&err));
+                    return Err(err);
+                }
+            };
+            operation.request_id(&sent.id);
             let progress = client.progress.subscribe(sent.token.clone());
             let call = RemoteCall {
                 guard: CancelGuard {
@@ -99,6 +115,7 @@ impl Service<ToolRequest> for McpTool {
                 spec,
                 rounds: 0,
                 task: None,
+                operation,
             };
             Ok(ToolStream::new(stream::unfold(call, RemoteCall::next)))
         })
@@ -155,16 +172,6 @@ impl McpClient {
             rx: handle.rx,
         })
     }
-}
-
-/// The trace context to send: (with the `opentelemetry` feature) the
-/// current span's, else the one the request came with.
-pub(super) fn trace_context(request: &ToolRequest) -> Option<crate::TraceContext> {
-    #[cfg(feature = "opentelemetry")]
-    if let Some(current) = crate::TraceContext::current() {
-        return Some(current);
-    }
-    request.extensions().get::<crate::TraceContext>().cloned()
 }
 
 pub(super) fn parse_arguments(
@@ -244,6 +251,8 @@ pub(super) struct RemoteCall {
     pub(super) spec: CallSpec,
     pub(super) rounds: usize,
     pub(super) task: Option<RemoteTask>,
+    // The client span and duration, ended with the call's outcome.
+    pub(super) operation: Operation,
 }
 
 /// A call the server runs as a task: polled with `tasks/get`.
@@ -306,17 +315,29 @@ impl RemoteCall {
                 self.pending.push_back(progress_item(param));
             }
             match outcome {
-                Err(_) => self.pending.push_back(Err(ToolError::new(
+                Err(_) => self.fail(ToolError::new(
                     ErrorKind::Unavailable,
                     "the MCP connection closed before the tool answered",
-                ))),
-                Ok(Err(err)) => self.pending.push_back(Err(service_error(err))),
+                )),
+                Ok(Err(ServiceError::McpError(data))) => {
+                    self.operation.end(Outcome::Rpc {
+                        code: data.code.0,
+                        message: &data.message,
+                    });
+                    self.pending.push_back(Err(protocol_error(data)));
+                }
+                Ok(Err(err)) => self.fail(service_error(err)),
                 Ok(Ok(ServerResult::CallToolResult(result))) => {
+                    self.operation.end(if result.is_error == Some(true) {
+                        Outcome::ToolError
+                    } else {
+                        Outcome::Ok
+                    });
                     self.pending.extend(convert::result_items(result))
                 }
                 Ok(Ok(ServerResult::InputRequiredResult(asked))) => {
                     if let Err(err) = self.retry(asked).await {
-                        self.pending.push_back(Err(err));
+                        self.fail(err);
                     }
                 }
                 Ok(Ok(ServerResult::CreateTaskResult(created))) => {
@@ -324,11 +345,17 @@ impl RemoteCall {
                     self.guard.task = Some(task.id.clone());
                     self.task = Some(task);
                 }
-                Ok(Ok(other)) => self.pending.push_back(Err(ToolError::failed(format!(
+                Ok(Ok(other)) => self.fail(ToolError::failed(format!(
                     "the MCP server answered tools/call with an unexpected result: {other:?}"
-                )))),
+                ))),
             }
         }
+    }
+
+    /// The call ends with `err`, which no response carried.
+    fn fail(&mut self, err: ToolError) {
+        self.operation.end(Outcome::failed(&err));
+        self.pending.push_back(Err(err));
     }
 
     /// Counts a round of input; an error past the client's limit.
@@ -391,11 +418,23 @@ impl RemoteCall {
             }
         }
         match detailed.payload {
-            TaskPayload::Completed { result } => self.end_task(result_from_json(result), true),
+            TaskPayload::Completed { result } => {
+                if result.get("isError") == Some(&serde_json::Value::Bool(true)) {
+                    self.operation.end(Outcome::ToolError);
+                }
+                self.end_task(result_from_json(result), true)
+            }
             TaskPayload::Failed { error } => {
-                let err = serde_json::from_value::<ErrorData>(serde_json::Value::Object(error))
-                    .map(protocol_error)
-                    .unwrap_or_else(|e| ToolError::failed(format!("the task failed: {e}")));
+                let err = match serde_json::from_value::<ErrorData>(error.into()) {
+                    Ok(data) => {
+                        self.operation.end(Outcome::Rpc {
+                            code: data.code.0,
+                            message: &data.message,
+                        });
+                        protocol_error(data)
+                    }
+                    Err(e) => ToolError::failed(format!("the task failed: {e}")),
+                };
                 self.end_task(vec![Err(err)], true)
             }
             TaskPayload::Cancelled => self.end_task(
@@ -433,6 +472,12 @@ impl RemoteCall {
     pub(super) fn end_task(&mut self, items: Vec<ToolItem>, ended: bool) {
         if ended {
             self.guard.task = None;
+        }
+        // Unless the call's end was told already (a result, a JSON-RPC
+        // error), its first error is how it ended.
+        match items.iter().find_map(|item| item.as_ref().err()) {
+            None => self.operation.end(Outcome::Ok),
+            Some(err) => self.operation.end(Outcome::failed(err)),
         }
         self.task = None;
         self.pending.extend(items);

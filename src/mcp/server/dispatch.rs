@@ -2,17 +2,19 @@
 //! result, parked for the client's input, or run as a task.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use futures_util::future::{self, Either};
 use http::Extensions;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CreateTaskResult, ErrorCode, InputRequiredResult,
-    ProtocolVersion,
+    CallToolRequestParams, CallToolResponse, ClientCapabilities, CreateTaskResult, ErrorCode,
+    InputRequiredResult, ProtocolVersion,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use crate::mcp::call::{progress_param, Call, Step, TaskSupport, Watcher};
+use crate::mcp::telemetry::{self, Operation, Request, Side, Transport};
 use crate::mcp::convert;
 use crate::mcp::input::{Backend, InputState};
 use crate::mcp::log::ClientLog;
@@ -35,6 +37,84 @@ impl<H: ServerHandler + Clone> McpServer<H> {
         self.task_support.get(tool).copied().unwrap_or_default()
     }
 
+    /// The span and clock of the request `context` for `method` (on
+    /// `tool`), the caller's trace context its parent.
+    pub(super) fn operation(
+        &self,
+        method: &'static str,
+        tool: Option<Arc<str>>,
+        context: &RequestContext<RoleServer>,
+    ) -> Operation {
+        let parts = context.extensions.get::<http::request::Parts>();
+        // A 2026-07-28 request is stateless: part of no session.
+        let session_id = (!is_stateless_revision(context))
+            .then(|| telemetry::session_id(parts))
+            .flatten();
+        let caller = caller_trace(context);
+        let request = Request {
+            method,
+            tool,
+            protocol_version: context.protocol_version().map(|v| Arc::from(v.as_str())),
+            session_id,
+            request_id: Some(&context.id),
+            transport: Transport::of_request(parts),
+            parent: caller.as_ref(),
+        };
+        Operation::start(Side::Server, request, &self.meters)
+    }
+
+    /// `tools/call`: a new call opened, or a waiting one resumed, driven to
+    /// this request's answer.
+    pub(super) async fn serve_call(
+        &self,
+        mut params: CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+        operation: &Operation,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let rounds = is_stateless_revision(context);
+        let client_tasks = context
+            .client_capabilities()
+            .is_some_and(|caps| caps.supports_tasks());
+        let call = match params.request_state.take() {
+            // A retry with the client's input: the call kept for it.
+            Some(state) if rounds => {
+                let call = self.waiting.resume(&state, &params.name).ok_or_else(|| {
+                    ErrorData::invalid_params(
+                        "the requestState is unknown, altered, expired or already used; \
+                         call the tool again without it",
+                        None,
+                    )
+                })?;
+                call.input
+                    .answer(params.input_responses.take().unwrap_or_default());
+                call
+            }
+            _ => {
+                let support = self.task_support_of(&params.name);
+                if support == TaskSupport::Required && !client_tasks {
+                    let required = ClientCapabilities::builder().enable_tasks().build();
+                    return Err(ErrorData::missing_required_client_capability(required));
+                }
+                let early = params.input_responses.take();
+                match self.open_call(params, context, rounds, operation)? {
+                    Ok(call) => {
+                        if let Some(answers) = early.filter(|_| rounds) {
+                            call.input.answer(answers);
+                        }
+                        call
+                    }
+                    Err(result) => return Ok(convert::call_result(result).into()),
+                }
+            }
+        };
+        let as_task = match self.task_support_of(call.tool()) {
+            TaskSupport::Forbidden => None,
+            support => client_tasks.then_some(support),
+        };
+        self.drive(call, context, as_task).await
+    }
+
+
     /// Opens a call: the tool's future, with the client's log and input
     /// in its extensions; or the result at once (arguments too large).
     pub(super) fn open_call(
@@ -42,6 +122,7 @@ impl<H: ServerHandler + Clone> McpServer<H> {
         params: CallToolRequestParams,
         context: &RequestContext<RoleServer>,
         rounds: bool,
+        operation: &Operation,
     ) -> Result<Result<Call, ToolResult>, ErrorData> {
         let extensions = Self::caller_extensions(context);
         // The name alone decides whether the tool exists: the argument text
@@ -85,12 +166,14 @@ impl<H: ServerHandler + Clone> McpServer<H> {
         };
         request.extensions_mut().insert(log);
         request.extensions_mut().insert(input.handle());
-        // The caller's trace, continued by the call's span (trace layer),
-        // and the MCP attributes that span records.
-        if let Some(parent) = context.meta.get_traceparent() {
-            if let Some(trace) = TraceContext::parse(parent, context.meta.get_tracestate()) {
-                request.extensions_mut().insert(trace);
-            }
+        // The trace the call's span (trace layer) continues: the server
+        // span's when it is exported, else the caller's; and the MCP
+        // attributes that span records.
+        if let Some(trace) = operation
+            .trace_context()
+            .or_else(|| caller_trace(context))
+        {
+            request.extensions_mut().insert(trace);
         }
         request.extensions_mut().insert(McpAttributes {
             method: Cow::Borrowed("tools/call"),
@@ -220,6 +303,12 @@ impl<H: ServerHandler + Clone> McpServer<H> {
             }
         }
     }
+}
+
+/// The caller's trace context, from the request's `_meta`.
+fn caller_trace(context: &RequestContext<RoleServer>) -> Option<TraceContext> {
+    let parent = context.meta.get_traceparent()?;
+    TraceContext::parse(parent, context.meta.get_tracestate())
 }
 
 /// Whether the request is of revision 2026-07-28 or later: no requests

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientCapabilities,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams,
     CompleteRequestParams, CompleteResult, CustomNotification, CustomRequest, CustomResult,
     GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult, ListPromptsResult,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
@@ -14,10 +14,10 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
-use crate::mcp::call::TaskSupport;
-use crate::mcp::convert;
+use std::sync::Arc;
 
-use super::dispatch::is_stateless_revision;
+use crate::mcp::telemetry::Outcome;
+
 use super::McpServer;
 
 impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
@@ -52,6 +52,7 @@ impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        let mut operation = self.operation("tools/list", None, &context);
         let extensions = Self::caller_extensions(&context);
         let tools = self
             .toolbox
@@ -64,55 +65,29 @@ impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
         if let Some((ttl_ms, scope)) = self.list_cache {
             list = list.with_ttl_ms(ttl_ms).with_cache_scope(scope);
         }
+        operation.end(Outcome::Ok);
         Ok(list)
     }
 
     async fn call_tool(
         &self,
-        mut params: CallToolRequestParams,
+        params: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let rounds = is_stateless_revision(&context);
-        let client_tasks = context
-            .client_capabilities()
-            .is_some_and(|caps| caps.supports_tasks());
-        let call = match params.request_state.take() {
-            // A retry with the client's input: the call kept for it.
-            Some(state) if rounds => {
-                let call = self.waiting.resume(&state, &params.name).ok_or_else(|| {
-                    ErrorData::invalid_params(
-                        "the requestState is unknown, altered, expired or already used; \
-                         call the tool again without it",
-                        None,
-                    )
-                })?;
-                call.input
-                    .answer(params.input_responses.take().unwrap_or_default());
-                call
+        let tool = Arc::from(&*params.name);
+        let mut operation = self.operation("tools/call", Some(tool), &context);
+        let answer = self.serve_call(params, &context, &operation).await;
+        operation.end(match &answer {
+            Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => {
+                Outcome::ToolError
             }
-            _ => {
-                let support = self.task_support_of(&params.name);
-                if support == TaskSupport::Required && !client_tasks {
-                    let required = ClientCapabilities::builder().enable_tasks().build();
-                    return Err(ErrorData::missing_required_client_capability(required));
-                }
-                let early = params.input_responses.take();
-                match self.open_call(params, &context, rounds)? {
-                    Ok(call) => {
-                        if let Some(answers) = early.filter(|_| rounds) {
-                            call.input.answer(answers);
-                        }
-                        call
-                    }
-                    Err(result) => return Ok(convert::call_result(result).into()),
-                }
-            }
-        };
-        let as_task = match self.task_support_of(call.tool()) {
-            TaskSupport::Forbidden => None,
-            support => client_tasks.then_some(support),
-        };
-        self.drive(call, &context, as_task).await
+            Ok(_) => Outcome::Ok,
+            Err(err) => Outcome::Rpc {
+                code: err.code.0,
+                message: &err.message,
+            },
+        });
+        answer
     }
 
     async fn get_task(

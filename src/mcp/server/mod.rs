@@ -14,6 +14,7 @@ use crate::arguments::DEFAULT_MAX_ARGUMENT_BYTES;
 use crate::mcp::call::{TaskSupport, Tasks, Waiting};
 use crate::mcp::convert;
 use crate::mcp::log::LEVEL_UNSET;
+use crate::mcp::telemetry::Meters;
 use crate::Toolbox;
 
 mod dispatch;
@@ -72,6 +73,8 @@ pub struct McpServer<H = ToolsOnly> {
     // Shared by every session (and every stateless request).
     waiting: Arc<Waiting>,
     tasks: Arc<Tasks>,
+    // The MCP operation-duration histograms, shared by every session.
+    meters: Meters,
     handler: H,
 }
 
@@ -98,6 +101,7 @@ impl McpServer {
             task_support: Arc::default(),
             waiting: Arc::new(Waiting::new()),
             tasks: Arc::new(Tasks::new()),
+            meters: Meters::default(),
             handler: ToolsOnly,
         }
     }
@@ -142,6 +146,7 @@ impl<H: ServerHandler + Clone> McpServer<H> {
             task_support: self.task_support,
             waiting: self.waiting,
             tasks: self.tasks,
+            meters: self.meters,
             handler,
         }
     }
@@ -307,6 +312,7 @@ impl<H: Clone> Clone for McpServer<H> {
             task_support: self.task_support.clone(),
             waiting: self.waiting.clone(),
             tasks: self.tasks.clone(),
+            meters: self.meters.clone(),
             handler: self.handler.clone(),
         }
     }
