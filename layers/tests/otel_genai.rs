@@ -6,10 +6,7 @@
 //! to the collector the environment names.
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
-use std::sync::{mpsc, Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
 use futures_util::stream::{self, BoxStream, StreamExt};
 use opentelemetry::trace::{SpanId, SpanKind, Status};
@@ -23,6 +20,10 @@ use toolstack_layers::trace::TraceLayer;
 use tower::util::BoxCloneService;
 use tower::{Layer as _, ServiceBuilder, ServiceExt as _};
 use tracing_subscriber::layer::SubscriberExt;
+
+#[path = "support/otlp.rs"]
+mod otlp;
+use otlp::{pairs, Collector, Metrics};
 
 // One test here sets `OTEL_*` variables and installs the process's global
 // subscriber: the tests of this file take turns.
@@ -454,165 +455,6 @@ async fn without_an_opentelemetry_layer_the_finish_reason_is_a_string_field() {
     assert_eq!(field("gen_ai.usage.input_tokens"), Some("1"));
     assert_eq!(field("gen_ai.usage.output_tokens"), Some("1"));
     assert!(field("gen_ai.response.time_to_first_chunk").is_some());
-}
-
-/// A stand-in OTLP/HTTP collector: each request's path, content type and
-/// body, answered `200 OK`.
-struct Collector {
-    url: String,
-    requests: mpsc::Receiver<(String, String, Vec<u8>)>,
-}
-
-impl Collector {
-    fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let (tx, requests) = mpsc::channel();
-        std::thread::spawn(move || {
-            for connection in listener.incoming() {
-                let Ok(mut connection) = connection else {
-                    return;
-                };
-                connection
-                    .set_read_timeout(Some(Duration::from_secs(10)))
-                    .unwrap();
-                let mut reader = BufReader::new(connection.try_clone().unwrap());
-                let mut line = String::new();
-                reader.read_line(&mut line).unwrap();
-                let path = line.split(' ').nth(1).unwrap_or_default().to_owned();
-                let (mut length, mut content_type) = (0, String::new());
-                loop {
-                    line.clear();
-                    reader.read_line(&mut line).unwrap();
-                    let header = line.trim_end();
-                    if header.is_empty() {
-                        break;
-                    }
-                    let (name, value) = header.split_once(':').unwrap_or((header, ""));
-                    match name.to_ascii_lowercase().as_str() {
-                        "content-length" => length = value.trim().parse().unwrap(),
-                        "content-type" => content_type = value.trim().to_owned(),
-                        _ => {}
-                    }
-                }
-                let mut body = vec![0; length];
-                reader.read_exact(&mut body).unwrap();
-                // Told before the answer: once the exporter has its answer,
-                // the request is here.
-                let _ = tx.send((path, content_type, body));
-                connection
-                    .write_all(
-                        b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\n\
-                          content-length: 0\r\nconnection: close\r\n\r\n",
-                    )
-                    .unwrap();
-            }
-        });
-        Collector { url, requests }
-    }
-}
-
-/// What a metrics export says, by metric name: its unit and data points.
-#[derive(Debug, Default)]
-struct Metrics(Vec<opentelemetry_proto::tonic::metrics::v1::Metric>);
-
-impl Metrics {
-    fn decode(body: &[u8]) -> Self {
-        use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-        use prost::Message as _;
-        let request = ExportMetricsServiceRequest::decode(body).unwrap();
-        let mut metrics = Vec::new();
-        for resource in request.resource_metrics {
-            for scope in resource.scope_metrics {
-                assert_eq!(scope.scope.map(|s| s.name).as_deref(), Some("toolstack"));
-                metrics.extend(scope.metrics);
-            }
-        }
-        Metrics(metrics)
-    }
-
-    fn get(&self, name: &str) -> &opentelemetry_proto::tonic::metrics::v1::Metric {
-        self.0
-            .iter()
-            .find(|m| m.name == name)
-            .unwrap_or_else(|| panic!("no {name} among {:?}", self.names()))
-    }
-
-    fn names(&self) -> BTreeSet<&str> {
-        self.0.iter().map(|m| m.name.as_str()).collect()
-    }
-
-    fn histogram(&self, name: &str) -> Vec<HistogramPoint> {
-        use opentelemetry_proto::tonic::metrics::v1::metric::Data;
-        match &self.get(name).data {
-            Some(Data::Histogram(histogram)) => histogram
-                .data_points
-                .iter()
-                .map(|point| HistogramPoint {
-                    attributes: attributes(&point.attributes),
-                    count: point.count,
-                    sum: point.sum.unwrap_or_default(),
-                    bucket_counts: point.bucket_counts.clone(),
-                    explicit_bounds: point.explicit_bounds.clone(),
-                })
-                .collect(),
-            other => panic!("{name} is not a histogram: {other:?}"),
-        }
-    }
-
-    /// A counter's points: attributes and the (integer) total.
-    fn counter(&self, name: &str) -> Vec<(BTreeSet<(String, String)>, i64)> {
-        use opentelemetry_proto::tonic::metrics::v1::metric::Data;
-        use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value;
-        match &self.get(name).data {
-            Some(Data::Sum(sum)) => {
-                assert!(sum.is_monotonic, "{name} is a counter");
-                sum.data_points
-                    .iter()
-                    .map(|point| match point.value {
-                        Some(Value::AsInt(total)) => (attributes(&point.attributes), total),
-                        other => panic!("{name} counts integers, not {other:?}"),
-                    })
-                    .collect()
-            }
-            other => panic!("{name} is not a sum: {other:?}"),
-        }
-    }
-}
-
-#[derive(Debug)]
-struct HistogramPoint {
-    attributes: BTreeSet<(String, String)>,
-    count: u64,
-    sum: f64,
-    bucket_counts: Vec<u64>,
-    explicit_bounds: Vec<f64>,
-}
-
-/// Attributes as `(key, value)` text pairs.
-fn attributes(
-    attributes: &[opentelemetry_proto::tonic::common::v1::KeyValue],
-) -> BTreeSet<(String, String)> {
-    use opentelemetry_proto::tonic::common::v1::any_value::Value;
-    attributes
-        .iter()
-        .map(|kv| {
-            let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
-                Some(Value::StringValue(text)) => text.clone(),
-                Some(Value::IntValue(n)) => n.to_string(),
-                Some(Value::BoolValue(b)) => b.to_string(),
-                other => format!("{other:?}"),
-            };
-            (kv.key.clone(), value)
-        })
-        .collect()
-}
-
-fn pairs(pairs: &[(&str, &str)]) -> BTreeSet<(String, String)> {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
 }
 
 /// The agent of [`agent`], its model reporting usage with cached and
