@@ -46,10 +46,9 @@ impl<H: ServerHandler + Clone> McpServer<H> {
         context: &RequestContext<RoleServer>,
     ) -> Operation {
         let parts = context.extensions.get::<http::request::Parts>();
-        // A 2026-07-28 request is stateless: part of no session.
-        let session_id = (!is_stateless_revision(context))
-            .then(|| telemetry::session_id(parts))
-            .flatten();
+        // A session's requests carry its `Mcp-Session-Id` (which rmcp
+        // checked); a stateless 2026-07-28 request, and stdio, none.
+        let session_id = telemetry::session_id(parts);
         let caller = caller_trace(context);
         let request = Request {
             method,
