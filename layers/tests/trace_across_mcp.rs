@@ -142,3 +142,65 @@ async fn the_trace_goes_from_the_client_span_to_the_server_span_to_the_tool() {
         assert!(matches!(span.status, Status::Error { .. }), "{kind:?}");
     }
 }
+
+#[tokio::test]
+async fn a_call_dropped_before_its_result_ends_both_spans_as_cancelled() {
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let subscriber = tracing_subscriber::registry()
+        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+    let _default = tracing::subscriber::set_default(subscriber);
+
+    let (started, mut running) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let toolbox = Toolbox::new().tool(tool::from_fn("hang", move |_: Add| {
+        let started = started.clone();
+        async move {
+            let _ = started.send(());
+            std::future::pending::<Result<i64, ToolError>>().await
+        }
+    }));
+    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        let running = McpServer::new(toolbox).serve(server_io).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    let remote = McpClient::connect(client_io)
+        .await
+        .unwrap()
+        .toolbox()
+        .await
+        .unwrap();
+    let stream = remote
+        .oneshot(ToolRequest::new("hang", r#"{"a":2,"b":3}"#))
+        .await
+        .unwrap();
+    running.recv().await.unwrap();
+    drop(stream);
+
+    // The server hears of the cancellation on this thread's runtime: give
+    // it turns, no time, until its span is exported.
+    let ended = |kind: SpanKind| {
+        exporter
+            .get_finished_spans()
+            .unwrap()
+            .into_iter()
+            .find(|s| s.name == "tools/call hang" && s.span_kind == kind)
+    };
+    for _ in 0..10_000 {
+        if ended(SpanKind::Server).is_some() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    for kind in [SpanKind::Client, SpanKind::Server] {
+        let span = ended(kind.clone()).unwrap_or_else(|| panic!("no {kind:?} span ended"));
+        assert_eq!(
+            attribute(&span, "error.type"),
+            Some(&Value::from("cancelled")),
+            "{kind:?}"
+        );
+        assert!(matches!(span.status, Status::Error { .. }), "{kind:?}");
+    }
+}

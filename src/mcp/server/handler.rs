@@ -82,6 +82,11 @@ impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
                 Outcome::ToolError
             }
             Ok(_) => Outcome::Ok,
+            // No answer goes out (see `drive`).
+            Err(_) if context.ct.is_cancelled() => Outcome::Failed {
+                kind: "cancelled",
+                message: "the call was cancelled by the client",
+            },
             Err(err) => Outcome::Rpc {
                 code: err.code.0,
                 message: &err.message,
