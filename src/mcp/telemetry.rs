@@ -431,3 +431,47 @@ mod disabled {
         pub(super) fn record(&self, _: &Operation, _: f64, _: Option<i32>, _: Option<&str>) {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_http_url_names_the_server_and_its_port() {
+        let server = |url: &str| Transport::http(url).server.map(|(h, p)| (h.to_string(), p));
+        assert_eq!(
+            server("http://127.0.0.1:8000/mcp"),
+            Some(("127.0.0.1".into(), 8000))
+        );
+        assert_eq!(server("http://example.com/mcp"), Some(("example.com".into(), 80)));
+        assert_eq!(server("https://example.com/mcp"), Some(("example.com".into(), 443)));
+        assert_eq!(server("not a url"), None);
+        assert_eq!(Transport::http("http://h/mcp").network, Some("tcp"));
+    }
+
+    #[test]
+    fn a_session_id_is_read_within_bounds() {
+        let parts = |id: &str| {
+            let (parts, ()) = http::Request::builder()
+                .header("mcp-session-id", id)
+                .body(())
+                .unwrap()
+                .into_parts();
+            parts
+        };
+        assert_eq!(session_id(Some(&parts("abc"))), Some("abc"));
+        assert_eq!(session_id(Some(&parts(&"a".repeat(257)))), None);
+        assert_eq!(session_id(Some(&parts(""))), None);
+        assert_eq!(session_id(None), None);
+    }
+
+    #[test]
+    fn only_the_servers_own_failures_are_its_errors() {
+        for code in [-32700, -32600, -32601, -32602, -32002] {
+            assert!(!server_error(code), "{code}");
+        }
+        for code in [-32603, -32000, -32099, -1] {
+            assert!(server_error(code), "{code}");
+        }
+    }
+}
