@@ -45,7 +45,9 @@ async fn serve(hidden: Arc<AtomicBool>) -> SocketAddr {
         .tool(tool::from_fn("fail", |_: Add| async {
             Err::<i64, _>(ToolError::failed("no"))
         }))
-        .tool(tool::from_fn("flaky", |_: Add| async { Ok::<_, ToolError>(0) }))
+        .tool(tool::from_fn("flaky", |_: Add| async {
+            Ok::<_, ToolError>(0)
+        }))
         .resolver(move |info: &toolstack::ToolInfo, _: &http::Extensions| {
             info.name() != "flaky" || !hidden.load(Ordering::SeqCst)
         })
@@ -84,10 +86,7 @@ async fn exercise() -> u16 {
         hidden.store(true, Ordering::SeqCst);
         let unknown = call(&remote, "flaky").await.unwrap();
         assert!(unknown.is_error);
-        assert_eq!(
-            unknown.error.map(|e| e.kind()),
-            Some(ErrorKind::NotFound)
-        );
+        assert_eq!(unknown.error.map(|e| e.kind()), Some(ErrorKind::NotFound));
     }
     .instrument(tracing::info_span!("session_turn"))
     .await;
@@ -243,7 +242,11 @@ fn check_spans(spans: &[WireSpan], port: u16) {
         "the JSON-RPC error's message: {:?}",
         client_unknown.status
     );
-    let server_unknown = find("tools/call flaky", SpanKind::Server, &client_unknown.span_id);
+    let server_unknown = find(
+        "tools/call flaky",
+        SpanKind::Server,
+        &client_unknown.span_id,
+    );
     assert_eq!(
         server_unknown.attribute("rpc.response.status_code"),
         Some("-32602")
@@ -253,7 +256,11 @@ fn check_spans(spans: &[WireSpan], port: u16) {
 
     // A stateless request (2026-07-28): no session id.
     let client_stateless = find("tools/call add", SpanKind::Client, &stateless_turn.span_id);
-    let server_stateless = find("tools/call add", SpanKind::Server, &client_stateless.span_id);
+    let server_stateless = find(
+        "tools/call add",
+        SpanKind::Server,
+        &client_stateless.span_id,
+    );
     for span in [client_stateless, server_stateless] {
         assert_eq!(
             span.attribute("mcp.protocol.version"),

@@ -341,6 +341,10 @@ mod enabled {
     }
 
     impl Meters {
+        pub(crate) fn new() -> Self {
+            Meters::default()
+        }
+
         fn histograms(&self) -> &Histograms {
             self.0.get_or_init(|| {
                 let meter = opentelemetry::global::meter_with_scope(
@@ -424,10 +428,14 @@ mod disabled {
     use super::Operation;
 
     /// Without the `opentelemetry` feature: nothing is measured.
-    #[derive(Clone, Default)]
+    #[derive(Clone)]
     pub(crate) struct Meters;
 
     impl Meters {
+        pub(crate) fn new() -> Self {
+            Meters
+        }
+
         pub(super) fn record(&self, _: &Operation, _: f64, _: Option<i32>, _: Option<&str>) {}
     }
 }
@@ -443,8 +451,14 @@ mod tests {
             server("http://127.0.0.1:8000/mcp"),
             Some(("127.0.0.1".into(), 8000))
         );
-        assert_eq!(server("http://example.com/mcp"), Some(("example.com".into(), 80)));
-        assert_eq!(server("https://example.com/mcp"), Some(("example.com".into(), 443)));
+        assert_eq!(
+            server("http://example.com/mcp"),
+            Some(("example.com".into(), 80))
+        );
+        assert_eq!(
+            server("https://example.com/mcp"),
+            Some(("example.com".into(), 443))
+        );
         assert_eq!(server("not a url"), None);
         assert_eq!(Transport::http("http://h/mcp").network, Some("tcp"));
     }

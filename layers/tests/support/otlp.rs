@@ -169,7 +169,6 @@ pub fn pairs(pairs: &[(&str, &str)]) -> BTreeSet<(String, String)> {
         .collect()
 }
 
-
 /// One exported span, decoded: its name, kind, ids, attributes as text
 /// and status.
 #[derive(Debug, Clone)]
@@ -195,10 +194,7 @@ impl WireSpan {
         for resource in request.resource_spans {
             for scope in resource.scope_spans {
                 for span in scope.spans {
-                    let status = span
-                        .status
-                        .map(|s| (s.code, s.message))
-                        .unwrap_or_default();
+                    let status = span.status.map(|s| (s.code, s.message)).unwrap_or_default();
                     spans.push(WireSpan {
                         name: span.name,
                         kind: SpanKind::try_from(span.kind).unwrap(),

@@ -162,7 +162,11 @@ impl McpClientBuilder {
 
     /// Connects over `transport`, which the spans and metrics name as
     /// `over`.
-    async fn connect_over<T, E, A>(self, transport: T, over: Transport) -> Result<McpClient, ToolError>
+    async fn connect_over<T, E, A>(
+        self,
+        transport: T,
+        over: Transport,
+    ) -> Result<McpClient, ToolError>
     where
         T: IntoTransport<RoleClient, E, A>,
         E: std::error::Error + Send + Sync + 'static,
@@ -205,7 +209,7 @@ impl McpClientBuilder {
             protocol_version: running
                 .peer_info()
                 .map(|info| Arc::from(info.protocol_version.as_str())),
-            meters: Meters::default(),
+            meters: Meters::new(),
         };
         Ok(McpClient {
             running: Arc::new(running),

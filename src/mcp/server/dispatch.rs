@@ -14,10 +14,10 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use crate::mcp::call::{progress_param, Call, Step, TaskSupport, Watcher};
-use crate::mcp::telemetry::{self, Operation, Request, Side, Transport};
 use crate::mcp::convert;
 use crate::mcp::input::{Backend, InputState};
 use crate::mcp::log::ClientLog;
+use crate::mcp::telemetry::{self, Operation, Request, Side, Transport};
 use crate::{ErrorKind, McpAttributes, ToolError, ToolRequest, ToolResult, TraceContext};
 
 use super::McpServer;
@@ -113,7 +113,6 @@ impl<H: ServerHandler + Clone> McpServer<H> {
         self.drive(call, context, as_task).await
     }
 
-
     /// Opens a call: the tool's future, with the client's log and input
     /// in its extensions; or the result at once (arguments too large).
     pub(super) fn open_call(
@@ -168,10 +167,7 @@ impl<H: ServerHandler + Clone> McpServer<H> {
         // The trace the call's span (trace layer) continues: the server
         // span's when it is exported, else the caller's; and the MCP
         // attributes that span records.
-        if let Some(trace) = operation
-            .trace_context()
-            .or_else(|| caller_trace(context))
-        {
+        if let Some(trace) = operation.trace_context().or_else(|| caller_trace(context)) {
             request.extensions_mut().insert(trace);
         }
         request.extensions_mut().insert(McpAttributes {

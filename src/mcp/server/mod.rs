@@ -101,7 +101,7 @@ impl McpServer {
             task_support: Arc::default(),
             waiting: Arc::new(Waiting::new()),
             tasks: Arc::new(Tasks::new()),
-            meters: Meters::default(),
+            meters: Meters::new(),
             handler: ToolsOnly,
         }
     }
