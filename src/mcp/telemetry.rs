@@ -388,10 +388,10 @@ mod enabled {
                 attributes.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
             }
             if let Some(tool) = &op.tool {
-                attributes.push(KeyValue::new("gen_ai.tool.name", tool.to_string()));
+                attributes.push(KeyValue::new("gen_ai.tool.name", Arc::clone(tool)));
             }
             if let Some(version) = &op.protocol_version {
-                attributes.push(KeyValue::new("mcp.protocol.version", version.to_string()));
+                attributes.push(KeyValue::new("mcp.protocol.version", Arc::clone(version)));
             }
             let transport = &op.transport;
             if let Some(network) = transport.network {
@@ -404,7 +404,7 @@ mod enabled {
                 }
             }
             if let Some((host, port)) = &transport.server {
-                attributes.push(KeyValue::new("server.address", host.to_string()));
+                attributes.push(KeyValue::new("server.address", Arc::clone(host)));
                 attributes.push(KeyValue::new("server.port", i64::from(*port)));
             }
             if let Some(code) = status_code {
