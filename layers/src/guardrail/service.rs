@@ -49,6 +49,12 @@ pub trait GuardedRequest: Request + Send + Sized + 'static + sealed::Sealed {
     /// What its output is ([`Target::ToolResult`] or [`Target::LlmOutput`]).
     const OUTPUT: Target;
 
+    /// The tool's or the model's name, shared where the request has it so.
+    #[doc(hidden)]
+    fn shared_name(&self) -> Arc<str> {
+        Arc::from(self.name())
+    }
+
     /// The texts its input guardrails check, each with where it is.
     #[doc(hidden)]
     fn inputs(&self) -> Vec<(usize, Arc<str>)>;
@@ -73,6 +79,14 @@ mod sealed {
 impl GuardedRequest for ToolRequest {
     const INPUT: Target = Target::ToolCall;
     const OUTPUT: Target = Target::ToolResult;
+
+    /// The dispatched tool's name, shared with its description.
+    fn shared_name(&self) -> Arc<str> {
+        match self.info() {
+            Some(info) if info.name() == self.name() => Arc::clone(info.name_shared()),
+            _ => Arc::from(self.name()),
+        }
+    }
 
     fn inputs(&self) -> Vec<(usize, Arc<str>)> {
         vec![(0, Arc::from(self.arguments()))]
@@ -180,14 +194,20 @@ where
         }
         let call = Arc::new(Call {
             settings: Arc::clone(settings),
-            name: Arc::from(request.name()),
+            name: request.shared_name(),
             call_id: (!request.id().is_empty()).then(|| Arc::from(request.id())),
             events: request.extensions().get::<GuardrailEvents>().cloned(),
-            output_spans: settings
-                .output
-                .iter()
-                .map(|guardrail| check_span(guardrail, R::OUTPUT))
-                .collect(),
+            // Nothing listens: each check's span is then a disabled one,
+            // made (at no cost) as it runs.
+            output_spans: if tracing::enabled!(tracing::Level::INFO) {
+                settings
+                    .output
+                    .iter()
+                    .map(|guardrail| check_span(guardrail, R::OUTPUT))
+                    .collect()
+            } else {
+                Vec::new()
+            },
             output: R::OUTPUT,
         });
         let output = (!settings.output.is_empty()).then(|| Arc::clone(&call));
