@@ -10,7 +10,8 @@
 //! | item | what it is |
 //! |---|---|
 //! | [`ChatRequest`], [`Message`] | what the model is asked: the conversation, the tools it may call, extensions |
-//! | [`ModelDelta`], [`ToolCallDelta`], [`FinishReason`], [`Usage`] | what it streams back |
+//! | [`ModelDelta`], [`ToolCallDelta`], [`ReasoningDelta`], [`FinishReason`], [`Usage`] | what it streams back |
+//! | [`Reasoning`] | a reasoning block, complete: kept in the assistant message, sent back to a provider that requires it |
 //! | [`Accumulator`], [`ToolCall`] | fragments folded into complete tool calls, at most [`MAX_TOOL_CALLS_PER_ANSWER`] per answer |
 //! | [`Prices`], [`Price`], [`Cost`] | what model calls cost: a price table per model, checked when built; money in whole nano-dollars |
 //! | [`RunId`] | which agent run a request belongs to, in its extensions (a per-run spend limit keys on it) |
@@ -37,20 +38,27 @@ mod delta;
 mod message;
 #[cfg(feature = "openai")]
 mod openai;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod provider;
 pub mod record;
 mod price;
 mod scripted;
 mod service;
 
 pub use self::accumulate::{AccumulateError, Accumulator, Pushed, MAX_TOOL_CALLS_PER_ANSWER};
-pub use self::delta::{FinishReason, ModelDelta, ToolCall, ToolCallDelta, Usage};
+pub use self::delta::{
+    FinishReason, ModelDelta, Reasoning, ReasoningDelta, ToolCall, ToolCallDelta, Usage,
+};
 pub use self::message::{ChatRequest, Message, RunId};
 #[cfg(feature = "openai")]
 #[doc(hidden)]
 pub use self::openai::fuzzing;
 #[cfg(feature = "openai")]
 #[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
-pub use self::openai::{OpenAiModel, OpenAiStream, MAX_SSE_EVENT_BYTES};
+pub use self::openai::{OpenAiModel, OpenAiStream};
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "openai", feature = "anthropic"))))]
+pub use self::provider::MAX_SSE_EVENT_BYTES;
 #[doc(hidden)]
 pub use self::price::thousands;
 pub use self::price::{
