@@ -24,8 +24,8 @@ use tower::ServiceExt;
 
 use crate::model::ModelService;
 use crate::model::{
-    Accumulator, ChatRequest, FinishReason, Message, ModelDelta, Pushed, Reasoning,
-    ReasoningDelta, ToolCall, Usage,
+    Accumulator, ChatRequest, FinishReason, Message, ModelDelta, Pushed, Reasoning, ReasoningDelta,
+    ToolCall, Usage,
 };
 use crate::{ErrorKind, ToolError, ToolInfo, ToolResult};
 

@@ -17,7 +17,9 @@
 //! | [`RunId`] | which agent run a request belongs to, in its extensions (a per-run spend limit keys on it) |
 //! | [`ScriptedModel`], [`Turn`] | a deterministic model: examples and tests with no network and no key |
 //! | [`record`]: `RecordLayer`, `ReplayModel` | a model's traffic recorded to a file once, and replayed from it in tests |
-//! | `OpenAiModel`, `MAX_SSE_EVENT_BYTES` (feature `openai`) | an OpenAI-compatible chat-completions endpoint, streamed over SSE, each event bounded |
+//! | `OpenAiModel` (feature `openai`) | an OpenAI-compatible chat-completions endpoint, streamed over SSE |
+//! | `AnthropicModel`, `CachePoint` (feature `anthropic`) | Anthropic's Messages API, streamed natively: tool use, extended thinking sent back signed, prompt-cache usage, every stop reason |
+//! | `MAX_SSE_EVENT_BYTES` (either) | the bound on one event of their streams, which read by the same rules |
 //!
 //! ```
 //! use toolstack::model::{Accumulator, ToolCallDelta};
@@ -34,18 +36,26 @@
 //! ```
 
 mod accumulate;
+#[cfg(feature = "anthropic")]
+mod anthropic;
 mod delta;
 mod message;
 #[cfg(feature = "openai")]
 mod openai;
+mod price;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 mod provider;
 pub mod record;
-mod price;
 mod scripted;
 mod service;
 
 pub use self::accumulate::{AccumulateError, Accumulator, Pushed, MAX_TOOL_CALLS_PER_ANSWER};
+#[cfg(feature = "anthropic")]
+#[doc(hidden)]
+pub use self::anthropic::fuzzing as anthropic_fuzzing;
+#[cfg(feature = "anthropic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "anthropic")))]
+pub use self::anthropic::{AnthropicModel, AnthropicStream, CachePoint, ANTHROPIC_VERSION};
 pub use self::delta::{
     FinishReason, ModelDelta, Reasoning, ReasoningDelta, ToolCall, ToolCallDelta, Usage,
 };
@@ -56,13 +66,13 @@ pub use self::openai::fuzzing;
 #[cfg(feature = "openai")]
 #[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
 pub use self::openai::{OpenAiModel, OpenAiStream};
-#[cfg(any(feature = "openai", feature = "anthropic"))]
-#[cfg_attr(docsrs, doc(cfg(any(feature = "openai", feature = "anthropic"))))]
-pub use self::provider::MAX_SSE_EVENT_BYTES;
 #[doc(hidden)]
 pub use self::price::thousands;
 pub use self::price::{
     Cost, Price, PriceError, Prices, PricesBuilder, MAX_PRICE_PER_MILLION_TOKENS,
 };
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "openai", feature = "anthropic"))))]
+pub use self::provider::MAX_SSE_EVENT_BYTES;
 pub use self::scripted::{ScriptedModel, ScriptedStream, Turn};
 pub use self::service::ModelService;

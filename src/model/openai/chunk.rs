@@ -27,7 +27,10 @@ impl Dialect for Chunks {
         }
         Ok(Read {
             deltas: deltas_of(&chunk)?,
-            model: chunk.get("model").and_then(Value::as_str).map(str::to_owned),
+            model: chunk
+                .get("model")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
             end: false,
         })
     }

@@ -77,7 +77,8 @@ pub(crate) fn parse_pieces<D: sse::Dialect>(
     dialect: D,
 ) -> Vec<Result<ModelDelta, ToolError>> {
     use futures_util::{FutureExt, StreamExt};
-    let body = futures_util::stream::iter(pieces.into_iter().map(Ok::<_, std::convert::Infallible>));
+    let body =
+        futures_util::stream::iter(pieces.into_iter().map(Ok::<_, std::convert::Infallible>));
     // Every piece is ready, so the whole parse completes in one poll.
     sse::deltas_from_sse(body, dialect)
         .collect()
