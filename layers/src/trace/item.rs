@@ -19,6 +19,12 @@ pub(crate) fn record_delta(delta: &ModelDelta, span: &Span) {
             // writes a `u64` as text, and the conventions say int.
             span.record("gen_ai.usage.input_tokens", int(usage.prompt_tokens));
             span.record("gen_ai.usage.output_tokens", int(usage.completion_tokens));
+            if usage.cache_creation_tokens > 0 {
+                span.record(
+                    "gen_ai.usage.cache_creation.input_tokens",
+                    int(usage.cache_creation_tokens),
+                );
+            }
         }
         _ => {}
     }

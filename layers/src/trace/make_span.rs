@@ -168,6 +168,7 @@ impl MakeSpan<ChatRequest> for DefaultMakeSpan {
             gen_ai.response.time_to_first_chunk = tracing::field::Empty,
             gen_ai.usage.input_tokens = tracing::field::Empty,
             gen_ai.usage.output_tokens = tracing::field::Empty,
+            gen_ai.usage.cache_creation.input_tokens = tracing::field::Empty,
             error.type = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
             gen_ai.input.messages = tracing::field::Empty,
