@@ -149,7 +149,7 @@ impl Service<ChatRequest> for OpenAiModel {
             post = post.bearer_auth(key);
         }
         Box::pin(async move {
-            let deltas = provider::send(post, &body, Chunks::default()).await?;
+            let deltas = provider::send(post, &body, Chunks).await?;
             Ok(Box::pin(deltas) as OpenAiStream)
         })
     }
@@ -167,7 +167,7 @@ pub mod fuzzing {
     pub fn deltas_from_sse(
         pieces: Vec<Vec<u8>>,
     ) -> Vec<Result<super::ModelDelta, super::ToolError>> {
-        super::provider::parse_pieces(pieces, super::Chunks::default())
+        super::provider::parse_pieces(pieces, super::Chunks)
     }
 }
 
@@ -206,7 +206,7 @@ mod tests {
     }
 
     fn fold(bytes: Vec<Vec<u8>>) -> (String, Vec<crate::model::ToolCall>, usize) {
-        let deltas = provider::parse_pieces(bytes, Chunks::default());
+        let deltas = provider::parse_pieces(bytes, Chunks);
         let mut text = String::new();
         let mut acc = Accumulator::new();
         let mut errors = 0;
