@@ -25,14 +25,12 @@ impl Dialect for Chunks {
         if let Some(error) = chunk.get("error") {
             return Err(stream_error(error).into());
         }
-        Ok(Read {
-            deltas: deltas_of(&chunk)?,
-            model: chunk
-                .get("model")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-            end: false,
-        })
+        let mut read = Read::deltas(deltas_of(&chunk)?);
+        read.model = chunk
+            .get("model")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        Ok(read)
     }
 }
 
