@@ -15,7 +15,10 @@
 //! after its first delta. It is the scripted one,
 //! so it runs with no network and no key; with `--features openai` and
 //! `OPENAI_BASE_URL`, `OPENAI_MODEL` (and `OPENAI_API_KEY`) set, a real
-//! OpenAI-compatible endpoint answers instead.
+//! OpenAI-compatible endpoint answers instead; with `--features anthropic`,
+//! `-- --provider anthropic` and `ANTHROPIC_API_KEY`, `ANTHROPIC_MODEL`
+//! (and `ANTHROPIC_BASE_URL`) set, Anthropic's Messages API does, its
+//! thinking printed as it streams.
 //!
 //! `-- --record FILE` writes every model call (the request, the answer's
 //! deltas and their timing) to `FILE`; `-- --replay FILE` answers from
@@ -64,6 +67,7 @@ use toolstack_layers::budget::{BudgetLayer, Tap};
 use toolstack_layers::rate_limit::{Quota, RateLimitLayer};
 use toolstack_layers::retry::RetryPolicy;
 use toolstack_layers::timeout::TimeoutLayer;
+use toolstack_layers::trace::TraceLayer;
 use toolstack_layers::ServiceBuilderExt;
 use tower::{Layer, ServiceBuilder};
 
@@ -485,6 +489,34 @@ fn endpoint() -> Option<std::convert::Infallible> {
     None
 }
 
+/// `--provider anthropic`: Anthropic's Messages API, from
+/// `ANTHROPIC_API_KEY`, `ANTHROPIC_MODEL` and `ANTHROPIC_BASE_URL` (and the
+/// `anthropic` feature); `None` for another provider or none.
+#[cfg(feature = "anthropic")]
+fn anthropic(
+    provider: Option<&str>,
+) -> Result<Option<toolstack::model::AnthropicModel>, Box<dyn std::error::Error>> {
+    if provider != Some("anthropic") {
+        return Ok(None);
+    }
+    match toolstack::model::AnthropicModel::from_env() {
+        Some(model) => Ok(Some(model)),
+        None => Err("--provider anthropic needs ANTHROPIC_API_KEY and ANTHROPIC_MODEL".into()),
+    }
+}
+
+#[cfg(not(feature = "anthropic"))]
+fn anthropic(
+    provider: Option<&str>,
+) -> Result<Option<std::convert::Infallible>, Box<dyn std::error::Error>> {
+    match provider {
+        Some("anthropic") => {
+            Err("--provider anthropic needs the example built with `--features anthropic`".into())
+        }
+        _ => Ok(None),
+    }
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Spans to an OpenTelemetry collector when the standard variables name
@@ -526,8 +558,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The same stream-aware layers as the tools', on model calls.
     // A deadline bounds the whole answer (an endless stream of small
     // deltas included); the first-delta and idle bounds are per attempt.
+    let provider = args
+        .iter()
+        .position(|a| a == "--provider")
+        .and_then(|at| args.get(at + 1))
+        .map(String::as_str);
+    if !matches!(provider, None | Some("openai" | "anthropic")) {
+        return Err(format!("--provider is openai or anthropic, not {provider:?}").into());
+    }
+    let anthropic = anthropic(provider)?;
+    let openai = match anthropic {
+        None => endpoint(),
+        Some(_) => None,
+    };
+    // The chat spans name the provider that answers.
+    let trace = match (&anthropic, &openai) {
+        (Some(_), _) => TraceLayer::new().provider("anthropic"),
+        (_, Some(_)) => TraceLayer::new().provider("openai"),
+        _ => TraceLayer::new(),
+    };
     let model_layers = ServiceBuilder::new()
-        .stream_trace()
+        .layer(trace)
         .stream_timeout(TimeoutLayer::new().deadline(Duration::from_secs(300)))
         .stream_retry(RetryPolicy::new().max_attempts(3))
         .stream_timeout(
@@ -558,8 +609,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let record = flag("--record").map(RecordLayer::create).transpose()?;
     let layers = model_layers;
-    let mut events = match (flag("--replay"), endpoint()) {
-        (Some(file), _) => {
+    let mut events = match (flag("--replay"), anthropic, openai) {
+        (Some(file), _, _) => {
             let replay = ReplayModel::open(&file)?;
             eprintln!("(model: the recording in {})", file.display());
             let agent = assistant(layers.service(recorded(replay.clone(), &record)), db);
@@ -569,8 +620,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             .run_with(conversation, extensions)
         }
+        #[cfg(feature = "anthropic")]
+        (None, Some(model), _) => {
+            println!("(model: Anthropic's Messages API)\n");
+            assistant(layers.service(recorded(model, &record)), db)
+                .provider("anthropic")
+                .run_with(conversation, extensions)
+        }
         #[cfg(feature = "openai")]
-        (None, Some(model)) => {
+        (None, None, Some(model)) => {
             println!("(model: the OpenAI-compatible endpoint in OPENAI_BASE_URL)\n");
             assistant(layers.service(recorded(model, &record)), db)
                 .provider("openai")
@@ -607,6 +665,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         match event {
             AgentEvent::TextDelta(text) => {
                 print!("{text}");
+                out.flush()?;
+            }
+            AgentEvent::ReasoningDelta(thought) => {
+                print!("\x1b[2m{thought}\x1b[0m");
                 out.flush()?;
             }
             AgentEvent::ToolCall(call) => println!("\n  → {}({})", call.name, call.arguments),

@@ -46,6 +46,7 @@ fn tool_messages(done: &AgentDone) -> Vec<(String, String)> {
             Message::Tool {
                 tool_call_id,
                 content,
+                ..
             } => Some((tool_call_id.clone(), content.clone())),
             _ => None,
         })

@@ -108,6 +108,7 @@ fn tool_text<'a>(messages: &'a [Message], call_id: &str) -> &'a str {
             Message::Tool {
                 tool_call_id,
                 content,
+                ..
             } if tool_call_id == call_id => Some(content.as_str()),
             _ => None,
         })
@@ -278,6 +279,7 @@ fn died_mid_step(run_id: &str, process: &str, until_ms: u64) -> Checkpoint {
             Message::Assistant {
                 content: None,
                 tool_calls: calls.clone(),
+                reasoning: Vec::new(),
             },
         ],
         step: vec![

@@ -804,3 +804,44 @@ async fn an_answer_reaching_another_replica_resumes_the_run_there() {
     assert_eq!(status, StatusCode::CONFLICT);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test]
+async fn a_models_reasoning_streams_as_reasoning_parts_before_its_text() {
+    use toolstack::model::{FinishReason, ModelDelta, ReasoningDelta};
+    let model = tower::service_fn(|_: ChatRequest| async {
+        let deltas = [
+            ModelDelta::Reasoning(ReasoningDelta::Text("Let me ".into())),
+            ModelDelta::Reasoning(ReasoningDelta::Text("see.".into())),
+            ModelDelta::Reasoning(ReasoningDelta::Signature("sig".into())),
+            ModelDelta::Text("Hi.".into()),
+            ModelDelta::Finish(FinishReason::Stop),
+        ];
+        Ok::<_, ToolError>(futures_util::stream::iter(deltas.map(Ok::<_, ToolError>)))
+    });
+    let app = ChatEndpoint::new(Agent::new(model, Toolbox::new())).into_router();
+    let (status, _, chunks) = post(&app, json!({"id": "c", "messages": [user("hi")]})).await;
+    assert_eq!(status, StatusCode::OK);
+    let kinds = types(&chunks);
+    assert_eq!(
+        &kinds[1..10],
+        [
+            "start-step",
+            "reasoning-start",
+            "reasoning-delta",
+            "reasoning-delta",
+            "reasoning-end",
+            "text-start",
+            "text-delta",
+            "text-end",
+            "finish-step"
+        ],
+        "{chunks:#?}"
+    );
+    let reasoning = &chunks[2]["id"];
+    assert!(chunks[3..6].iter().all(|c| &c["id"] == reasoning));
+    assert_eq!(
+        (chunks[3]["delta"].as_str(), chunks[4]["delta"].as_str()),
+        (Some("Let me "), Some("see."))
+    );
+    assert_ne!(&chunks[6]["id"], reasoning, "the text is a part of its own");
+}

@@ -148,3 +148,70 @@ async fn the_scripted_run_exports_its_spans_to_an_otlp_collector() {
         );
     }
 }
+
+/// `--provider anthropic` against a stand-in for the Messages API: the
+/// request reaches `/v1/messages` with the key, and the answer's thinking
+/// and text are printed.
+#[test]
+#[cfg(feature = "anthropic")]
+fn the_anthropic_provider_answers_from_anthropic_base_url() {
+    use std::io::{Read, Write};
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap().join("examples");
+    let assistant = dir.join(format!("assistant{}", std::env::consts::EXE_SUFFIX));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let url = format!("http://{addr}");
+    let events = [
+        r#"{"type":"message_start","message":{"model":"claude-stand-in","usage":{"input_tokens":9,"output_tokens":1}}}"#,
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Nothing to look up."}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"c2ln"}}"#,
+        r#"{"type":"content_block_stop","index":0}"#,
+        r#"{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}"#,
+        r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"All orders are fine."}}"#,
+        r#"{"type":"content_block_stop","index":1}"#,
+        r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":8}}"#,
+        r#"{"type":"message_stop"}"#,
+    ];
+    let server = std::thread::spawn(move || {
+        let (mut socket, _) = listener.accept().unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            socket.read_exact(&mut byte).unwrap();
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&head).to_lowercase();
+        let mut body = String::from(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n",
+        );
+        for event in events {
+            body.push_str(&format!("data: {event}\n\n"));
+        }
+        socket.write_all(body.as_bytes()).unwrap();
+        head
+    });
+    let out = std::process::Command::new(assistant)
+        .args(["--provider", "anthropic"])
+        .stdin(std::process::Stdio::null())
+        .env_remove("OPENAI_BASE_URL")
+        .env("ANTHROPIC_BASE_URL", &url)
+        .env("ANTHROPIC_API_KEY", "sk-ant-test")
+        .env("ANTHROPIC_MODEL", "claude-test")
+        .output()
+        .unwrap();
+    if !server.is_finished() {
+        // The example never called: a connection of nothing unblocks the
+        // stand-in, whose read then fails the test instead of hanging it.
+        let _ = std::net::TcpStream::connect(addr);
+    }
+    let head = server.join().expect("the example asked the Messages API");
+    assert!(head.starts_with("post /v1/messages "), "{head}");
+    assert!(head.contains("x-api-key: sk-ant-test"), "{head}");
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("(model: Anthropic's Messages API)"), "{text}");
+    assert!(text.contains("Nothing to look up."), "{text}");
+    assert!(text.contains("All orders are fine."), "{text}");
+}

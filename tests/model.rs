@@ -22,6 +22,7 @@ fn messages_serialize_in_the_openai_chat_shape() {
         Message::Assistant {
             content: None,
             tool_calls: vec![call],
+            reasoning: Vec::new(),
         },
         Message::tool("call_1", "sunny"),
         Message::assistant("It is sunny."),

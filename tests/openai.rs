@@ -237,7 +237,7 @@ async fn a_cut_connection_and_a_malformed_chunk_end_the_stream_with_one_error() 
     let items = deltas(&url).await.unwrap();
     assert_eq!(items.len(), 2, "the error is the last item");
     let err = items[1].as_ref().unwrap_err();
-    assert!(err.message().contains("malformed chunk"));
+    assert!(err.message().contains("malformed event"));
     assert_eq!(err.kind(), ErrorKind::Failed, "after a delta");
 }
 
@@ -391,7 +391,7 @@ async fn a_malformed_chunk_before_any_delta_is_retryable_and_after_one_it_fails(
     assert_eq!(err.kind(), ErrorKind::Unavailable);
     assert!(err.is_retryable());
     assert!(
-        err.message().contains("malformed chunk"),
+        err.message().contains("malformed event"),
         "{}",
         err.message()
     );

@@ -113,6 +113,7 @@ async fn an_agent_calls_a_nested_remote_mcp_tool_by_its_prefixed_name() {
             Message::Tool {
                 tool_call_id,
                 content,
+                ..
             } if tool_call_id == "call_0_0" => Some(content.as_str()),
             _ => None,
         })
@@ -131,6 +132,7 @@ async fn an_agent_calls_a_nested_remote_mcp_tool_by_its_prefixed_name() {
         Message::Tool {
             tool_call_id,
             content,
+            ..
         } if tool_call_id == "call_0_0" => Some(content.as_str()),
         _ => None,
     });

@@ -8,61 +8,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use toolstack::model::{fuzzing, ModelDelta, MAX_TOOL_CALLS_PER_ANSWER};
-use toolstack::ToolError;
+use toolstack::model::fuzzing;
 
-/// Cuts `body` into pieces whose lengths a small generator seeded by
-/// `seed` picks (0 to 64 bytes, empty pieces included).
-fn split(seed: u8, body: &[u8]) -> Vec<Vec<u8>> {
-    let mut state = u32::from(seed) | 1;
-    let mut pieces = Vec::new();
-    let mut rest = body;
-    while !rest.is_empty() {
-        state ^= state << 13;
-        state ^= state >> 17;
-        state ^= state << 5;
-        let len = (state % 65) as usize;
-        let (piece, tail) = rest.split_at(len.min(rest.len()));
-        pieces.push(piece.to_vec());
-        rest = tail;
-    }
-    pieces
-}
+#[path = "sse_split.rs"]
+mod sse_split;
 
-/// What a consumer can tell apart: the deltas, and an error's kind and
-/// message.
-fn observable(items: &[Result<ModelDelta, ToolError>]) -> Vec<Result<&ModelDelta, String>> {
-    items
-        .iter()
-        .map(|item| match item {
-            Ok(delta) => Ok(delta),
-            Err(err) => Err(format!("{}: {}", err.kind(), err.message())),
-        })
-        .collect()
-}
-
-fuzz_target!(|data: &[u8]| {
-    let Some((&seed, body)) = data.split_first() else {
-        return;
-    };
-    let whole = fuzzing::deltas_from_sse(vec![body.to_vec()]);
-    let pieces = fuzzing::deltas_from_sse(split(seed, body));
-    for (i, item) in whole.iter().enumerate() {
-        match item {
-            Ok(ModelDelta::ToolCall(call)) => {
-                assert!(
-                    (call.index as usize) < MAX_TOOL_CALLS_PER_ANSWER,
-                    "{call:?}"
-                );
-            }
-            Ok(_) => {}
-            // An error ends the stream.
-            Err(_) => assert_eq!(i + 1, whole.len(), "items after an error: {whole:?}"),
-        }
-    }
-    assert_eq!(
-        observable(&whole),
-        observable(&pieces),
-        "the split changed the deltas (seed {seed})"
-    );
-});
+fuzz_target!(|data: &[u8]| sse_split::check(data, fuzzing::deltas_from_sse));

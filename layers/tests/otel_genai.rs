@@ -457,6 +457,35 @@ async fn without_an_opentelemetry_layer_the_finish_reason_is_a_string_field() {
     assert!(field("gen_ai.response.time_to_first_chunk").is_some());
 }
 
+#[tokio::test]
+async fn cache_writes_are_an_attribute_of_the_chat_span_when_reported() {
+    let _serial = serial().await;
+    let records = ChatRecords::default();
+    let _default =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(records.clone()));
+    let usage = toolstack::model::Usage::new(1_300, 2)
+        .cached(1_000)
+        .cache_creation(200);
+    let model = traced_model([Turn::new().text("Hello.").usage(usage)]);
+    let answer = model
+        .oneshot(ChatRequest::new(vec![Message::user("hi")]))
+        .await
+        .unwrap();
+    answer.count().await;
+    let records = records.0.lock().unwrap().clone();
+    let field = |name: &str| {
+        records
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    };
+    assert_eq!(field("gen_ai.usage.input_tokens"), Some("1300"));
+    assert_eq!(
+        field("gen_ai.usage.cache_creation.input_tokens"),
+        Some("200")
+    );
+}
+
 /// The agent of [`agent`], its model reporting usage with cached and
 /// reasoning tokens: 100 in (64 cached), 20 out (8 reasoning), then 5000
 /// in, 30 out.

@@ -8,7 +8,7 @@ use http::Extensions;
 use tokio::sync::mpsc;
 
 use crate::approval::{CallerApprover, Decision};
-use crate::model::ToolCall;
+use crate::model::{Message, ToolCall};
 use crate::result::{Collecting, Seen};
 use crate::{ErrorKind, ToolError, ToolRequest, ToolResult, Toolbox};
 
@@ -42,12 +42,19 @@ pub(super) struct Call {
 }
 
 impl Call {
-    /// Runs the call from its state; returns its result's text.
-    pub(super) async fn run(self, record: CallRecord) -> String {
+    /// Runs the call from its state; returns its result, as the model
+    /// reads it (a stored result keeps its text and error flag, not its
+    /// images).
+    pub(super) async fn run(self, record: CallRecord) -> Message {
         let CallRecord { call, state } = record;
         let mut extensions = self.extensions.clone();
         match state {
-            CallState::Finished { text, .. } => return text,
+            CallState::Finished { text, is_error } => {
+                return match is_error {
+                    true => Message::tool_error(call.id, text),
+                    false => Message::tool(call.id, text),
+                }
+            }
             CallState::Started
             | CallState::Decided {
                 decision: Decision::Allow | Decision::Modify { .. },
@@ -94,9 +101,14 @@ impl Call {
         }
         self.step.lock().unwrap_or_else(|p| p.into_inner()).running += 1;
         let running = Running { step: &self.step };
-        let (text, is_error) = run_tool(&self.toolbox, &call, extensions, &self.tx).await;
+        let message = run_tool(&self.toolbox, &call, extensions, &self.tx).await;
         drop(running);
-        self.finished(&call, &text, is_error).await;
+        if let Message::Tool {
+            content, is_error, ..
+        } = &message
+        {
+            self.finished(&call, content, *is_error).await;
+        }
         let stalled = self
             .step
             .lock()
@@ -108,11 +120,11 @@ impl Call {
                 .send(AgentEvent::AwaitingApproval { call_ids })
                 .await;
         }
-        text
+        message
     }
 
     /// The call ends with `err` without running.
-    async fn refused(&self, call: &ToolCall, err: ToolError) -> String {
+    async fn refused(&self, call: &ToolCall, err: ToolError) -> Message {
         let result = ToolResult::from_error(err);
         let text = result.text();
         self.finished(call, &text, true).await;
@@ -122,7 +134,7 @@ impl Call {
             result,
         };
         let _ = self.tx.send(event).await;
-        text
+        Message::tool_error(call.id.clone(), text)
     }
 
     async fn finished(&self, call: &ToolCall, text: &str, is_error: bool) {
@@ -147,13 +159,13 @@ fn decided(by: &str, decision: Decision) -> CallerApprover {
 }
 
 /// Runs one call, streaming its items and then its result as events;
-/// returns the result's text, for the history, and whether it failed.
+/// returns the result as the model reads it, for the history.
 pub(super) async fn run_tool(
     toolbox: &Toolbox,
     call: &ToolCall,
     extensions: Extensions,
     tx: &mpsc::Sender<AgentEvent>,
-) -> (String, bool) {
+) -> Message {
     let mut request =
         ToolRequest::new(call.name.clone(), call.arguments.clone()).with_id(call.id.clone());
     *request.extensions_mut() = extensions;
@@ -181,12 +193,12 @@ pub(super) async fn run_tool(
         }
     };
     // The history needs the text; the event takes the result itself.
-    let (text, is_error) = (result.text(), result.is_error);
+    let message = Message::tool_result(call.id.clone(), &result);
     let event = AgentEvent::ToolResult {
         call_id: call.id.clone(),
         name: call.name.clone(),
         result,
     };
     let _ = tx.send(event).await;
-    (text, is_error)
+    message
 }

@@ -113,11 +113,11 @@ impl ToolCosts {
 
     /// A step ran `calls`, whose results (`texts`) the next model call
     /// reads.
-    pub(super) fn step_ran(&mut self, calls: &[ToolCall], texts: &[String]) {
+    pub(super) fn step_ran(&mut self, calls: &[ToolCall], lengths: impl Iterator<Item = usize>) {
         let calls = calls
             .iter()
-            .zip(texts)
-            .map(|(call, text)| (call.id.clone(), call.name.clone(), text.len()))
+            .zip(lengths)
+            .map(|(call, length)| (call.id.clone(), call.name.clone(), length))
             .collect();
         self.pending = Some(Pending {
             calls,

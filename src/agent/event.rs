@@ -10,6 +10,10 @@ use crate::{Progress, ToolError, ToolOutput, ToolResult};
 pub enum AgentEvent {
     /// Text from the model.
     TextDelta(String),
+    /// Reasoning text from the model, as it thinks before it answers
+    /// (Anthropic's extended thinking). A block's signature is not streamed:
+    /// the assistant message keeps it, for the next request.
+    ReasoningDelta(String),
     /// The model started writing a tool call (for a UI that shows the
     /// arguments being written).
     ToolCallStarted {

@@ -24,7 +24,8 @@ use tower::ServiceExt;
 
 use crate::model::ModelService;
 use crate::model::{
-    Accumulator, ChatRequest, FinishReason, Message, ModelDelta, Pushed, ToolCall, Usage,
+    Accumulator, ChatRequest, FinishReason, Message, ModelDelta, Pushed, Reasoning, ReasoningDelta,
+    ToolCall, Usage,
 };
 use crate::{ErrorKind, ToolError, ToolInfo, ToolResult};
 
@@ -60,6 +61,8 @@ pub(super) struct Run<M> {
 /// One model answer, complete.
 pub(super) struct Answer {
     pub(super) text: String,
+    /// The model's reasoning blocks, kept for the next request.
+    pub(super) reasoning: Vec<Reasoning>,
     pub(super) calls: Vec<ToolCall>,
     /// The last finish reason the model sent, if any.
     pub(super) finish: Option<FinishReason>,
@@ -99,6 +102,7 @@ where
             }
             let Answer {
                 text,
+                reasoning,
                 calls,
                 finish,
             } = match answer {
@@ -119,6 +123,7 @@ where
             self.push(Message::Assistant {
                 content: (!text.is_empty()).then_some(text),
                 tool_calls: calls.clone(),
+                reasoning,
             });
             let cut_off = match finish {
                 Some(FinishReason::Length) => Some((
@@ -135,6 +140,11 @@ where
                 let err = ToolError::cancelled(format!("not run: {why}"));
                 self.refuse(calls, err).await;
                 return stop;
+            }
+            if calls.is_empty() && finish == Some(FinishReason::Paused) {
+                // The provider paused a long turn: the answer so far is in
+                // the history, and asking again lets the model go on.
+                continue;
             }
             if calls.is_empty() {
                 return StopReason::Finished;
@@ -331,6 +341,7 @@ where
             })?;
         let mut answer = pin!(answer);
         let mut text = String::new();
+        let mut reasoning = Vec::new();
         let mut calls = Accumulator::new();
         let mut finish = None;
         let mut streamed = false;
@@ -367,6 +378,19 @@ where
                         arguments: fragment.arguments,
                     }
                 }
+                ModelDelta::Reasoning(piece) => {
+                    let event = match &piece {
+                        ReasoningDelta::Text(thought) => {
+                            Some(AgentEvent::ReasoningDelta(thought.clone()))
+                        }
+                        _ => None,
+                    };
+                    piece.fold_into(&mut reasoning);
+                    match event {
+                        Some(event) => event,
+                        None => continue,
+                    }
+                }
                 ModelDelta::Usage(used) => {
                     *self.usage.get_or_insert_with(Usage::default) += used;
                     self.costs.usage(used);
@@ -390,6 +414,7 @@ where
         })?;
         Ok(Answer {
             text,
+            reasoning,
             calls,
             finish,
         })
@@ -409,7 +434,7 @@ where
         }
         let resumed = resumed.map(Arc::new);
         let calls: Vec<ToolCall> = records.iter().map(|r| r.call.clone()).collect();
-        let results: Vec<String> = stream::iter(records)
+        let results: Vec<Message> = stream::iter(records)
             .map(|record| {
                 let call = Call {
                     toolbox: self.agent.toolbox.clone(),
@@ -430,9 +455,13 @@ where
             .buffered(self.agent.parallel)
             .collect()
             .await;
-        self.costs.step_ran(&calls, &results);
-        for (call, text) in calls.iter().zip(results) {
-            self.push(Message::tool(call.id.clone(), text));
+        let lengths = results.iter().map(|message| match message {
+            Message::Tool { content, .. } => content.len(),
+            _ => 0,
+        });
+        self.costs.step_ran(&calls, lengths);
+        for message in results {
+            self.push(message);
         }
     }
 
@@ -441,7 +470,7 @@ where
     async fn refuse(&mut self, calls: Vec<ToolCall>, err: ToolError) {
         for call in calls {
             let result = ToolResult::from_error(err.clone());
-            self.push(Message::tool(call.id.clone(), result.text()));
+            self.push(Message::tool_error(call.id.clone(), result.text()));
             let _ = self
                 .tx
                 .send(AgentEvent::ToolResult {

@@ -1,5 +1,6 @@
-//! What a model streams back: [`ModelDelta`]s (text, tool-call fragments,
-//! a finish reason, usage) and the complete [`ToolCall`] they fold into.
+//! What a model streams back: [`ModelDelta`]s (text, reasoning, tool-call
+//! fragments, a finish reason, usage), the complete [`ToolCall`] and
+//! [`Reasoning`] blocks they fold into.
 
 use serde::{Deserialize, Serialize};
 
@@ -9,6 +10,12 @@ use serde::{Deserialize, Serialize};
 pub enum ModelDelta {
     /// Text, as it is written.
     Text(String),
+    /// A piece of the model's reasoning (Anthropic's extended thinking):
+    /// its text as it is written, the signature that closes a block, or a
+    /// block the provider withheld. Folded into [`Reasoning`] blocks
+    /// ([`ReasoningDelta::fold_into`]), which the assistant message keeps
+    /// so that the next request sends them back.
+    Reasoning(ReasoningDelta),
     /// A fragment of a tool call.
     ToolCall(ToolCallDelta),
     /// Why the model stopped.
@@ -22,6 +29,86 @@ pub enum ModelDelta {
     /// snapshot does). Sent at most once, before the rest of the answer
     /// it belongs to; a trace records it as `gen_ai.response.model`.
     Model(String),
+}
+
+/// A piece of a model's reasoning, as a stream sends it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReasoningDelta {
+    /// Reasoning text, appended to the open block.
+    Text(String),
+    /// The provider's signature of the open block, which closes it: the
+    /// provider checks it when the block comes back.
+    Signature(String),
+    /// A whole block whose text the provider withheld (Anthropic's
+    /// `redacted_thinking`), as opaque data to send back.
+    Redacted(String),
+}
+
+impl ReasoningDelta {
+    /// Folds this piece into `blocks`: text goes to the last block while it
+    /// is unsigned (else it opens one), a signature closes the last
+    /// unsigned block (or stands as a block of no text), a withheld block
+    /// is a block of its own.
+    ///
+    /// ```
+    /// use toolstack::model::{Reasoning, ReasoningDelta};
+    ///
+    /// let mut blocks = Vec::new();
+    /// ReasoningDelta::Text("Let me ".into()).fold_into(&mut blocks);
+    /// ReasoningDelta::Text("think.".into()).fold_into(&mut blocks);
+    /// ReasoningDelta::Signature("sig".into()).fold_into(&mut blocks);
+    /// ReasoningDelta::Text("Again.".into()).fold_into(&mut blocks);
+    /// assert_eq!(blocks, [
+    ///     Reasoning::Thinking { text: "Let me think.".into(), signature: Some("sig".into()) },
+    ///     Reasoning::Thinking { text: "Again.".into(), signature: None },
+    /// ]);
+    /// ```
+    pub fn fold_into(self, blocks: &mut Vec<Reasoning>) {
+        let open = match blocks.last_mut() {
+            Some(Reasoning::Thinking {
+                text,
+                signature: signature @ None,
+            }) => Some((text, signature)),
+            _ => None,
+        };
+        match (self, open) {
+            (ReasoningDelta::Text(piece), Some((text, _))) => text.push_str(&piece),
+            (ReasoningDelta::Text(piece), None) => blocks.push(Reasoning::Thinking {
+                text: piece,
+                signature: None,
+            }),
+            (ReasoningDelta::Signature(sig), Some((_, signature))) => *signature = Some(sig),
+            (ReasoningDelta::Signature(sig), None) => blocks.push(Reasoning::Thinking {
+                text: String::new(),
+                signature: Some(sig),
+            }),
+            (ReasoningDelta::Redacted(data), _) => blocks.push(Reasoning::Redacted { data }),
+        }
+    }
+}
+
+/// One block of a model's reasoning, complete: kept in the assistant
+/// [`Message`](crate::model::Message) it belongs to, and sent back with it
+/// to a provider that asks for it (Anthropic requires the signed blocks of
+/// a turn that called tools; the OpenAI-compatible client sends none).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Reasoning {
+    /// Reasoning text, with the provider's signature when it sent one.
+    Thinking {
+        /// The text.
+        text: String,
+        /// The provider's signature of the text.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+    },
+    /// A block whose text the provider withheld, as its opaque data.
+    Redacted {
+        /// The data, sent back as it came.
+        data: String,
+    },
 }
 
 /// A fragment of a tool call, as OpenAI-style streams send them in
@@ -92,8 +179,13 @@ pub enum FinishReason {
     ToolCalls,
     /// The token limit was reached: the answer is cut off.
     Length,
-    /// Content was filtered: the answer is cut off or withheld.
+    /// Content was filtered: the answer is cut off or withheld (Anthropic's
+    /// `refusal` too).
     ContentFilter,
+    /// The provider paused a long turn (Anthropic's `pause_turn`): the
+    /// answer so far is to be sent back as it is, for the model to go on.
+    /// The agent asks again, as one more step.
+    Paused,
     /// Any other reason, as sent.
     #[serde(untagged)]
     Other(String),
@@ -102,11 +194,13 @@ pub enum FinishReason {
 /// Token usage of one model call, as reported. Where a total may lack a
 /// report, it is an `Option<Usage>` ([`AgentDone::usage`]).
 ///
-/// The cached and reasoning counts are *parts* of the prompt and
-/// completion counts (as OpenAI reports them: `prompt_tokens_details.cached_tokens`,
+/// The cached, cache-creation and reasoning counts are *parts* of the
+/// prompt and completion counts (as OpenAI reports them: `prompt_tokens_details.cached_tokens`,
 /// `completion_tokens_details.reasoning_tokens`), not more tokens; zero
-/// when the endpoint does not say. Serialized, a zero part is left out,
-/// and a missing one reads as zero.
+/// when the endpoint does not say. Anthropic reports its uncached input,
+/// its cache reads and its cache writes apart: the prompt count is their
+/// sum, as the OpenTelemetry GenAI conventions count input tokens.
+/// Serialized, a zero part is left out, and a missing one reads as zero.
 ///
 /// ```
 /// use toolstack::model::Usage;
@@ -132,6 +226,11 @@ pub struct Usage {
     /// the answer's text, billed as output).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub reasoning_tokens: u64,
+    /// Of the prompt's tokens, those the endpoint wrote to its prompt
+    /// cache (Anthropic's `cache_creation_input_tokens`; usually billed at
+    /// a higher price than uncached input). Not among the cached ones.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_creation_tokens: u64,
 }
 
 impl Usage {
@@ -143,12 +242,19 @@ impl Usage {
             completion_tokens,
             cached_tokens: 0,
             reasoning_tokens: 0,
+            cache_creation_tokens: 0,
         }
     }
 
     /// Says that `tokens` of the prompt's were read from the cache.
     pub fn cached(mut self, tokens: u64) -> Self {
         self.cached_tokens = tokens;
+        self
+    }
+
+    /// Says that `tokens` of the prompt's were written to the cache.
+    pub fn cache_creation(mut self, tokens: u64) -> Self {
+        self.cache_creation_tokens = tokens;
         self
     }
 
@@ -182,6 +288,9 @@ impl std::ops::AddAssign for Usage {
             .saturating_add(other.completion_tokens);
         self.cached_tokens = self.cached_tokens.saturating_add(other.cached_tokens);
         self.reasoning_tokens = self.reasoning_tokens.saturating_add(other.reasoning_tokens);
+        self.cache_creation_tokens = self
+            .cache_creation_tokens
+            .saturating_add(other.cache_creation_tokens);
     }
 }
 
@@ -250,5 +359,15 @@ mod tests {
         let mut sum = new;
         sum += new;
         assert_eq!(sum, Usage::new(6, 8).cached(4).reasoning(2));
+        let written = Usage::new(10, 1).cached(2).cache_creation(5);
+        let text = serde_json::to_string(&written).unwrap();
+        assert_eq!(
+            text,
+            r#"{"prompt_tokens":10,"completion_tokens":1,"cached_tokens":2,"cache_creation_tokens":5}"#
+        );
+        assert_eq!(serde_json::from_str::<Usage>(&text).unwrap(), written);
+        let mut sum = written;
+        sum += written;
+        assert_eq!(sum.cache_creation_tokens, 10);
     }
 }

@@ -7,10 +7,14 @@ use std::sync::Arc;
 use http::Extensions;
 use serde::{Deserialize, Serialize};
 
-use super::ToolCall;
+use super::{Reasoning, ToolCall};
+use crate::output::Media;
 use crate::ToolInfo;
 
-/// One message of a chat, in the OpenAI chat-completions shape.
+/// One message of a chat, in the OpenAI chat-completions shape, with what
+/// other providers need besides (an answer's reasoning, a tool result's
+/// error flag and images): those fields are left out when empty, so older
+/// JSON reads as it did, and each client sends what its provider takes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "lowercase")]
 pub enum Message {
@@ -32,6 +36,12 @@ pub enum Message {
         /// The tool calls, if any.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<ToolCall>,
+        /// The model's reasoning before it answered, as its blocks (signed
+        /// by the provider): sent back to a provider that requires them
+        /// (Anthropic, on a turn that called tools), left out by the
+        /// OpenAI-compatible client.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        reasoning: Vec<Reasoning>,
     },
     /// The result of one tool call, for the model.
     Tool {
@@ -39,6 +49,14 @@ pub enum Message {
         tool_call_id: String,
         /// The result as text (JSON for structured results and errors).
         content: String,
+        /// Whether the call failed: Anthropic's `is_error`; the text says
+        /// so for the OpenAI-compatible client.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
+        /// The images the tool returned, for a provider that takes them in
+        /// a tool result (Anthropic); the text names their mime types.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<Media>,
     },
 }
 
@@ -62,6 +80,16 @@ impl Message {
         Message::Assistant {
             content: Some(content.into()),
             tool_calls: Vec::new(),
+            reasoning: Vec::new(),
+        }
+    }
+
+    /// An assistant message with these tool calls (and no text).
+    pub fn assistant_calls(tool_calls: Vec<ToolCall>) -> Self {
+        Message::Assistant {
+            content: None,
+            tool_calls,
+            reasoning: Vec::new(),
         }
     }
 
@@ -70,6 +98,37 @@ impl Message {
         Message::Tool {
             tool_call_id: tool_call_id.into(),
             content: content.into(),
+            is_error: false,
+            images: Vec::new(),
+        }
+    }
+
+    /// The result of a call that failed, as its error's text.
+    pub fn tool_error(tool_call_id: impl Into<String>, content: impl Into<String>) -> Self {
+        Message::Tool {
+            tool_call_id: tool_call_id.into(),
+            content: content.into(),
+            is_error: true,
+            images: Vec::new(),
+        }
+    }
+
+    /// A tool result as the model reads it: its text, whether it failed,
+    /// and its images.
+    pub fn tool_result(tool_call_id: impl Into<String>, result: &crate::ToolResult) -> Self {
+        let images = result
+            .content
+            .iter()
+            .filter_map(|item| match item {
+                crate::ToolOutput::Image(media) => Some((**media).clone()),
+                _ => None,
+            })
+            .collect();
+        Message::Tool {
+            tool_call_id: tool_call_id.into(),
+            content: result.text(),
+            is_error: result.is_error,
+            images,
         }
     }
 }

@@ -10,13 +10,16 @@
 //! | item | what it is |
 //! |---|---|
 //! | [`ChatRequest`], [`Message`] | what the model is asked: the conversation, the tools it may call, extensions |
-//! | [`ModelDelta`], [`ToolCallDelta`], [`FinishReason`], [`Usage`] | what it streams back |
+//! | [`ModelDelta`], [`ToolCallDelta`], [`ReasoningDelta`], [`FinishReason`], [`Usage`] | what it streams back |
+//! | [`Reasoning`] | a reasoning block, complete: kept in the assistant message, sent back to a provider that requires it |
 //! | [`Accumulator`], [`ToolCall`] | fragments folded into complete tool calls, at most [`MAX_TOOL_CALLS_PER_ANSWER`] per answer |
 //! | [`Prices`], [`Price`], [`Cost`] | what model calls cost: a price table per model, checked when built; money in whole nano-dollars |
 //! | [`RunId`] | which agent run a request belongs to, in its extensions (a per-run spend limit keys on it) |
 //! | [`ScriptedModel`], [`Turn`] | a deterministic model: examples and tests with no network and no key |
 //! | [`record`]: `RecordLayer`, `ReplayModel` | a model's traffic recorded to a file once, and replayed from it in tests |
-//! | `OpenAiModel`, `MAX_SSE_EVENT_BYTES` (feature `openai`) | an OpenAI-compatible chat-completions endpoint, streamed over SSE, each event bounded |
+//! | `OpenAiModel` (feature `openai`) | an OpenAI-compatible chat-completions endpoint, streamed over SSE |
+//! | `AnthropicModel`, `CachePoint` (feature `anthropic`) | Anthropic's Messages API, streamed natively: tool use, extended thinking sent back signed, prompt-cache usage, every stop reason |
+//! | `MAX_SSE_EVENT_BYTES` (either) | the bound on one event of their streams, which read by the same rules |
 //!
 //! ```
 //! use toolstack::model::{Accumulator, ToolCallDelta};
@@ -33,28 +36,43 @@
 //! ```
 
 mod accumulate;
+#[cfg(feature = "anthropic")]
+mod anthropic;
 mod delta;
 mod message;
 #[cfg(feature = "openai")]
 mod openai;
 mod price;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod provider;
 pub mod record;
 mod scripted;
 mod service;
 
 pub use self::accumulate::{AccumulateError, Accumulator, Pushed, MAX_TOOL_CALLS_PER_ANSWER};
-pub use self::delta::{FinishReason, ModelDelta, ToolCall, ToolCallDelta, Usage};
+#[cfg(feature = "anthropic")]
+#[doc(hidden)]
+pub use self::anthropic::fuzzing as anthropic_fuzzing;
+#[cfg(feature = "anthropic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "anthropic")))]
+pub use self::anthropic::{AnthropicModel, AnthropicStream, CachePoint, ANTHROPIC_VERSION};
+pub use self::delta::{
+    FinishReason, ModelDelta, Reasoning, ReasoningDelta, ToolCall, ToolCallDelta, Usage,
+};
 pub use self::message::{ChatRequest, Message, RunId};
 #[cfg(feature = "openai")]
 #[doc(hidden)]
 pub use self::openai::fuzzing;
 #[cfg(feature = "openai")]
 #[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
-pub use self::openai::{OpenAiModel, OpenAiStream, MAX_SSE_EVENT_BYTES};
+pub use self::openai::{OpenAiModel, OpenAiStream};
 #[doc(hidden)]
 pub use self::price::thousands;
 pub use self::price::{
     Cost, Price, PriceError, Prices, PricesBuilder, MAX_PRICE_PER_MILLION_TOKENS,
 };
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "openai", feature = "anthropic"))))]
+pub use self::provider::MAX_SSE_EVENT_BYTES;
 pub use self::scripted::{ScriptedModel, ScriptedStream, Turn};
 pub use self::service::ModelService;

@@ -4,7 +4,13 @@
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// The request's body.
+#[allow(dead_code)]
 pub async fn read_body<S: AsyncRead + Unpin>(socket: &mut S) -> Vec<u8> {
+    read_request(socket).await.1
+}
+
+/// The request's head (lowercased) and body.
+pub async fn read_request<S: AsyncRead + Unpin>(socket: &mut S) -> (String, Vec<u8>) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
@@ -23,7 +29,7 @@ pub async fn read_body<S: AsyncRead + Unpin>(socket: &mut S) -> Vec<u8> {
                 let n = socket.read(&mut chunk).await.unwrap();
                 buf.extend_from_slice(&chunk[..n]);
             }
-            return buf[end + 4..end + 4 + len].to_vec();
+            return (head, buf[end + 4..end + 4 + len].to_vec());
         }
     }
 }

@@ -33,6 +33,12 @@ pub(crate) fn record_delta(delta: &ModelDelta, span: &Span) {
                     int(usage.reasoning_tokens),
                 );
             }
+            if usage.cache_creation_tokens > 0 {
+                span.record(
+                    "gen_ai.usage.cache_creation.input_tokens",
+                    int(usage.cache_creation_tokens),
+                );
+            }
         }
         _ => {}
     }

@@ -174,6 +174,7 @@ impl MakeSpan<ChatRequest> for DefaultMakeSpan {
             gen_ai.usage.output_tokens = tracing::field::Empty,
             gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
             gen_ai.usage.reasoning.output_tokens = tracing::field::Empty,
+            gen_ai.usage.cache_creation.input_tokens = tracing::field::Empty,
             error.type = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
             gen_ai.input.messages = tracing::field::Empty,

@@ -204,6 +204,9 @@ pub(super) struct Mapper {
     /// A tool event came in this step: the next model event begins another.
     pub(super) after_tools: bool,
     pub(super) text: Option<String>,
+    /// The open reasoning part (a model's thinking, streamed before its
+    /// text): its own id, ended when text, a call or the step's end comes.
+    pub(super) reasoning: Option<String>,
     pub(super) texts: u64,
     /// The current answer's calls being written: index → the part's id.
     pub(super) writing: BTreeMap<u32, String>,
@@ -227,8 +230,28 @@ impl Mapper {
     ) {
         let mut push = |chunk: Value| out.push_back(Out::Chunk(chunk));
         match event {
+            AgentEvent::ReasoningDelta(delta) => {
+                self.model_event(&mut push);
+                if let Some(id) = self.text.take() {
+                    push(json!({"type": "text-end", "id": id}));
+                }
+                let id = match &self.reasoning {
+                    Some(id) => id.clone(),
+                    None => {
+                        self.texts += 1;
+                        let id = format!("reasoning-{}", self.texts);
+                        push(json!({"type": "reasoning-start", "id": id}));
+                        self.reasoning = Some(id.clone());
+                        id
+                    }
+                };
+                push(json!({"type": "reasoning-delta", "id": id, "delta": delta}));
+            }
             AgentEvent::TextDelta(delta) => {
                 self.model_event(&mut push);
+                if let Some(id) = self.reasoning.take() {
+                    push(json!({"type": "reasoning-end", "id": id}));
+                }
                 let id = match &self.text {
                     Some(id) => id.clone(),
                     None => {
@@ -426,7 +449,11 @@ impl Mapper {
         self.after_tools = true;
     }
 
+    /// Ends the open text or reasoning part.
     pub(super) fn close_text(&mut self, push: &mut impl FnMut(Value)) {
+        if let Some(id) = self.reasoning.take() {
+            push(json!({"type": "reasoning-end", "id": id}));
+        }
         if let Some(id) = self.text.take() {
             push(json!({"type": "text-end", "id": id}));
         }

@@ -121,6 +121,7 @@ pub(super) fn assistant(parts: &[Value], out: &mut Vec<Message>) -> Result<(), S
             out.push(Message::Assistant {
                 content: (!text.is_empty()).then(|| std::mem::take(text)),
                 tool_calls: std::mem::take(calls),
+                reasoning: Vec::new(),
             });
             out.append(results);
         }

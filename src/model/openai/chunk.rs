@@ -1,16 +1,42 @@
-//! One `chat.completion.chunk` as model deltas, its tool-call indices
-//! bounded.
+//! The chat-completions dialect: one `chat.completion.chunk` as model
+//! deltas, its tool-call indices bounded; `[DONE]` ends the answer.
 
+use eventsource_stream::Event;
 use serde_json::Value;
 
-use crate::model::{
-    AccumulateError, FinishReason, ModelDelta, ToolCallDelta, Usage, MAX_TOOL_CALLS_PER_ANSWER,
-};
+use crate::model::provider::refusal::stream_error;
+use crate::model::provider::sse::{Dialect, Read, Unread};
+use crate::model::provider::tool_call_index;
+use crate::model::{FinishReason, ModelDelta, ToolCallDelta, Usage};
 use crate::ToolError;
+
+/// The chat-completions stream format; it holds no state between chunks.
+#[derive(Debug, Default)]
+pub(super) struct Chunks;
+
+impl Dialect for Chunks {
+    const END: &'static str = "[DONE]";
+
+    fn read(&mut self, event: &Event) -> Result<Read, Unread> {
+        if event.data.trim() == "[DONE]" {
+            return Ok(Read::end());
+        }
+        let chunk: Value = serde_json::from_str(&event.data).map_err(Unread::Malformed)?;
+        if let Some(error) = chunk.get("error") {
+            return Err(stream_error(error).into());
+        }
+        let mut read = Read::deltas(deltas_of(&chunk)?);
+        read.model = chunk
+            .get("model")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        Ok(read)
+    }
+}
 
 /// The deltas of one `chat.completion.chunk`; a tool-call index out of
 /// bounds refuses the chunk.
-pub(super) fn deltas_of(chunk: &Value) -> Result<Vec<ModelDelta>, ToolError> {
+fn deltas_of(chunk: &Value) -> Result<Vec<ModelDelta>, ToolError> {
     let mut out = Vec::new();
     if let Some(choice) = chunk.pointer("/choices/0") {
         if let Some(text) = choice.pointer("/delta/content").and_then(Value::as_str) {
@@ -23,7 +49,7 @@ pub(super) fn deltas_of(chunk: &Value) -> Result<Vec<ModelDelta>, ToolError> {
             .and_then(Value::as_array)
         {
             for call in calls {
-                let mut delta = ToolCallDelta::new(tool_call_index(call)?);
+                let mut delta = ToolCallDelta::new(index_of(call)?);
                 delta.id = call.get("id").and_then(Value::as_str).map(str::to_owned);
                 delta.name = call
                     .pointer("/function/name")
@@ -60,23 +86,14 @@ fn usage_of(usage: &Value) -> Option<Usage> {
     Some(reported)
 }
 
-/// A fragment's `index`, read as the full JSON integer and checked against
-/// the bound before it becomes a `u32` (so no value wraps into range). A
+/// A fragment's `index`, read as the full JSON integer and bounded. A
 /// missing index is 0: a server streaming one call may leave it out.
-pub(super) fn tool_call_index(call: &Value) -> Result<u32, ToolError> {
+fn index_of(call: &Value) -> Result<u32, ToolError> {
     let Some(index) = call.get("index") else {
         return Ok(0);
     };
-    let too_many = |index: u64| {
-        let err = AccumulateError::TooManyCalls {
-            index,
-            max: MAX_TOOL_CALLS_PER_ANSWER,
-        };
-        ToolError::failed(format!("the model's answer was refused: {err}")).with_source(err)
-    };
     match index.as_u64() {
-        Some(i) if i < MAX_TOOL_CALLS_PER_ANSWER as u64 => Ok(i as u32),
-        Some(i) => Err(too_many(i)),
+        Some(i) => tool_call_index(i),
         None => Err(ToolError::failed(format!(
             "the model sent a tool-call index that is not a non-negative integer: {index}"
         ))),

@@ -3,7 +3,7 @@
 //! failure a typed [`ToolError`].
 //!
 //! What the endpoint sends is input: it is bounded where it is read (one
-//! event at most [`MAX_SSE_EVENT_BYTES`], a tool-call index below
+//! event at most [`MAX_SSE_EVENT_BYTES`](super::MAX_SSE_EVENT_BYTES), a tool-call index below
 //! [`MAX_TOOL_CALLS_PER_ANSWER`](crate::model::MAX_TOOL_CALLS_PER_ANSWER)) and never trusted to be well-formed.
 
 use std::pin::Pin;
@@ -14,23 +14,14 @@ use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
 use tower_service::Service;
 
-use super::{ChatRequest, ModelDelta};
-use crate::{ErrorKind, ToolError};
+use super::{ChatRequest, Message, ModelDelta};
+use crate::ToolError;
+
+use super::provider;
 
 mod chunk;
-mod errors;
-mod sse;
 
-use errors::{error_body, retry_after, status_error};
-use sse::deltas_from_sse;
-
-/// The most bytes one server-sent event of a model's answer may take (its
-/// lines up to the blank line that ends it): 1 MiB.
-///
-/// A chunk of a chat-completions stream is a few hundred bytes; an endpoint
-/// that sends an endless line gets a typed error (kind failed) instead of
-/// an ever-growing buffer.
-pub const MAX_SSE_EVENT_BYTES: usize = 1 << 20;
+use chunk::Chunks;
 
 /// The delta stream of an [`OpenAiModel`] answer.
 pub type OpenAiStream = Pin<Box<dyn Stream<Item = Result<ModelDelta, ToolError>> + Send>>;
@@ -42,14 +33,15 @@ pub type OpenAiStream = Pin<Box<dyn Stream<Item = Result<ModelDelta, ToolError>>
 ///
 /// | what happened | kind |
 /// |---|---|
-/// | 429 | rate limited |
+/// | 429, or a body whose error type is a rate limit | rate limited |
 /// | 401, 403 | denied |
 /// | 5xx, the endpoint unreachable | unavailable |
 /// | other statuses | failed |
 /// | the connection breaks mid-answer, or the stream ends without `[DONE]` | unavailable (the transport error kept as the source) |
 /// | a chunk that is not JSON (or not UTF-8) before any delta | unavailable: nothing reached the consumer, so asking again is safe |
 /// | the same after a delta | failed |
-/// | an error chunk, an event over [`MAX_SSE_EVENT_BYTES`], a tool-call index of [`MAX_TOOL_CALLS_PER_ANSWER`](crate::model::MAX_TOOL_CALLS_PER_ANSWER) or more | failed |
+/// | an error chunk | by its error type, as a status's body is (`rate_limit_error` rate limited, `server_error` unavailable…), else failed |
+/// | an event over [`MAX_SSE_EVENT_BYTES`](super::MAX_SSE_EVENT_BYTES), a tool-call index of [`MAX_TOOL_CALLS_PER_ANSWER`](crate::model::MAX_TOOL_CALLS_PER_ANSWER) or more | failed |
 ///
 /// Whatever the status, a `retry-after-ms` header (milliseconds) or a
 /// `Retry-After` header (seconds, fractional seconds, or an HTTP-date,
@@ -106,7 +98,7 @@ impl OpenAiModel {
     fn body(&self, request: &ChatRequest) -> Value {
         let mut body = json!({
             "model": request.model.as_deref().unwrap_or(&self.model),
-            "messages": request.messages,
+            "messages": chat_messages(&request.messages),
             "stream": true,
             "stream_options": {"include_usage": true},
         });
@@ -120,6 +112,21 @@ impl OpenAiModel {
         }
         body
     }
+}
+
+/// The conversation in the chat-completions shape, without what only other
+/// providers read (an answer's reasoning blocks, a tool result's error flag
+/// and images), which a strict endpoint would refuse.
+fn chat_messages(messages: &[Message]) -> Value {
+    let mut value = serde_json::to_value(messages).unwrap_or_default();
+    for message in value.as_array_mut().into_iter().flatten() {
+        if let Some(message) = message.as_object_mut() {
+            for other in ["reasoning", "is_error", "images"] {
+                message.remove(other);
+            }
+        }
+    }
+    value
 }
 
 impl Service<ChatRequest> for OpenAiModel {
@@ -142,22 +149,7 @@ impl Service<ChatRequest> for OpenAiModel {
             post = post.bearer_auth(key);
         }
         Box::pin(async move {
-            let body = serde_json::to_vec(&body)
-                .map_err(|e| ToolError::failed(format!("cannot encode the request: {e}")))?;
-            let response = post.body(body).send().await.map_err(|e| {
-                ToolError::new(
-                    ErrorKind::Unavailable,
-                    format!("cannot reach the model endpoint: {e}"),
-                )
-                .with_source(e)
-            })?;
-            let status = response.status().as_u16();
-            if !(200..300).contains(&status) {
-                let retry_after = retry_after(response.headers());
-                let text = error_body(response.bytes_stream()).await;
-                return Err(status_error(status, retry_after, &text));
-            }
-            let deltas = deltas_from_sse(response.bytes_stream());
+            let deltas = provider::send(post, &body, Chunks).await?;
             Ok(Box::pin(deltas) as OpenAiStream)
         })
     }
@@ -175,25 +167,15 @@ pub mod fuzzing {
     pub fn deltas_from_sse(
         pieces: Vec<Vec<u8>>,
     ) -> Vec<Result<super::ModelDelta, super::ToolError>> {
-        use futures_util::{FutureExt, StreamExt};
-        let body =
-            futures_util::stream::iter(pieces.into_iter().map(Ok::<_, std::convert::Infallible>));
-        // Every piece is ready, so the whole parse completes in one poll.
-        super::deltas_from_sse(body)
-            .collect()
-            .now_or_never()
-            .expect("a body whose pieces are all ready parses in one poll")
+        super::provider::parse_pieces(pieces, super::Chunks)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use futures_util::FutureExt;
     use proptest::prelude::*;
 
     use std::time::Duration;
-
-    use futures_util::{stream, StreamExt};
 
     use super::*;
     use crate::model::Accumulator;
@@ -224,12 +206,7 @@ mod tests {
     }
 
     fn fold(bytes: Vec<Vec<u8>>) -> (String, Vec<crate::model::ToolCall>, usize) {
-        let stream = stream::iter(bytes.into_iter().map(Ok::<_, std::convert::Infallible>));
-        // Every piece is ready, so the whole parse completes in one poll.
-        let deltas: Vec<_> = deltas_from_sse(stream)
-            .collect()
-            .now_or_never()
-            .expect("ready");
+        let deltas = provider::parse_pieces(bytes, Chunks);
         let mut text = String::new();
         let mut acc = Accumulator::new();
         let mut errors = 0;

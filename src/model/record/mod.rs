@@ -67,7 +67,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::model::{ChatRequest, FinishReason, ModelDelta, ToolCallDelta, Usage};
+use crate::model::{ChatRequest, FinishReason, ModelDelta, ReasoningDelta, ToolCallDelta, Usage};
 use crate::ToolError;
 
 pub use recorder::{RecordLayer, Recorded, Recorder};
@@ -124,6 +124,16 @@ pub(crate) enum Item {
     Text {
         text: String,
     },
+    /// A reasoning piece: its text, a block's signature, or a withheld
+    /// block's data.
+    Reasoning {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        redacted: Option<String>,
+    },
     ToolCall {
         index: u32,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -151,6 +161,19 @@ impl Item {
     pub(crate) fn of(item: &Result<ModelDelta, ToolError>) -> Item {
         match item {
             Ok(ModelDelta::Text(text)) => Item::Text { text: text.clone() },
+            Ok(ModelDelta::Reasoning(piece)) => {
+                let (mut text, mut signature, mut redacted) = (None, None, None);
+                match piece {
+                    ReasoningDelta::Text(t) => text = Some(t.clone()),
+                    ReasoningDelta::Signature(s) => signature = Some(s.clone()),
+                    ReasoningDelta::Redacted(d) => redacted = Some(d.clone()),
+                }
+                Item::Reasoning {
+                    text,
+                    signature,
+                    redacted,
+                }
+            }
             Ok(ModelDelta::ToolCall(call)) => Item::ToolCall {
                 index: call.index,
                 id: call.id.clone(),
@@ -173,6 +196,15 @@ impl Item {
     pub(crate) fn to_delta(&self) -> Result<ModelDelta, ToolError> {
         Ok(match self {
             Item::Text { text } => ModelDelta::Text(text.clone()),
+            Item::Reasoning {
+                text,
+                signature,
+                redacted,
+            } => ModelDelta::Reasoning(match (text, signature, redacted) {
+                (_, Some(signature), _) => ReasoningDelta::Signature(signature.clone()),
+                (_, _, Some(data)) => ReasoningDelta::Redacted(data.clone()),
+                (text, _, _) => ReasoningDelta::Text(text.clone().unwrap_or_default()),
+            }),
             Item::ToolCall {
                 index,
                 id,

@@ -1,28 +1,26 @@
 //! The answer's server-sent events, framed with a bound on each event,
-//! read into a stream of deltas; a malformed or broken stream is a typed
-//! error (retryable before the first delta).
+//! read by a provider's [`Dialect`] into a stream of deltas; a malformed
+//! or broken stream is a typed error (retryable before the first delta).
 
 use std::error::Error as StdError;
 use std::fmt;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
-use eventsource_stream::{EventStreamError, Eventsource};
+use eventsource_stream::{Event, EventStreamError, Eventsource};
 use futures_core::Stream;
 use futures_util::{stream, StreamExt};
 use pin_project_lite::pin_project;
-use serde_json::Value;
 
 use crate::model::ModelDelta;
 use crate::{ErrorKind, ToolError};
 
-use super::chunk::deltas_of;
 use super::MAX_SSE_EVENT_BYTES;
 
 /// Why the body stopped before the SSE parser saw it: the transport, the
 /// bound on one event, or a line that is not UTF-8.
 #[derive(Debug)]
-pub(super) enum BodyError<E> {
+pub(crate) enum BodyError<E> {
     Transport(E),
     EventTooLarge,
     NotUtf8(std::str::Utf8Error),
@@ -54,15 +52,15 @@ impl<E: StdError + 'static> StdError for BodyError<E> {
 /// Counts the bytes of the event being received, however the body is
 /// split. CR, LF and CRLF end a line; an empty line ends an event.
 #[derive(Debug, Default)]
-pub(super) struct EventBytes {
-    pub(super) event: usize,
-    pub(super) line: usize,
-    pub(super) after_cr: bool,
+pub(crate) struct EventBytes {
+    pub(crate) event: usize,
+    pub(crate) line: usize,
+    pub(crate) after_cr: bool,
 }
 
 impl EventBytes {
     /// Whether the event being received is still within the bound.
-    pub(super) fn feed(&mut self, bytes: &[u8]) -> bool {
+    pub(crate) fn feed(&mut self, bytes: &[u8]) -> bool {
         for &byte in bytes {
             match byte {
                 b'\n' if self.after_cr => self.after_cr = false,
@@ -85,7 +83,7 @@ impl EventBytes {
 }
 
 /// Where `piece` can be cut after its last complete line, if it has one.
-pub(super) fn after_last_line(piece: &[u8]) -> Option<usize> {
+pub(crate) fn after_last_line(piece: &[u8]) -> Option<usize> {
     let is_end = |b: &u8| *b == b'\n' || *b == b'\r';
     let last = piece.iter().rposition(is_end)?;
     if piece[last] == b'\r' && last + 1 == piece.len() {
@@ -98,7 +96,7 @@ pub(super) fn after_last_line(piece: &[u8]) -> Option<usize> {
 /// Where the line that starts `lines[at..]` ends: after its LF, CRLF or
 /// lone CR (`lines` holds whole lines, so a CR is never its last byte but
 /// at the body's end), or at the end of `lines`.
-pub(super) fn line_end(lines: &[u8], at: usize) -> usize {
+pub(crate) fn line_end(lines: &[u8], at: usize) -> usize {
     match lines[at..].iter().position(|b| *b == b'\n' || *b == b'\r') {
         Some(i) if lines[at + i] == b'\r' && lines.get(at + i + 1) == Some(&b'\n') => at + i + 2,
         Some(i) => at + i + 1,
@@ -107,7 +105,7 @@ pub(super) fn line_end(lines: &[u8], at: usize) -> usize {
 }
 
 /// The UTF-8 byte-order mark.
-pub(super) const BOM: &[u8] = "\u{feff}".as_bytes();
+pub(crate) const BOM: &[u8] = "\u{feff}".as_bytes();
 
 pin_project! {
     /// The body re-cut into lines, one line per item, each event bounded
@@ -143,7 +141,7 @@ pin_project! {
 }
 
 impl<S> WholeLines<S> {
-    pub(super) fn new(body: S) -> Self {
+    pub(crate) fn new(body: S) -> Self {
         WholeLines {
             body,
             partial: Vec::new(),
@@ -227,7 +225,7 @@ where
 /// connection (a proxy's error page, a garbled first chunk): nothing has
 /// reached the consumer, so asking again is safe. After a delta the answer
 /// is broken, and failed.
-pub(super) fn malformed(message: String, emitted: bool) -> ToolError {
+pub(crate) fn malformed(message: String, emitted: bool) -> ToolError {
     let kind = if emitted {
         ErrorKind::Failed
     } else {
@@ -237,7 +235,7 @@ pub(super) fn malformed(message: String, emitted: bool) -> ToolError {
 }
 
 /// The error of a body the SSE parser could not read.
-pub(super) fn broken<E>(err: EventStreamError<BodyError<E>>, emitted: bool) -> ToolError
+pub(crate) fn broken<E>(err: EventStreamError<BodyError<E>>, emitted: bool) -> ToolError
 where
     E: StdError + Send + Sync + 'static,
 {
@@ -268,24 +266,87 @@ where
     }
 }
 
-/// Parses a chat-completions SSE body, however its bytes are split, into
-/// deltas; the stream ends at `[DONE]`, or with one error.
-pub(super) fn deltas_from_sse<S, B, E>(
+/// What one event of a provider's stream says.
+#[derive(Debug, Default)]
+pub(crate) struct Read {
+    /// The deltas it holds (often none: a keep-alive, a block's start).
+    pub(crate) deltas: Vec<ModelDelta>,
+    /// The answering model, if the event names it.
+    pub(crate) model: Option<String>,
+    /// Whether it ends the answer (OpenAI's `[DONE]`, Anthropic's
+    /// `message_stop`): nothing after it is read.
+    pub(crate) end: bool,
+}
+
+impl Read {
+    /// An event that holds `deltas`.
+    pub(crate) fn deltas(deltas: Vec<ModelDelta>) -> Self {
+        Read {
+            deltas,
+            ..Read::default()
+        }
+    }
+
+    /// The event that ends the answer.
+    pub(crate) fn end() -> Self {
+        Read {
+            end: true,
+            ..Read::default()
+        }
+    }
+}
+
+/// Why an event was not read.
+#[derive(Debug)]
+pub(crate) enum Unread {
+    /// Its data is not JSON: retryable before the first delta, like a
+    /// dropped connection.
+    Malformed(serde_json::Error),
+    /// It says the answer failed (an error event, a bound exceeded, an
+    /// event out of place): the error as it is.
+    Refused(ToolError),
+}
+
+impl From<ToolError> for Unread {
+    fn from(err: ToolError) -> Self {
+        Unread::Refused(err)
+    }
+}
+
+/// A provider's stream format: how one event reads as deltas. The framing,
+/// its bounds, the order of the answering model's name and the rule for a
+/// malformed event are [`deltas_from_sse`]'s, the same for every provider.
+pub(crate) trait Dialect: Send + 'static {
+    /// What an answer must end with (`[DONE]`, `message_stop`), named in
+    /// the error of a stream that ends before it.
+    const END: &'static str;
+
+    /// Reads one event.
+    fn read(&mut self, event: &Event) -> Result<Read, Unread>;
+}
+
+/// Parses an SSE body, however its bytes are split, into deltas as
+/// `dialect` reads its events; the stream ends at the dialect's end, or
+/// with one error.
+pub(crate) fn deltas_from_sse<S, B, E, D>(
     bytes: S,
+    dialect: D,
 ) -> impl Stream<Item = Result<ModelDelta, ToolError>> + Send
 where
     S: Stream<Item = Result<B, E>> + Send + 'static,
     B: AsRef<[u8]> + Send,
     E: StdError + Send + Sync + 'static,
+    D: Dialect,
 {
-    struct Parse<T> {
+    struct Parse<T, D> {
         events: Pin<Box<T>>,
+        dialect: D,
         ended: bool,
         /// Whether a delta has been yielded: it decides whether a
-        /// malformed chunk is worth asking again.
+        /// malformed event is worth asking again.
         emitted: bool,
-        /// The answering model, once a chunk names it, until it is told
-        /// (once per answer, just before the first delta: a chunk that
+        /// The answering model, once an event names it, until it is told
+        /// (once per answer, just before the first delta: an event that
         /// only names it is no delta, so a failure after it is still a
         /// failure before the answer began).
         model: Option<String>,
@@ -293,6 +354,7 @@ where
     }
     let start = Parse {
         events: Box::pin(WholeLines::new(bytes).eventsource()),
+        dialect,
         ended: false,
         emitted: false,
         model: None,
@@ -302,32 +364,18 @@ where
         if parse.ended {
             return None;
         }
-        let batch = match parse.events.next().await {
+        let read = match parse.events.next().await {
             None => Err(ToolError::new(
                 ErrorKind::Unavailable,
-                "the model's stream ended before [DONE]",
+                format!("the model's stream ended before {}", D::END),
             )),
             Some(Err(err)) => Err(broken(err, parse.emitted)),
-            Some(Ok(event)) if event.data.trim() == "[DONE]" => return None,
-            Some(Ok(event)) => match serde_json::from_str::<Value>(&event.data) {
-                Ok(chunk) if chunk.get("error").is_some() => Err(ToolError::failed(format!(
-                    "the model reported an error mid-stream: {}",
-                    chunk["error"]
-                ))),
-                Ok(chunk) => {
-                    if parse.model.is_none() && !parse.named {
-                        // Bounded as a name is.
-                        parse.model = chunk
-                            .get("model")
-                            .and_then(Value::as_str)
-                            .filter(|m| !m.is_empty())
-                            .map(|m| m.chars().take(256).collect());
-                    }
-                    deltas_of(&chunk)
-                }
-                Err(err) => Err(malformed(
+            Some(Ok(event)) => match parse.dialect.read(&event) {
+                Ok(read) => Ok(read),
+                Err(Unread::Refused(err)) => Err(err),
+                Err(Unread::Malformed(err)) => Err(malformed(
                     format!(
-                        "malformed chunk from the model: {err}: {}",
+                        "malformed event from the model: {err}: {}",
                         event.data.chars().take(200).collect::<String>()
                     ),
                     parse.emitted,
@@ -335,8 +383,15 @@ where
                 .with_source(err)),
             },
         };
-        let items: Vec<Result<ModelDelta, ToolError>> = match batch {
-            Ok(deltas) => {
+        let items: Vec<Result<ModelDelta, ToolError>> = match read {
+            Ok(Read { end: true, .. }) => return None,
+            Ok(Read { deltas, model, .. }) => {
+                if parse.model.is_none() && !parse.named {
+                    // Bounded as a name is.
+                    parse.model = model
+                        .filter(|m| !m.is_empty())
+                        .map(|m| m.chars().take(256).collect());
+                }
                 parse.emitted |= !deltas.is_empty();
                 let model = (!deltas.is_empty())
                     .then(|| parse.model.take())
