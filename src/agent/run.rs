@@ -195,20 +195,7 @@ where
         // tracing-opentelemetry exports a `u64` as text.
         let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         if let Some(usage) = &self.usage {
-            span.record("gen_ai.usage.input_tokens", int(usage.prompt_tokens));
-            span.record("gen_ai.usage.output_tokens", int(usage.completion_tokens));
-            if usage.cached_tokens > 0 {
-                span.record(
-                    "gen_ai.usage.cache_read.input_tokens",
-                    int(usage.cached_tokens),
-                );
-            }
-            if usage.reasoning_tokens > 0 {
-                span.record(
-                    "gen_ai.usage.reasoning.output_tokens",
-                    int(usage.reasoning_tokens),
-                );
-            }
+            usage.record_on(&span);
         }
         span.record("toolstack.agent.steps", int(self.steps as u64));
         span.record("toolstack.agent.stop", stop.as_str());

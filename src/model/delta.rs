@@ -234,6 +234,34 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// Records the counts on `span` as the GenAI conventions name them:
+    /// `gen_ai.usage.input_tokens` and `output_tokens`, and the parts
+    /// reported (`cache_read.input_tokens`, `cache_creation.input_tokens`,
+    /// `reasoning.output_tokens`; left out when zero). As `i64`:
+    /// tracing-opentelemetry keeps an `i64` an integer but writes a `u64`
+    /// as text, and the conventions say int. The span must declare the
+    /// fields.
+    pub fn record_on(&self, span: &tracing::Span) {
+        let int = |tokens: u64| i64::try_from(tokens).unwrap_or(i64::MAX);
+        span.record("gen_ai.usage.input_tokens", int(self.prompt_tokens));
+        span.record("gen_ai.usage.output_tokens", int(self.completion_tokens));
+        for (field, tokens) in [
+            ("gen_ai.usage.cache_read.input_tokens", self.cached_tokens),
+            (
+                "gen_ai.usage.cache_creation.input_tokens",
+                self.cache_creation_tokens,
+            ),
+            (
+                "gen_ai.usage.reasoning.output_tokens",
+                self.reasoning_tokens,
+            ),
+        ] {
+            if tokens > 0 {
+                span.record(field, int(tokens));
+            }
+        }
+    }
+
     /// `prompt_tokens` in, `completion_tokens` out, none of them cached or
     /// reasoning.
     pub fn new(prompt_tokens: u64, completion_tokens: u64) -> Self {

@@ -14,32 +14,7 @@ pub(crate) fn record_delta(delta: &ModelDelta, span: &Span) {
         ModelDelta::Model(model) => {
             span.record("gen_ai.response.model", model.as_str());
         }
-        ModelDelta::Usage(usage) => {
-            // As `i64`: tracing-opentelemetry keeps `i64` an integer but
-            // writes a `u64` as text, and the conventions say int.
-            span.record("gen_ai.usage.input_tokens", int(usage.prompt_tokens));
-            span.record("gen_ai.usage.output_tokens", int(usage.completion_tokens));
-            // Parts of the two above, left out when the endpoint did not
-            // report them (zero).
-            if usage.cached_tokens > 0 {
-                span.record(
-                    "gen_ai.usage.cache_read.input_tokens",
-                    int(usage.cached_tokens),
-                );
-            }
-            if usage.reasoning_tokens > 0 {
-                span.record(
-                    "gen_ai.usage.reasoning.output_tokens",
-                    int(usage.reasoning_tokens),
-                );
-            }
-            if usage.cache_creation_tokens > 0 {
-                span.record(
-                    "gen_ai.usage.cache_creation.input_tokens",
-                    int(usage.cache_creation_tokens),
-                );
-            }
-        }
+        ModelDelta::Usage(usage) => usage.record_on(span),
         _ => {}
     }
 }
@@ -51,10 +26,6 @@ pub(crate) fn delta_finish_reason(delta: &ModelDelta) -> Option<Cow<'_, str>> {
         ModelDelta::Finish(reason) => Some(finish_reason(reason)),
         _ => None,
     }
-}
-
-pub(crate) fn int(tokens: u64) -> i64 {
-    i64::try_from(tokens).unwrap_or(i64::MAX)
 }
 
 /// The reason as OpenAI-style endpoints send it (and as it serializes).
