@@ -300,7 +300,7 @@ async fn an_agent_run_exports_invoke_agent_over_chat_and_execute_tool_spans() {
 }
 
 #[tokio::test]
-async fn cached_and_reasoning_tokens_are_on_the_chat_and_agent_spans() {
+async fn cache_reads_writes_and_reasoning_tokens_are_on_the_chat_and_agent_spans() {
     let _serial = serial().await;
     let exported = Exported::install();
     assert_eq!(run(&agent_with_usage()).await, StopReason::Finished);
@@ -309,14 +309,20 @@ async fn cached_and_reasoning_tokens_are_on_the_chat_and_agent_spans() {
     let parts = |span: &SpanData| {
         (
             attribute(span, "gen_ai.usage.cache_read.input_tokens").cloned(),
+            attribute(span, "gen_ai.usage.cache_creation.input_tokens").cloned(),
             attribute(span, "gen_ai.usage.reasoning.output_tokens").cloned(),
         )
     };
-    assert_eq!(parts(chats[0]), (Some(Value::I64(64)), Some(Value::I64(8))));
+    let reported = (
+        Some(Value::I64(64)),
+        Some(Value::I64(32)),
+        Some(Value::I64(8)),
+    );
+    assert_eq!(parts(chats[0]), reported);
     // None reported: left out rather than zero.
-    assert_eq!(parts(chats[1]), (None, None));
+    assert_eq!(parts(chats[1]), (None, None, None));
     let run = named(&spans, "invoke_agent")[0];
-    assert_eq!(parts(run), (Some(Value::I64(64)), Some(Value::I64(8))));
+    assert_eq!(parts(run), reported);
     assert_eq!(
         attribute(run, "gen_ai.usage.input_tokens"),
         Some(&Value::I64(5100))
@@ -492,9 +498,12 @@ async fn cache_writes_are_an_attribute_of_the_chat_span_when_reported() {
 fn agent_with_usage() -> Agent<Model> {
     use toolstack::model::Usage;
     let model = traced_model([
-        Turn::new()
-            .tool_call("add", r#"{"a":2,"b":3}"#)
-            .usage(Usage::new(100, 20).cached(64).reasoning(8)),
+        Turn::new().tool_call("add", r#"{"a":2,"b":3}"#).usage(
+            Usage::new(100, 20)
+                .cached(64)
+                .cache_creation(32)
+                .reasoning(8),
+        ),
         Turn::new().text("It is 5.").usage(Usage::new(5000, 30)),
     ]);
     Agent::new(model, toolbox())
@@ -577,6 +586,10 @@ fn check_metrics(metrics: &Metrics) {
         ("gen_ai.client.inference.usage.input_tokens", 5100),
         ("gen_ai.client.inference.usage.output_tokens", 50),
         ("gen_ai.client.inference.usage.cache_read.input_tokens", 64),
+        (
+            "gen_ai.client.inference.usage.cache_creation.input_tokens",
+            32,
+        ),
         ("gen_ai.client.inference.usage.reasoning.output_tokens", 8),
     ] {
         assert_eq!(metrics.get(name).unit, "{token}", "{name}");

@@ -1,6 +1,8 @@
 //! The OpenTelemetry MCP conventions, end to end over streamable HTTP:
 //! the client's and the server's `tools/call` and `tools/list` spans (name,
-//! kind, attributes, status, the trace from caller to tool) and the
+//! kind, attributes, status, the trace from caller to tool), the
+//! handshake's on both ends, the server's `prompts/get` and
+//! `resources/read` (served by the user's handler), and the
 //! `mcp.client.operation.duration` / `mcp.server.operation.duration`
 //! histograms (attributes, the recommended buckets), as
 //! `otel::init_from_env` sends them over OTLP to the collector the
@@ -13,7 +15,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use toolstack::mcp::rmcp::model::{
+    ErrorData, GetPromptRequestParams, GetPromptResponse, GetPromptResult, PromptMessage,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResourceContents, Role,
+    ServerCapabilities, ServerConfig,
+};
+use toolstack::mcp::rmcp::service::RequestContext;
 use toolstack::mcp::rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
+use toolstack::mcp::rmcp::{RoleServer, ServerHandler};
 use toolstack::mcp::{McpClient, McpServer, OPERATION_DURATION_BUCKETS};
 use toolstack::{tool, ErrorKind, ToolError, ToolRequest, ToolResult, Toolbox};
 use toolstack_layers::otel;
@@ -34,9 +43,49 @@ struct Add {
     b: i64,
 }
 
+/// The methods that are not about tools: the prompt `greet` and the
+/// resource `note://1`; any other is not found.
+#[derive(Clone)]
+struct Notes;
+
+impl ServerHandler for Notes {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_prompts()
+                .enable_resources()
+                .build(),
+        )
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        match &*request.name {
+            "greet" => {
+                Ok(GetPromptResult::new(vec![PromptMessage::new_text(Role::User, "hello")]).into())
+            }
+            other => Err(ErrorData::invalid_params(
+                format!("no prompt {other}"),
+                None,
+            )),
+        }
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        Ok(ReadResourceResult::new(vec![ResourceContents::text("a note", request.uri)]).into())
+    }
+}
+
 /// `add`, `fail` (an error result) and `flaky` (listed, then hidden when
 /// `hidden` is set: a call of it is then an unknown tool, `-32602`),
-/// traced inside the toolbox, served over streamable HTTP.
+/// traced inside the toolbox, with [`Notes`], served over streamable HTTP.
 async fn serve(hidden: Arc<AtomicBool>) -> SocketAddr {
     let toolbox = Toolbox::new()
         .tool(tool::from_fn("add", |Add { a, b }| async move {
@@ -54,7 +103,9 @@ async fn serve(hidden: Arc<AtomicBool>) -> SocketAddr {
         .layer(TraceLayer::new());
     let app = axum::Router::new().nest_service(
         "/mcp",
-        McpServer::new(toolbox).into_http_service(StreamableHttpServerConfig::default()),
+        McpServer::new(toolbox)
+            .with_handler(Notes)
+            .into_http_service(StreamableHttpServerConfig::default()),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -87,6 +138,18 @@ async fn exercise() -> u16 {
         let unknown = call(&remote, "flaky").await.unwrap();
         assert!(unknown.is_error);
         assert_eq!(unknown.error.map(|e| e.kind()), Some(ErrorKind::NotFound));
+        // Through rmcp's own peer: the spans are the server's.
+        let peer = session.peer();
+        let prompt = peer.get_prompt(GetPromptRequestParams::new("greet")).await;
+        assert_eq!(prompt.unwrap().messages.len(), 1);
+        assert!(peer
+            .get_prompt(GetPromptRequestParams::new("nope"))
+            .await
+            .is_err());
+        let note = peer
+            .read_resource(ReadResourceRequestParams::new("note://1"))
+            .await;
+        assert_eq!(note.unwrap().contents.len(), 1);
     }
     .instrument(tracing::info_span!("session_turn"))
     .await;
@@ -270,6 +333,62 @@ fn check_spans(spans: &[WireSpan], port: u16) {
         assert_eq!(span.attribute("mcp.session.id"), None, "{span:?}");
     }
 
+    // The user's handler's methods, on the server: `prompts/get {name}`
+    // with `gen_ai.prompt.name`, a failure with its status code; the
+    // resource's URI as an attribute, not in the name.
+    let by_name = |name: &str| -> Vec<&WireSpan> {
+        spans
+            .iter()
+            .filter(|s| s.name == name && s.kind == SpanKind::Server)
+            .collect()
+    };
+    let [greet] = by_name("prompts/get greet")[..] else {
+        panic!("not one server span prompts/get greet: {spans:#?}")
+    };
+    for (key, value) in [
+        ("mcp.method.name", "prompts/get"),
+        ("gen_ai.prompt.name", "greet"),
+        ("mcp.protocol.version", "2025-11-25"),
+        ("network.transport", "tcp"),
+    ] {
+        assert_eq!(greet.attribute(key), Some(value), "prompts/get: {key}");
+    }
+    assert_eq!(greet.attribute("gen_ai.operation.name"), None);
+    assert!(greet.attribute("mcp.session.id").is_some());
+    assert!(greet.attribute("jsonrpc.request.id").is_some());
+    assert_ne!(greet.status.0, ERROR);
+    let [nope] = by_name("prompts/get nope")[..] else {
+        panic!("not one server span prompts/get nope: {spans:#?}")
+    };
+    assert_eq!(nope.attribute("rpc.response.status_code"), Some("-32602"));
+    // The caller's mistake: not the server's error.
+    assert_eq!(nope.attribute("error.type"), None);
+    let [read] = by_name("resources/read")[..] else {
+        panic!("not one server span resources/read: {spans:#?}")
+    };
+    assert_eq!(read.attribute("mcp.method.name"), Some("resources/read"));
+    assert_eq!(read.attribute("mcp.resource.uri"), Some("note://1"));
+
+    // The handshake, on both ends: `initialize` for the session,
+    // `server/discover` for the stateless client.
+    for method in ["initialize", "server/discover"] {
+        let ends: BTreeSet<i32> = spans
+            .iter()
+            .filter(|s| s.name == method)
+            .inspect(|s| {
+                assert_eq!(s.attribute("mcp.method.name"), Some(method), "{s:?}");
+                assert_eq!(s.attribute("network.transport"), Some("tcp"), "{s:?}");
+                assert_ne!(s.status.0, ERROR, "{s:?}");
+            })
+            .map(|s| s.kind as i32)
+            .collect();
+        assert_eq!(
+            ends,
+            [SpanKind::Server as i32, SpanKind::Client as i32].into(),
+            "{method}"
+        );
+    }
+
     // `tools/list`, on both ends, with no tool and no operation name.
     let lists: Vec<&WireSpan> = spans.iter().filter(|s| s.name == "tools/list").collect();
     let kinds: BTreeSet<i32> = lists.iter().map(|s| s.kind as i32).collect();
@@ -348,6 +467,34 @@ fn check_metrics(metrics: &Metrics, port: u16) {
             unknown.push(("error.type", "-32602"));
         }
         assert_eq!(series(&unknown).count, 1, "{name}");
+        // The prompt, named on the server's series; the resource's URI is
+        // on no series.
+        if side == "server" {
+            let greet = points.iter().find(|p| {
+                p.attributes
+                    .contains(&("gen_ai.prompt.name".into(), "greet".into()))
+            });
+            let greet = greet.unwrap_or_else(|| panic!("{name}: no prompts/get greet"));
+            assert!(greet
+                .attributes
+                .contains(&("mcp.method.name".into(), "prompts/get".into())));
+            assert_eq!(greet.count, 1);
+            assert!(points.iter().all(|p| p
+                .attributes
+                .iter()
+                .all(|(key, _)| key != "mcp.resource.uri")));
+            assert!(points.iter().any(|p| p
+                .attributes
+                .contains(&("mcp.method.name".into(), "resources/read".into()))));
+        }
+        for method in ["initialize", "server/discover"] {
+            assert!(
+                points.iter().any(|p| p
+                    .attributes
+                    .contains(&("mcp.method.name".into(), method.into()))),
+                "{name}: no {method} in {points:#?}"
+            );
+        }
         // And the lists: two on the client (two connections), as many
         // requests on the server.
         assert!(

@@ -306,6 +306,7 @@ where
             gen_ai.usage.input_tokens = tracing::field::Empty,
             gen_ai.usage.output_tokens = tracing::field::Empty,
             gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
+            gen_ai.usage.cache_creation.input_tokens = tracing::field::Empty,
             gen_ai.usage.reasoning.output_tokens = tracing::field::Empty,
             toolstack.agent.steps = tracing::field::Empty,
             toolstack.agent.stop = tracing::field::Empty,

@@ -36,25 +36,11 @@ pub(super) fn capabilities() -> rmcp::model::ServerCapabilities {
         .build()
 }
 
-/// The `logging/setLevel` handler of the server, kept here with the rest
-/// of the deprecated logging API.
-macro_rules! set_level_method {
-    () => {
-        #[allow(deprecated)]
-        async fn set_level(
-            &self,
-            request: rmcp::model::SetLevelRequestParams,
-            _context: rmcp::service::RequestContext<rmcp::RoleServer>,
-        ) -> Result<(), rmcp::ErrorData> {
-            self.log_level.store(
-                crate::mcp::log::level_rank(request.level),
-                std::sync::atomic::Ordering::Relaxed,
-            );
-            Ok(())
-        }
-    };
+/// `logging/setLevel`: the least level of the messages the client gets
+/// from now on (kept here with the rest of the deprecated logging API).
+pub(super) fn set_level(store: &AtomicU8, level: LoggingLevel) {
+    store.store(level_rank(level), Ordering::Relaxed);
 }
-pub(super) use set_level_method;
 
 /// Sends log messages to the MCP client that called the tool
 /// (`notifications/message`), honouring the level the client set with

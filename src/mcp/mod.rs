@@ -29,10 +29,13 @@
 //! stream carries the server's progress notifications as progress items,
 //! then the result; dropping the stream sends `notifications/cancelled`.
 //!
-//! **Telemetry.** Both ends make a span per `tools/call` and `tools/list`
-//! (`tools/call {tool}`, kind client or server) with the attributes of the
-//! OpenTelemetry MCP conventions, the client's context sent in `_meta` and
-//! continued by the server's span; with the `opentelemetry` feature they
+//! **Telemetry.** The server makes a span (kind server) for every request
+//! it answers — `tools/call {tool}`, `prompts/get {prompt}`,
+//! `resources/read`, `initialize`… — and the client one (kind client) for
+//! the handshake, `tools/list` and each `tools/call`, with the attributes
+//! of the OpenTelemetry MCP conventions, the client's context sent in
+//! `_meta` and continued by the server's span; with the `opentelemetry`
+//! feature they
 //! record `mcp.client.operation.duration` / `mcp.server.operation.duration`
 //! (buckets [`OPERATION_DURATION_BUCKETS`]) on the global meter provider.
 //! See `docs/observability.md`.

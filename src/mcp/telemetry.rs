@@ -27,6 +27,10 @@ pub const OPERATION_DURATION_BUCKETS: [f64; 14] = [
 /// The longest `Mcp-Session-Id` recorded; a longer one is left out.
 const MAX_SESSION_ID_BYTES: usize = 256;
 
+/// The most of a tool's or prompt's name, or of a resource's URI, that a
+/// span or a metric records.
+const MAX_TARGET_BYTES: usize = 512;
+
 /// Which end of the operation this process is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Side {
@@ -147,7 +151,7 @@ pub(crate) struct Operation {
     #[cfg_attr(not(feature = "opentelemetry"), allow(dead_code))]
     method: &'static str,
     #[cfg_attr(not(feature = "opentelemetry"), allow(dead_code))]
-    tool: Option<Arc<str>>,
+    target: Target,
     #[cfg_attr(not(feature = "opentelemetry"), allow(dead_code))]
     protocol_version: Option<Arc<str>>,
     #[cfg_attr(not(feature = "opentelemetry"), allow(dead_code))]
@@ -157,13 +161,89 @@ pub(crate) struct Operation {
     meters: Meters,
 }
 
-/// `{mcp.method.name} {target}`, the tool being the target.
+/// What an operation is on, when it is on one thing.
+#[derive(Clone, Debug, Default)]
+pub(crate) enum Target {
+    /// `initialize`, `tools/list`, `ping`…
+    #[default]
+    None,
+    /// `tools/call`: `gen_ai.tool.name`, and the span's name.
+    Tool(Arc<str>),
+    /// `prompts/get`: `gen_ai.prompt.name`, and the span's name.
+    Prompt(Arc<str>),
+    /// `resources/read`, `resources/subscribe`, `resources/unsubscribe`:
+    /// `mcp.resource.uri` on the span only. A URI is too many values for
+    /// a span name or a metric's attribute (the conventions keep it out of
+    /// both).
+    Resource(Arc<str>),
+}
+
+impl Target {
+    /// `tools/call` of `name`.
+    pub(crate) fn tool(name: &str) -> Self {
+        Target::Tool(bounded(name))
+    }
+
+    /// `prompts/get` of `name`.
+    pub(crate) fn prompt(name: &str) -> Self {
+        Target::Prompt(bounded(name))
+    }
+
+    /// An operation on the resource at `uri`.
+    pub(crate) fn resource(uri: &str) -> Self {
+        Target::Resource(bounded(uri))
+    }
+
+    /// What names the span after the method: a tool's or a prompt's name.
+    fn name(&self) -> Option<&str> {
+        match self {
+            Target::Tool(name) | Target::Prompt(name) => Some(name),
+            Target::None | Target::Resource(_) => None,
+        }
+    }
+
+    fn tool_name(&self) -> Option<&str> {
+        match self {
+            Target::Tool(name) => Some(name),
+            _ => None,
+        }
+    }
+
+    fn prompt_name(&self) -> Option<&str> {
+        match self {
+            Target::Prompt(name) => Some(name),
+            _ => None,
+        }
+    }
+
+    fn resource_uri(&self) -> Option<&str> {
+        match self {
+            Target::Resource(uri) => Some(uri),
+            _ => None,
+        }
+    }
+}
+
+/// A name or URI the peer sent, cut (on a character boundary) to
+/// [`MAX_TARGET_BYTES`]: spans and metrics never hold more of it.
+fn bounded(text: &str) -> Arc<str> {
+    if text.len() <= MAX_TARGET_BYTES {
+        return Arc::from(text);
+    }
+    let mut end = MAX_TARGET_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Arc::from(&text[..end])
+}
+
+/// `{mcp.method.name} {target}`, the target a tool's or a prompt's name.
 struct SpanName<'a>(&'static str, Option<&'a str>);
 
 impl fmt::Display for SpanName<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.1 {
-            Some(tool) => write!(f, "{} {tool}", self.0),
+            Some(target) => write!(f, "{} {target}", self.0),
             None => f.write_str(self.0),
         }
     }
@@ -172,7 +252,7 @@ impl fmt::Display for SpanName<'_> {
 /// What an [`Operation`] is about.
 pub(crate) struct Request<'a> {
     pub(crate) method: &'static str,
-    pub(crate) tool: Option<Arc<str>>,
+    pub(crate) target: Target,
     pub(crate) protocol_version: Option<Arc<str>>,
     pub(crate) session_id: Option<&'a str>,
     pub(crate) request_id: Option<&'a dyn fmt::Display>,
@@ -188,7 +268,7 @@ impl Operation {
     pub(crate) fn start(side: Side, request: Request<'_>, meters: &Meters) -> Self {
         let Request {
             method,
-            tool,
+            target,
             protocol_version,
             session_id,
             request_id,
@@ -197,14 +277,16 @@ impl Operation {
         } = request;
         let span = tracing::info_span!(
             "mcp",
-            otel.name = %SpanName(method, tool.as_deref()),
+            otel.name = %SpanName(method, target.name()),
             otel.kind = match side {
                 Side::Client => "client",
                 Side::Server => "server",
             },
             mcp.method.name = method,
             gen_ai.operation.name = (method == "tools/call").then_some("execute_tool"),
-            gen_ai.tool.name = tool.as_deref(),
+            gen_ai.tool.name = target.tool_name(),
+            gen_ai.prompt.name = target.prompt_name(),
+            mcp.resource.uri = target.resource_uri(),
             mcp.protocol.version = protocol_version.as_deref(),
             mcp.session.id = session_id,
             jsonrpc.request.id = request_id.map(tracing::field::display),
@@ -225,7 +307,7 @@ impl Operation {
         Operation {
             side,
             method,
-            tool,
+            target,
             protocol_version,
             transport,
             span: Some(span),
@@ -242,6 +324,11 @@ impl Operation {
             return TraceContext::from_span(span);
         }
         None
+    }
+
+    /// The operation's span, to run its work in (none once it ended).
+    pub(crate) fn span(&self) -> Span {
+        self.span.clone().unwrap_or_else(Span::none)
     }
 
     /// Records the request's JSON-RPC id, once it has one (client).
@@ -326,7 +413,7 @@ mod enabled {
     use opentelemetry::metrics::Histogram;
     use opentelemetry::KeyValue;
 
-    use super::{Operation, Side, OPERATION_DURATION_BUCKETS};
+    use super::{Operation, Side, Target, OPERATION_DURATION_BUCKETS};
 
     /// The two duration histograms, on the global meter provider's
     /// `toolstack` meter, taken at the first operation measured (a
@@ -387,8 +474,14 @@ mod enabled {
             if op.method == "tools/call" {
                 attributes.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
             }
-            if let Some(tool) = &op.tool {
-                attributes.push(KeyValue::new("gen_ai.tool.name", Arc::clone(tool)));
+            match &op.target {
+                Target::Tool(tool) => {
+                    attributes.push(KeyValue::new("gen_ai.tool.name", Arc::clone(tool)));
+                }
+                Target::Prompt(prompt) => {
+                    attributes.push(KeyValue::new("gen_ai.prompt.name", Arc::clone(prompt)));
+                }
+                Target::None | Target::Resource(_) => {}
             }
             if let Some(version) = &op.protocol_version {
                 attributes.push(KeyValue::new("mcp.protocol.version", Arc::clone(version)));
@@ -477,6 +570,19 @@ mod tests {
         assert_eq!(session_id(Some(&parts(&"a".repeat(257)))), None);
         assert_eq!(session_id(Some(&parts(""))), None);
         assert_eq!(session_id(None), None);
+    }
+
+    #[test]
+    fn a_target_is_recorded_within_bounds() {
+        let long = "é".repeat(400);
+        let Target::Resource(uri) = Target::resource(&long) else {
+            unreachable!()
+        };
+        assert!(uri.len() <= MAX_TARGET_BYTES && long.starts_with(&*uri));
+        assert_eq!(uri.len(), MAX_TARGET_BYTES);
+        assert_eq!(Target::prompt("greet").name(), Some("greet"));
+        assert_eq!(Target::resource("file:///a").name(), None);
+        assert_eq!(Target::tool("add").tool_name(), Some("add"));
     }
 
     #[test]

@@ -203,6 +203,8 @@ mod enabled {
                 .add(usage.completion_tokens, &self.attributes);
             i.cache_read_tokens
                 .add(usage.cached_tokens, &self.attributes);
+            i.cache_creation_tokens
+                .add(usage.cache_creation_tokens, &self.attributes);
             i.reasoning_tokens
                 .add(usage.reasoning_tokens, &self.attributes);
         }
@@ -225,6 +227,7 @@ mod enabled {
         input_tokens: Counter<u64>,
         output_tokens: Counter<u64>,
         cache_read_tokens: Counter<u64>,
+        cache_creation_tokens: Counter<u64>,
         reasoning_tokens: Counter<u64>,
     }
 
@@ -267,6 +270,10 @@ mod enabled {
                 cache_read_tokens: counter(
                     "gen_ai.client.inference.usage.cache_read.input_tokens",
                     "The number of input tokens served from a provider-managed cache.",
+                ),
+                cache_creation_tokens: counter(
+                    "gen_ai.client.inference.usage.cache_creation.input_tokens",
+                    "The number of input tokens written to a provider-managed cache.",
                 ),
                 reasoning_tokens: counter(
                     "gen_ai.client.inference.usage.reasoning.output_tokens",

@@ -15,7 +15,7 @@ use rmcp::transport::IntoTransport;
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 
 use crate::mcp::convert;
-use crate::mcp::telemetry::{Meters, Operation, Outcome, Request, Side, Transport};
+use crate::mcp::telemetry::{Meters, Operation, Outcome, Request, Side, Target, Transport};
 use crate::{ErrorKind, ToolError, Toolbox};
 
 mod handler;
@@ -189,6 +189,24 @@ impl McpClientBuilder {
             inner: transport.into_transport(),
             router: progress.clone(),
         };
+        // The handshake is an operation of its own. Timed, not entered:
+        // rmcp spawns the connection's task inside it, which would keep
+        // the span open for the connection's life.
+        let meters = Meters::new();
+        let handshake = Request {
+            method: if self.stateless {
+                "server/discover"
+            } else {
+                "initialize"
+            },
+            target: Target::None,
+            protocol_version: None,
+            session_id: None,
+            request_id: None,
+            transport: over.clone(),
+            parent: None,
+        };
+        let mut operation = Operation::start(Side::Client, handshake, &meters);
         let running = if self.stateless {
             let lifecycle = ClientLifecycleMode::Discover {
                 preferred_versions: vec![ProtocolVersion::V_2026_07_28],
@@ -198,18 +216,21 @@ impl McpClientBuilder {
             handler.serve(tap).await
         };
         let running = running.map_err(|err| {
-            ToolError::new(
+            let err = ToolError::new(
                 ErrorKind::Unavailable,
                 format!("could not connect to the MCP server: {err}"),
             )
-            .with_source(err)
+            .with_source(err);
+            operation.end(Outcome::failed(&err));
+            err
         })?;
+        operation.end(Outcome::Ok);
         let telemetry = Telemetry {
             transport: over,
             protocol_version: running
                 .peer_info()
                 .map(|info| Arc::from(info.protocol_version.as_str())),
-            meters: Meters::new(),
+            meters,
         };
         Ok(McpClient {
             running: Arc::new(running),
@@ -294,19 +315,19 @@ impl McpClient {
         Ok(answered.into_iter().collect())
     }
 
-    /// The span and clock of a request for `method` (on `tool`); the
+    /// The span and clock of a request for `method` (on `target`); the
     /// request's own trace context stands in for a parent when no local
     /// span is current.
     fn operation(
         &self,
         method: &'static str,
-        tool: Option<Arc<str>>,
+        target: Target,
         came_with: Option<&crate::TraceContext>,
     ) -> Operation {
         let telemetry = &*self.telemetry;
         let request = Request {
             method,
-            tool,
+            target,
             protocol_version: telemetry.protocol_version.clone(),
             // rmcp's HTTP transport keeps the session id to itself.
             session_id: None,
@@ -319,7 +340,7 @@ impl McpClient {
 
     /// The server's tools, each a local tool service.
     pub async fn tools(&self) -> Result<Vec<McpTool>, ToolError> {
-        let mut operation = self.operation("tools/list", None, None);
+        let mut operation = self.operation("tools/list", Target::None, None);
         let tools = match self.running.list_all_tools().await {
             Ok(tools) => {
                 operation.end(Outcome::Ok);

@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 use tower_service::Service;
 
 use crate::mcp::convert;
-use crate::mcp::telemetry::{Operation, Outcome};
+use crate::mcp::telemetry::{Operation, Outcome, Target};
 use crate::{
     Describe, ErrorKind, Progress, ToolError, ToolInfo, ToolItem, ToolOutput, ToolRequest,
     ToolStream,
@@ -80,7 +80,7 @@ impl Service<ToolRequest> for McpTool {
         // context goes on to the server (else the one the request came
         // with).
         let came_with = request.extensions().get::<crate::TraceContext>();
-        let mut operation = client.operation("tools/call", Some(name.clone()), came_with);
+        let mut operation = client.operation("tools/call", Target::Tool(name.clone()), came_with);
         let trace = operation.trace_context().or_else(|| came_with.cloned());
         Box::pin(async move {
             let spec = CallSpec {

@@ -17,7 +17,7 @@ use crate::mcp::call::{progress_param, Call, Step, TaskSupport, Watcher};
 use crate::mcp::convert;
 use crate::mcp::input::{Backend, InputState};
 use crate::mcp::log::ClientLog;
-use crate::mcp::telemetry::{self, Operation, Request, Side, Transport};
+use crate::mcp::telemetry::{self, Operation, Request, Side, Target, Transport};
 use crate::{ErrorKind, McpAttributes, ToolError, ToolRequest, ToolResult, TraceContext};
 
 use super::McpServer;
@@ -38,11 +38,11 @@ impl<H: ServerHandler + Clone> McpServer<H> {
     }
 
     /// The span and clock of the request `context` for `method` (on
-    /// `tool`), the caller's trace context its parent.
+    /// `target`), the caller's trace context its parent.
     pub(super) fn operation(
         &self,
         method: &'static str,
-        tool: Option<Arc<str>>,
+        target: Target,
         context: &RequestContext<RoleServer>,
     ) -> Operation {
         let parts = context.extensions.get::<http::request::Parts>();
@@ -52,7 +52,7 @@ impl<H: ServerHandler + Clone> McpServer<H> {
         let caller = caller_trace(context);
         let request = Request {
             method,
-            tool,
+            target,
             protocol_version: context.protocol_version().map(|v| Arc::from(v.as_str())),
             session_id,
             request_id: Some(&context.id),
