@@ -3,8 +3,8 @@
 //! float, so that sums are exact and the same in every process.
 //!
 //! A price is in dollars per million tokens, as providers list them, for
-//! the prompt's tokens (those read from the prompt cache at their own
-//! price, when given) and the generated ones (reasoning at its own price,
+//! the prompt's tokens (those read from the prompt cache, and those
+//! written to it, each at their own price when given) and the generated ones (reasoning at its own price,
 //! when given; else as output). The table is checked once, when it is
 //! built: a negative, infinite or absurd price, an empty model name or a
 //! model listed twice is a [`PriceError`] naming the entry, never a cost
@@ -113,18 +113,21 @@ pub fn thousands(n: u64) -> String {
 pub struct Price {
     input: f64,
     cached_input: Option<f64>,
+    cache_write: Option<f64>,
     output: f64,
     reasoning: Option<f64>,
 }
 
 impl Price {
     /// `input` dollars per million prompt tokens and `output` per million
-    /// generated tokens. Cached prompt tokens cost `input` and reasoning
-    /// tokens `output` unless priced on their own.
+    /// generated tokens. Prompt tokens read from or written to the cache
+    /// cost `input`, and reasoning tokens `output`, unless priced on their
+    /// own.
     pub fn per_million_tokens(input: f64, output: f64) -> Price {
         Price {
             input,
             cached_input: None,
+            cache_write: None,
             output,
             reasoning: None,
         }
@@ -133,6 +136,15 @@ impl Price {
     /// Prompt tokens read from the cache cost `dollars` per million.
     pub fn cached_input(mut self, dollars: f64) -> Price {
         self.cached_input = Some(dollars);
+        self
+    }
+
+    /// Prompt tokens written to the cache
+    /// ([`cache_creation_tokens`](Usage::cache_creation_tokens), which
+    /// Anthropic bills above the input price) cost `dollars` per million
+    /// (by default, as input).
+    pub fn cache_write(mut self, dollars: f64) -> Price {
+        self.cache_write = Some(dollars);
         self
     }
 
@@ -151,6 +163,9 @@ impl Price {
             cached_input: self
                 .cached_input
                 .map_or(Ok(input), |d| rate("cached_input", d))?,
+            cache_write: self
+                .cache_write
+                .map_or(Ok(input), |d| rate("cache_write", d))?,
             output,
             reasoning: self
                 .reasoning
@@ -194,6 +209,7 @@ fn to_rate(entry: &str, field: &'static str, dollars: f64) -> Result<u64, PriceE
 struct Rates {
     input: u64,
     cached_input: u64,
+    cache_write: u64,
     output: u64,
     reasoning: u64,
 }
@@ -202,8 +218,12 @@ impl Rates {
     fn cost(&self, usage: &Usage) -> Cost {
         let reasoning = usage.reasoning_tokens.min(usage.completion_tokens);
         let cached = usage.cached_tokens.min(usage.prompt_tokens);
-        let picos = u128::from(usage.prompt_tokens - cached) * u128::from(self.input)
+        let written = usage
+            .cache_creation_tokens
+            .min(usage.prompt_tokens - cached);
+        let picos = u128::from(usage.prompt_tokens - cached - written) * u128::from(self.input)
             + u128::from(cached) * u128::from(self.cached_input)
+            + u128::from(written) * u128::from(self.cache_write)
             + u128::from(usage.completion_tokens - reasoning) * u128::from(self.output)
             + u128::from(reasoning) * u128::from(self.reasoning);
         // Rounded up to the nano-dollar: a call is never free by rounding.
@@ -241,8 +261,8 @@ impl Prices {
 
     /// A table from JSON: an array of entries
     /// `{"model": "gpt-4o", "input": 2.5, "output": 10, "cached_input": 1.25, "reasoning": 10}`
-    /// (dollars per million tokens; `cached_input` and `reasoning`
-    /// optional; `model` ending in `*` for a prefix, `*` alone for the
+    /// (dollars per million tokens; `cached_input`, `cache_write` and
+    /// `reasoning` optional; `model` ending in `*` for a prefix, `*` alone for the
     /// default). An unknown field, a missing one, a bad price, an empty or
     /// repeated model are refused, naming the entry.
     pub fn from_json(json: &str) -> Result<Prices, PriceError> {
@@ -254,6 +274,8 @@ impl Prices {
             output: f64,
             #[serde(default)]
             cached_input: Option<f64>,
+            #[serde(default)]
+            cache_write: Option<f64>,
             #[serde(default)]
             reasoning: Option<f64>,
         }
@@ -269,6 +291,7 @@ impl Prices {
             input,
             output,
             cached_input,
+            cache_write,
             reasoning,
         } in entries
         {
@@ -277,6 +300,7 @@ impl Prices {
                 Price {
                     input,
                     cached_input,
+                    cache_write,
                     output,
                     reasoning,
                 },
@@ -381,7 +405,8 @@ pub enum PriceError {
     BadPrice {
         /// The entry's model.
         model: String,
-        /// Which price: `input`, `cached_input`, `output` or `reasoning`.
+        /// Which price: `input`, `cached_input`, `cache_write`, `output` or
+        /// `reasoning`.
         field: &'static str,
         /// The price given.
         value: f64,
@@ -479,5 +504,39 @@ mod tests {
         // counts them all so, never a negative remainder.
         let odd = Usage::new(10, 10).cached(99).reasoning(99);
         assert_eq!(split.cost(&odd), Cost::from_nanos(1_000 + 80_000));
+    }
+
+    #[test]
+    fn cache_writes_are_input_unless_priced() {
+        // Anthropic's shape: 1,000,000 prompt tokens, of which 500,000 read
+        // from the cache and 250,000 written to it.
+        let usage = Usage::new(1_000_000, 0)
+            .cached(500_000)
+            .cache_creation(250_000);
+        let plain = Price::per_million_tokens(3.0, 15.0).rates("m").unwrap();
+        assert_eq!(plain.cost(&usage), Cost::from_cents(300));
+        let priced = Price::per_million_tokens(3.0, 15.0)
+            .cached_input(0.3)
+            .cache_write(3.75)
+            .rates("m")
+            .unwrap();
+        // 0.75 uncached + 0.15 read + 0.9375 written.
+        assert_eq!(priced.cost(&usage), Cost::from_micros(1_837_500));
+        // More written than the prompt has left after the reads: the rest.
+        let odd = Usage::new(10, 0).cached(4).cache_creation(99);
+        assert_eq!(priced.cost(&odd), Cost::from_nanos(4 * 300 + 6 * 3_750));
+        // From JSON, checked as the other prices are.
+        let json = r#"[{"model": "claude", "input": 3, "output": 15, "cached_input": 0.3, "cache_write": 3.75}]"#;
+        let table = Prices::from_json(json).unwrap();
+        assert_eq!(
+            table.cost("claude", &usage),
+            Some(Cost::from_micros(1_837_500))
+        );
+        let bad = r#"[{"model": "claude", "input": 3, "output": 15, "cache_write": -1}]"#;
+        let err = Prices::from_json(bad).unwrap_err().to_string();
+        assert!(
+            err.contains("`cache_write`") && err.contains("negative"),
+            "{err}"
+        );
     }
 }
