@@ -19,7 +19,7 @@ use toolstack::agent::{
 };
 use toolstack::approval::{ApprovalRequest, CallerApprover, Decision};
 use toolstack::model::{Message, ScriptedModel, ToolCall, Turn};
-use toolstack::{tool, ErrorKind, ToolAnnotations, ToolError, Toolbox};
+use toolstack::{tool, ErrorKind, Media, ToolAnnotations, ToolError, ToolOutput, Toolbox};
 use toolstack_layers::approval::ApprovalLayer;
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -257,6 +257,14 @@ async fn two_processes_answering_at_once_resume_the_run_once() {
     assert_eq!(runs.delete.load(Ordering::SeqCst), 1);
 }
 
+/// The image the finished delete returned.
+fn receipt() -> Media {
+    Media {
+        data: "iVBORw0KGgo=".into(),
+        mime_type: "image/png".into(),
+    }
+}
+
 /// A checkpoint as a process that died mid-step left it: `count` and
 /// `delete` started, a third call planned, a fourth finished.
 fn died_mid_step(run_id: &str, process: &str, until_ms: u64) -> Checkpoint {
@@ -300,6 +308,7 @@ fn died_mid_step(run_id: &str, process: &str, until_ms: u64) -> Checkpoint {
                 state: CallState::Finished {
                     text: "deleted before the crash".into(),
                     is_error: false,
+                    images: vec![receipt()],
                 },
             },
         ],
@@ -345,6 +354,16 @@ async fn a_call_cut_off_runs_again_only_if_its_tool_is_idempotent() {
     );
     assert_eq!(tool_text(&done.messages, "c3"), "logs has 3 rows");
     assert_eq!(tool_text(&done.messages, "c4"), "deleted before the crash");
+    // With its image, as the model read it before the crash.
+    let images = done.messages.iter().find_map(|m| match m {
+        Message::Tool {
+            tool_call_id,
+            images,
+            ..
+        } if tool_call_id == "c4" => Some(images),
+        _ => None,
+    });
+    assert_eq!(images, Some(&vec![receipt()]));
     let result = events.iter().find_map(|e| match e {
         AgentEvent::ToolResult {
             call_id, result, ..
@@ -632,4 +651,39 @@ async fn a_store_that_has_not_answered_does_not_hold_the_models_stream() {
     let events = to_the_end(run).await;
     assert_eq!(done(&events).stop, StopReason::Finished);
     assert_eq!(store.inner.len(), 1);
+}
+
+#[tokio::test]
+async fn a_finished_call_is_checkpointed_with_its_images() {
+    let store = MemoryStore::new();
+    let runs = Runs::default();
+    let snapshot = tool::from_stream("snapshot", |_: serde_json::Value| {
+        futures_util::stream::iter(vec![
+            Ok::<_, ToolError>(ToolOutput::text("the table as a picture")),
+            Ok(ToolOutput::Image(Box::new(receipt()))),
+        ])
+    });
+    let model = ScriptedModel::new([Turn::new()
+        .tool_call("snapshot", "{}")
+        .tool_call("delete", r#"{"table": "logs"}"#)]);
+    let agent = Agent::new(model, toolbox(&runs).tool(snapshot)).store(store.clone());
+    let mut run = agent.run_with(vec![Message::user("show, then clean")], nobody_answers());
+    let run_id = run.run_id().to_owned();
+    until_waiting(&mut run).await;
+    run.suspend().await.unwrap();
+    let stored = store.load(&run_id).await.unwrap().unwrap();
+    let finished = stored
+        .checkpoint
+        .step
+        .iter()
+        .find_map(|record| match &record.state {
+            CallState::Finished { images, .. } if record.call.name == "snapshot" => Some(images),
+            _ => None,
+        });
+    assert_eq!(
+        finished,
+        Some(&vec![receipt()]),
+        "{:?}",
+        stored.checkpoint.step
+    );
 }

@@ -9,6 +9,7 @@ use tokio::sync::mpsc;
 
 use crate::approval::{CallerApprover, Decision};
 use crate::model::{Message, ToolCall};
+use crate::output::Media;
 use crate::result::{Collecting, Seen};
 use crate::{ErrorKind, ToolError, ToolRequest, ToolResult, Toolbox};
 
@@ -43,16 +44,22 @@ pub(super) struct Call {
 
 impl Call {
     /// Runs the call from its state; returns its result, as the model
-    /// reads it (a stored result keeps its text and error flag, not its
+    /// reads it (a stored result as it was: its text, error flag and
     /// images).
     pub(super) async fn run(self, record: CallRecord) -> Message {
         let CallRecord { call, state } = record;
         let mut extensions = self.extensions.clone();
         match state {
-            CallState::Finished { text, is_error } => {
-                return match is_error {
-                    true => Message::tool_error(call.id, text),
-                    false => Message::tool(call.id, text),
+            CallState::Finished {
+                text,
+                is_error,
+                images,
+            } => {
+                return Message::Tool {
+                    tool_call_id: call.id,
+                    content: text,
+                    is_error,
+                    images,
                 }
             }
             CallState::Started
@@ -104,10 +111,13 @@ impl Call {
         let message = run_tool(&self.toolbox, &call, extensions, &self.tx).await;
         drop(running);
         if let Message::Tool {
-            content, is_error, ..
+            content,
+            is_error,
+            images,
+            ..
         } = &message
         {
-            self.finished(&call, content, *is_error).await;
+            self.finished(&call, content, *is_error, images).await;
         }
         let stalled = self
             .step
@@ -127,7 +137,7 @@ impl Call {
     async fn refused(&self, call: &ToolCall, err: ToolError) -> Message {
         let result = ToolResult::from_error(err);
         let text = result.text();
-        self.finished(call, &text, true).await;
+        self.finished(call, &text, true, &[]).await;
         let event = AgentEvent::ToolResult {
             call_id: call.id.clone(),
             name: call.name.clone(),
@@ -137,13 +147,14 @@ impl Call {
         Message::tool_error(call.id.clone(), text)
     }
 
-    async fn finished(&self, call: &ToolCall, text: &str, is_error: bool) {
+    async fn finished(&self, call: &ToolCall, text: &str, is_error: bool, images: &[Media]) {
         let Some(checkpoints) = &self.checkpoints else {
             return;
         };
         let state = CallState::Finished {
             text: text.to_owned(),
             is_error,
+            images: images.to_vec(),
         };
         if let Err(err) = checkpoints.call(&call.id, state).await {
             fail(&self.failed, run_error(err));

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::approval::{ApprovalRequest, Decision};
 use crate::model::{Message, ToolCall, Usage};
+use crate::output::Media;
 
 use super::super::StopReason;
 use super::StoreError;
@@ -126,6 +127,10 @@ pub enum CallState {
         text: String,
         /// Whether it was an error.
         is_error: bool,
+        /// The images it returned (left out when none, so a checkpoint
+        /// written before they were kept reads as it did).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<Media>,
     },
 }
 
@@ -273,6 +278,29 @@ mod tests {
         assert!(bytes.starts_with(br#"{"format":1,"#));
         let read = Checkpoint::from_bytes("r1", &bytes, MAX_CHECKPOINT_BYTES).unwrap();
         assert_eq!(read, checkpoint());
+    }
+
+    #[test]
+    fn a_finished_call_keeps_its_images_and_an_older_one_reads_without() {
+        let finished = |images| CallState::Finished {
+            text: "done".into(),
+            is_error: false,
+            images,
+        };
+        let image = Media {
+            data: "iVBORw0KGgo=".into(),
+            mime_type: "image/png".into(),
+        };
+        let json = serde_json::to_string(&finished(vec![image.clone()])).unwrap();
+        let read: CallState = serde_json::from_str(&json).unwrap();
+        assert_eq!(read, finished(vec![image]));
+        // Written before images were kept: none.
+        let older = r#"{"state": "finished", "text": "done", "is_error": false}"#;
+        let read: CallState = serde_json::from_str(older).unwrap();
+        assert_eq!(read, finished(Vec::new()));
+        // None: the field is left out, as before.
+        let json = serde_json::to_string(&finished(Vec::new())).unwrap();
+        assert!(!json.contains("images"), "{json}");
     }
 
     #[test]
