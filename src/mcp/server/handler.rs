@@ -18,7 +18,7 @@ use std::future::Future;
 
 use tracing::Instrument as _;
 
-use crate::mcp::telemetry::{Operation, Outcome, Target};
+use crate::mcp::telemetry::{Outcome, Target};
 
 use super::McpServer;
 
@@ -50,8 +50,8 @@ impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
     }
 
     async fn ping(&self, context: RequestContext<RoleServer>) -> Result<(), ErrorData> {
-        let operation = self.operation("ping", Target::None, &context);
-        traced(operation, || context.ct.is_cancelled(), async { Ok(()) }).await
+        self.serve("ping", Target::None, context, |_| async move { Ok(()) })
+            .await
     }
 
     async fn initialize(
@@ -60,8 +60,7 @@ impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
         // rmcp's own `initialize`, inside the operation's span.
-        let operation = self.operation("initialize", Target::None, &context);
-        traced(operation, || context.ct.is_cancelled(), async {
+        self.serve("initialize", Target::None, context, |context| async move {
             context.peer.set_peer_info(request.clone());
             self.negotiate_initialize(&request)
         })
@@ -73,8 +72,7 @@ impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
         context: RequestContext<RoleServer>,
     ) -> Result<DiscoverResult, ErrorData> {
         // rmcp's own `server/discover`, inside the operation's span.
-        let operation = self.operation("server/discover", Target::None, &context);
-        traced(operation, || context.ct.is_cancelled(), async {
+        self.serve("server/discover", Target::None, context, |_| async move {
             Ok(DiscoverResult::from_server_info(
                 self.supported_protocol_versions().into_owned(),
                 self.get_info(),
@@ -88,8 +86,7 @@ impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let operation = self.operation("tools/list", Target::None, &context);
-        traced(operation, || context.ct.is_cancelled(), async {
+        self.serve("tools/list", Target::None, context, |context| async move {
             let extensions = Self::caller_extensions(&context);
             let tools = self
                 .toolbox
@@ -130,8 +127,7 @@ impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
-        let operation = self.operation("tasks/get", Target::None, &context);
-        traced(operation, || context.ct.is_cancelled(), async {
+        self.serve("tasks/get", Target::None, context, |_| async move {
             Ok(GetTaskResult::new(
                 self.tasks.manager.get_task(&request.task_id)?,
             ))
@@ -144,8 +140,7 @@ impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
         request: UpdateTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let operation = self.operation("tasks/update", Target::None, &context);
-        traced(operation, || context.ct.is_cancelled(), async {
+        self.serve("tasks/update", Target::None, context, |_| async move {
             self.tasks
                 .manager
                 .update_task(&request.task_id, request.input_responses)
@@ -158,8 +153,7 @@ impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
         request: CancelTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let operation = self.operation("tasks/cancel", Target::None, &context);
-        traced(operation, || context.ct.is_cancelled(), async {
+        self.serve("tasks/cancel", Target::None, context, |_| async move {
             self.tasks.manager.cancel_task(&request.task_id)
         })
         .await
@@ -171,8 +165,7 @@ impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
         request: rmcp::model::SetLevelRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let operation = self.operation("logging/setLevel", Target::None, &context);
-        traced(operation, || context.ct.is_cancelled(), async {
+        self.serve("logging/setLevel", Target::None, context, |_| async move {
             crate::mcp::log::set_level(&self.log_level, request.level);
             Ok(())
         })
@@ -187,13 +180,9 @@ impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
         request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        let operation = self.operation("completion/complete", Target::None, &context);
-        let ct = context.ct.clone();
-        traced(
-            operation,
-            move || ct.is_cancelled(),
-            self.handler.complete(request, context),
-        )
+        self.serve("completion/complete", Target::None, context, |context| {
+            self.handler.complete(request, context)
+        })
         .await
     }
 
@@ -203,13 +192,9 @@ impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
         let target = Target::prompt(&request.name);
-        let operation = self.operation("prompts/get", target, &context);
-        let ct = context.ct.clone();
-        traced(
-            operation,
-            move || ct.is_cancelled(),
-            self.handler.get_prompt(request, context),
-        )
+        self.serve("prompts/get", target, context, |context| {
+            self.handler.get_prompt(request, context)
+        })
         .await
     }
 
@@ -218,13 +203,9 @@ impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        let operation = self.operation("prompts/list", Target::None, &context);
-        let ct = context.ct.clone();
-        traced(
-            operation,
-            move || ct.is_cancelled(),
-            self.handler.list_prompts(request, context),
-        )
+        self.serve("prompts/list", Target::None, context, |context| {
+            self.handler.list_prompts(request, context)
+        })
         .await
     }
 
@@ -233,13 +214,9 @@ impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        let operation = self.operation("resources/list", Target::None, &context);
-        let ct = context.ct.clone();
-        traced(
-            operation,
-            move || ct.is_cancelled(),
-            self.handler.list_resources(request, context),
-        )
+        self.serve("resources/list", Target::None, context, |context| {
+            self.handler.list_resources(request, context)
+        })
         .await
     }
 
@@ -248,10 +225,13 @@ impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        let operation = self.operation("resources/templates/list", Target::None, &context);
-        let ct = context.ct.clone();
-        let answer = self.handler.list_resource_templates(request, context);
-        traced(operation, move || ct.is_cancelled(), answer).await
+        self.serve(
+            "resources/templates/list",
+            Target::None,
+            context,
+            |context| self.handler.list_resource_templates(request, context),
+        )
+        .await
     }
 
     async fn read_resource(
@@ -260,13 +240,9 @@ impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let target = Target::resource(&request.uri);
-        let operation = self.operation("resources/read", target, &context);
-        let ct = context.ct.clone();
-        traced(
-            operation,
-            move || ct.is_cancelled(),
-            self.handler.read_resource(request, context),
-        )
+        self.serve("resources/read", target, context, |context| {
+            self.handler.read_resource(request, context)
+        })
         .await
     }
 
@@ -289,13 +265,9 @@ impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let target = Target::resource(&request.uri);
-        let operation = self.operation("resources/subscribe", target, &context);
-        let ct = context.ct.clone();
-        traced(
-            operation,
-            move || ct.is_cancelled(),
-            self.handler.subscribe(request, context),
-        )
+        self.serve("resources/subscribe", target, context, |context| {
+            self.handler.subscribe(request, context)
+        })
         .await
     }
 
@@ -306,13 +278,9 @@ impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let target = Target::resource(&request.uri);
-        let operation = self.operation("resources/unsubscribe", target, &context);
-        let ct = context.ct.clone();
-        traced(
-            operation,
-            move || ct.is_cancelled(),
-            self.handler.unsubscribe(request, context),
-        )
+        self.serve("resources/unsubscribe", target, context, |context| {
+            self.handler.unsubscribe(request, context)
+        })
         .await
     }
 
@@ -345,19 +313,29 @@ impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
     }
 }
 
-/// Answers with `answer` inside `operation`'s span, which ends with it: a
-/// result, an error response, or, when the client gave up, cancelled.
-async fn traced<T>(
-    mut operation: Operation,
-    cancelled: impl Fn() -> bool,
-    answer: impl Future<Output = Result<T, ErrorData>>,
-) -> Result<T, ErrorData> {
-    let answer = answer.instrument(operation.span()).await;
-    operation.end(match &answer {
-        Ok(_) => Outcome::Ok,
-        Err(err) => error_outcome(err, cancelled()),
-    });
-    answer
+impl<H: ServerHandler + Clone> McpServer<H> {
+    /// Serves the request `context` for `method` (on `target`) with
+    /// `answer`, inside its operation's span, which ends with it: a result,
+    /// an error response, or, when the client gave up, cancelled.
+    async fn serve<T, F>(
+        &self,
+        method: &'static str,
+        target: Target,
+        context: RequestContext<RoleServer>,
+        answer: impl FnOnce(RequestContext<RoleServer>) -> F,
+    ) -> Result<T, ErrorData>
+    where
+        F: Future<Output = Result<T, ErrorData>>,
+    {
+        let mut operation = self.operation(method, target, &context);
+        let ct = context.ct.clone();
+        let answer = answer(context).instrument(operation.span()).await;
+        operation.end(match &answer {
+            Ok(_) => Outcome::Ok,
+            Err(err) => error_outcome(err, ct.is_cancelled()),
+        });
+        answer
+    }
 }
 
 /// How a request that failed with `err` ended: no answer goes out for a
