@@ -6,15 +6,44 @@
 //!
 //! `cargo bench --bench agent` runs criterion, then prints chunks/s,
 //! turns/s and the checkpointing ratios (`--features sqlite` for SQLite).
+//!
+//! The run-length group measures whether a turn costs the same in a long
+//! run as in a short one: one run of a scripted model whose turns but the
+//! last each call a tool returning 4 KiB or 64 KiB of text, 10, 100 and
+//! 1,000 turns long, with no store, a `MemoryStore`, a `SqliteStore` (a
+//! file in a fresh temporary directory per run, `--features sqlite`) and
+//! a `RedisStore` (`--features redis`, against a `redis-server` the bench
+//! starts on a free loopback port; the column is empty without one on
+//! `PATH`). Each store is made afresh for each run. It prints µs per turn
+//! (the whole run's wall time ÷ its turns; best of 3 runs, of 1 at 1,000
+//! turns) and, per output size, the ratio of the longest run's figure to
+//! the 10-turn run's (the target is at most 1.5×). It runs outside
+//! criterion, so that its cost stays bounded: a cell is skipped when the
+//! one before it in its column, extrapolated linearly, predicts more than
+//! two minutes, and a run still going after two minutes is given up. A
+//! run that does not finish is reported (`!! did not finish`) and the
+//! group goes on.
+//!
+//! ```text
+//! cargo bench --bench agent --features sqlite,redis -- run_length
+//! ```
+//!
+//! runs that group alone; without a filter it runs after the rest.
+//! `TOOLSTACK_BENCH_QUICK=1` keeps it to 10 and 100 turns (a smoke test),
+//! as does criterion's test mode (`cargo test --benches`).
+
+#[cfg(feature = "redis")]
+#[path = "../layers/tests/support/redis.rs"]
+mod redis_server;
 
 use std::hint::black_box;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, Criterion};
 use futures_util::StreamExt;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use toolstack::agent::{Agent, AgentEvent};
+use toolstack::agent::{Agent, AgentEvent, StopReason};
 use toolstack::model::{Accumulator, Message, ScriptedModel, ToolCallDelta, Turn};
 use toolstack::{tool, ToolError, Toolbox};
 
@@ -233,12 +262,473 @@ fn summary() {
     }
 }
 
+/// The run lengths of the run-length group, in turns.
+const RUN_LENGTHS: [usize; 3] = [10, 100, 1_000];
+
+/// The run lengths of a quick run-length group (a smoke test).
+const QUICK_RUN_LENGTHS: [usize; 2] = [10, 100];
+
+/// What each tool call of the run-length group returns, in bytes of text.
+const OUTPUT_BYTES: [usize; 2] = [4 * 1024, 64 * 1024];
+
+/// The most one cell of the run-length group may take. Checkpointing the
+/// whole run at each save makes a long run quadratic; this keeps the group
+/// to minutes even then.
+const CELL_BUDGET: Duration = Duration::from_secs(120);
+
+/// The run-length group's tool takes no arguments.
+#[derive(Deserialize, JsonSchema)]
+struct Read {}
+
+/// A column of the run-length table: where the runs are checkpointed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Column {
+    None,
+    Memory,
+    Sqlite,
+    Redis,
+}
+
+impl Column {
+    const ALL: [Column; 4] = [Column::None, Column::Memory, Column::Sqlite, Column::Redis];
+
+    fn name(self) -> &'static str {
+        match self {
+            Column::None => "none",
+            Column::Memory => "memory",
+            Column::Sqlite => "sqlite",
+            Column::Redis => "redis",
+        }
+    }
+}
+
+/// The stores of the run-length group: each run gets a fresh one, so that
+/// no run reads or grows another's.
+struct RunLengthStores {
+    /// Names the SQLite directory of each run.
+    #[cfg(feature = "sqlite")]
+    runs: std::cell::Cell<usize>,
+    #[cfg(feature = "redis")]
+    redis: Option<redis_server::RedisServer>,
+}
+
+impl RunLengthStores {
+    fn start() -> Self {
+        RunLengthStores {
+            #[cfg(feature = "sqlite")]
+            runs: std::cell::Cell::new(0),
+            #[cfg(feature = "redis")]
+            redis: redis_server::RedisServer::start("the run-length group's redis column"),
+        }
+    }
+
+    /// Why this build or this machine has no such store, if it has none.
+    fn missing(&self, column: Column) -> Option<&'static str> {
+        match column {
+            Column::None | Column::Memory => None,
+            #[cfg(feature = "sqlite")]
+            Column::Sqlite => None,
+            #[cfg(not(feature = "sqlite"))]
+            Column::Sqlite => Some("built without --features sqlite"),
+            #[cfg(feature = "redis")]
+            Column::Redis if self.redis.is_some() => None,
+            #[cfg(feature = "redis")]
+            Column::Redis => Some("no redis-server on PATH"),
+            #[cfg(not(feature = "redis"))]
+            Column::Redis => Some("built without --features redis"),
+        }
+    }
+
+    /// `agent` checkpointing into a fresh store of `column`, and the
+    /// temporary directory to remove after its run.
+    #[cfg_attr(not(feature = "redis"), allow(unused_variables))]
+    fn attach(
+        &self,
+        column: Column,
+        agent: Agent<ScriptedModel>,
+        runtime: &tokio::runtime::Runtime,
+    ) -> (Agent<ScriptedModel>, Option<std::path::PathBuf>) {
+        match column {
+            Column::None => (agent, None),
+            Column::Memory => (
+                agent.store(toolstack::agent::store::MemoryStore::new()),
+                None,
+            ),
+            #[cfg(feature = "sqlite")]
+            Column::Sqlite => {
+                let run = self.runs.get();
+                self.runs.set(run + 1);
+                let dir = std::env::temp_dir().join(format!(
+                    "toolstack-bench-run-length-{}-{run}",
+                    std::process::id()
+                ));
+                std::fs::create_dir_all(&dir).expect("a temporary directory");
+                let store = toolstack::agent::store::sqlite::SqliteStore::open(dir.join("runs.db"))
+                    .expect("a SQLite file");
+                (agent.store(store), Some(dir))
+            }
+            #[cfg(feature = "redis")]
+            Column::Redis => {
+                let server = self.redis.as_ref().expect("a redis-server");
+                let store = runtime
+                    .block_on(toolstack::agent::store::redis::RedisStore::connect(
+                        &server.url(),
+                    ))
+                    .expect("the bench's redis-server");
+                (agent.store(store), None)
+            }
+            #[allow(unreachable_patterns)]
+            _ => unreachable!("{} is missing from this build", column.name()),
+        }
+    }
+
+    /// Forgets what the last run of `column` left behind.
+    #[cfg_attr(not(feature = "redis"), allow(unused_variables))]
+    fn clean(
+        &self,
+        column: Column,
+        dir: Option<std::path::PathBuf>,
+        runtime: &tokio::runtime::Runtime,
+    ) {
+        if let Some(dir) = dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        #[cfg(feature = "redis")]
+        if let (Column::Redis, Some(server)) = (column, &self.redis) {
+            runtime.block_on(async {
+                let _: () = redis::cmd("FLUSHDB")
+                    .query_async(&mut server.connection().await)
+                    .await
+                    .expect("FLUSHDB");
+            });
+        }
+    }
+}
+
+/// How a run of the run-length group ended.
+enum RunEnd {
+    Finished,
+    /// It stopped for another reason (or its stream ended without
+    /// `Done`), after the error event's message if there was one.
+    Stopped {
+        stop: String,
+        error: Option<String>,
+    },
+    /// It was still going at the cell's budget, and was dropped.
+    OutOfTime,
+}
+
+/// One run of the run-length group.
+struct Timed {
+    time: Duration,
+    /// The turns it took (or the tool results it saw, if given up).
+    turns: usize,
+    end: RunEnd,
+}
+
+/// One run of `turns` turns, each but the last calling a tool that
+/// returns `bytes` bytes of text, checkpointed into a fresh store of
+/// `column`; timed from its start to its `Done`.
+fn run_length_run(
+    runtime: &tokio::runtime::Runtime,
+    stores: &RunLengthStores,
+    column: Column,
+    turns: usize,
+    bytes: usize,
+) -> Timed {
+    let line = "a line of tool output, 32 bytes\n";
+    let text = line.repeat(bytes / line.len());
+    assert_eq!(text.len(), bytes);
+    let mut script = Vec::with_capacity(turns);
+    for _ in 0..turns - 1 {
+        script.push(Turn::new().text("reading").tool_call("read", "{}"));
+    }
+    script.push(Turn::new().text("done"));
+    let toolbox = Toolbox::new().tool(tool::from_fn("read", move |Read {}| {
+        let text = text.clone();
+        async move { Ok::<_, ToolError>(text) }
+    }));
+    let agent = Agent::new(ScriptedModel::new(script), toolbox)
+        .max_steps(turns + 1)
+        .max_tool_calls(turns);
+    let (agent, dir) = stores.attach(column, agent, runtime);
+    let timed = runtime.block_on(async {
+        let start = Instant::now();
+        let mut events = agent.run(vec![Message::user("go")]);
+        let mut error = None;
+        let mut results = 0;
+        while let Some(event) = events.next().await {
+            match event {
+                AgentEvent::ToolResult { .. } => results += 1,
+                AgentEvent::Error(err) => error = Some(err.message().to_owned()),
+                AgentEvent::Done(done) => {
+                    let time = start.elapsed();
+                    let end = if done.stop == StopReason::Finished {
+                        assert_eq!(done.steps, turns, "a finished run took every turn");
+                        RunEnd::Finished
+                    } else {
+                        RunEnd::Stopped {
+                            stop: done.stop.as_str().to_owned(),
+                            error,
+                        }
+                    };
+                    return Timed {
+                        time,
+                        turns: done.steps,
+                        end,
+                    };
+                }
+                _ => {}
+            }
+            if start.elapsed() > CELL_BUDGET {
+                return Timed {
+                    time: start.elapsed(),
+                    turns: results,
+                    end: RunEnd::OutOfTime,
+                };
+            }
+        }
+        Timed {
+            time: start.elapsed(),
+            turns: results,
+            end: RunEnd::Stopped {
+                stop: "its stream ended without Done".to_owned(),
+                error,
+            },
+        }
+    });
+    drop(agent);
+    stores.clean(column, dir, runtime);
+    timed
+}
+
+/// A cell of the run-length table.
+#[derive(Debug, Clone, Copy)]
+enum Cell {
+    /// The best run's µs per turn.
+    PerTurn(f64),
+    DidNotFinish,
+    OverBudget,
+    Missing,
+}
+
+impl std::fmt::Display for Cell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Cell::PerTurn(us) => f.pad(&format!("{us:.1}")),
+            Cell::DidNotFinish => f.pad("failed"),
+            Cell::OverBudget => f.pad("skipped"),
+            Cell::Missing => f.pad("n/a"),
+        }
+    }
+}
+
+/// `n` with a comma between thousands, as the table writes turns.
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+/// The run-length group: every (output size, run length, store) cell,
+/// the stores interleaved so that drift hits each alike, then the table.
+fn run_length(quick: bool) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let stores = RunLengthStores::start();
+    let lengths: &[usize] = if quick {
+        &QUICK_RUN_LENGTHS
+    } else {
+        &RUN_LENGTHS
+    };
+    println!(
+        "\nrun_length: best of 3 runs a cell, of 1 at 1,000 turns; each store fresh for each run"
+    );
+    let mut table = Vec::new();
+    for bytes in OUTPUT_BYTES {
+        // Per column, the last run measured: its time and its turns.
+        let mut last: [Option<(Duration, usize)>; 4] = [None; 4];
+        let mut over: [bool; 4] = [false; 4];
+        for &turns in lengths {
+            let rounds = if turns <= 100 { 3 } else { 1 };
+            let mut row = [Cell::Missing; 4];
+            for (at, column) in Column::ALL.into_iter().enumerate() {
+                if stores.missing(column).is_some() {
+                    continue;
+                }
+                let name = format!("run_length/{}/{turns}x{}KiB", column.name(), bytes / 1024);
+                let predicted = last[at].map(|(time, done)| {
+                    time.mul_f64(turns as f64 / done.max(1) as f64 * rounds as f64)
+                });
+                if over[at] || predicted.is_some_and(|p| p > CELL_BUDGET) {
+                    over[at] = true;
+                    row[at] = Cell::OverBudget;
+                    match predicted {
+                        Some(p) if p > CELL_BUDGET => {
+                            println!("{name}: skipped: over budget ({p:.0?} predicted)")
+                        }
+                        _ => println!("{name}: skipped: over budget"),
+                    }
+                    continue;
+                }
+                let mut best = Duration::MAX;
+                for _ in 0..rounds {
+                    let run = run_length_run(&runtime, &stores, column, turns, bytes);
+                    last[at] = Some((run.time, run.turns));
+                    match run.end {
+                        RunEnd::Finished => best = best.min(run.time),
+                        RunEnd::Stopped { stop, error } => {
+                            println!(
+                                "!! did not finish: {stop} {}   [{name}, after {} turns, {:.2?}]",
+                                error.as_deref().unwrap_or("(no error event)"),
+                                run.turns,
+                                run.time
+                            );
+                            row[at] = Cell::DidNotFinish;
+                            break;
+                        }
+                        RunEnd::OutOfTime => {
+                            println!(
+                                "{name}: skipped: over budget (given up after {:.0?}, {} tool results)",
+                                run.time, run.turns
+                            );
+                            over[at] = true;
+                            row[at] = Cell::OverBudget;
+                            break;
+                        }
+                    }
+                }
+                if matches!(row[at], Cell::Missing) {
+                    let per_turn = best.as_secs_f64() * 1e6 / turns as f64;
+                    println!(
+                        "{name}: {per_turn:.1} µs per turn ({:.2?} a run, best of {rounds})",
+                        best
+                    );
+                    row[at] = Cell::PerTurn(per_turn);
+                }
+            }
+            table.push((turns, bytes, row));
+        }
+    }
+
+    println!("\nrun length (µs per turn; the whole run ÷ turns)");
+    print!("{:<16}", "turns × output");
+    for column in Column::ALL {
+        print!("{:>10}", column.name());
+    }
+    println!();
+    for (turns, bytes, row) in &table {
+        print!(
+            "{:<16}",
+            format!("{} × {} KiB", thousands(*turns), bytes / 1024)
+        );
+        for cell in row {
+            print!("{cell:>10}");
+        }
+        println!();
+    }
+    let (shortest, longest) = (lengths[0], lengths[lengths.len() - 1]);
+    for bytes in OUTPUT_BYTES {
+        let row = |turns: usize| {
+            table
+                .iter()
+                .find(|(t, b, _)| *t == turns && *b == bytes)
+                .map(|(_, _, row)| *row)
+                .expect("a measured row")
+        };
+        let (short, long) = (row(shortest), row(longest));
+        let ratios: Vec<String> = Column::ALL
+            .into_iter()
+            .enumerate()
+            .map(|(at, column)| {
+                let ratio = match (short[at], long[at]) {
+                    (Cell::PerTurn(s), Cell::PerTurn(l)) => format!("{:.1}×", l / s),
+                    (_, Cell::PerTurn(_)) => "n/a".to_owned(),
+                    (_, cell) => cell.to_string(),
+                };
+                format!("{} {ratio}", column.name())
+            })
+            .collect();
+        println!(
+            "ratio {} turns ÷ {} turns, {} KiB: {}   (target ≤ 1.5×)",
+            thousands(longest),
+            thousands(shortest),
+            bytes / 1024,
+            ratios.join(", ")
+        );
+    }
+    for column in Column::ALL {
+        if let Some(why) = stores.missing(column) {
+            println!("{}: n/a, {why}", column.name());
+        }
+    }
+}
+
+/// The benchmark filter criterion was given, if any: its one positional
+/// argument, once the options and their values are skipped.
+fn bench_filter() -> Option<String> {
+    const WITH_VALUE: [&str; 20] = [
+        "-c",
+        "--color",
+        "--colour",
+        "-s",
+        "--save-baseline",
+        "-b",
+        "--baseline",
+        "--baseline-lenient",
+        "--format",
+        "--profile-time",
+        "--load-baseline",
+        "--sample-size",
+        "--warm-up-time",
+        "--measurement-time",
+        "--nresamples",
+        "--noise-threshold",
+        "--confidence-level",
+        "--significance-level",
+        "--plotting-backend",
+        "--output-format",
+    ];
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        if WITH_VALUE.contains(&arg.as_str()) {
+            args.next();
+        } else if !arg.starts_with('-') {
+            return Some(arg);
+        }
+    }
+    None
+}
+
 criterion_group!(benches, bench);
 
 fn main() {
+    let filter = bench_filter();
+    let args: Vec<String> = std::env::args().collect();
+    let has = |flag: &str| args.iter().any(|arg| arg == flag);
     benches();
     criterion::Criterion::default()
         .configure_from_args()
         .final_summary();
-    summary();
+    // The summary and the run-length group are ours, not criterion's: the
+    // filter picks them the same way (a name containing it).
+    let run_length_named = filter.as_deref().map(|f| f.contains("run_length"));
+    if run_length_named != Some(true) {
+        summary();
+    }
+    if run_length_named != Some(false) && !has("--list") {
+        // Criterion's test mode (no `--bench`, or `--test`) only checks
+        // that each benchmark runs.
+        let test_mode = !has("--bench") || has("--test");
+        let quick = test_mode || std::env::var("TOOLSTACK_BENCH_QUICK").is_ok_and(|v| v == "1");
+        run_length(quick);
+    }
 }

@@ -22,6 +22,13 @@
 //! decision is made: a [`timeout`](crate::timeout) layer *below* this one
 //! starts counting then. (Above it, a deadline would count the wait.)
 //!
+//! **A decision made already binds.** A call whose extensions carry a
+//! [`BindingDecision`] for it — an agent's resumed call, decided before
+//! its process stopped or by the answer the resume brings — is decided by
+//! it, before the policy and without asking anyone: a stored denial is
+//! never overridden, a stored allowance never asked again, with or
+//! without [`caller_decides`](ApprovalLayer::caller_decides).
+//!
 //! **Recorded**: each decision is a `tracing` event and is recorded on the
 //! current span as `gen_ai.tool.call.decision` (`allow`, `deny`,
 //! `modified`) and `gen_ai.tool.call.decided_by` — the trace layer's
@@ -71,7 +78,8 @@ use tower_service::Service;
 /// The vocabulary of approving a call, from `toolstack::approval` (which
 /// the agent shares): one module to import for the layer and its words.
 pub use toolstack::approval::{
-    ApprovalEvent, ApprovalEvents, ApprovalRequest, CallerApprover, Decided, Decision, Policy,
+    ApprovalEvent, ApprovalEvents, ApprovalRequest, BindingDecision, CallerApprover, Decided,
+    DecidedBy, Decision, Policy,
 };
 
 /// Decides a call: see the [module docs](self). Any
@@ -276,7 +284,11 @@ where
     }
 
     fn call(&mut self, request: ToolRequest) -> Self::Future {
-        let verdict = (self.config.policy)(&request);
+        let verdict = match BindingDecision::of(&request) {
+            // Decided already: the policy is not asked either.
+            Some(_) => Policy::Ask { reason: None },
+            None => (self.config.policy)(&request),
+        };
         if verdict == Policy::Pass {
             return ResponseFuture {
                 state: State::Pass {
@@ -347,35 +359,44 @@ where
     S::Error: Into<ToolError>,
 {
     let mut asked = ApprovalRequest::new(request.id(), request.name(), request.arguments());
-    let automatic = match verdict {
-        Policy::Allow { reason } => Some((Decision::Allow, reason)),
-        Policy::Deny { reason } => Some((Decision::deny(reason.clone()), reason)),
-        Policy::Ask { reason } => {
-            asked.reason = reason;
-            None
-        }
-        _ => None,
-    };
-    if let Some((_, reason)) = &automatic {
-        asked.automatic = true;
-        asked.reason = Some(reason.clone());
-    }
     let events = request.extensions().get::<ApprovalEvents>().cloned();
-    if let Some(events) = &events {
-        events.send(ApprovalEvent::Requested(asked.clone())).await?;
-    }
-    let caller = config
-        .caller_decides
-        .then(|| request.extensions().get::<CallerApprover>().cloned())
-        .flatten();
-    let (decision, by) = match (automatic, &caller) {
-        (Some((decision, _)), _) => (decision, "policy"),
-        (None, Some(caller)) => (caller.decide(&asked).await, caller.by()),
-        (None, None) => (config.approver.decide(&asked).await, &*config.by),
+    let (decision, by) = match BindingDecision::of(&request).cloned() {
+        // Decided before (stored, or brought by a resume): nobody is asked.
+        Some(binding) => (binding.decision, binding.by),
+        None => {
+            let automatic = match verdict {
+                Policy::Allow { reason } => Some((Decision::Allow, reason)),
+                Policy::Deny { reason } => Some((Decision::deny(reason.clone()), reason)),
+                Policy::Ask { reason } => {
+                    asked.reason = reason;
+                    None
+                }
+                _ => None,
+            };
+            if let Some((_, reason)) = &automatic {
+                asked.automatic = true;
+                asked.reason = Some(reason.clone());
+            }
+            if let Some(events) = &events {
+                events.send(ApprovalEvent::Requested(asked.clone())).await?;
+            }
+            let caller = config
+                .caller_decides
+                .then(|| request.extensions().get::<CallerApprover>().cloned())
+                .flatten();
+            match (automatic, &caller) {
+                (Some((decision, _)), _) => (decision, DecidedBy::Policy),
+                (None, Some(caller)) => (caller.decide(&asked).await, caller.decided_by()),
+                (None, None) => (
+                    config.approver.decide(&asked).await,
+                    DecidedBy::approver(&*config.by),
+                ),
+            }
+        }
     };
     let span = tracing::Span::current();
     span.record("gen_ai.tool.call.decision", decision.outcome());
-    span.record("gen_ai.tool.call.decided_by", by);
+    span.record("gen_ai.tool.call.decided_by", by.name());
     tracing::info!(
         gen_ai.tool.name = %asked.tool,
         gen_ai.tool.call.id = %asked.call_id,
@@ -391,7 +412,7 @@ where
         let decided = Decided {
             request: asked,
             decision: decision.clone(),
-            by: by.to_owned(),
+            by: by.clone(),
         };
         events.send(ApprovalEvent::Decided(decided)).await?;
     }

@@ -1,19 +1,21 @@
 //! One tool call of a step: run from its stored state (a resumed step's
 //! call may have finished, or started, or wait for a decision), its
-//! start and end checkpointed, its items and result streamed as events.
+//! start and end recorded in the run's journal, its items and result
+//! streamed as events.
 
 use std::sync::Arc;
 
 use http::Extensions;
 use tokio::sync::mpsc;
 
-use crate::approval::{CallerApprover, Decision};
+use crate::approval::{BindingDecision, DecidedBy, Decision};
 use crate::model::{Message, ToolCall};
 use crate::output::Media;
 use crate::result::{Collecting, Seen};
 use crate::{ErrorKind, ToolError, ToolRequest, ToolResult, Toolbox};
 
-use super::durable::{run_error, Checkpointer, Resumed};
+use super::journal::{run_error, Journal};
+use super::resume::Resumed;
 use super::event::AgentEvent;
 use super::step::{fail, Failed, StepState};
 use super::store::{CallRecord, CallState};
@@ -36,7 +38,7 @@ pub(super) struct Call {
     pub(super) tx: mpsc::Sender<AgentEvent>,
     pub(super) extensions: Extensions,
     pub(super) step: Arc<std::sync::Mutex<StepState>>,
-    pub(super) checkpoints: Option<Arc<Checkpointer>>,
+    pub(super) journal: Arc<Journal>,
     pub(super) failed: Failed,
     pub(super) idempotent: bool,
     pub(super) resumed: Option<Arc<Resumed>>,
@@ -49,6 +51,7 @@ impl Call {
     pub(super) async fn run(self, record: CallRecord) -> Message {
         let CallRecord { call, state } = record;
         let mut extensions = self.extensions.clone();
+        let mut binding = None;
         match state {
             CallState::Finished {
                 text,
@@ -75,36 +78,45 @@ impl Call {
                 return self.refused(&call, err).await;
             }
             CallState::Decided { decision, by } => {
-                extensions.insert(decided(&by, decision));
+                binding = Some(BindingDecision::new(&call.id, decision, by));
             }
             CallState::WaitingApproval { .. } | CallState::Planned => {
                 let waiting = matches!(state, CallState::WaitingApproval { .. });
-                let given = self.resumed.as_ref().and_then(|resumed| {
+                binding = self.resumed.as_ref().and_then(|resumed| {
                     let decision = resumed
                         .decisions
                         .get(&call.id)
                         .or(resumed.otherwise.as_ref().filter(|_| waiting))?;
-                    Some(decided(&resumed.by, decision.clone()))
+                    let by = DecidedBy::caller(&*resumed.by);
+                    Some(BindingDecision::new(&call.id, decision.clone(), by))
                 });
-                if let Some(approver) = given {
-                    extensions.insert(approver);
-                }
             }
             CallState::Started => {}
         }
-        if let Some(checkpoints) = &self.checkpoints {
-            if let Err(err) = checkpoints.call(&call.id, CallState::Started).await {
-                let err = run_error(err);
-                fail(&self.failed, err.clone());
-                let err = ToolError::new(
-                    err.kind(),
-                    format!(
-                        "not run: its start could not be recorded ({})",
-                        err.message()
-                    ),
-                );
-                return self.refused(&call, err).await;
+        match binding {
+            // Denied already: the toolbox never sees the call, whatever
+            // approval layers it has (or has not).
+            Some(BindingDecision {
+                decision: Decision::Deny { reason },
+                by,
+                ..
+            }) => return self.denied(&call, reason, by).await,
+            Some(binding) => {
+                extensions.insert(binding);
             }
+            None => {}
+        }
+        if let Err(err) = self.journal.call(&call.id, CallState::Started).await {
+            let err = run_error(err);
+            fail(&self.failed, err.clone());
+            let err = ToolError::new(
+                err.kind(),
+                format!(
+                    "not run: its start could not be recorded ({})",
+                    err.message()
+                ),
+            );
+            return self.refused(&call, err).await;
         }
         self.step.lock().unwrap_or_else(|p| p.into_inner()).running += 1;
         let running = Running { step: &self.step };
@@ -147,26 +159,42 @@ impl Call {
         Message::tool_error(call.id.clone(), text)
     }
 
-    async fn finished(&self, call: &ToolCall, text: &str, is_error: bool, images: &[Media]) {
-        let Some(checkpoints) = &self.checkpoints else {
-            return;
+    /// The call was denied before: the decision is told and recorded
+    /// again, and the model reads it, as an approval layer words it.
+    async fn denied(&self, call: &ToolCall, reason: String, by: DecidedBy) -> Message {
+        let decision = Decision::deny(reason.clone());
+        let state = CallState::Decided {
+            decision: decision.clone(),
+            by: by.clone(),
         };
+        if let Err(err) = self.journal.call(&call.id, state).await {
+            fail(&self.failed, run_error(err));
+        }
+        let event = AgentEvent::ApprovalDecided {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            decision,
+            by: by.clone(),
+        };
+        let _ = self.tx.send(event).await;
+        let err = ToolError::new(
+            ErrorKind::Denied,
+            format!("the call of `{}` was denied by {by}: {reason}", call.name),
+        );
+        self.refused(call, err).await
+    }
+
+    /// Records the call's end: what the model reads.
+    async fn finished(&self, call: &ToolCall, text: &str, is_error: bool, images: &[Media]) {
         let state = CallState::Finished {
             text: text.to_owned(),
             is_error,
             images: images.to_vec(),
         };
-        if let Err(err) = checkpoints.call(&call.id, state).await {
+        if let Err(err) = self.journal.call(&call.id, state).await {
             fail(&self.failed, run_error(err));
         }
     }
-}
-
-/// An approver that gives `decision` at once, as `by`.
-fn decided(by: &str, decision: Decision) -> CallerApprover {
-    CallerApprover::new(by, move |_: &crate::approval::ApprovalRequest| {
-        std::future::ready(decision.clone())
-    })
 }
 
 /// Runs one call, streaming its items and then its result as events;

@@ -82,7 +82,7 @@ pub enum AgentEvent {
         /// What was decided.
         decision: crate::approval::Decision,
         /// Who decided.
-        by: String,
+        by: crate::approval::DecidedBy,
     },
     /// A tool call finished; this is what the model will read.
     ToolResult {

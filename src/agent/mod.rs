@@ -36,19 +36,27 @@
 //! # }
 //! ```
 
-mod as_tool;
-mod call;
-mod cost;
-mod durable;
+// Bottom to top, each module importing only those above it: the store
+// and the events; what a resume takes; the journal, the one writer of a
+// run's state; a step's state and its sinks; one call; the agent's
+// settings; the event stream; a run; the agent as a service.
+pub mod store;
 mod event;
+mod cost;
+mod resume;
+mod journal;
+mod step;
+mod call;
+mod settings;
+mod stream;
 mod run;
 mod service;
-mod step;
-pub mod store;
+mod as_tool;
 
 pub use self::as_tool::{AgentTool, AgentToolStream};
-pub use self::durable::{
-    OnStoreError, Resume, ResumeError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE,
-};
 pub use self::event::{AgentDone, AgentEvent, StopReason, ToolCost};
-pub use self::service::{Agent, AgentRequest, AgentStream};
+pub use self::journal::{OnStoreError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE};
+pub use self::resume::{Resume, ResumeError};
+pub use self::service::AgentRequest;
+pub use self::settings::Agent;
+pub use self::stream::AgentStream;

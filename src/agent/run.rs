@@ -21,41 +21,44 @@ use futures_util::{stream, StreamExt};
 use http::Extensions;
 use tokio::sync::mpsc;
 use tower::ServiceExt;
+use tracing::Instrument;
 
 use crate::model::ModelService;
 use crate::model::{
     Accumulator, ChatRequest, FinishReason, Message, ModelDelta, Pushed, Reasoning, ReasoningDelta,
-    ToolCall, Usage,
+    RunId, ToolCall, Usage,
 };
 use crate::{ErrorKind, ToolError, ToolInfo, ToolResult};
 
 use super::call::Call;
 use super::cost::ToolCosts;
-use super::durable::{run_error, Checkpointer, Resumed};
 use super::event::{AgentDone, AgentEvent, StopReason};
-use super::service::Agent;
-use super::step::{fail, guardrail_events, Failed, StepState};
-use super::store::{CallRecord, CallState, RunStatus, StoreError};
+use super::journal::{run_error, Counts, Journal};
+use super::resume::Resumed;
+use super::settings::Agent;
+use super::step::{approval_events, fail, guardrail_events, Failed, StepState};
+use super::store::{CallState, RunStatus};
+use super::stream::AgentStream;
 
-/// One run in progress: the conversation so far and what it has used.
+/// One run in progress: its journal (the conversation so far, the step in
+/// flight) and what it has used.
 pub(super) struct Run<M> {
-    pub(super) agent: Agent<M>,
-    pub(super) messages: Arc<Vec<Message>>,
+    agent: Agent<M>,
+    /// The run's state, and its one writer.
+    journal: Arc<Journal>,
     /// The tools this caller may see, as the model is shown them.
-    pub(super) tools: Arc<[ToolInfo]>,
-    pub(super) extensions: Extensions,
-    pub(super) tx: mpsc::Sender<AgentEvent>,
+    tools: Arc<[ToolInfo]>,
+    extensions: Extensions,
+    tx: mpsc::Sender<AgentEvent>,
     /// The step's calls in flight and those waiting for approval.
-    pub(super) step: Arc<std::sync::Mutex<StepState>>,
-    pub(super) usage: Option<Usage>,
-    pub(super) steps: usize,
-    pub(super) tool_calls: usize,
-    /// Where the run is checkpointed, if the agent keeps a store.
-    pub(super) checkpoints: Option<Arc<Checkpointer>>,
-    /// The first checkpoint that failed: the run ends at the next boundary.
-    pub(super) failed: Failed,
+    step: Arc<std::sync::Mutex<StepState>>,
+    usage: Option<Usage>,
+    steps: usize,
+    tool_calls: usize,
+    /// The first record that failed: the run ends at the next boundary.
+    failed: Failed,
     /// What each tool result cost, as the model calls that read them say.
-    pub(super) costs: ToolCosts,
+    costs: ToolCosts,
 }
 
 /// One model answer, complete.
@@ -78,6 +81,69 @@ impl<M> Run<M>
 where
     M: ModelService,
 {
+    /// The one way a run begins, fresh or resumed: its journal (new, or
+    /// taken from the store), the caller's extensions — with the run's
+    /// id and the sinks its approval and guardrail layers tell — and its
+    /// driver, which runs inside the returned stream's polls (nothing is
+    /// spawned, so dropping the stream drops the model call and tools).
+    /// A resumed run (`resumed`) first goes on with its stored step.
+    pub(super) fn start(
+        agent: Agent<M>,
+        journal: Journal,
+        extensions: Extensions,
+        resumed: Option<Resumed>,
+    ) -> AgentStream {
+        let (tx, events) = mpsc::channel(32);
+        let journal = Arc::new(journal);
+        let run_id = journal.run_id();
+        // The run's span is the parent of its model and tool calls' spans
+        // (the driver runs inside it); a disabled span costs a branch.
+        let span = agent.span(journal.is_durable().then_some(&**run_id));
+        let mut extensions = extensions;
+        extensions.insert(RunId::new(Arc::clone(run_id)));
+        let tools: Arc<[ToolInfo]> = agent.toolbox.infos_for(&extensions).cloned().collect();
+        let step = Arc::new(std::sync::Mutex::new(StepState::default()));
+        let failed = Failed::default();
+        // An approval layer below the tools tells the run what it asks and
+        // what was decided (each event names its call), a guardrail layer
+        // what it did; set once, every call's extensions carry them.
+        extensions.insert(approval_events(
+            tx.clone(),
+            Arc::clone(&step),
+            Arc::clone(&journal),
+            Arc::clone(&failed),
+        ));
+        extensions.insert(guardrail_events(tx.clone(), Arc::clone(&step)));
+        let Counts {
+            steps,
+            tool_calls,
+            usage,
+        } = journal.counts();
+        let run = Run {
+            agent,
+            journal: Arc::clone(&journal),
+            tools,
+            extensions,
+            tx,
+            step,
+            usage,
+            steps,
+            tool_calls,
+            failed,
+            costs: ToolCosts::default(),
+        };
+        AgentStream {
+            driver: Some(Box::pin(run.finish(resumed).instrument(span))),
+            events,
+            journal,
+        }
+    }
+}
+
+impl<M> Run<M>
+where
+    M: ModelService,
+{
     /// Model turns and tool steps until the model stops calling tools or a
     /// guard stops the run.
     pub(super) async fn steps(&mut self) -> StopReason {
@@ -91,13 +157,14 @@ where
             if self.steps >= self.agent.max_steps {
                 return StopReason::MaxSteps;
             }
-            // Where the run stands goes to the store while the model
-            // answers: a slow store never holds the model's stream up (a
-            // tool waits for its own start to be stored).
-            let save = self.save(Vec::new(), None);
+            // A new run is first stored while the model gives its first
+            // answer (a tool waits for its own start to be stored); later
+            // steps have nothing to store before the answer.
+            let journal = Arc::clone(&self.journal);
+            let begin = async move { journal.begin().await };
             self.steps += 1;
-            let (answer, saved) = futures_util::future::join(self.answer(), save).await;
-            if let Err(err) = saved {
+            let (answer, begun) = futures_util::future::join(self.answer(), begin).await;
+            if let Err(err) = begun {
                 fail(&self.failed, run_error(err));
             }
             let Answer {
@@ -120,11 +187,11 @@ where
             };
             let model = self.agent.model_name.as_deref();
             self.costs.answered(self.agent.prices.as_ref(), model);
-            self.push(Message::Assistant {
+            let message = Message::Assistant {
                 content: (!text.is_empty()).then_some(text),
                 tool_calls: calls.clone(),
                 reasoning,
-            });
+            };
             let cut_off = match finish {
                 Some(FinishReason::Length) => Some((
                     StopReason::Length,
@@ -136,6 +203,17 @@ where
                 )),
                 _ => None,
             };
+            let over_limit = self.tool_calls + calls.len() > self.agent.max_tool_calls;
+            let runs_tools = !calls.is_empty() && cut_off.is_none() && !over_limit;
+            if runs_tools {
+                self.tool_calls += calls.len();
+            }
+            // The answer and the step it plans are stored before any of
+            // its calls starts.
+            let planned = if runs_tools { calls.clone() } else { Vec::new() };
+            if let Err(err) = self.journal.answered(message, self.counts(), planned).await {
+                fail(&self.failed, run_error(err));
+            }
             if let Some((stop, why)) = cut_off {
                 let err = ToolError::cancelled(format!("not run: {why}"));
                 self.refuse(calls, err).await;
@@ -149,7 +227,7 @@ where
             if calls.is_empty() {
                 return StopReason::Finished;
             }
-            if self.tool_calls + calls.len() > self.agent.max_tool_calls {
+            if over_limit {
                 let limit = self.agent.max_tool_calls;
                 let err = ToolError::new(
                     ErrorKind::Denied,
@@ -158,34 +236,20 @@ where
                 self.refuse(calls, err).await;
                 return StopReason::MaxToolCalls;
             }
-            self.tool_calls += calls.len();
-            let records: Vec<CallRecord> = calls
-                .into_iter()
-                .map(|call| CallRecord {
-                    call,
-                    state: CallState::Planned,
-                })
-                .collect();
-            self.checkpoint_step(records.clone()).await;
             if let Some(stop) = self.store_failed().await {
                 return stop;
             }
-            self.run_tools(records, None).await;
+            self.run_tools(None).await;
         }
     }
 
     /// The whole run from where it stands: a resumed step first, then
-    /// turns and steps to the end; the final checkpoint and
+    /// turns and steps to the end; the last record and
     /// [`AgentEvent::Done`].
-    pub(super) async fn finish(mut self, resumed: Option<Resumed>) {
-        // A guardrail layer below (on the model or the tools) tells the
-        // run what it did; set once, every call's extensions carry it.
-        self.extensions
-            .insert(guardrail_events(self.tx.clone(), Arc::clone(&self.step)));
+    async fn finish(mut self, resumed: Option<Resumed>) {
         let stop = match resumed {
-            Some(resumed) if !resumed.records.is_empty() => {
-                let records = resumed.records.clone();
-                self.run_tools(records, Some(resumed)).await;
+            Some(resumed) if !self.journal.step().is_empty() => {
+                self.run_tools(Some(resumed)).await;
                 self.steps().await
             }
             _ => self.steps().await,
@@ -207,16 +271,22 @@ where
             span.record("otel.status_code", "ERROR");
         }
         if stop != StopReason::StoreFailed {
-            self.checkpoint_done(stop).await;
+            let ended = RunStatus::Done { stop };
+            if let Err(err) = self.journal.end(ended, self.counts()).await {
+                // The run has ended anyway; a resume will find it mid-way.
+                tracing::warn!(error = %err, "the end of the run was not stored");
+            }
         }
+        let messages = self.journal.messages();
         let Run {
-            messages,
             usage,
             steps,
             tx,
             costs,
+            journal,
             ..
         } = self;
+        drop(journal);
         let done = AgentDone {
             messages: Arc::try_unwrap(messages).unwrap_or_else(|shared| (*shared).clone()),
             usage,
@@ -227,56 +297,16 @@ where
         let _ = tx.send(AgentEvent::Done(done)).await;
     }
 
-    /// A save of where the run stands — the history, the counts, `step`
-    /// (the calls of the step in flight), and `status` when it changes —
-    /// owning what it writes, so that it can run alongside the model's
-    /// answer; nothing to do without a store.
-    fn save(
-        &self,
-        step: Vec<CallRecord>,
-        status: Option<RunStatus>,
-    ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send + 'static {
-        let checkpoints = self.checkpoints.clone();
-        let messages = match checkpoints {
-            Some(_) => (*self.messages).clone(),
-            None => Vec::new(),
-        };
-        let (usage, steps, calls) = (self.usage, self.steps, self.tool_calls);
-        async move {
-            let Some(checkpoints) = checkpoints else {
-                return Ok(());
-            };
-            checkpoints
-                .update(move |checkpoint| {
-                    if let Some(status) = status {
-                        checkpoint.status = status;
-                    }
-                    checkpoint.messages = messages;
-                    checkpoint.step = step;
-                    checkpoint.usage = usage;
-                    checkpoint.steps = steps;
-                    checkpoint.tool_calls = calls;
-                })
-                .await
+    /// What the run has counted so far.
+    fn counts(&self) -> Counts {
+        Counts {
+            steps: self.steps,
+            tool_calls: self.tool_calls,
+            usage: self.usage,
         }
     }
 
-    /// Saves the step about to run, its calls planned.
-    async fn checkpoint_step(&mut self, step: Vec<CallRecord>) {
-        if let Err(err) = self.save(step, None).await {
-            fail(&self.failed, run_error(err));
-        }
-    }
-
-    /// The last checkpoint: the run ended.
-    async fn checkpoint_done(&mut self, stop: StopReason) {
-        if let Err(err) = self.save(Vec::new(), Some(RunStatus::Done { stop })).await {
-            // The run has ended anyway; a resume will find it mid-way.
-            tracing::warn!(error = %err, "the end of the run was not checkpointed");
-        }
-    }
-
-    /// If a checkpoint failed: the error event, and the stop.
+    /// If a record failed to save: the error event, and the stop.
     async fn store_failed(&mut self) -> Option<StopReason> {
         let err = self
             .failed
@@ -310,7 +340,7 @@ where
     /// stopped.
     async fn model_turn(&mut self) -> Result<Answer, TurnError> {
         let request = ChatRequest {
-            messages: Arc::clone(&self.messages),
+            messages: self.journal.messages(),
             tools: self.tools.clone(),
             model: self.agent.model_name.clone(),
             extensions: self.extensions.clone(),
@@ -407,10 +437,11 @@ where
         })
     }
 
-    /// Runs a step's tool calls (up to the agent's bound at once) and adds
-    /// their results to the conversation, in the order of the calls. A
-    /// resumed step's calls go on from their stored states.
-    async fn run_tools(&mut self, records: Vec<CallRecord>, resumed: Option<Resumed>) {
+    /// Runs the step's tool calls (up to the agent's bound at once) and
+    /// closes it: their results join the conversation, in the order of
+    /// the calls. A resumed step's calls go on from their stored states.
+    async fn run_tools(&mut self, resumed: Option<Resumed>) {
+        let records = self.journal.step();
         for record in &records {
             if record.state == CallState::Planned {
                 let _ = self
@@ -421,14 +452,14 @@ where
         }
         let resumed = resumed.map(Arc::new);
         let calls: Vec<ToolCall> = records.iter().map(|r| r.call.clone()).collect();
-        let results: Vec<Message> = stream::iter(records)
+        let lengths: Vec<usize> = stream::iter(records)
             .map(|record| {
                 let call = Call {
                     toolbox: self.agent.toolbox.clone(),
                     tx: self.tx.clone(),
                     extensions: self.extensions.clone(),
                     step: Arc::clone(&self.step),
-                    checkpoints: self.checkpoints.clone(),
+                    journal: Arc::clone(&self.journal),
                     failed: Arc::clone(&self.failed),
                     idempotent: self
                         .tools
@@ -440,24 +471,23 @@ where
                 call.run(record)
             })
             .buffered(self.agent.parallel)
+            .map(|message| match message {
+                Message::Tool { content, .. } => content.len(),
+                _ => 0,
+            })
             .collect()
             .await;
-        let lengths = results.iter().map(|message| match message {
-            Message::Tool { content, .. } => content.len(),
-            _ => 0,
-        });
-        self.costs.step_ran(&calls, lengths);
-        for message in results {
-            self.push(message);
-        }
+        self.costs.step_ran(&calls, lengths.into_iter());
+        self.journal.close_step().await;
     }
 
     /// Answers every call of a step that will not run with `err`, so the
     /// history stays well-formed.
     async fn refuse(&mut self, calls: Vec<ToolCall>, err: ToolError) {
+        let mut results = Vec::with_capacity(calls.len());
         for call in calls {
             let result = ToolResult::from_error(err.clone());
-            self.push(Message::tool_error(call.id.clone(), result.text()));
+            results.push(Message::tool_error(call.id.clone(), result.text()));
             let _ = self
                 .tx
                 .send(AgentEvent::ToolResult {
@@ -467,14 +497,13 @@ where
                 })
                 .await;
         }
+        if let Err(err) = self.journal.messages_added(results).await {
+            fail(&self.failed, run_error(err));
+        }
     }
 
     /// Whether a guardrail raised on a call of this run.
     fn guardrail_raised(&self) -> bool {
         self.step.lock().unwrap_or_else(|p| p.into_inner()).raised
-    }
-
-    fn push(&mut self, message: Message) {
-        Arc::make_mut(&mut self.messages).push(message);
     }
 }

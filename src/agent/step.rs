@@ -1,9 +1,8 @@
 //! The tool step in flight: which of its calls run and which wait for a
 //! decision ([`StepState`]), the run's sink for the approval layer's
-//! events (checkpointing each request and decision), and the first
-//! checkpoint a step's calls failed to save ([`Failed`]).
+//! events (each request and decision recorded in the run's journal), and
+//! the first record a step's calls failed to save ([`Failed`]).
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -12,7 +11,7 @@ use crate::approval::{ApprovalEvent, ApprovalEvents};
 use crate::guardrail::{Action, GuardrailEvents};
 use crate::ToolError;
 
-use super::durable::{run_error, Checkpointer};
+use super::journal::{run_error, Journal};
 use super::event::AgentEvent;
 use super::store::CallState;
 
@@ -78,18 +77,15 @@ pub(super) fn guardrail_events(
 }
 
 /// The run's events, as the approval layer's sink; it also keeps the
-/// step's waiting calls, to tell when the run can only wait, and
-/// checkpoints each request and decision before the layer goes on (a
-/// checkpoint that fails stops the call). It holds the channel weakly: a
+/// step's waiting calls, to tell when the run can only wait, and records
+/// each request and decision in the journal before the layer goes on (a
+/// record that fails stops the call). It holds the channel weakly: a
 /// request kept past the run (by a model, by a task a tool spawned) must
-/// not keep the event stream from ending. The calls in `asked_before`
-/// were asked about before the run was resumed: their requests are not
-/// streamed again.
+/// not keep the event stream from ending.
 pub(super) fn approval_events(
     events: mpsc::Sender<AgentEvent>,
     step: Arc<std::sync::Mutex<StepState>>,
-    checkpoints: Option<Arc<Checkpointer>>,
-    asked_before: Arc<HashSet<String>>,
+    journal: Arc<Journal>,
     failed: Failed,
 ) -> ApprovalEvents {
     let events = events.downgrade();
@@ -108,13 +104,9 @@ pub(super) fn approval_events(
             }
             step.stalled()
         };
-        let (checkpoints, asked_before, failed) = (
-            checkpoints.clone(),
-            Arc::clone(&asked_before),
-            Arc::clone(&failed),
-        );
+        let (journal, failed) = (Arc::clone(&journal), Arc::clone(&failed));
         async move {
-            if let Some(checkpoints) = &checkpoints {
+            {
                 let (call_id, state) = match &event {
                     ApprovalEvent::Requested(asked) => (
                         &asked.call_id,
@@ -130,7 +122,7 @@ pub(super) fn approval_events(
                         },
                     ),
                 };
-                if let Err(err) = checkpoints.call(call_id, state).await {
+                if let Err(err) = journal.call(call_id, state).await {
                     let err = run_error(err);
                     fail(&failed, err.clone());
                     return Err(ToolError::new(
@@ -146,7 +138,6 @@ pub(super) fn approval_events(
                 return Ok(());
             };
             let event = match event {
-                ApprovalEvent::Requested(asked) if asked_before.contains(&asked.call_id) => None,
                 ApprovalEvent::Requested(asked) => Some(AgentEvent::ApprovalRequested {
                     call_id: asked.call_id,
                     name: asked.tool,

@@ -151,6 +151,87 @@ impl Decision {
     }
 }
 
+/// Who decided a call: a typed value, so a front end tells the person's
+/// own answer from a policy's or an approver's without comparing names.
+///
+/// Serializes as `"policy"`, `{"approver": name}` or `{"caller": name}`;
+/// a plain name (what earlier versions stored) reads as the caller when it
+/// is `the user`, as an approver otherwise.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum DecidedBy {
+    /// The approval layer's policy, at once ([`Policy::Allow`],
+    /// [`Policy::Deny`]): nobody was asked.
+    Policy,
+    /// The approval layer's own approver, by the name the layer gives it
+    /// (`approver` unless set: `an operator`, `a reviewer`).
+    Approver(String),
+    /// The person behind the call, by the name their [`CallerApprover`]
+    /// or the resume that brought their answer gives (`the user`).
+    Caller(String),
+}
+
+impl DecidedBy {
+    /// The person behind the call, named `by`.
+    pub fn caller(by: impl Into<String>) -> Self {
+        DecidedBy::Caller(by.into())
+    }
+
+    /// An approver named `by`.
+    pub fn approver(by: impl Into<String>) -> Self {
+        DecidedBy::Approver(by.into())
+    }
+
+    /// The name spans and events record (`gen_ai.tool.call.decided_by`):
+    /// `policy`, or the approver's or caller's name.
+    pub fn name(&self) -> &str {
+        match self {
+            DecidedBy::Policy => "policy",
+            DecidedBy::Approver(name) | DecidedBy::Caller(name) => name,
+        }
+    }
+
+    /// Whether the person behind the call decided (their answer is
+    /// already in their front end).
+    pub fn is_caller(&self) -> bool {
+        matches!(self, DecidedBy::Caller(_))
+    }
+}
+
+impl fmt::Display for DecidedBy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for DecidedBy {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        enum Typed {
+            Policy,
+            Approver(String),
+            Caller(String),
+        }
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Either {
+            Typed(Typed),
+            Name(String),
+        }
+        Ok(match Either::deserialize(deserializer)? {
+            Either::Typed(Typed::Policy) => DecidedBy::Policy,
+            Either::Typed(Typed::Approver(name)) => DecidedBy::Approver(name),
+            Either::Typed(Typed::Caller(name)) => DecidedBy::Caller(name),
+            // Stored before the decider was typed: a name.
+            Either::Name(name) if name == "the user" => DecidedBy::Caller(name),
+            Either::Name(name) if name == "policy" => DecidedBy::Policy,
+            Either::Name(name) => DecidedBy::Approver(name),
+        })
+    }
+}
+
 /// A decision made, as a UI shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decided {
@@ -158,8 +239,46 @@ pub struct Decided {
     pub request: ApprovalRequest,
     /// What was decided.
     pub decision: Decision,
-    /// Who decided: the approver's name (`the user`, `policy`, …).
-    pub by: String,
+    /// Who decided.
+    pub by: DecidedBy,
+}
+
+/// A decision already made for one call — stored with its run, or
+/// brought by a resume with the person's answer — which binds: an
+/// approval layer that finds it in the call's extensions (for the call's
+/// id) obeys it without asking anyone and before its policy. A stored
+/// denial is never asked again nor overridden; a stored allowance is not
+/// asked again.
+///
+/// An [`Agent`](crate::agent::Agent) puts one in a resumed call's
+/// extensions; a denial it does not even hand to the toolbox.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BindingDecision {
+    /// The call it is for (a layer ignores it on any other call).
+    pub call_id: String,
+    /// The decision.
+    pub decision: Decision,
+    /// Who made it.
+    pub by: DecidedBy,
+}
+
+impl BindingDecision {
+    /// `decision`, made by `by`, for the call `call_id`.
+    pub fn new(call_id: impl Into<String>, decision: Decision, by: DecidedBy) -> Self {
+        BindingDecision {
+            call_id: call_id.into(),
+            decision,
+            by,
+        }
+    }
+
+    /// The binding decision `request`'s extensions carry for it, if any.
+    pub fn of(request: &crate::ToolRequest) -> Option<&BindingDecision> {
+        request
+            .extensions()
+            .get::<BindingDecision>()
+            .filter(|binding| binding.call_id == request.id())
+    }
 }
 
 /// What the approval layer tells of a call.
@@ -260,9 +379,14 @@ impl CallerApprover {
         (self.decide)(request)
     }
 
-    /// Who decides.
+    /// Who decides, by name.
     pub fn by(&self) -> &str {
         &self.by
+    }
+
+    /// Who decides, as a decision records it: the caller.
+    pub fn decided_by(&self) -> DecidedBy {
+        DecidedBy::Caller(self.by.to_string())
     }
 }
 

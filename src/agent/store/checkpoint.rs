@@ -1,22 +1,24 @@
-//! The stored form of a run: [`Checkpoint`], its calls' states, and the
-//! versioned, bounded JSON every store writes.
+//! The state of a run: [`Checkpoint`] — what its journal's records fold
+//! into, and what a snapshot stores —, its calls' states, and the
+//! versioned JSON a snapshot is written in.
+
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::approval::{ApprovalRequest, Decision};
+use crate::approval::{ApprovalRequest, DecidedBy, Decision};
 use crate::model::{Message, ToolCall, Usage};
 use crate::output::Media;
 
 use super::super::StopReason;
 use super::StoreError;
 
-/// The format this build writes (and the newest it reads).
+/// The format this build writes snapshots (and checkpoints, before the
+/// journal) in, and the newest it reads.
 pub const CHECKPOINT_FORMAT: u64 = 1;
 
-/// The default bound on a stored checkpoint: 16 MiB.
-pub const MAX_CHECKPOINT_BYTES: usize = 16 * 1024 * 1024;
-
-/// A run as stored at its last step boundary or change of a call's state.
+/// A run's state: the fold of its journal's records, and what a snapshot
+/// stores (a whole checkpoint, as runs were stored before the journal).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Checkpoint {
     /// The run's id.
@@ -24,8 +26,9 @@ pub struct Checkpoint {
     /// Whether it runs, waits for a decision, or ended.
     #[serde(flatten)]
     pub status: RunStatus,
-    /// The conversation so far (the current step's results not yet in it).
-    pub messages: Vec<Message>,
+    /// The conversation so far (the current step's results not yet in
+    /// it), shared: a model request holds it without a copy.
+    pub messages: Arc<Vec<Message>>,
     /// The calls of the tool step in flight, in the model's order; empty
     /// between steps.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -118,8 +121,8 @@ pub enum CallState {
     Decided {
         /// The decision.
         decision: Decision,
-        /// Who decided.
-        by: String,
+        /// Who decided (a name, in checkpoints of earlier versions).
+        by: DecidedBy,
     },
     /// Ended: what the model reads.
     Finished {
@@ -168,42 +171,30 @@ struct Read {
 }
 
 impl Checkpoint {
-    /// The stored form: JSON with the format version, at most `limit`
-    /// bytes.
-    pub fn to_bytes(&self, limit: usize) -> Result<Vec<u8>, StoreError> {
-        let bytes = serde_json::to_vec(&Write {
+    /// The stored form of a snapshot: JSON with the format version. A
+    /// snapshot has no bound of its own: it is what the run's records,
+    /// each bounded, fold into.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, StoreError> {
+        serde_json::to_vec(&Write {
             format: CHECKPOINT_FORMAT,
             checkpoint: self,
         })
         .map_err(|err| StoreError::Corrupt {
             run_id: self.run_id.clone(),
+            record: None,
             why: format!("it cannot be written: {err}"),
-        })?;
-        if bytes.len() > limit {
-            return Err(StoreError::TooLarge {
-                run_id: self.run_id.clone(),
-                bytes: bytes.len(),
-                limit,
-            });
-        }
-        Ok(bytes)
+        })
     }
 
-    /// Reads the stored form of run `run_id`: a typed error for a
-    /// checkpoint over `limit` bytes, one that does not parse, one of
-    /// another run, or one of a newer format.
-    pub fn from_bytes(run_id: &str, bytes: &[u8], limit: usize) -> Result<Checkpoint, StoreError> {
+    /// Reads the stored form of run `run_id`'s snapshot (or a whole
+    /// checkpoint of an earlier version): a typed error for one that does
+    /// not parse, one of another run, or one of a newer format.
+    pub fn from_bytes(run_id: &str, bytes: &[u8]) -> Result<Checkpoint, StoreError> {
         let corrupt = |why: String| StoreError::Corrupt {
             run_id: run_id.to_owned(),
+            record: None,
             why,
         };
-        if bytes.len() > limit {
-            return Err(StoreError::TooLarge {
-                run_id: run_id.to_owned(),
-                bytes: bytes.len(),
-                limit,
-            });
-        }
         let Format { format } = serde_json::from_slice(bytes)
             .map_err(|err| corrupt(format!("it is not a checkpoint: {err}")))?;
         let format = format.ok_or_else(|| corrupt("it has no format version".to_owned()))?;
@@ -253,7 +244,7 @@ mod tests {
         Checkpoint {
             run_id: "r1".into(),
             status: RunStatus::Waiting,
-            messages: vec![Message::user("hi")],
+            messages: Arc::new(vec![Message::user("hi")]),
             step: vec![CallRecord {
                 call: ToolCall {
                     id: "c1".into(),
@@ -274,10 +265,36 @@ mod tests {
 
     #[test]
     fn round_trips() {
-        let bytes = checkpoint().to_bytes(MAX_CHECKPOINT_BYTES).unwrap();
+        let bytes = checkpoint().to_bytes().unwrap();
         assert!(bytes.starts_with(br#"{"format":1,"#));
-        let read = Checkpoint::from_bytes("r1", &bytes, MAX_CHECKPOINT_BYTES).unwrap();
+        let read = Checkpoint::from_bytes("r1", &bytes).unwrap();
         assert_eq!(read, checkpoint());
+    }
+
+    #[test]
+    fn who_decided_reads_typed_and_as_a_name_stored_before() {
+        let decided = |by| CallState::Decided {
+            decision: Decision::Allow,
+            by,
+        };
+        for by in [
+            DecidedBy::Policy,
+            DecidedBy::approver("an operator"),
+            DecidedBy::caller("the user"),
+        ] {
+            let json = serde_json::to_string(&decided(by.clone())).unwrap();
+            let read: CallState = serde_json::from_str(&json).unwrap();
+            assert_eq!(read, decided(by));
+        }
+        for (name, by) in [
+            ("the user", DecidedBy::caller("the user")),
+            ("policy", DecidedBy::Policy),
+            ("approver", DecidedBy::approver("approver")),
+        ] {
+            let older = format!(r#"{{"state": "decided", "decision": "allow", "by": "{name}"}}"#);
+            let read: CallState = serde_json::from_str(&older).unwrap();
+            assert_eq!(read, decided(by));
+        }
     }
 
     #[test]
@@ -306,7 +323,7 @@ mod tests {
     #[test]
     fn a_newer_format_names_both_versions() {
         let bytes = br#"{"format": 7, "whatever": true}"#;
-        let err = Checkpoint::from_bytes("r1", bytes, MAX_CHECKPOINT_BYTES).unwrap_err();
+        let err = Checkpoint::from_bytes("r1", bytes).unwrap_err();
         assert!(
             matches!(
                 err,
@@ -332,22 +349,13 @@ mod tests {
             br#"{"format": "one"}"#,
             br#"[1, 2]"#,
         ] {
-            let err = Checkpoint::from_bytes("r1", bytes, MAX_CHECKPOINT_BYTES).unwrap_err();
+            let err = Checkpoint::from_bytes("r1", bytes).unwrap_err();
             assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
             assert!(err.to_string().contains("run r1"), "{err}");
         }
-        let other = checkpoint().to_bytes(MAX_CHECKPOINT_BYTES).unwrap();
-        let err = Checkpoint::from_bytes("r2", &other, MAX_CHECKPOINT_BYTES).unwrap_err();
+        let other = checkpoint().to_bytes().unwrap();
+        let err = Checkpoint::from_bytes("r2", &other).unwrap_err();
         assert!(err.to_string().contains("checkpoint of run r1"), "{err}");
-    }
-
-    #[test]
-    fn the_size_is_bounded_both_ways() {
-        let bytes = checkpoint().to_bytes(MAX_CHECKPOINT_BYTES).unwrap();
-        let err = checkpoint().to_bytes(bytes.len() - 1).unwrap_err();
-        assert!(matches!(err, StoreError::TooLarge { .. }), "{err}");
-        let err = Checkpoint::from_bytes("r1", &bytes, bytes.len() - 1).unwrap_err();
-        assert!(matches!(err, StoreError::TooLarge { .. }), "{err}");
     }
 
     #[test]

@@ -1,29 +1,84 @@
-//! [`MemoryStore`]: checkpoints in this process's memory.
+//! [`MemoryStore`]: runs' journals in this process's memory.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures_util::future::{ready, BoxFuture};
 
-use super::{Checkpoint, RunStatus, RunStore, StoreError, Stored, Version, MAX_CHECKPOINT_BYTES};
+use super::checkpoint::now_ms;
+use super::{
+    Append, Journal, RunStatus, RunStore, StoreError, Stored, Version, MAX_RECORD_BYTES,
+};
 
-/// Checkpoints in memory, encoded as every store encodes them (so the
+/// The default time a finished run is kept: a day.
+const DEFAULT_FINISHED_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Runs' journals in memory, encoded as every store encodes them (so the
 /// bounds and errors are the same): for tests, and for one process that
 /// suspends runs for a person's decision and resumes them, without
-/// surviving a restart. Clones share the runs. With the `http` feature it
-/// is also a [`ChunkLog`](crate::http::ai_sdk::ChunkLog) (resumable streams
-/// in one process).
+/// surviving a restart. An append costs the change (its records are
+/// kept as they are encoded); a finished run is forgotten after
+/// [`finished_ttl`](Self::finished_ttl). Clones share the runs. With the
+/// `http` feature it is also a [`ChunkLog`](crate::http::ai_sdk::ChunkLog)
+/// (resumable streams in one process).
 #[derive(Clone, Debug)]
 pub struct MemoryStore {
-    runs: Arc<Mutex<HashMap<String, Entry>>>,
+    runs: Arc<Mutex<Runs>>,
     limit: usize,
+    finished_ttl: Duration,
     /// The chunks of chat responses in progress (resumable streams).
     #[cfg(feature = "http")]
     pub(crate) chunks: Arc<crate::http::ai_sdk::log::MemoryChunks>,
 }
 
-/// A stored run: its version, its encoded checkpoint, its status.
-type Entry = (Version, Arc<[u8]>, RunStatus);
+#[derive(Debug, Default)]
+struct Runs {
+    runs: HashMap<String, Entry>,
+    /// The waiting runs, by when they were written: counted and expired
+    /// without looking at the others.
+    waiting: BTreeSet<(u64, String)>,
+    /// The finished runs, by when they expire.
+    expiring: BTreeSet<(u64, String)>,
+}
+
+/// A stored run.
+#[derive(Debug)]
+struct Entry {
+    version: Version,
+    head: Arc<[u8]>,
+    status: RunStatus,
+    saved_at_ms: u64,
+    expires_ms: Option<u64>,
+    snapshot: Option<Arc<[u8]>>,
+    records: Vec<Arc<[u8]>>,
+}
+
+impl Runs {
+    fn remove(&mut self, run_id: &str) -> Option<Entry> {
+        let entry = self.runs.remove(run_id)?;
+        self.unindex(run_id, &entry);
+        Some(entry)
+    }
+
+    fn unindex(&mut self, run_id: &str, entry: &Entry) {
+        if entry.status == RunStatus::Waiting {
+            self.waiting.remove(&(entry.saved_at_ms, run_id.to_owned()));
+        }
+        if let Some(expires) = entry.expires_ms {
+            self.expiring.remove(&(expires, run_id.to_owned()));
+        }
+    }
+
+    fn sweep(&mut self, now: u64) {
+        while let Some((expires, run_id)) = self.expiring.first().cloned() {
+            if expires > now {
+                break;
+            }
+            self.remove(&run_id);
+        }
+    }
+}
 
 impl Default for MemoryStore {
     fn default() -> Self {
@@ -32,36 +87,74 @@ impl Default for MemoryStore {
 }
 
 impl MemoryStore {
-    /// An empty store; checkpoints of at most [`MAX_CHECKPOINT_BYTES`].
+    /// An empty store; records of at most [`MAX_RECORD_BYTES`]; finished
+    /// runs kept a day.
     pub fn new() -> Self {
         MemoryStore {
             runs: Arc::default(),
-            limit: MAX_CHECKPOINT_BYTES,
+            limit: MAX_RECORD_BYTES,
+            finished_ttl: DEFAULT_FINISHED_TTL,
             #[cfg(feature = "http")]
             chunks: Arc::default(),
         }
     }
 
-    /// Refuses checkpoints larger than `bytes`.
-    pub fn max_checkpoint_bytes(mut self, bytes: usize) -> Self {
+    /// Refuses records larger than `bytes`.
+    pub fn max_record_bytes(mut self, bytes: usize) -> Self {
         self.limit = bytes;
         self
     }
 
-    /// Replaces the stored bytes of `run_id` as they are (a test's way to
-    /// corrupt a checkpoint), keeping its version.
-    pub fn put_raw(&self, run_id: &str, bytes: &[u8]) {
-        let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
-        let version = runs.get(run_id).map_or(Version(1), |(v, ..)| *v);
-        runs.insert(
+    /// Keeps a finished run for `ttl` after its last append (zero: it is
+    /// forgotten as it ends).
+    pub fn finished_ttl(mut self, ttl: Duration) -> Self {
+        self.finished_ttl = ttl;
+        self
+    }
+
+    /// Replaces the stored form of `run_id` with `snapshot` alone — a
+    /// whole checkpoint, as runs were stored before the journal, or bytes
+    /// that do not parse (a test's way to corrupt a run) —, keeping its
+    /// version.
+    pub fn put_raw(&self, run_id: &str, snapshot: &[u8]) {
+        let mut runs = lock(&self.runs);
+        let version = runs
+            .remove(run_id)
+            .map_or(Version(1), |entry| entry.version);
+        runs.runs.insert(
             run_id.to_owned(),
-            (version, Arc::from(bytes), RunStatus::Running),
+            Entry {
+                version,
+                head: Arc::from(&b""[..]),
+                status: RunStatus::Running,
+                saved_at_ms: 0,
+                expires_ms: None,
+                snapshot: Some(Arc::from(snapshot)),
+                records: Vec::new(),
+            },
         );
+    }
+
+    /// Replaces the last record of `run_id` with `bytes` (a test's way to
+    /// corrupt a record); whether it had one.
+    pub fn put_raw_record(&self, run_id: &str, bytes: &[u8]) -> bool {
+        let mut runs = lock(&self.runs);
+        match runs
+            .runs
+            .get_mut(run_id)
+            .and_then(|entry| entry.records.last_mut())
+        {
+            Some(record) => {
+                *record = Arc::from(bytes);
+                true
+            }
+            None => false,
+        }
     }
 
     /// How many runs are stored.
     pub fn len(&self) -> usize {
-        self.runs.lock().unwrap_or_else(|p| p.into_inner()).len()
+        lock(&self.runs).runs.len()
     }
 
     /// Whether no run is stored.
@@ -70,72 +163,120 @@ impl MemoryStore {
     }
 }
 
+fn lock(runs: &Mutex<Runs>) -> std::sync::MutexGuard<'_, Runs> {
+    runs.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl RunStore for MemoryStore {
     fn load<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Option<Stored>, StoreError>> {
-        let found = self
-            .runs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(run_id)
-            .map(|(version, bytes, _)| (*version, Arc::clone(bytes)));
+        // The run's bytes are shared out of the lock and decoded after it.
+        let found = lock(&self.runs).runs.get(run_id).map(|entry| {
+            (
+                entry.version,
+                Arc::clone(&entry.head),
+                entry.snapshot.clone(),
+                entry.records.clone(),
+            )
+        });
         let loaded = found
-            .map(|(version, bytes)| {
-                Checkpoint::from_bytes(run_id, &bytes, self.limit).map(|checkpoint| Stored {
-                    checkpoint,
+            .map(|(version, head, snapshot, records)| {
+                Journal {
+                    run_id,
                     version,
-                })
+                    head: Some(&head),
+                    snapshot: snapshot.as_deref(),
+                    records: records.iter().map(|record| &**record).collect(),
+                }
+                .fold(self.limit)
             })
             .transpose();
         Box::pin(ready(loaded))
     }
 
-    fn save<'a>(
-        &'a self,
-        checkpoint: &'a Checkpoint,
-        expected: Version,
-    ) -> BoxFuture<'a, Result<Version, StoreError>> {
-        let saved = checkpoint.to_bytes(self.limit).and_then(|bytes| {
-            let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
-            let found = runs
-                .get(&checkpoint.run_id)
-                .map_or(Version::NONE, |(v, ..)| *v);
-            if found != expected {
-                return Err(StoreError::Conflict {
-                    run_id: checkpoint.run_id.clone(),
-                    expected,
-                    found,
-                });
+    fn append<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<Version, StoreError>> {
+        let now = now_ms();
+        let mut runs = lock(&self.runs);
+        let found = runs
+            .runs
+            .get(append.run_id)
+            .map_or(Version::NONE, |entry| entry.version);
+        if found != append.expected {
+            return Box::pin(ready(Err(append.conflict(found))));
+        }
+        let version = append.version();
+        let previous = runs.remove(append.run_id);
+        let (mut snapshot, mut records) = previous
+            .map(|entry| (entry.snapshot, entry.records))
+            .unwrap_or_default();
+        match append.snapshot {
+            Some(bytes) => {
+                snapshot = Some(Arc::from(bytes));
+                records.clear();
             }
-            let version = found.next();
-            runs.insert(
-                checkpoint.run_id.clone(),
-                (version, Arc::from(bytes), checkpoint.status),
-            );
-            Ok(version)
-        });
-        Box::pin(ready(saved))
+            None => records.extend(append.records.iter().map(|r| Arc::from(&r[..]))),
+        }
+        let status = append.head.status;
+        let saved_at_ms = append.head.saved_at_ms;
+        let ttl = u64::try_from(self.finished_ttl.as_millis()).unwrap_or(u64::MAX);
+        let expires_ms =
+            matches!(status, RunStatus::Done { .. }).then(|| now.saturating_add(ttl));
+        if status == RunStatus::Waiting {
+            runs.waiting
+                .insert((saved_at_ms, append.run_id.to_owned()));
+        }
+        if let Some(expires) = expires_ms {
+            runs.expiring.insert((expires, append.run_id.to_owned()));
+        }
+        runs.runs.insert(
+            append.run_id.to_owned(),
+            Entry {
+                version,
+                head: Arc::from(append.head_bytes),
+                status,
+                saved_at_ms,
+                expires_ms,
+                snapshot,
+                records,
+            },
+        );
+        if expires_ms.is_some() {
+            runs.sweep(now);
+        }
+        Box::pin(ready(Ok(version)))
     }
 
-    fn waiting(&self) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
-        let mut ids: Vec<String> = self
-            .runs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+    fn waiting_count(&self) -> BoxFuture<'_, Result<usize, StoreError>> {
+        Box::pin(ready(Ok(lock(&self.runs).waiting.len())))
+    }
+
+    fn expire_waiting(&self, saved_before_ms: u64) -> BoxFuture<'_, Result<usize, StoreError>> {
+        let mut runs = lock(&self.runs);
+        let mut expired = 0;
+        while let Some((saved, run_id)) = runs.waiting.first().cloned() {
+            if saved >= saved_before_ms {
+                break;
+            }
+            runs.remove(&run_id);
+            expired += 1;
+        }
+        Box::pin(ready(Ok(expired)))
+    }
+
+    fn waiting(&self, limit: usize) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
+        let ids = lock(&self.runs)
+            .waiting
             .iter()
-            .filter(|(_, (_, _, status))| *status == RunStatus::Waiting)
-            .map(|(id, _)| id.clone())
+            .take(limit)
+            .map(|(_, id)| id.clone())
             .collect();
-        ids.sort();
         Box::pin(ready(Ok(ids)))
     }
 
     fn delete<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
-        let removed = self
-            .runs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(run_id)
-            .is_some();
-        Box::pin(ready(Ok(removed)))
+        Box::pin(ready(Ok(lock(&self.runs).remove(run_id).is_some())))
+    }
+
+    fn max_record_bytes(&self) -> usize {
+        self.limit
     }
 }

@@ -1,33 +1,52 @@
 //! Where agent runs outlive the process: a [`RunStore`] keeps each run's
-//! [`Checkpoint`] — its history, the state of each tool call of the step
-//! in flight, usage, steps — so a run can be resumed
+//! *journal* — its changes, appended as [`Record`]s the size of the change
+//! (a message, a call's state, a result), with a snapshot of the whole
+//! [`Checkpoint`] folded in now and then — so a run can be resumed
 //! ([`Agent::resume`](super::Agent::resume)) by this process after a
 //! restart, or by another process sharing the store.
 //!
 //! # The contract
 //!
-//! Every checkpoint has a [`Version`]: [`save`](RunStore::save) writes only
-//! if the stored version is the one the writer read (compare-and-set), and
-//! returns the next. Two processes can therefore never both take a run:
-//! the second one's write fails with [`StoreError::Conflict`]. A run that
-//! is running is *held* by its process ([`Holder`]) until a lease passes
-//! without a checkpoint; a run waiting for a person's decision
-//! ([`RunStatus::Waiting`]) is held by nobody, and whichever process gets
-//! the answer first takes it.
+//! A run's [`Version`] is the number of records ever appended to it:
+//! [`append`](RunStore::append) writes only if the stored version is the
+//! one the writer read (compare-and-set), and returns the next. Two
+//! processes can therefore never both take a run: the second one's append
+//! fails with [`StoreError::Conflict`]. An append is atomic: its records,
+//! the run's [`Head`] (status, holder, when written), its place among the
+//! waiting runs and, when it carries one, the snapshot that replaces the
+//! records before it — all or nothing. A run that is running is *held* by
+//! its process ([`Holder`]) until a lease passes without an append; a run
+//! waiting for a person's decision ([`RunStatus::Waiting`]) is held by
+//! nobody, and whichever process gets the answer first takes it.
+//!
+//! Loading reads the snapshot and the records after it, and folds them
+//! ([`Journal::fold`]); the agent folds a snapshot in when the records
+//! since the last one outgrow it (and at least every
+//! [`SNAPSHOT_EVERY_RECORDS`]), so a load reads at most about three times
+//! the run's size and a save costs the change, however long the run.
+//!
+//! The waiting runs are counted in constant time
+//! ([`waiting_count`](RunStore::waiting_count)) and expire by a time index
+//! ([`expire_waiting`](RunStore::expire_waiting)); a finished run expires
+//! after the store's TTL.
 //!
 //! Three stores implement it, and one contract test runs against each:
 //!
 //! | store | for | feature |
 //! |---|---|---|
 //! | [`MemoryStore`] | tests; one process that only needs suspend and resume | — |
-//! | [`SqliteStore`](sqlite::SqliteStore) | one machine: an embedded file, zero setup (WAL) | `sqlite` |
-//! | [`RedisStore`](redis::RedisStore) | replicas sharing one Redis (the compare-and-set in a Lua script) | `redis` |
+//! | [`SqliteStore`](sqlite::SqliteStore) | one machine: an embedded file, zero setup (WAL); a records table, one transaction per append | `sqlite` |
+//! | [`RedisStore`](redis::RedisStore) | replicas sharing one Redis: a list of records per run, the append fenced in one Lua script | `redis` |
 //!
 //! # The stored form
 //!
-//! JSON, `{"format": 1, …}`, at most [`MAX_CHECKPOINT_BYTES`] by default. A
-//! checkpoint that does not parse is [`StoreError::Corrupt`], naming the
-//! run and the problem; one written by a newer toolstack is
+//! JSON: each record on its own (at most [`MAX_RECORD_BYTES`] by default:
+//! one message, one tool result — a run as a whole has no bound), the head
+//! with the journal's format `{"format": 1, …}`, a snapshot as a whole
+//! checkpoint `{"format": 1, …}` — the form runs were stored in before the
+//! journal, which therefore load as a snapshot with no records. A record
+//! that does not parse is [`StoreError::Corrupt`], naming the run and the
+//! record; a journal written by a newer toolstack is
 //! [`StoreError::UnknownFormat`], naming both format versions. Neither
 //! ever panics.
 
@@ -40,6 +59,7 @@ use crate::{ErrorKind, ToolError};
 
 pub(crate) mod checkpoint;
 mod memory;
+mod record;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
@@ -48,22 +68,27 @@ pub mod redis;
 pub mod sqlite;
 
 pub use self::checkpoint::{
-    CallRecord, CallState, Checkpoint, Holder, RunStatus, CHECKPOINT_FORMAT, MAX_CHECKPOINT_BYTES,
+    CallRecord, CallState, Checkpoint, Holder, RunStatus, CHECKPOINT_FORMAT,
 };
 pub use self::memory::MemoryStore;
+pub use self::record::{Head, Journal, Record, JOURNAL_FORMAT, MAX_RECORD_BYTES};
 
-/// The version of a stored checkpoint: [`Version::NONE`] for a run not
-/// stored yet, then one more at every save.
+/// The most records a run keeps after its snapshot before the agent folds
+/// a new one in (it folds sooner when they outgrow the snapshot).
+pub const SNAPSHOT_EVERY_RECORDS: usize = 4096;
+
+/// The version of a stored run: [`Version::NONE`] for a run not stored
+/// yet, then the number of records ever appended to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Version(pub u64);
 
 impl Version {
-    /// No checkpoint stored yet: what the first save of a run expects.
+    /// No run stored yet: what the first append of a run expects.
     pub const NONE: Version = Version(0);
 
-    /// The version after this one.
-    pub fn next(self) -> Version {
-        Version(self.0.saturating_add(1))
+    /// The version after `records` more records.
+    pub fn after(self, records: usize) -> Version {
+        Version(self.0.saturating_add(records.max(1) as u64))
     }
 }
 
@@ -73,40 +98,96 @@ impl fmt::Display for Version {
     }
 }
 
-/// A checkpoint as loaded, with the version a save must expect.
+/// A run as loaded: its state, its version, and what was read.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Stored {
-    /// The checkpoint.
+    /// The run's state: its snapshot with the records after it applied.
     pub checkpoint: Checkpoint,
-    /// Its version.
+    /// Its version: what the next append must expect.
     pub version: Version,
+    /// The size of the snapshot read (0: none).
+    pub snapshot_bytes: usize,
+    /// How many records were read after it.
+    pub records: usize,
+    /// Their size.
+    pub record_bytes: usize,
 }
 
-/// Keeps agent runs' checkpoints; see the [module docs](self).
+/// One append to a run's journal: see [`RunStore::append`].
+#[derive(Debug, Clone, Copy)]
+pub struct Append<'a> {
+    /// The run.
+    pub run_id: &'a str,
+    /// The version the writer read ([`Version::NONE`]: a new run).
+    pub expected: Version,
+    /// The run's head after the append: its status, holder, when written.
+    pub head: &'a Head,
+    /// The head, encoded ([`Head::to_bytes`]).
+    pub head_bytes: &'a [u8],
+    /// The records, encoded ([`Record::to_bytes`]), each at most the
+    /// store's [`max_record_bytes`](RunStore::max_record_bytes) (the
+    /// writer checks, and names the record it refuses).
+    pub records: &'a [Vec<u8>],
+    /// A snapshot ([`Checkpoint::to_bytes`]) of the run *after* these
+    /// records: it replaces every record stored so far, and these records
+    /// are not stored.
+    pub snapshot: Option<&'a [u8]>,
+}
+
+impl Append<'_> {
+    /// The version after this append.
+    pub fn version(&self) -> Version {
+        self.expected.after(self.records.len())
+    }
+
+    /// The conflict when the stored version is `found`.
+    pub fn conflict(&self, found: Version) -> StoreError {
+        StoreError::Conflict {
+            run_id: self.run_id.to_owned(),
+            expected: self.expected,
+            found,
+        }
+    }
+}
+
+/// Keeps agent runs' journals; see the [module docs](self).
 ///
-/// Implementations encode with [`Checkpoint::to_bytes`] and decode with
-/// [`Checkpoint::from_bytes`], so every store shares the format, its
-/// bounds and its errors.
+/// Implementations decode through [`Journal::fold`], so every store shares
+/// the format, its bounds and its errors.
 pub trait RunStore: Send + Sync + 'static {
-    /// The run's checkpoint and version, or `None` if the store has none
-    /// (never saved, deleted, or expired).
+    /// The run's state and version, or `None` if the store has none
+    /// (never stored, deleted, or expired).
     fn load<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Option<Stored>, StoreError>>;
 
-    /// Writes `checkpoint` if the stored version is `expected`
-    /// ([`Version::NONE`]: no checkpoint yet), and returns the new
-    /// version; otherwise [`StoreError::Conflict`] with the version found.
-    /// A checkpoint of a finished run may expire (the store's TTL).
-    fn save<'a>(
-        &'a self,
-        checkpoint: &'a Checkpoint,
-        expected: Version,
-    ) -> BoxFuture<'a, Result<Version, StoreError>>;
+    /// Appends `append`'s records (or writes its snapshot) if the stored
+    /// version is `append.expected`, with the head, the waiting index and
+    /// the expiry of a finished run, atomically; returns the new version
+    /// ([`Append::version`]); otherwise [`StoreError::Conflict`] with the
+    /// version found.
+    fn append<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<Version, StoreError>>;
 
-    /// The ids of the runs waiting for a decision ([`RunStatus::Waiting`]).
-    fn waiting(&self) -> BoxFuture<'_, Result<Vec<String>, StoreError>>;
+    /// How many runs wait for a decision ([`RunStatus::Waiting`]), counted
+    /// in constant time.
+    fn waiting_count(&self) -> BoxFuture<'_, Result<usize, StoreError>>;
+
+    /// Forgets the runs that have waited for a decision since before
+    /// `saved_before_ms` (ms since the Unix epoch), by a time index;
+    /// returns how many.
+    fn expire_waiting(&self, saved_before_ms: u64) -> BoxFuture<'_, Result<usize, StoreError>>;
+
+    /// The ids of the runs waiting for a decision, at most `limit` of
+    /// them, oldest first.
+    fn waiting(&self, limit: usize) -> BoxFuture<'_, Result<Vec<String>, StoreError>>;
 
     /// Forgets the run; whether there was one.
     fn delete<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    /// The bound on one record ([`MAX_RECORD_BYTES`] unless the store is
+    /// set otherwise).
+    fn max_record_bytes(&self) -> usize {
+        MAX_RECORD_BYTES
+    }
 }
 
 impl<S: RunStore + ?Sized> RunStore for Arc<S> {
@@ -114,20 +195,28 @@ impl<S: RunStore + ?Sized> RunStore for Arc<S> {
         (**self).load(run_id)
     }
 
-    fn save<'a>(
-        &'a self,
-        checkpoint: &'a Checkpoint,
-        expected: Version,
-    ) -> BoxFuture<'a, Result<Version, StoreError>> {
-        (**self).save(checkpoint, expected)
+    fn append<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<Version, StoreError>> {
+        (**self).append(append)
     }
 
-    fn waiting(&self) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
-        (**self).waiting()
+    fn waiting_count(&self) -> BoxFuture<'_, Result<usize, StoreError>> {
+        (**self).waiting_count()
+    }
+
+    fn expire_waiting(&self, saved_before_ms: u64) -> BoxFuture<'_, Result<usize, StoreError>> {
+        (**self).expire_waiting(saved_before_ms)
+    }
+
+    fn waiting(&self, limit: usize) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
+        (**self).waiting(limit)
     }
 
     fn delete<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
         (**self).delete(run_id)
+    }
+
+    fn max_record_bytes(&self) -> usize {
+        (**self).max_record_bytes()
     }
 }
 
@@ -147,14 +236,16 @@ pub enum StoreError {
         /// The version stored.
         found: Version,
     },
-    /// The stored checkpoint does not parse.
+    /// A stored record, head or snapshot does not parse.
     Corrupt {
         /// The run.
         run_id: String,
+        /// The record's sequence number (none: the head or the snapshot).
+        record: Option<u64>,
         /// What is wrong.
         why: String,
     },
-    /// The checkpoint was written in a format this build does not know.
+    /// The run was written in a format this build does not know.
     UnknownFormat {
         /// The run.
         run_id: String,
@@ -163,10 +254,13 @@ pub enum StoreError {
         /// The newest format this build reads.
         supported: u64,
     },
-    /// The checkpoint is larger than the store's bound.
+    /// A record is larger than the store's bound.
     TooLarge {
         /// The run.
         run_id: String,
+        /// Which record: what it holds (`the result of call c1 (read)`),
+        /// or its sequence number when read back.
+        record: String,
         /// Its size.
         bytes: usize,
         /// The bound.
@@ -213,9 +307,16 @@ impl fmt::Display for StoreError {
                 f,
                 "run {run_id} was saved by another writer (version {found}, expected {expected})"
             ),
-            StoreError::Corrupt { run_id, why } => {
-                write!(f, "the checkpoint of run {run_id} is corrupt: {why}")
-            }
+            StoreError::Corrupt {
+                run_id,
+                record: Some(seq),
+                why,
+            } => write!(f, "record {seq} of run {run_id} is corrupt: {why}"),
+            StoreError::Corrupt {
+                run_id,
+                record: None,
+                why,
+            } => write!(f, "the checkpoint of run {run_id} is corrupt: {why}"),
             StoreError::UnknownFormat {
                 run_id,
                 found,
@@ -226,11 +327,12 @@ impl fmt::Display for StoreError {
             ),
             StoreError::TooLarge {
                 run_id,
+                record,
                 bytes,
                 limit,
             } => write!(
                 f,
-                "the checkpoint of run {run_id} is {bytes} bytes, over the store's limit of {limit}"
+                "{record} of run {run_id} is {bytes} bytes, over the store's limit of {limit} for one record"
             ),
             StoreError::Unavailable { why, .. } => write!(f, "the run store is unavailable: {why}"),
         }

@@ -32,6 +32,9 @@ pub(super) struct ApprovalsInner {
     pub(super) asked: HashMap<String, Option<oneshot::Sender<Decision>>>,
     /// The response waiting for the caller's approver to be asked.
     pub(super) waker: Option<Waker>,
+    /// Calls denied here before the caller's approver was asked about
+    /// them, with why.
+    pub(super) refused: HashMap<String, String>,
 }
 
 impl Approvals {
@@ -85,7 +88,14 @@ impl Approvals {
     fn ask(&self, call_id: &str) -> oneshot::Receiver<Decision> {
         let (answer, wait) = oneshot::channel();
         let mut inner = lock(&self.inner);
-        inner.asked.insert(call_id.to_owned(), Some(answer));
+        let answer = match inner.refused.remove(call_id) {
+            Some(why) => {
+                let _ = answer.send(Decision::deny(why));
+                None
+            }
+            None => Some(answer),
+        };
+        inner.asked.insert(call_id.to_owned(), answer);
         if let Some(waker) = inner.waker.take() {
             waker.wake();
         }
@@ -103,15 +113,22 @@ impl Approvals {
         all
     }
 
-    /// Denies every call waiting, with `reason`.
-    pub(super) fn deny_all(&self, reason: &str) {
+    /// Denies `call_id` with `reason`, whether its approver was asked
+    /// already or is about to be.
+    pub(super) fn refuse(&self, call_id: &str, reason: &str) {
         let mut inner = lock(&self.inner);
-        for answer in inner.asked.values_mut() {
-            if let Some(answer) = answer.take() {
-                let _ = answer.send(Decision::deny(reason));
+        match inner.asked.get_mut(call_id) {
+            Some(answer) => {
+                if let Some(answer) = answer.take() {
+                    let _ = answer.send(Decision::deny(reason));
+                }
+            }
+            None => {
+                inner.refused.insert(call_id.to_owned(), reason.to_owned());
             }
         }
     }
+
 }
 
 /// The run and the call an approval id names, if it is one.

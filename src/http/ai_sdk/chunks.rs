@@ -17,7 +17,6 @@ use crate::approval::Decision;
 use crate::{ToolOutput, ToolResult};
 
 use super::approvals::Approvals;
-use super::THE_USER;
 
 /// A run in progress, between responses when it waits: its events, what
 /// the mapping has said, its approvals.
@@ -56,6 +55,9 @@ pub(super) struct Open {
     pub(super) store: Arc<dyn RunStore>,
     pub(super) max_waiting_runs: usize,
     pub(super) approval_timeout: Duration,
+    /// Whether the store had room for this run to wait, once asked (before
+    /// the person is first asked): a run counts once.
+    pub(super) room: Option<Result<(), String>>,
 }
 
 pub(super) enum Step {
@@ -100,6 +102,38 @@ impl Open {
                 Step::Event(Some(AgentEvent::AwaitingApproval { call_ids })) => {
                     self.stalled = Some(call_ids);
                 }
+                Step::Event(Some(AgentEvent::ApprovalRequested {
+                    call_id,
+                    name,
+                    arguments,
+                    automatic: false,
+                    reason,
+                })) => {
+                    // Room for the run to wait is found before the person
+                    // sees an Approve button; without it, the call is
+                    // denied here, and shown as decided.
+                    let (automatic, reason) = match self.room().await {
+                        Ok(()) => (false, reason),
+                        Err(why) => (true, Some(why)),
+                    };
+                    let Some(live) = self.live.as_mut() else {
+                        continue;
+                    };
+                    if automatic {
+                        live.approvals
+                            .refuse(&call_id, reason.as_deref().unwrap_or_default());
+                    }
+                    self.stalled = None;
+                    let event = AgentEvent::ApprovalRequested {
+                        call_id,
+                        name,
+                        arguments,
+                        automatic,
+                        reason,
+                    };
+                    let approvals = Arc::clone(&live.approvals);
+                    live.map.event(event, &approvals, &mut self.out);
+                }
                 Step::Event(Some(event)) => {
                     self.stalled = None;
                     let done = matches!(event, AgentEvent::Done(_));
@@ -124,31 +158,37 @@ impl Open {
         }
     }
 
+    /// Whether the store has room for this run to wait for the person,
+    /// asked once per response: runs waited past the approval timeout are
+    /// forgotten first, when it is full. Counted in the store, so the
+    /// bound holds for every process sharing it; runs asking at the same
+    /// moment may pass it by their number.
+    async fn room(&mut self) -> Result<(), String> {
+        if let Some(room) = &self.room {
+            return room.clone();
+        }
+        let room = match room(&*self.store, self.max_waiting_runs, self.approval_timeout).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(format!(
+                "not run: the server holds too many conversations waiting for approval \
+                 ({} at most); ask again later",
+                self.max_waiting_runs
+            )),
+            Err(err) => Err(format!(
+                "not run: the server cannot keep this conversation for an approval now ({err})"
+            )),
+        };
+        self.room = Some(room.clone());
+        room
+    }
+
     /// The run waits on the person: suspend it in the store and end the
-    /// response — or, with no room, deny its calls and go on.
+    /// response.
     pub(super) async fn park(&mut self) {
         self.stalled = None;
         let Some(mut live) = self.live.take() else {
             return;
         };
-        let store = Arc::clone(&self.store);
-        match room(&*store, self.max_waiting_runs, self.approval_timeout).await {
-            Ok(true) => {}
-            Ok(false) => {
-                live.approvals.deny_all(
-                    "not run: the server holds too many conversations waiting for approval; ask again later",
-                );
-                self.live = Some(live);
-                return;
-            }
-            Err(why) => {
-                live.approvals.deny_all(&format!(
-                    "not run: the server cannot keep this conversation for an approval now ({why})"
-                ));
-                self.live = Some(live);
-                return;
-            }
-        }
         live.map.finish_step(&mut self.out);
         match live.events.suspend().await {
             Ok(()) => self.out.push_back(Out::Chunk(
@@ -167,33 +207,21 @@ impl Open {
     }
 }
 
-/// Whether `store` has room for one more waiting run: runs waited past
-/// `timeout` are dropped first, when it is full.
+/// Whether `store` has room for one more waiting run, counted in
+/// constant time; when it is full, the runs waited past `timeout` are
+/// forgotten (by the store's time index) and it is counted again.
 async fn room(
     store: &dyn RunStore,
     max_waiting_runs: usize,
     timeout: Duration,
 ) -> Result<bool, crate::agent::store::StoreError> {
-    let waiting = store.waiting().await?;
-    if waiting.len() < max_waiting_runs {
+    if store.waiting_count().await? < max_waiting_runs {
         return Ok(true);
     }
     let timeout = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
     let now = crate::agent::store::checkpoint::now_ms();
-    let mut left = waiting.len();
-    for run_id in &waiting {
-        let expired = match store.load(run_id).await {
-            Ok(Some(stored)) => now.saturating_sub(stored.checkpoint.saved_at_ms) > timeout,
-            Ok(None) => true,
-            // Unreadable: it can never be resumed.
-            Err(_) => true,
-        };
-        if expired {
-            store.delete(run_id).await?;
-            left -= 1;
-        }
-    }
-    Ok(left < max_waiting_runs)
+    store.expire_waiting(now.saturating_sub(timeout)).await?;
+    Ok(store.waiting_count().await? < max_waiting_runs)
 }
 
 /// Turns agent events into chunks, keeping what the protocol needs: the
@@ -345,8 +373,10 @@ impl Mapper {
                 if !approved {
                     self.denied.insert(id);
                 }
-                // The caller's own answer is already in its message.
-                if by != THE_USER {
+                // The caller's own answer is already in its message; a
+                // denial made here (no room) is shown as a policy's.
+                let here = self.automatic.contains_key(&call_id);
+                if !by.is_caller() || here {
                     let approval_id = approvals.approval_id(&call_id);
                     let mut chunk = json!({"type": "tool-approval-response", "approvalId": approval_id, "approved": approved});
                     let policy = self.automatic.remove(&call_id).flatten();

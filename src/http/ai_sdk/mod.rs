@@ -147,8 +147,9 @@ use request::{Answer, ChatBody};
 /// The default limit on a chat request's body: 4 MiB.
 pub const DEFAULT_BODY_LIMIT: usize = 4 * 1024 * 1024;
 
-/// The default bound on runs kept for an approval answer.
-pub const DEFAULT_MAX_WAITING_RUNS: usize = 256;
+/// The default bound on runs kept for an approval answer, counted in the
+/// run store — across every process that shares it.
+pub const DEFAULT_MAX_WAITING_RUNS: usize = 10_000;
 
 /// The default time a run is kept for an approval answer: 10 minutes.
 pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(600);
@@ -211,7 +212,9 @@ impl<M> ChatEndpoint<M> {
                 (agent, store)
             }
             None => {
-                let store = MemoryStore::new();
+                // Only what waits for an answer needs keeping: a finished
+                // run is forgotten as it ends.
+                let store = MemoryStore::new().finished_ttl(Duration::ZERO);
                 (
                     agent.store(store.clone()),
                     Arc::new(store) as Arc<dyn RunStore>,
@@ -243,8 +246,16 @@ impl<M> ChatEndpoint<M> {
         self
     }
 
-    /// Keeps at most `runs` runs waiting for an approval answer; beyond
-    /// that, a run's calls are denied at once.
+    /// Keeps at most `runs` runs waiting for an approval answer (10,000
+    /// by default), counted in the run store — across every process that
+    /// shares it. Room is checked before the person is first asked in a
+    /// response: beyond the bound (after the runs waited past the
+    /// [`approval_timeout`](Self::approval_timeout) are forgotten), the
+    /// call is denied at once and shown as decided
+    /// (`tool-approval-request` with `isAutomatic`, then
+    /// `tool-approval-response` with the reason), never with an Approve
+    /// button. Runs asking at the same moment may pass the bound by their
+    /// number.
     pub fn max_waiting_runs(mut self, runs: usize) -> Self {
         self.max_waiting_runs = runs;
         self
@@ -285,9 +296,9 @@ impl<M> ChatEndpoint<M> {
     }
 
     /// How many runs wait for an approval answer now, in the store (which
-    /// other processes may share).
+    /// other processes may share), counted in constant time.
     pub async fn waiting_runs(&self) -> Result<usize, crate::agent::store::StoreError> {
-        Ok(self.store.waiting().await?.len())
+        self.store.waiting_count().await
     }
 }
 
@@ -347,6 +358,7 @@ where
             store: Arc::clone(&self.store),
             max_waiting_runs: self.max_waiting_runs,
             approval_timeout: self.approval_timeout,
+            room: None,
         };
         let chat_id = request
             .id
@@ -567,12 +579,14 @@ where
 }
 
 /// A run that cannot be resumed here: `409` when another process holds
-/// it or it has ended (the answer was applied once already), `503` when
-/// the store is down.
+/// it (`kind: "held"`: worth sending again, elsewhere or later) or it has
+/// ended (`kind: "ended"`: final — the answer was applied once already),
+/// `503` when the store is down.
 fn resume_refused(err: &ResumeError) -> Response {
-    let kind = match err.status() {
-        StatusCode::CONFLICT => "conflict",
-        StatusCode::SERVICE_UNAVAILABLE => "unavailable",
+    let kind = match err {
+        ResumeError::Held { .. } => "held",
+        ResumeError::Finished { .. } => "ended",
+        _ if err.status() == StatusCode::SERVICE_UNAVAILABLE => "unavailable",
         _ => "failed",
     };
     let body = json!({"error": err.to_string(), "kind": kind});

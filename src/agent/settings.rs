@@ -1,0 +1,259 @@
+//! [`Agent`]: a model, a toolbox and the settings of their runs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::model::Prices;
+use crate::Toolbox;
+
+use super::journal::{Durability, OnStoreError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE};
+use super::store::RunStore;
+
+#[cfg(doc)]
+use super::{AgentEvent, AgentStream};
+#[cfg(doc)]
+use crate::ToolError;
+
+/// `invoke_agent {name}`, or `invoke_agent` for an agent without a name.
+struct AgentSpanName<'a>(Option<&'a str>);
+
+impl std::fmt::Display for AgentSpanName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(name) => write!(f, "invoke_agent {name}"),
+            None => f.write_str("invoke_agent"),
+        }
+    }
+}
+
+/// Drives a model and a toolbox: calls the model, runs the tool calls it
+/// asks for (concurrently, up to a bound), feeds the results back, and
+/// repeats until the model answers without a tool call or a limit is hit.
+///
+/// Tool failures, invalid arguments and unknown tools go back to the model
+/// as tool results (the model-facing JSON of the [`ToolError`]), and the
+/// loop goes on. Dropping the event stream cancels the model call and the
+/// running tools. An `Agent` is a `Service<Vec<Message>>` answering with
+/// its event stream.
+#[derive(Debug, Clone)]
+pub struct Agent<M> {
+    pub(super) model: M,
+    pub(super) name: Option<Arc<str>>,
+    pub(super) provider: Option<&'static str>,
+    pub(super) model_name: Option<Arc<str>>,
+    pub(super) toolbox: Toolbox,
+    pub(super) max_steps: usize,
+    pub(super) max_tool_calls: usize,
+    pub(super) parallel: usize,
+    pub(super) turn_retries: usize,
+    pub(super) durability: Option<Durability>,
+    pub(super) prices: Option<Prices>,
+}
+
+impl<M> Agent<M> {
+    /// An agent over `model` and `toolbox`: at most 10 model turns, 32
+    /// tool calls, 4 tools at once; a turn that breaks off is not asked
+    /// again.
+    pub fn new(model: M, toolbox: Toolbox) -> Self {
+        Agent {
+            model,
+            name: None,
+            provider: None,
+            model_name: None,
+            toolbox,
+            max_steps: 10,
+            max_tool_calls: 32,
+            parallel: 4,
+            turn_retries: 0,
+            durability: None,
+            prices: None,
+        }
+    }
+
+    /// Prices each tool call's result ([`AgentDone::tool_costs`]): the
+    /// prompt tokens it added, at the price of the model's (uncached)
+    /// prompt tokens. The model is the one the answer names, else
+    /// [`model_name`](Self::model_name)'s.
+    ///
+    /// [`AgentDone::tool_costs`]: super::AgentDone::tool_costs
+    pub fn prices(mut self, prices: Prices) -> Self {
+        self.prices = Some(prices);
+        self
+    }
+
+    /// Checkpoints every run into `store` — at every step boundary and
+    /// every change of a tool call's state — so a run can be resumed
+    /// ([`Agent::resume`]) after a restart or by another process sharing
+    /// the store. See [`store`](super::store).
+    ///
+    /// A checkpoint is saved before the call it records goes on (a tool
+    /// starts only once its start is stored), never in the middle of the
+    /// model's stream; each save is bounded by
+    /// [`checkpoint_timeout`](Self::checkpoint_timeout).
+    pub fn store(mut self, store: impl RunStore) -> Self {
+        self.durability = Some(Durability {
+            store: Arc::new(store),
+            process: Arc::from(crate::id::new_token()),
+            lease: DEFAULT_LEASE,
+            timeout: DEFAULT_CHECKPOINT_TIMEOUT,
+            on_error: OnStoreError::default(),
+        });
+        self
+    }
+
+    /// The store runs are checkpointed in, if any.
+    pub fn run_store(&self) -> Option<&Arc<dyn RunStore>> {
+        self.durability.as_ref().map(|durability| &durability.store)
+    }
+
+    /// Names this process in the store (a random id, drawn when the store
+    /// is given, by default): a run it
+    /// holds is resumed only by it until its lease passes. Set it to
+    /// something stable (a host name) for a process that restarts and
+    /// should take its own runs back at once. Needs a [`store`](Self::store).
+    pub fn process_id(mut self, id: impl Into<Arc<str>>) -> Self {
+        if let Some(durability) = &mut self.durability {
+            durability.process = id.into();
+        }
+        self
+    }
+
+    /// How long a running run stays this process's without a checkpoint
+    /// (60 s by default): past it, another process may take it over.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        if let Some(durability) = &mut self.durability {
+            durability.lease = lease;
+        }
+        self
+    }
+
+    /// Bounds each checkpoint's save (5 s by default): past it, the save
+    /// counts as failed ([`OnStoreError`]).
+    pub fn checkpoint_timeout(mut self, timeout: Duration) -> Self {
+        if let Some(durability) = &mut self.durability {
+            durability.timeout = timeout;
+        }
+        self
+    }
+
+    /// What a run does when a checkpoint fails: stop (the default) or go
+    /// on in memory.
+    pub fn on_store_error(mut self, then: OnStoreError) -> Self {
+        if let Some(durability) = &mut self.durability {
+            durability.on_error = then;
+        }
+        self
+    }
+
+    /// Names the agent: its runs' `invoke_agent` spans are
+    /// `invoke_agent {name}`, with `gen_ai.agent.name`.
+    pub fn name(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Names the model's provider (`openai`, `anthropic`, … as the
+    /// OpenTelemetry GenAI conventions spell them): its runs'
+    /// `invoke_agent` spans record it as `gen_ai.provider.name`.
+    pub fn provider(mut self, provider: &'static str) -> Self {
+        self.provider = Some(provider);
+        self
+    }
+
+    /// The agent's name, if it has one.
+    pub fn agent_name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// Asks for the model `name` in every model request
+    /// ([`ChatRequest::model`](crate::model::ChatRequest::model)): the OpenAI-compatible client sends it
+    /// instead of its own, and a trace layer names the span `chat {name}`.
+    pub fn model_name(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.model_name = Some(name.into());
+        self
+    }
+
+    /// At most `steps` model turns per run.
+    pub fn max_steps(mut self, steps: usize) -> Self {
+        self.max_steps = steps;
+        self
+    }
+
+    /// At most `calls` tool calls per run.
+    pub fn max_tool_calls(mut self, calls: usize) -> Self {
+        self.max_tool_calls = calls;
+        self
+    }
+
+    /// At most `tools` tool calls of one step running at once.
+    pub fn parallel_tools(mut self, tools: usize) -> Self {
+        self.parallel = tools.max(1);
+        self
+    }
+
+    /// Asks the model again, up to `retries` times per turn, when its
+    /// answer breaks off with a retryable error (a dropped connection, an
+    /// idle timeout) *after* it began to stream — the fault a retry layer
+    /// cannot take back, since deltas have already reached the agent. Off
+    /// (0) by default.
+    ///
+    /// Asking again is safe: the partial answer is discarded — not added to
+    /// the conversation, none of its tool calls run — and an
+    /// [`AgentEvent::TurnDiscarded`] tells the consumer to forget its
+    /// streamed text. A failure before the first delta is left to the
+    /// retry layer (`stream_retry`, with backoff and `Retry-After`), and a
+    /// non-retryable error ends the run as before.
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use toolstack::agent::{Agent, AgentEvent, StopReason};
+    /// use toolstack::model::{Message, ScriptedModel, Turn};
+    /// use toolstack::{ErrorKind, ToolError, Toolbox};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let cut = ToolError::new(ErrorKind::Unavailable, "connection reset");
+    /// let model = ScriptedModel::new([
+    ///     Turn::new().text("Half an ans").fail(cut),
+    ///     Turn::new().text("A whole answer."),
+    /// ]);
+    /// let agent = Agent::new(model, Toolbox::new()).retry_model_turns(1);
+    /// let events: Vec<AgentEvent> = agent.run(vec![Message::user("hi")]).collect().await;
+    /// assert!(events.iter().any(|e| matches!(e, AgentEvent::TurnDiscarded { .. })));
+    /// let Some(AgentEvent::Done(done)) = events.last() else { panic!() };
+    /// assert_eq!(done.stop, StopReason::Finished);
+    /// assert_eq!(done.messages.last(), Some(&Message::assistant("A whole answer.")));
+    /// # }
+    /// ```
+    pub fn retry_model_turns(mut self, retries: usize) -> Self {
+        self.turn_retries = retries;
+        self
+    }
+}
+
+impl<M> Agent<M> {
+    /// The `invoke_agent` span of a run, with the OpenTelemetry GenAI
+    /// attributes; usage and the outcome are recorded when it ends.
+    pub(super) fn span(&self, run_id: Option<&str>) -> tracing::Span {
+        let name = self.name.as_deref();
+        tracing::info_span!(
+            "invoke_agent",
+            otel.name = %AgentSpanName(name),
+            gen_ai.operation.name = "invoke_agent",
+            gen_ai.agent.name = name,
+            toolstack.run.id = run_id,
+            gen_ai.provider.name = self.provider,
+            gen_ai.request.model = self.model_name.as_deref(),
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
+            gen_ai.usage.cache_creation.input_tokens = tracing::field::Empty,
+            gen_ai.usage.reasoning.output_tokens = tracing::field::Empty,
+            toolstack.agent.steps = tracing::field::Empty,
+            toolstack.agent.stop = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        )
+    }
+
+}
