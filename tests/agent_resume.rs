@@ -1,8 +1,10 @@
-//! Runs that outlive their process: an agent with a run store checkpoints
+//! Runs that outlive their process: an agent with a run store journals
 //! each run, suspends one waiting for a person, and another agent — a
 //! second process sharing the store — resumes it. A finished call is not
 //! run again; a call cut off mid-way runs again only if its tool is
-//! idempotent; a decision is applied once; the store's faults are typed.
+//! idempotent; a decision is applied once, and binds whatever the
+//! approval layers' own approvers say; a run written before the journal
+//! resumes; a run has no size cliff; the store's faults are typed.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -11,14 +13,15 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
 use toolstack::agent::store::{
-    CallRecord, CallState, Checkpoint, Holder, MemoryStore, RunStatus, RunStore, StoreError,
-    Stored, Version,
+    Append, CallRecord, CallState, Checkpoint, Holder, MemoryStore, RunStatus, RunStore,
+    StoreError, Stored, Version,
 };
 use toolstack::agent::{
     Agent, AgentEvent, AgentStream, OnStoreError, Resume, ResumeError, StopReason,
 };
-use toolstack::approval::{ApprovalRequest, CallerApprover, Decision};
+use toolstack::approval::{ApprovalRequest, CallerApprover, DecidedBy, Decision, Policy};
 use toolstack::model::{Message, ScriptedModel, ToolCall, Turn};
+use toolstack::ToolRequest;
 use toolstack::{tool, ErrorKind, Media, ToolAnnotations, ToolError, ToolOutput, Toolbox};
 use toolstack_layers::approval::ApprovalLayer;
 
@@ -148,9 +151,10 @@ async fn a_suspended_run_resumes_in_another_process_and_runs_each_call_once() {
     let states: Vec<&str> = checkpoint.step.iter().map(|r| r.state.as_str()).collect();
     assert_eq!(states, ["finished", "waiting_approval"]);
     assert_eq!(
-        store.waiting().await.unwrap(),
+        store.waiting(10).await.unwrap(),
         std::slice::from_ref(&run_id)
     );
+    assert_eq!(store.waiting_count().await.unwrap(), 1);
     assert_eq!(runs.count.load(Ordering::SeqCst), 1);
     assert_eq!(runs.delete.load(Ordering::SeqCst), 0);
 
@@ -182,7 +186,7 @@ async fn a_suspended_run_resumes_in_another_process_and_runs_each_call_once() {
         .any(|e| matches!(e, AgentEvent::ApprovalRequested { .. })));
     assert!(events.iter().any(|e| matches!(e,
         AgentEvent::ApprovalDecided { call_id, by, decision: Decision::Allow, .. }
-            if call_id == "call_0_1" && by == "the user")));
+            if call_id == "call_0_1" && *by == DecidedBy::caller("the user"))));
 
     // The run is stored as done; it cannot be resumed again.
     let stored = store.load(&run_id).await.unwrap().unwrap().checkpoint;
@@ -192,7 +196,7 @@ async fn a_suspended_run_resumes_in_another_process_and_runs_each_call_once() {
             stop: StopReason::Finished
         }
     );
-    assert!(store.waiting().await.unwrap().is_empty());
+    assert_eq!(store.waiting_count().await.unwrap(), 0);
     let again = second
         .resume(&run_id, Resume::new().decide("call_0_1", Decision::Allow))
         .await;
@@ -282,14 +286,14 @@ fn died_mid_step(run_id: &str, process: &str, until_ms: u64) -> Checkpoint {
     Checkpoint {
         run_id: run_id.into(),
         status: RunStatus::Running,
-        messages: vec![
+        messages: Arc::new(vec![
             Message::user("clean the logs"),
             Message::Assistant {
                 content: None,
                 tool_calls: calls.clone(),
                 reasoning: Vec::new(),
             },
-        ],
+        ]),
         step: vec![
             CallRecord {
                 call: calls[0].clone(),
@@ -327,10 +331,7 @@ fn died_mid_step(run_id: &str, process: &str, until_ms: u64) -> Checkpoint {
 async fn a_call_cut_off_runs_again_only_if_its_tool_is_idempotent() {
     let store = MemoryStore::new();
     // Its lease has passed: the process that held it is gone.
-    store
-        .save(&died_mid_step("r", "dead", 1), Version::NONE)
-        .await
-        .unwrap();
+    put(&store, &died_mid_step("r", "dead", 1));
     let runs = Runs::default();
     let agent = Agent::new(second_model(), toolbox(&runs)).store(store.clone());
     let events = to_the_end(agent.resume("r", Resume::new()).await.unwrap()).await;
@@ -380,10 +381,7 @@ async fn a_call_cut_off_runs_again_only_if_its_tool_is_idempotent() {
 async fn a_run_held_by_a_live_process_is_not_taken() {
     let store = MemoryStore::new();
     let far = toolstack_now_ms() + 60_000;
-    store
-        .save(&died_mid_step("r", "alive", far), Version::NONE)
-        .await
-        .unwrap();
+    put(&store, &died_mid_step("r", "alive", far));
     let runs = Runs::default();
     let agent = Agent::new(second_model(), toolbox(&runs)).store(store.clone());
     let err = agent.resume("r", Resume::new()).await.unwrap_err();
@@ -403,6 +401,12 @@ async fn a_run_held_by_a_live_process_is_not_taken() {
     assert_eq!(runs.delete.load(Ordering::SeqCst), 0);
 }
 
+/// Stores `checkpoint` whole, as runs were stored before the journal (a
+/// snapshot with no records after it).
+fn put(store: &MemoryStore, checkpoint: &Checkpoint) {
+    store.put_raw(&checkpoint.run_id, &checkpoint.to_bytes().unwrap());
+}
+
 fn toolstack_now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -418,10 +422,7 @@ async fn resuming_what_cannot_be_resumed_is_typed() {
     assert!(matches!(err, ResumeError::NotFound { .. }), "{err}");
     assert_eq!(err.status(), http::StatusCode::NOT_FOUND);
 
-    store
-        .save(&died_mid_step("newer", "dead", 1), Version::NONE)
-        .await
-        .unwrap();
+    put(&store, &died_mid_step("newer", "dead", 1));
     store.put_raw("newer", br#"{"format": 2, "run_id": "newer"}"#);
     let err = agent.resume("newer", Resume::new()).await.unwrap_err();
     assert!(
@@ -456,23 +457,25 @@ impl RunStore for Failing {
     fn load<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Option<Stored>, StoreError>> {
         self.inner.load(run_id)
     }
-    fn save<'a>(
-        &'a self,
-        checkpoint: &'a Checkpoint,
-        expected: Version,
-    ) -> BoxFuture<'a, Result<Version, StoreError>> {
+    fn append<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<Version, StoreError>> {
         let left = self.ok.load(Ordering::SeqCst);
         if left > 0 {
             self.ok.store(left - 1, Ordering::SeqCst);
-            return self.inner.save(checkpoint, expected);
+            return self.inner.append(append);
         }
         if self.hang {
             return Box::pin(std::future::pending());
         }
         Box::pin(async { Err(StoreError::unavailable("the disk is gone")) })
     }
-    fn waiting(&self) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
-        self.inner.waiting()
+    fn waiting_count(&self) -> BoxFuture<'_, Result<usize, StoreError>> {
+        self.inner.waiting_count()
+    }
+    fn expire_waiting(&self, before_ms: u64) -> BoxFuture<'_, Result<usize, StoreError>> {
+        self.inner.expire_waiting(before_ms)
+    }
+    fn waiting(&self, limit: usize) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
+        self.inner.waiting(limit)
     }
     fn delete<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
         self.inner.delete(run_id)
@@ -500,8 +503,8 @@ fn allowed() -> http::Extensions {
 // time, exactly at the bound.
 #[tokio::test(start_paused = true)]
 async fn a_store_that_fails_stops_the_run_before_the_tool_runs() {
-    // The first two saves pass (the run's start, the planned step); the
-    // call's start cannot be recorded.
+    // The first two appends pass (the run's start, the answer and its
+    // planned step); the call's approval request cannot be recorded.
     for hang in [false, true] {
         let runs = Runs::default();
         let store = Failing {
@@ -562,11 +565,15 @@ async fn every_run_is_checkpointed_to_its_end() {
             stop: StopReason::Finished
         }
     );
-    assert_eq!(stored.checkpoint.messages, done(&events).messages);
+    assert_eq!(*stored.checkpoint.messages, done(&events).messages);
     assert_eq!(stored.checkpoint.steps, 2);
     assert!(stored.checkpoint.step.is_empty());
-    // Start, planned, started, waiting, decided, finished, step end, done.
-    assert_eq!(stored.version, Version(8));
+    // Eight appends, each the change: the start (status, conversation),
+    // the answer (message, counts, step), the call waiting, decided,
+    // started, finished (one each), the last answer (the step closed,
+    // message, counts), the end (counts, status): fourteen records.
+    assert_eq!(stored.version, Version(14));
+    assert_eq!(stored.records, 14);
 }
 
 #[tokio::test]
@@ -606,18 +613,20 @@ impl RunStore for Gated {
     fn load<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Option<Stored>, StoreError>> {
         self.inner.load(run_id)
     }
-    fn save<'a>(
-        &'a self,
-        checkpoint: &'a Checkpoint,
-        expected: Version,
-    ) -> BoxFuture<'a, Result<Version, StoreError>> {
+    fn append<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<Version, StoreError>> {
         Box::pin(async move {
             let _permit = self.open.acquire().await.expect("the gate stays");
-            self.inner.save(checkpoint, expected).await
+            self.inner.append(append).await
         })
     }
-    fn waiting(&self) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
-        self.inner.waiting()
+    fn waiting_count(&self) -> BoxFuture<'_, Result<usize, StoreError>> {
+        self.inner.waiting_count()
+    }
+    fn expire_waiting(&self, before_ms: u64) -> BoxFuture<'_, Result<usize, StoreError>> {
+        self.inner.expire_waiting(before_ms)
+    }
+    fn waiting(&self, limit: usize) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
+        self.inner.waiting(limit)
     }
     fn delete<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
         self.inner.delete(run_id)
@@ -686,4 +695,356 @@ async fn a_finished_call_is_checkpointed_with_its_images() {
         "{:?}",
         stored.checkpoint.step
     );
+}
+
+/// A run that died with one call decided: `write` (idempotent, so a call
+/// it had allowed runs again) and `delete`, each asked by an approval
+/// layer.
+fn died_decided(run_id: &str, name: &str, decision: Decision) -> Checkpoint {
+    let call = ToolCall {
+        id: "c1".into(),
+        name: name.into(),
+        arguments: r#"{"table": "logs"}"#.into(),
+    };
+    let mut checkpoint = died_mid_step(run_id, "dead", 1);
+    checkpoint.messages = Arc::new(vec![
+        Message::user("clean the logs"),
+        Message::assistant_calls(vec![call.clone()]),
+    ]);
+    checkpoint.step = vec![CallRecord {
+        call,
+        state: CallState::Decided {
+            decision,
+            by: DecidedBy::caller("the user"),
+        },
+    }];
+    checkpoint
+}
+
+/// `delete` and an idempotent `write`, each behind an approval layer that
+/// does NOT let the caller decide, with `approver` as its own; counts the
+/// times the approver is asked.
+fn layered(runs: &Runs, approver: Decision, asked: &Arc<AtomicUsize>) -> Toolbox {
+    let layer = {
+        let asked = Arc::clone(asked);
+        ApprovalLayer::new(move |_: &ApprovalRequest| {
+            asked.fetch_add(1, Ordering::SeqCst);
+            std::future::ready(approver.clone())
+        })
+    };
+    let (deletes, writes) = (Arc::clone(&runs.delete), Arc::clone(&runs.count));
+    let delete = tool::from_fn("delete", move |_: Rows| {
+        let deletes = Arc::clone(&deletes);
+        async move {
+            deletes.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, ToolError>("deleted")
+        }
+    })
+    .with_annotations(ToolAnnotations::new().destructive(true));
+    let write = tool::from_fn("write", move |_: Rows| {
+        let writes = Arc::clone(&writes);
+        async move {
+            writes.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, ToolError>("written")
+        }
+    })
+    .with_annotations(ToolAnnotations::new().idempotent(true));
+    Toolbox::new()
+        .layered(delete, layer.clone())
+        .layered(write, layer)
+}
+
+#[tokio::test]
+async fn a_stored_denial_binds_whatever_the_layers_approver_or_policy_says() {
+    for policy in [false, true] {
+        let store = MemoryStore::new();
+        put(
+            &store,
+            &died_decided("r", "delete", Decision::deny("keep the logs")),
+        );
+        let (runs, asked) = (Runs::default(), Arc::new(AtomicUsize::new(0)));
+        let mut tools = layered(&runs, Decision::Allow, &asked);
+        if policy {
+            let allow_all = ApprovalLayer::new(|_: &ApprovalRequest| async { Decision::Allow })
+                .policy(|_: &ToolRequest| Policy::allow("everything is allowed"));
+            tools = Toolbox::new().merge(tools).layer(allow_all);
+        }
+        let agent = Agent::new(second_model(), tools).store(store.clone());
+        let events = to_the_end(agent.resume("r", Resume::new()).await.unwrap()).await;
+        assert_eq!(runs.delete.load(Ordering::SeqCst), 0, "policy: {policy}");
+        assert_eq!(asked.load(Ordering::SeqCst), 0, "policy: {policy}");
+        let text = tool_text(&done(&events).messages, "c1");
+        assert!(
+            text.contains("denied by the user") && text.contains("keep the logs"),
+            "{text}"
+        );
+        assert!(events.iter().any(|e| matches!(e,
+            AgentEvent::ApprovalDecided { decision: Decision::Deny { .. }, by, .. } if by.is_caller())));
+    }
+}
+
+#[tokio::test]
+async fn a_stored_allowance_is_not_asked_again() {
+    let store = MemoryStore::new();
+    put(&store, &died_decided("r", "write", Decision::Allow));
+    let (runs, asked) = (Runs::default(), Arc::new(AtomicUsize::new(0)));
+    // The layer's own approver would deny: it is not asked.
+    let tools = layered(&runs, Decision::deny("the approver says no"), &asked);
+    let agent = Agent::new(second_model(), tools).store(store.clone());
+    let events = to_the_end(agent.resume("r", Resume::new()).await.unwrap()).await;
+    assert_eq!(tool_text(&done(&events).messages, "c1"), "written");
+    assert_eq!(runs.count.load(Ordering::SeqCst), 1);
+    assert_eq!(asked.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_decision_a_resume_brings_binds_without_caller_decides() {
+    let store = MemoryStore::new();
+    let runs = Runs::default();
+    // The layer's own approver never answers: the run can only wait.
+    let never = ApprovalLayer::new(|_: &ApprovalRequest| std::future::pending::<Decision>());
+    let deletes = Arc::clone(&runs.delete);
+    let delete = tool::from_fn("delete", move |_: Rows| {
+        let deletes = Arc::clone(&deletes);
+        async move {
+            deletes.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, ToolError>("deleted")
+        }
+    });
+    let tools = Toolbox::new().layered(delete, never);
+    let model = ScriptedModel::new([Turn::new().tool_call("delete", r#"{"table": "logs"}"#)]);
+    let mut run = Agent::new(model, tools.clone())
+        .store(store.clone())
+        .run(vec![Message::user("clean")]);
+    let run_id = run.run_id().to_owned();
+    until_waiting(&mut run).await;
+    run.suspend().await.unwrap();
+    let events = to_the_end(
+        Agent::new(second_model(), tools)
+            .store(store.clone())
+            .resume(&run_id, Resume::new().decide("call_0_0", Decision::Allow))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(done(&events).stop, StopReason::Finished);
+    assert_eq!(runs.delete.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_run_stored_before_the_journal_resumes() {
+    // Written by the version before the journal: one whole checkpoint, the
+    // decider a plain name.
+    let fixture = include_bytes!("fixtures/run_checkpoint_v1.json");
+    let run_id = "0f1e2d3c4b5a69788796a5b4c3d2e1f0";
+    let store = MemoryStore::new();
+    store.put_raw(run_id, fixture);
+    let runs = Runs::default();
+    let agent = Agent::new(second_model(), toolbox(&runs)).store(store.clone());
+    let events = to_the_end(
+        agent
+            .resume(run_id, Resume::new().decide("call_0_1", Decision::Allow))
+            .await
+            .unwrap(),
+    )
+    .await;
+    let done = done(&events);
+    assert_eq!(done.stop, StopReason::Finished);
+    assert_eq!(
+        runs.count.load(Ordering::SeqCst),
+        0,
+        "the count had finished"
+    );
+    assert_eq!(
+        runs.delete.load(Ordering::SeqCst),
+        1,
+        "one delete allowed, one denied"
+    );
+    assert_eq!(tool_text(&done.messages, "call_0_0"), "logs has 3 rows");
+    assert_eq!(
+        tool_text(&done.messages, "call_0_1"),
+        "deleted the rows of logs"
+    );
+    assert!(tool_text(&done.messages, "call_0_2").contains("keep the audit trail"));
+    assert_eq!(done.steps, 2);
+    // The stored usage, and the second turn's on top.
+    assert!(done.usage.unwrap().prompt_tokens > 12, "{:?}", done.usage);
+    // Journalled from here on: the old checkpoint, then records.
+    let stored = store.load(run_id).await.unwrap().unwrap();
+    assert!(stored.records > 0);
+    assert_eq!(*stored.checkpoint.messages, done.messages);
+}
+
+/// `turns` model turns, each calling `read`, which returns `bytes` bytes.
+fn long_run(turns: usize, bytes: usize) -> (ScriptedModel, Toolbox) {
+    let mut script = Vec::with_capacity(turns + 1);
+    for _ in 0..turns {
+        script.push(Turn::new().tool_call("read", "{}"));
+    }
+    script.push(Turn::new().text("Read it all."));
+    let read = tool::from_fn("read", move |_: serde_json::Value| async move {
+        Ok::<_, ToolError>("x".repeat(bytes))
+    });
+    (ScriptedModel::new(script), Toolbox::new().tool(read))
+}
+
+/// A run whose history is far past the 16 MiB a whole checkpoint could
+/// hold finishes, and is stored whole: a snapshot and a few records.
+pub(crate) async fn a_long_run_finishes(store: impl RunStore + Clone) {
+    let (turns, bytes) = (300, 64 * 1024);
+    let (model, tools) = long_run(turns, bytes);
+    let agent = Agent::new(model, tools)
+        .store(store.clone())
+        .max_steps(turns + 1)
+        .max_tool_calls(turns);
+    let run = agent.run(vec![Message::user("read everything")]);
+    let run_id = run.run_id().to_owned();
+    let events = tokio::time::timeout(Duration::from_secs(300), run.collect::<Vec<_>>())
+        .await
+        .expect("the run did not end");
+    let done = done(&events);
+    assert_eq!(
+        done.stop,
+        StopReason::Finished,
+        "{:?}",
+        events.iter().rev().nth(1)
+    );
+    assert_eq!(done.messages.len(), 2 + 2 * turns);
+    let stored = store.load(&run_id).await.unwrap().unwrap();
+    assert_eq!(*stored.checkpoint.messages, done.messages);
+    assert!(
+        stored.snapshot_bytes + stored.record_bytes > 16 * 1024 * 1024,
+        "{} + {}",
+        stored.snapshot_bytes,
+        stored.record_bytes
+    );
+    // A load reads the snapshot and at most about twice its size after it.
+    assert!(stored.snapshot_bytes > 0);
+    assert!(
+        stored.record_bytes <= 2 * stored.snapshot_bytes + 2 * bytes,
+        "{} bytes of records after a snapshot of {}",
+        stored.record_bytes,
+        stored.snapshot_bytes
+    );
+    assert!(stored.records < toolstack::agent::store::SNAPSHOT_EVERY_RECORDS);
+}
+
+#[tokio::test]
+async fn a_run_far_past_the_old_checkpoint_bound_finishes_in_memory() {
+    a_long_run_finishes(MemoryStore::new()).await;
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_far_past_the_old_checkpoint_bound_finishes_in_sqlite() {
+    let dir = std::env::temp_dir().join(format!("toolstack-long-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = toolstack::agent::store::sqlite::SqliteStore::open(dir.join("runs.db")).unwrap();
+    a_long_run_finishes(store).await;
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[cfg(feature = "redis")]
+#[path = "../layers/tests/support/redis.rs"]
+mod redis_server;
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_far_past_the_old_checkpoint_bound_finishes_in_redis() {
+    let Some(server) = redis_server::RedisServer::start("a long run") else {
+        return;
+    };
+    let store = toolstack::agent::store::redis::RedisStore::connect(&server.url())
+        .await
+        .unwrap();
+    a_long_run_finishes(store).await;
+}
+
+#[tokio::test]
+async fn a_record_over_its_bound_names_the_call_and_the_run_stops_or_goes_on_as_set() {
+    for then in [OnStoreError::Fail, OnStoreError::Continue] {
+        let (model, tools) = long_run(1, 8 * 1024);
+        let agent = Agent::new(model, tools)
+            .store(MemoryStore::new().max_record_bytes(4096))
+            .on_store_error(then);
+        let events = to_the_end(agent.run(vec![Message::user("read")])).await;
+        let error = events.iter().find_map(|e| match e {
+            AgentEvent::Error(err) => Some(err.message().to_owned()),
+            _ => None,
+        });
+        match then {
+            OnStoreError::Fail => {
+                assert_eq!(done(&events).stop, StopReason::StoreFailed);
+                let error = error.expect("an error event");
+                assert!(
+                    error.contains("finished state of call call_0_0 (read)")
+                        && error.contains("over the store's limit of 4096"),
+                    "{error}"
+                );
+            }
+            _ => {
+                assert_eq!(done(&events).stop, StopReason::Finished);
+                assert!(error.is_none(), "{error:?}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_corrupt_record_is_typed_naming_the_run_and_the_record() {
+    let store = MemoryStore::new();
+    let runs = Runs::default();
+    let mut run = Agent::new(first_model(), toolbox(&runs))
+        .store(store.clone())
+        .run_with(vec![Message::user("clean the logs")], nobody_answers());
+    let run_id = run.run_id().to_owned();
+    until_waiting(&mut run).await;
+    run.suspend().await.unwrap();
+    let version = store.load(&run_id).await.unwrap().unwrap().version;
+    assert!(store.put_raw_record(&run_id, b"{\"record\": \"call\", \"id\": 7"));
+    let agent = Agent::new(second_model(), toolbox(&runs)).store(store.clone());
+    let err = agent
+        .resume(&run_id, Resume::new().otherwise(Decision::Allow))
+        .await
+        .unwrap_err();
+    match &err {
+        ResumeError::Store(StoreError::Corrupt {
+            run_id: named,
+            record: Some(seq),
+            ..
+        }) => {
+            assert_eq!(named, &run_id);
+            assert_eq!(*seq, version.0);
+        }
+        other => panic!("expected a corrupt record, got {other}"),
+    }
+    assert!(
+        err.to_string()
+            .contains(&format!("record {} of run {run_id}", version.0)),
+        "{err}"
+    );
+    assert_eq!(runs.delete.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_stored_denial_binds_with_no_approval_layer_at_all() {
+    let store = MemoryStore::new();
+    put(
+        &store,
+        &died_decided("r", "delete", Decision::deny("keep the logs")),
+    );
+    let runs = Runs::default();
+    let deletes = Arc::clone(&runs.delete);
+    // The approval layer is gone since (a new deploy): the denial holds.
+    let delete = tool::from_fn("delete", move |_: Rows| {
+        let deletes = Arc::clone(&deletes);
+        async move {
+            deletes.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, ToolError>("deleted")
+        }
+    });
+    let agent = Agent::new(second_model(), Toolbox::new().tool(delete)).store(store.clone());
+    let events = to_the_end(agent.resume("r", Resume::new()).await.unwrap()).await;
+    assert_eq!(runs.delete.load(Ordering::SeqCst), 0);
+    assert!(tool_text(&done(&events).messages, "c1").contains("keep the logs"));
 }

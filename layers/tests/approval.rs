@@ -244,7 +244,7 @@ async fn under_the_agent_a_ui_sees_the_request_and_the_decision_and_the_model_re
         .expect("ApprovalRequested");
     let decided = events
         .iter()
-        .position(|e| matches!(e, AgentEvent::ApprovalDecided { decision: Decision::Deny { .. }, by, .. } if by == "the user"))
+        .position(|e| matches!(e, AgentEvent::ApprovalDecided { decision: Decision::Deny { .. }, by, .. } if by.name() == "the user"))
         .expect("ApprovalDecided");
     let result = events
         .iter()
@@ -282,3 +282,71 @@ async fn the_decision_is_recorded_on_the_calls_span() {
 }
 
 use toolstack_layers::ServiceBuilderExt;
+
+#[tokio::test]
+async fn a_binding_decision_is_obeyed_before_the_policy_and_nobody_is_asked() {
+    use toolstack::approval::{BindingDecision, DecidedBy, Policy};
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (execute, read) = tools(runs.clone());
+    let asked = Arc::new(AtomicUsize::new(0));
+    let approver = {
+        let asked = Arc::clone(&asked);
+        move |_: &ApprovalRequest| {
+            asked.fetch_add(1, Ordering::SeqCst);
+            async { Decision::Allow }
+        }
+    };
+    // Its approver and its policy would allow everything; the read-only
+    // tool would not even be asked about.
+    let layer = ApprovalLayer::new(approver).policy(|request: &ToolRequest| {
+        match request
+            .info()
+            .is_some_and(|i| i.annotations().read_only_hint == Some(true))
+        {
+            true => Policy::Pass,
+            false => Policy::allow("writes are fine"),
+        }
+    });
+    let toolbox = Toolbox::new()
+        .layered(execute, layer.clone())
+        .layered(read, layer);
+    let bound = |name: &str, id: &str, decision: Decision| {
+        let mut request =
+            ToolRequest::new(name.to_owned(), r#"{"sql": "x"}"#).with_id(id.to_owned());
+        let binding = BindingDecision::new("c1", decision, DecidedBy::caller("the user"));
+        request.extensions_mut().insert(binding);
+        request
+    };
+    for name in ["execute_sql", "read_rows"] {
+        let denied = toolbox
+            .clone()
+            .oneshot(bound(name, "c1", Decision::deny("the person said no")))
+            .await
+            .unwrap_err();
+        assert_eq!(denied.kind(), ErrorKind::Denied);
+        assert_eq!(
+            denied.message(),
+            format!("the call of `{name}` was denied by the user: the person said no")
+        );
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    // Modify binds too: the tool runs with the person's arguments.
+    let stream = toolbox
+        .clone()
+        .oneshot(bound(
+            "execute_sql",
+            "c1",
+            Decision::modify(r#"{"sql": "y"}"#),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(ToolResult::collect(stream).await.text(), "ran y");
+    assert_eq!(asked.load(Ordering::SeqCst), 0);
+    // A binding for another call is not this call's: the policy decides.
+    let stream = toolbox
+        .clone()
+        .oneshot(bound("execute_sql", "c2", Decision::deny("not for you")))
+        .await
+        .unwrap();
+    assert_eq!(ToolResult::collect(stream).await.text(), "ran x");
+}

@@ -14,9 +14,9 @@ use crate::output::Media;
 use crate::result::{Collecting, Seen};
 use crate::{ErrorKind, ToolError, ToolRequest, ToolResult, Toolbox};
 
+use super::event::AgentEvent;
 use super::journal::{run_error, Journal};
 use super::resume::Resumed;
-use super::event::AgentEvent;
 use super::step::{fail, Failed, StepState};
 use super::store::{CallRecord, CallState};
 

@@ -40,18 +40,18 @@
 // and the events; what a resume takes; the journal, the one writer of a
 // run's state; a step's state and its sinks; one call; the agent's
 // settings; the event stream; a run; the agent as a service.
-pub mod store;
-mod event;
-mod cost;
-mod resume;
-mod journal;
-mod step;
+mod as_tool;
 mod call;
-mod settings;
-mod stream;
+mod cost;
+mod event;
+mod journal;
+mod resume;
 mod run;
 mod service;
-mod as_tool;
+mod settings;
+mod step;
+pub mod store;
+mod stream;
 
 pub use self::as_tool::{AgentTool, AgentToolStream};
 pub use self::event::{AgentDone, AgentEvent, StopReason, ToolCost};

@@ -210,7 +210,11 @@ where
             }
             // The answer and the step it plans are stored before any of
             // its calls starts.
-            let planned = if runs_tools { calls.clone() } else { Vec::new() };
+            let planned = if runs_tools {
+                calls.clone()
+            } else {
+                Vec::new()
+            };
             if let Err(err) = self.journal.answered(message, self.counts(), planned).await {
                 fail(&self.failed, run_error(err));
             }

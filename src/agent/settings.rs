@@ -255,5 +255,4 @@ impl<M> Agent<M> {
             otel.status_code = tracing::field::Empty,
         )
     }
-
 }

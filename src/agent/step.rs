@@ -11,8 +11,8 @@ use crate::approval::{ApprovalEvent, ApprovalEvents};
 use crate::guardrail::{Action, GuardrailEvents};
 use crate::ToolError;
 
-use super::journal::{run_error, Journal};
 use super::event::AgentEvent;
+use super::journal::{run_error, Journal};
 use super::store::CallState;
 
 /// The first failed checkpoint of a run, shared with its calls.

@@ -7,9 +7,7 @@ use std::time::Duration;
 use futures_util::future::{ready, BoxFuture};
 
 use super::checkpoint::now_ms;
-use super::{
-    Append, Journal, RunStatus, RunStore, StoreError, Stored, Version, MAX_RECORD_BYTES,
-};
+use super::{Append, Journal, RunStatus, RunStore, StoreError, Stored, Version, MAX_RECORD_BYTES};
 
 /// The default time a finished run is kept: a day.
 const DEFAULT_FINISHED_TTL: Duration = Duration::from_secs(24 * 60 * 60);
@@ -218,11 +216,9 @@ impl RunStore for MemoryStore {
         let status = append.head.status;
         let saved_at_ms = append.head.saved_at_ms;
         let ttl = u64::try_from(self.finished_ttl.as_millis()).unwrap_or(u64::MAX);
-        let expires_ms =
-            matches!(status, RunStatus::Done { .. }).then(|| now.saturating_add(ttl));
+        let expires_ms = matches!(status, RunStatus::Done { .. }).then(|| now.saturating_add(ttl));
         if status == RunStatus::Waiting {
-            runs.waiting
-                .insert((saved_at_ms, append.run_id.to_owned()));
+            runs.waiting.insert((saved_at_ms, append.run_id.to_owned()));
         }
         if let Some(expires) = expires_ms {
             runs.expiring.insert((expires, append.run_id.to_owned()));

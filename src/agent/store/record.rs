@@ -359,7 +359,10 @@ mod tests {
         assert!(run.step.is_empty());
         assert_eq!(run.messages.len(), 4);
         assert_eq!(run.messages[2], Message::tool("a", "done"));
-        assert!(matches!(&run.messages[3], Message::Tool { is_error: true, .. }));
+        assert!(matches!(
+            &run.messages[3],
+            Message::Tool { is_error: true, .. }
+        ));
         assert_eq!((run.steps, run.tool_calls), (1, 2));
         run.apply(Record::Compacted {
             messages: vec![Message::user("summary")],
@@ -375,7 +378,13 @@ mod tests {
         assert!(err.to_string().contains("record 7 of run r1"), "{err}");
         let err = Record::from_bytes("r1", 7, b"{\"record\": \"nope\"}", 100).unwrap_err();
         assert!(
-            matches!(err, StoreError::Corrupt { record: Some(7), .. }),
+            matches!(
+                err,
+                StoreError::Corrupt {
+                    record: Some(7),
+                    ..
+                }
+            ),
             "{err}"
         );
         assert!(err.to_string().contains("record 7 of run r1"), "{err}");

@@ -1,14 +1,41 @@
-//! [`RedisStore`]: checkpoints in Redis, shared by every process that uses
-//! the same Redis and prefix.
+//! [`RedisStore`]: runs' journals in Redis, shared by every process that
+//! uses the same Redis and prefix.
 //!
-//! A run is a hash `{prefix}run:{id}` with its version and checkpoint;
-//! the runs waiting for a decision are a set `{prefix}waiting`. A save is
-//! one Lua script — compare the version, write, keep the set, set the TTL
-//! — so the compare-and-set is atomic across processes. A finished run
-//! expires after [`finished_ttl`](RedisStore::finished_ttl) (a day by
-//! default); other runs do not expire. Every command waits at most
+//! | key | type | holds |
+//! |---|---|---|
+//! | `{prefix}run:{id}` | hash | the run's `version`, `head`, and its snapshot (`checkpoint`, absent before the first one) |
+//! | `{prefix}run:{id}:records` | list | the run's records since its snapshot, in order |
+//! | `{prefix}waiting_since` | sorted set | the runs waiting for a decision, scored by when they were written |
+//!
+//! An append is one Lua script — compare the version; push the records
+//! (or write the snapshot and drop the records it replaces); rewrite the
+//! head; keep the waiting set; set or clear the expiry — so the
+//! compare-and-set is atomic across processes and costs the change, not
+//! the run. A load reads the hash and the list in one `MULTI`. A finished
+//! run (hash and list) expires after
+//! [`finished_ttl`](RedisStore::finished_ttl) (a day by default); other
+//! runs do not expire. Every command waits at most
 //! [`timeout`](RedisStore::timeout) (2 s by default) for Redis: a store
 //! that is down is [`StoreError::Unavailable`] within that bound.
+//!
+//! A run stored before the journal (a hash of `version` and `checkpoint`)
+//! loads as a snapshot with its version, and takes appends. The runs that
+//! were waiting then were kept in a plain set, `{prefix}waiting`, which
+//! this store neither counts nor expires.
+//!
+//! ```no_run
+//! use toolstack::agent::store::redis::RedisStore;
+//! use toolstack::agent::store::RunStore;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), toolstack::agent::store::StoreError> {
+//! let store = RedisStore::connect("redis://127.0.0.1:6379/")
+//!     .await?
+//!     .prefix("myapp:");
+//! println!("{} runs wait for a decision", store.waiting_count().await?);
+//! # Ok(())
+//! # }
+//! ```
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +44,7 @@ use futures_util::future::BoxFuture;
 use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, RedisError, Script};
 
-use super::{Checkpoint, RunStatus, RunStore, StoreError, Stored, Version, MAX_CHECKPOINT_BYTES};
+use super::{Append, Journal, RunStatus, RunStore, StoreError, Stored, Version, MAX_RECORD_BYTES};
 
 /// The default time a finished run is kept: a day.
 pub const DEFAULT_FINISHED_TTL: Duration = Duration::from_secs(24 * 60 * 60);
@@ -25,31 +52,65 @@ pub const DEFAULT_FINISHED_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// The default bound on one command: 2 s.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// KEYS: the run's hash, the waiting set. ARGV: the expected version, the
-/// checkpoint, its status, the run id, the TTL in ms (0: none). Returns
-/// `{1, new version}` or `{0, version found}`.
-const SAVE: &str = r"
+/// The most waiting runs one script forgets: a long backlog is forgotten
+/// in several, so that Redis never blocks on all of it.
+const EXPIRE_BATCH: usize = 1000;
+
+/// KEYS: the run's hash, its records, the waiting set. ARGV: the expected
+/// version, the new version, the head, the status, the run id, the TTL in
+/// ms (empty: the run is not finished; 0: it is forgotten now), when it
+/// was written, `1` and a snapshot or `0` and nothing, then the records.
+/// Returns `{1, new version}` or `{0, version found}`.
+const APPEND: &str = r"
 local found = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
 if found ~= tonumber(ARGV[1]) then
   return {0, found}
 end
-local version = found + 1
-redis.call('HSET', KEYS[1], 'version', version, 'checkpoint', ARGV[2])
-if ARGV[3] == 'waiting' then
-  redis.call('SADD', KEYS[2], ARGV[4])
-else
-  redis.call('SREM', KEYS[2], ARGV[4])
+if found == 0 then
+  -- A new run starts from nothing: an expired one may have left a part.
+  redis.call('DEL', KEYS[1], KEYS[2])
 end
-local ttl = tonumber(ARGV[5])
-if ttl > 0 then
-  redis.call('PEXPIRE', KEYS[1], ttl)
+if ARGV[8] == '1' then
+  redis.call('DEL', KEYS[2])
+  redis.call('HSET', KEYS[1], 'checkpoint', ARGV[9])
 else
+  -- In slices: unpack is bounded by Lua's stack.
+  for first = 10, #ARGV, 1000 do
+    redis.call('RPUSH', KEYS[2], unpack(ARGV, first, math.min(first + 999, #ARGV)))
+  end
+end
+redis.call('HSET', KEYS[1], 'version', ARGV[2], 'head', ARGV[3])
+if ARGV[4] == 'waiting' then
+  redis.call('ZADD', KEYS[3], ARGV[7], ARGV[5])
+else
+  redis.call('ZREM', KEYS[3], ARGV[5])
+end
+if ARGV[6] == '' then
   redis.call('PERSIST', KEYS[1])
+  redis.call('PERSIST', KEYS[2])
+elseif tonumber(ARGV[6]) == 0 then
+  redis.call('DEL', KEYS[1], KEYS[2])
+else
+  redis.call('PEXPIRE', KEYS[1], ARGV[6])
+  redis.call('PEXPIRE', KEYS[2], ARGV[6])
 end
-return {1, version}
+return {1, tonumber(ARGV[2])}
 ";
 
-/// Checkpoints in Redis; see the [module docs](self). Clones share the
+/// KEYS: the waiting set. ARGV: the instant (exclusive), the most runs to
+/// forget, the key prefix. Forgets the runs waiting since before the
+/// instant, the oldest first; returns how many.
+const EXPIRE_WAITING: &str = r"
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[1], 'LIMIT', 0, ARGV[2])
+for _, id in ipairs(ids) do
+  local run = ARGV[3] .. 'run:' .. id
+  redis.call('DEL', run, run .. ':records')
+  redis.call('ZREM', KEYS[1], id)
+end
+return #ids
+";
+
+/// Runs' journals in Redis; see the [module docs](self). Clones share the
 /// connection.
 #[derive(Clone)]
 pub struct RedisStore {
@@ -58,7 +119,8 @@ pub struct RedisStore {
     timeout: Duration,
     limit: usize,
     finished_ttl: Duration,
-    save: Arc<Script>,
+    append: Arc<Script>,
+    expire_waiting: Arc<Script>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -98,9 +160,10 @@ impl RedisStore {
             manager,
             prefix: Arc::from("toolstack:"),
             timeout: DEFAULT_TIMEOUT,
-            limit: MAX_CHECKPOINT_BYTES,
+            limit: MAX_RECORD_BYTES,
             finished_ttl: DEFAULT_FINISHED_TTL,
-            save: Arc::new(Script::new(SAVE)),
+            append: Arc::new(Script::new(APPEND)),
+            expire_waiting: Arc::new(Script::new(EXPIRE_WAITING)),
         }
     }
 
@@ -117,13 +180,15 @@ impl RedisStore {
         self
     }
 
-    /// Refuses checkpoints larger than `bytes`.
-    pub fn max_checkpoint_bytes(mut self, bytes: usize) -> Self {
+    /// Refuses records larger than `bytes` ([`MAX_RECORD_BYTES`] by
+    /// default).
+    pub fn max_record_bytes(mut self, bytes: usize) -> Self {
         self.limit = bytes;
         self
     }
 
-    /// Keeps a finished run for `ttl` after its last checkpoint.
+    /// Keeps a finished run for `ttl` after its last append (zero: it is
+    /// forgotten as it ends).
     pub fn finished_ttl(mut self, ttl: Duration) -> Self {
         self.finished_ttl = ttl;
         self
@@ -134,8 +199,13 @@ impl RedisStore {
         format!("{}run:{run_id}", self.prefix)
     }
 
+    /// The list of run `run_id`'s records.
+    fn records_key(&self, run_id: &str) -> String {
+        format!("{}run:{run_id}:records", self.prefix)
+    }
+
     fn waiting_key(&self) -> String {
-        format!("{}waiting", self.prefix)
+        format!("{}waiting_since", self.prefix)
     }
 
     pub(crate) async fn bounded<T>(
@@ -152,93 +222,132 @@ impl RedisStore {
     }
 }
 
+/// A run's hash as loaded: its version, head and snapshot.
+type Hash = (Option<u64>, Option<Vec<u8>>, Option<Vec<u8>>);
+
 impl RunStore for RedisStore {
     fn load<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Option<Stored>, StoreError>> {
         Box::pin(async move {
             let mut connection = self.manager.clone();
-            let key = self.key_of(run_id);
-            let (version, bytes): (Option<u64>, Option<Vec<u8>>) = self
+            let ((version, head, snapshot), records): (Hash, Vec<Vec<u8>>) = self
                 .bounded(
-                    redis::cmd("HMGET")
-                        .arg(&key)
-                        .arg("version")
-                        .arg("checkpoint")
+                    redis::pipe()
+                        .atomic()
+                        .hmget(self.key_of(run_id), &["version", "head", "checkpoint"])
+                        .lrange(self.records_key(run_id), 0, -1)
                         .query_async(&mut connection),
                 )
                 .await?;
-            let (Some(version), Some(bytes)) = (version, bytes) else {
+            let Some(version) = version else {
                 return Ok(None);
             };
-            let checkpoint = Checkpoint::from_bytes(run_id, &bytes, self.limit)?;
-            Ok(Some(Stored {
-                checkpoint,
+            Journal {
+                run_id,
                 version: Version(version),
-            }))
+                head: head.as_deref(),
+                snapshot: snapshot.as_deref(),
+                records: records.iter().map(Vec::as_slice).collect(),
+            }
+            .fold(self.limit)
+            .map(Some)
         })
     }
 
-    fn save<'a>(
-        &'a self,
-        checkpoint: &'a Checkpoint,
-        expected: Version,
-    ) -> BoxFuture<'a, Result<Version, StoreError>> {
+    fn append<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<Version, StoreError>> {
         Box::pin(async move {
-            let bytes = checkpoint.to_bytes(self.limit)?;
-            let ttl = match checkpoint.status {
+            let ttl = match append.head.status {
                 RunStatus::Done { .. } => u64::try_from(self.finished_ttl.as_millis())
                     .unwrap_or(u64::MAX)
-                    .max(1),
-                _ => 0,
+                    .to_string(),
+                _ => String::new(),
+            };
+            let mut invocation = self.append.prepare_invoke();
+            invocation
+                .key(self.key_of(append.run_id))
+                .key(self.records_key(append.run_id))
+                .key(self.waiting_key())
+                .arg(append.expected.0)
+                .arg(append.version().0)
+                .arg(append.head_bytes)
+                .arg(append.head.status.as_str())
+                .arg(append.run_id)
+                .arg(ttl)
+                .arg(append.head.saved_at_ms);
+            match append.snapshot {
+                Some(snapshot) => invocation.arg("1").arg(snapshot),
+                None => invocation.arg("0").arg("").arg(append.records),
             };
             let mut connection = self.manager.clone();
-            let mut invocation = self.save.prepare_invoke();
-            invocation
-                .key(self.key_of(&checkpoint.run_id))
-                .key(self.waiting_key())
-                .arg(expected.0)
-                .arg(bytes)
-                .arg(checkpoint.status.as_str())
-                .arg(&checkpoint.run_id)
-                .arg(ttl);
-            let (saved, version): (u8, u64) = self
+            let (appended, version): (u8, u64) = self
                 .bounded(invocation.invoke_async(&mut connection))
                 .await?;
-            if saved == 1 {
-                Ok(Version(version))
-            } else {
-                Err(StoreError::Conflict {
-                    run_id: checkpoint.run_id.clone(),
-                    expected,
-                    found: Version(version),
-                })
+            match appended {
+                1 => Ok(Version(version)),
+                _ => Err(append.conflict(Version(version))),
             }
         })
     }
 
-    fn waiting(&self) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
+    fn waiting_count(&self) -> BoxFuture<'_, Result<usize, StoreError>> {
         Box::pin(async move {
             let mut connection = self.manager.clone();
-            let mut ids: Vec<String> = self
-                .bounded(connection.smembers(self.waiting_key()))
-                .await?;
-            ids.sort();
-            Ok(ids)
+            self.bounded(connection.zcard(self.waiting_key())).await
+        })
+    }
+
+    fn expire_waiting(&self, saved_before_ms: u64) -> BoxFuture<'_, Result<usize, StoreError>> {
+        Box::pin(async move {
+            let mut expired = 0;
+            loop {
+                let mut connection = self.manager.clone();
+                let mut invocation = self.expire_waiting.prepare_invoke();
+                invocation
+                    .key(self.waiting_key())
+                    .arg(saved_before_ms)
+                    .arg(EXPIRE_BATCH)
+                    .arg(&*self.prefix);
+                let batch: usize = self
+                    .bounded(invocation.invoke_async(&mut connection))
+                    .await?;
+                expired += batch;
+                if batch < EXPIRE_BATCH {
+                    return Ok(expired);
+                }
+            }
+        })
+    }
+
+    fn waiting(&self, limit: usize) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
+        Box::pin(async move {
+            // `ZRANGE 0 -1` would be all of them.
+            let Some(last) = limit.checked_sub(1) else {
+                return Ok(Vec::new());
+            };
+            let last = isize::try_from(last).unwrap_or(isize::MAX);
+            let mut connection = self.manager.clone();
+            self.bounded(connection.zrange(self.waiting_key(), 0, last))
+                .await
         })
     }
 
     fn delete<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
             let mut connection = self.manager.clone();
-            let (removed, _): (u64, u64) = self
+            let (removed, _, _): (u64, u64, u64) = self
                 .bounded(
                     redis::pipe()
                         .atomic()
                         .del(self.key_of(run_id))
-                        .srem(self.waiting_key(), run_id)
+                        .del(self.records_key(run_id))
+                        .zrem(self.waiting_key(), run_id)
                         .query_async(&mut connection),
                 )
                 .await?;
             Ok(removed > 0)
         })
+    }
+
+    fn max_record_bytes(&self) -> usize {
+        self.limit
     }
 }

@@ -128,7 +128,6 @@ impl Approvals {
             }
         }
     }
-
 }
 
 /// The run and the call an approval id names, if it is one.
