@@ -584,8 +584,31 @@ async fn a_run_kept_past_the_timeout_is_dropped_and_bounded_in_number() {
     let app = endpoint.clone().into_router();
     let (_, _, first) = post(&app, json!({"messages": [user("one")]})).await;
     assert_eq!(endpoint.waiting_runs().await.unwrap(), 1);
-    // The endpoint is full: the second run's call is denied at once.
+    // The endpoint is full: the second run's call is denied at once —
+    // before the person is asked: no Approve button, the decision shown
+    // as made, with why.
     let (_, _, second) = post(&app, json!({"messages": [user("two")]})).await;
+    let requests: Vec<&Value> = second
+        .iter()
+        .filter(|c| c["type"] == "tool-approval-request")
+        .collect();
+    assert!(!requests.is_empty(), "{second:#?}");
+    assert!(
+        requests.iter().all(|c| c["isAutomatic"] == true),
+        "{second:#?}"
+    );
+    let response = second
+        .iter()
+        .find(|c| c["type"] == "tool-approval-response")
+        .unwrap_or_else(|| panic!("the decision is shown: {second:#?}"));
+    assert_eq!(response["approved"], false);
+    assert!(
+        response["reason"]
+            .as_str()
+            .unwrap()
+            .contains("too many conversations waiting for approval (1 at most)"),
+        "{response}"
+    );
     assert!(types(&second).contains(&"tool-output-denied"), "{second:?}");
     assert_eq!(second.last().unwrap()["finishReason"], "stop");
     assert_eq!(endpoint.waiting_runs().await.unwrap(), 1);
@@ -593,15 +616,10 @@ async fn a_run_kept_past_the_timeout_is_dropped_and_bounded_in_number() {
     // the wall clock would, for the timeout is kept across processes) the
     // first run is gone; its answer starts over.
     use toolstack::agent::store::RunStore;
-    let [run_id] = &store.waiting().await.unwrap()[..] else {
+    let [run_id] = &store.waiting(10).await.unwrap()[..] else {
         panic!("one run waits")
     };
-    let mut stored = store.load(run_id).await.unwrap().unwrap();
-    stored.checkpoint.saved_at_ms -= 61_000;
-    store
-        .save(&stored.checkpoint, stored.version)
-        .await
-        .unwrap();
+    assert!(store.backdate(run_id, Duration::from_secs(61)));
     let conversation = json!({"messages": [user("one"), answered(&first, true, None)]});
     let (_, _, _) = post(&app, conversation).await;
     assert_eq!(endpoint.waiting_runs().await.unwrap(), 0);
@@ -771,7 +789,8 @@ async fn a_waiting_approval_survives_a_restart_of_the_server() {
     // The same answer again (a retry, a replay): refused, never applied twice.
     let (status, _, refused) = post(&app, conversation).await;
     assert_eq!(status, StatusCode::CONFLICT, "{refused:?}");
-    assert_eq!(refused[0]["kind"], "conflict");
+    // Final, unlike a run held by another process (`held`).
+    assert_eq!(refused[0]["kind"], "ended");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 

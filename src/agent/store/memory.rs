@@ -150,6 +150,30 @@ impl MemoryStore {
         }
     }
 
+    /// Moves the last write of `run_id` back by `by`, as if it were that
+    /// much older (a test's way to let a waiting run expire without
+    /// waiting); whether there was such a run.
+    pub fn backdate(&self, run_id: &str, by: Duration) -> bool {
+        let by = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
+        let mut runs = lock(&self.runs);
+        let Some(mut entry) = runs.remove(run_id) else {
+            return false;
+        };
+        entry.saved_at_ms = entry.saved_at_ms.saturating_sub(by);
+        if let Ok(mut head) = super::Head::from_bytes(run_id, &entry.head) {
+            head.saved_at_ms = entry.saved_at_ms;
+            entry.head = Arc::from(head.to_bytes());
+        }
+        if entry.status == RunStatus::Waiting {
+            runs.waiting.insert((entry.saved_at_ms, run_id.to_owned()));
+        }
+        if let Some(expires) = entry.expires_ms {
+            runs.expiring.insert((expires, run_id.to_owned()));
+        }
+        runs.runs.insert(run_id.to_owned(), entry);
+        true
+    }
+
     /// How many runs are stored.
     pub fn len(&self) -> usize {
         lock(&self.runs).runs.len()

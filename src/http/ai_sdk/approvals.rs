@@ -102,11 +102,14 @@ impl Approvals {
         wait
     }
 
-    /// Whether the caller's approver was asked about every one of `calls`;
-    /// if not, `waker` is woken when it is.
+    /// Whether the caller's approver was asked about every one of `calls`
+    /// and waits for the person; if not, `waker` is woken when it is.
     pub(super) fn all_asked(&self, calls: &[String], waker: &Waker) -> bool {
         let mut inner = lock(&self.inner);
-        let all = calls.iter().all(|call| inner.asked.contains_key(call));
+        // A call decided here (denied for want of room) does not wait.
+        let all = calls
+            .iter()
+            .all(|call| matches!(inner.asked.get(call), Some(Some(_))));
         if !all {
             inner.waker = Some(waker.clone());
         }
