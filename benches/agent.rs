@@ -154,6 +154,8 @@ fn stores() -> Vec<(
     &'static str,
     Option<std::sync::Arc<dyn toolstack::agent::store::RunStore>>,
 )> {
+    // Only SQLite adds to the list.
+    #[cfg_attr(not(feature = "sqlite"), allow(unused_mut))]
     let mut stores: Vec<(
         &'static str,
         Option<std::sync::Arc<dyn toolstack::agent::store::RunStore>>,

@@ -288,6 +288,8 @@ impl std::fmt::Display for Report {
 /// What one response said: its status, its chunks.
 struct Answered {
     status: u16,
+    /// A refusal's `kind`, when the body is one.
+    kind: Option<String>,
     chunks: Vec<Value>,
     /// From the request to the response's head: for an answer, the time
     /// to load the run and take it (the endpoint resumes before it
@@ -337,6 +339,10 @@ impl Proof {
         let head = asked.elapsed();
         let status = response.status().as_u16();
         let text = response.text().await?;
+        // A refusal's kind: `held` is worth sending again, `ended` is final.
+        let kind = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|body| body["kind"].as_str().map(str::to_owned));
         let chunks = text
             .split("\n\n")
             .filter_map(|event| event.strip_prefix("data: "))
@@ -345,6 +351,7 @@ impl Proof {
             .collect();
         Ok(Answered {
             status,
+            kind,
             chunks,
             head,
         })
@@ -401,7 +408,8 @@ impl Proof {
     }
 
     /// Answers `waiting` through `url`, again while the run is held
-    /// elsewhere (`409`), until it finishes; the result's text, and how
+    /// elsewhere (`409`, `held`; an `ended` one is final), until it
+    /// finishes; the result's text, and how
     /// many answers were refused.
     async fn answer(
         &self,
@@ -415,7 +423,8 @@ impl Proof {
                 .post(url, Self::approved(waiting))
                 .await
                 .map_err(|e| format!("{}: {e}", waiting.row))?;
-            if answered.status == 409 && Instant::now() < deadline {
+            let held = answered.status == 409 && answered.kind.as_deref() == Some("held");
+            if held && Instant::now() < deadline {
                 refused += 1;
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;

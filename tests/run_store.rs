@@ -169,6 +169,9 @@ trait Backdoor {
     /// Stores run `run_id` as runs were stored before the journal (the
     /// whole `checkpoint`, no head, no records); the version it has.
     async fn put_legacy(&self, run_id: &str, checkpoint: &[u8]) -> Version;
+
+    /// Whether anything of run `run_id` is still stored.
+    async fn remains(&self, run_id: &str) -> bool;
 }
 
 /// What every store must do. `small` shares `store`'s runs and bounds a
@@ -318,6 +321,7 @@ async fn contract<S: RunStore>(store: &S, small: &S, backdoor: &impl Backdoor) {
     assert_eq!(store.expire_waiting(100).await.unwrap(), 0);
     assert_eq!(store.expire_waiting(101).await.unwrap(), 1);
     assert!(store.load("r1").await.unwrap().is_none());
+    assert!(!backdoor.remains("r1").await);
     assert!(store.load("r2").await.unwrap().is_some());
     assert_eq!(store.load("r3").await.unwrap().unwrap().version, r3_v2);
     assert_eq!(store.waiting_count().await.unwrap(), 1);
@@ -332,6 +336,7 @@ async fn contract<S: RunStore>(store: &S, small: &S, backdoor: &impl Backdoor) {
     // waiting.
     assert!(store.delete("r2").await.unwrap());
     assert!(store.load("r2").await.unwrap().is_none());
+    assert!(!backdoor.remains("r2").await);
     assert_eq!(store.waiting_count().await.unwrap(), 0);
     assert!(store.waiting(10).await.unwrap().is_empty());
     assert!(!store.delete("r2").await.unwrap());
@@ -470,6 +475,10 @@ impl Backdoor for MemoryBackdoor {
         self.0.put_raw(run_id, checkpoint);
         Version(1)
     }
+
+    async fn remains(&self, run_id: &str) -> bool {
+        self.0.load(run_id).await.unwrap().is_some()
+    }
 }
 
 #[tokio::test]
@@ -524,6 +533,16 @@ mod sqlite {
                 )
                 .unwrap();
             Version(3)
+        }
+
+        async fn remains(&self, run_id: &str) -> bool {
+            [
+                "toolstack_runs",
+                "toolstack_run_snapshots",
+                "toolstack_run_records",
+            ]
+            .iter()
+            .any(|table| rows(&self.0, table, run_id) > 0)
         }
     }
 
@@ -608,35 +627,34 @@ mod sqlite {
         assert!(store.load("other").await.unwrap().is_some());
         assert!(store.load("running").await.unwrap().is_some());
 
-        // An expired run not swept yet is absent to a writer too: its id
-        // starts from nothing.
-        Connection::open(&path)
-            .unwrap()
-            .execute(
-                "UPDATE toolstack_runs SET expires_ms = 1 WHERE run_id = 'other'",
-                [],
-            )
-            .unwrap();
+        // An expired run not swept yet is absent to everyone: deleting it
+        // finds nothing, and a writer starts its id from nothing.
+        let expire = |run_id: &str| {
+            Connection::open(&path)
+                .unwrap()
+                .execute(
+                    "UPDATE toolstack_runs SET expires_ms = 1 WHERE run_id = ?1",
+                    params![run_id],
+                )
+                .unwrap();
+        };
+        expire("other");
         assert!(!store.delete("other").await.unwrap());
-        let again = Change::new("other", Version::NONE, RunStatus::Running, 2, said("hi"));
-        Change::new("other", Version::NONE, done(), 1, said("bye"))
+        assert_eq!(rows(&path, "toolstack_runs", "other"), 0);
+        Change::new("later", Version::NONE, done(), 1, first_turn())
             .to(&store)
             .await
             .unwrap();
-        Connection::open(&path)
-            .unwrap()
-            .execute(
-                "UPDATE toolstack_runs SET expires_ms = 1 WHERE run_id = 'other'",
-                [],
-            )
-            .unwrap();
+        expire("later");
+        let again = Change::new("later", Version::NONE, RunStatus::Running, 2, said("hi"));
         assert_eq!(again.to(&store).await.unwrap(), Version(1));
-        let loaded = store.load("other").await.unwrap().unwrap();
+        let loaded = store.load("later").await.unwrap().unwrap();
         assert_eq!(loaded.records, 1);
         assert_eq!(
             loaded.checkpoint,
-            again.applied_to(Checkpoint::new("other"))
+            again.applied_to(Checkpoint::new("later"))
         );
+        assert_eq!(rows(&path, "toolstack_run_records", "later"), 1);
     }
 
     /// Makes a file as the store wrote it before the journal: one whole
@@ -657,40 +675,31 @@ mod sqlite {
                 CREATE INDEX toolstack_runs_expires ON toolstack_runs (expires_ms);",
             )
             .unwrap();
-        let waiting = |run_id: &str, saved_at_ms: u64| {
-            let mut state = legacy_state();
-            state.run_id = run_id.to_owned();
-            state.status = RunStatus::Waiting;
-            state.saved_at_ms = saved_at_ms;
-            state.to_bytes().unwrap()
-        };
         let mut insert = connection
             .prepare(
                 "INSERT INTO toolstack_runs (run_id, version, status, checkpoint, expires_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                 VALUES (?1, ?2, ?3, ?4, NULL)",
             )
             .unwrap();
-        insert
-            .execute(params![
-                "old",
-                3,
-                "waiting",
-                waiting("old", 1_000),
-                None::<i64>
-            ])
-            .unwrap();
-        insert
-            .execute(params![
-                "older",
-                7,
-                "waiting",
-                waiting("older", 5),
-                None::<i64>
-            ])
-            .unwrap();
-        insert
-            .execute(params!["running", 2, "running", LEGACY, None::<i64>])
-            .unwrap();
+        for (run_id, version, status, saved_at_ms) in [
+            ("old", 3, RunStatus::Waiting, 1_000),
+            ("older", 7, RunStatus::Waiting, 5),
+            ("running", 2, RunStatus::Running, 1),
+        ] {
+            let bytes = era_state(run_id, status, saved_at_ms).to_bytes().unwrap();
+            insert
+                .execute(params![run_id, version, status.as_str(), bytes])
+                .unwrap();
+        }
+    }
+
+    /// The state of run `run_id` in [`checkpoint_era_file`].
+    fn era_state(run_id: &str, status: RunStatus, saved_at_ms: u64) -> Checkpoint {
+        let mut state = legacy_state();
+        state.run_id = run_id.to_owned();
+        state.status = status;
+        state.saved_at_ms = saved_at_ms;
+        state
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -703,13 +712,19 @@ mod sqlite {
         // by when they were written.
         let loaded = store.load("old").await.unwrap().unwrap();
         assert_eq!(loaded.version, Version(3));
-        assert_eq!(loaded.checkpoint.status, RunStatus::Waiting);
-        assert_eq!(loaded.checkpoint.saved_at_ms, 1_000);
+        assert_eq!(
+            loaded.checkpoint,
+            era_state("old", RunStatus::Waiting, 1_000)
+        );
         assert_eq!(loaded.records, 0);
         assert_eq!(store.waiting_count().await.unwrap(), 2);
         assert_eq!(store.waiting(10).await.unwrap(), ["older", "old"]);
         let loaded = store.load("running").await.unwrap().unwrap();
-        assert_eq!(loaded.checkpoint, legacy_state().clone_with_id("running"));
+        assert_eq!(loaded.version, Version(2));
+        assert_eq!(
+            loaded.checkpoint,
+            era_state("running", RunStatus::Running, 1)
+        );
 
         // They take appends: one that runs again leaves the waiting.
         let resumed = Change::new("old", Version(3), RunStatus::Running, 2_000, said("go"));
@@ -744,17 +759,18 @@ mod sqlite {
             index.is_some_and(|sql| sql.contains("status, saved_at_ms")),
             "the waiting runs are indexed by when they were written"
         );
-    }
-
-    trait WithId {
-        fn clone_with_id(&self, run_id: &str) -> Checkpoint;
-    }
-
-    impl WithId for Checkpoint {
-        /// [`LEGACY`] holds run `old`; stored under another id, it names it.
-        fn clone_with_id(&self, _run_id: &str) -> Checkpoint {
-            self.clone()
-        }
+        // The run appended to carries its checkpoint no more: it is its
+        // snapshot now, and the row rewritten at each append stays small.
+        let (row, snapshot): (i64, i64) = connection
+            .query_row(
+                "SELECT length(r.checkpoint), length(s.snapshot) FROM toolstack_runs r
+                 JOIN toolstack_run_snapshots s USING (run_id) WHERE run_id = 'old'",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(row, 0);
+        assert!(snapshot > 0);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -800,7 +816,7 @@ mod redis {
     impl Backdoor for RedisBackdoor {
         async fn corrupt_last_record(&self, run_id: &str, bytes: &[u8]) {
             let _: () = ::redis::cmd("LSET")
-                .arg(format!("{}run:{run_id}:records", self.prefix))
+                .arg(format!("{}records:{run_id}", self.prefix))
                 .arg(-1)
                 .arg(bytes)
                 .query_async(&mut self.connection.clone())
@@ -819,6 +835,17 @@ mod redis {
                 .await
                 .unwrap();
             Version(3)
+        }
+
+        async fn remains(&self, run_id: &str) -> bool {
+            let hash = format!("{}run:{run_id}", self.prefix);
+            let exists: u64 = ::redis::cmd("EXISTS")
+                .arg(&hash)
+                .arg(format!("{}records:{run_id}", self.prefix))
+                .query_async(&mut self.connection.clone())
+                .await
+                .unwrap();
+            exists > 0
         }
     }
 
@@ -853,10 +880,20 @@ mod redis {
             .unwrap()
             .prefix("test:");
         assert!(other.load("r1").await.unwrap().is_some());
-        // Every key is a run's hash or records, or the waiting set.
+        // A run is its hash and its records; nothing else is left of the
+        // ones forgotten (none waits now: the waiting set is gone too).
         let keys = server.keys().await;
-        assert!(keys.contains(&"test:waiting_since".to_owned()), "{keys:?}");
-        assert!(keys.contains(&"test:run:r1:records".to_owned()), "{keys:?}");
+        let runs = ["bad", "big", "newer", "old", "r1"];
+        let mut expected: Vec<String> = runs
+            .iter()
+            .flat_map(|id| [format!("test:run:{id}"), format!("test:records:{id}")])
+            .collect();
+        expected.sort();
+        let test_keys: Vec<String> = keys
+            .into_iter()
+            .filter(|k| k.starts_with("test:"))
+            .collect();
+        assert_eq!(test_keys, expected);
     }
 
     #[tokio::test]
@@ -873,7 +910,7 @@ mod redis {
         let ends = Change::new("done", Version::NONE, done(), 1, first_turn());
         let v3 = ends.to(&store).await.unwrap();
         let day = 24 * 60 * 60 * 1000;
-        for key in ["ttl:run:done", "ttl:run:done:records"] {
+        for key in ["ttl:run:done", "ttl:records:done"] {
             let ttl = pttl(&connection, key).await;
             assert!((day - 60_000..=day).contains(&ttl), "{key}: {ttl}");
         }
@@ -882,17 +919,17 @@ mod redis {
         let again = Change::new("done", v3, RunStatus::Running, 2, said("more"));
         let v4 = again.to(&store).await.unwrap();
         let state = again.applied_to(ends.applied_to(Checkpoint::new("done")));
-        for key in ["ttl:run:done", "ttl:run:done:records"] {
+        for key in ["ttl:run:done", "ttl:records:done"] {
             assert_eq!(pttl(&connection, key).await, -1, "{key}");
         }
         let snapshot = Change::new("done", v4, done(), 3, Vec::new());
         let snapshot = snapshot.snapshot(&state);
         let v5 = snapshot.to(&store).await.unwrap();
-        assert_eq!(pttl(&connection, "ttl:run:done:records").await, -2);
+        assert_eq!(pttl(&connection, "ttl:records:done").await, -2);
         assert!(pttl(&connection, "ttl:run:done").await > 0);
         let more = Change::new("done", v5, RunStatus::Running, 4, said("after"));
         more.to(&store).await.unwrap();
-        for key in ["ttl:run:done", "ttl:run:done:records"] {
+        for key in ["ttl:run:done", "ttl:records:done"] {
             assert_eq!(pttl(&connection, key).await, -1, "{key}");
         }
 
@@ -913,12 +950,29 @@ mod redis {
             let connection = connection.clone();
             async move {
                 pttl(&connection, "ttl:run:short").await == -2
-                    && pttl(&connection, "ttl:run:short:records").await == -2
+                    && pttl(&connection, "ttl:records:short").await == -2
             }
         })
         .await;
         assert!(short.load("short").await.unwrap().is_none());
         assert!(short.load("running").await.unwrap().is_some());
+
+        // Records that outlived their run (the two keys expire apart) are
+        // not the next run's of that id.
+        let _: () = ::redis::cmd("RPUSH")
+            .arg("ttl:records:ghost")
+            .arg(Record::StepClosed.to_bytes())
+            .query_async(&mut connection.clone())
+            .await
+            .unwrap();
+        let first = Change::new("ghost", Version::NONE, RunStatus::Running, 1, said("hi"));
+        assert_eq!(first.to(&store).await.unwrap(), Version(1));
+        let loaded = store.load("ghost").await.unwrap().unwrap();
+        assert_eq!(loaded.records, 1);
+        assert_eq!(
+            loaded.checkpoint,
+            first.applied_to(Checkpoint::new("ghost"))
+        );
     }
 
     #[tokio::test]

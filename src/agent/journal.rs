@@ -7,7 +7,7 @@
 //! costs the change however long the run, and a load reads a bounded
 //! number of records.
 //!
-//! The agent loop, the approval sink and [`Agent::resume`] all go through
+//! The agent loop, the approval sink and [`Agent::resume`](super::Agent::resume) all go through
 //! it; without a store the records are only applied.
 
 use std::fmt;
@@ -23,9 +23,6 @@ use super::store::{
     Append, CallState, Checkpoint, Head, Holder, Record, RunStatus, RunStore, StoreError, Stored,
     Version, JOURNAL_FORMAT, SNAPSHOT_EVERY_RECORDS,
 };
-
-#[cfg(doc)]
-use super::Agent;
 
 /// The error a run reports when a save failed: `Unavailable` for a store
 /// that did not answer, `Denied` when another process took the run.

@@ -12,9 +12,6 @@ use crate::approval::Decision;
 use super::event::StopReason;
 use super::store::StoreError;
 
-#[cfg(doc)]
-use super::Agent;
-
 /// What a resumed run takes with it: the decisions for its calls waiting
 /// for approval, who made them, and the caller's extensions.
 #[derive(Debug, Clone, Default)]
@@ -62,7 +59,7 @@ impl Resume {
     }
 
     /// The caller's extensions for the rest of the run (see
-    /// [`Agent::run_with`]).
+    /// [`Agent::run_with`](super::Agent::run_with)).
     pub fn extensions(mut self, extensions: Extensions) -> Self {
         self.extensions = extensions;
         self
@@ -73,7 +70,7 @@ impl Resume {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum ResumeError {
-    /// The agent has no store ([`Agent::store`]).
+    /// The agent has no store ([`Agent::store`](super::Agent::store)).
     NoStore,
     /// The store has no such run (never saved, deleted or expired).
     NotFound {

@@ -1,4 +1,4 @@
-//! [`Agent`]: a model, a toolbox and the settings of their runs.
+//! [`Agent`](super::Agent): a model, a toolbox and the settings of their runs.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,8 +9,6 @@ use crate::Toolbox;
 use super::journal::{Durability, OnStoreError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE};
 use super::store::RunStore;
 
-#[cfg(doc)]
-use super::{AgentEvent, AgentStream};
 #[cfg(doc)]
 use crate::ToolError;
 
@@ -81,14 +79,15 @@ impl<M> Agent<M> {
         self
     }
 
-    /// Checkpoints every run into `store` — at every step boundary and
-    /// every change of a tool call's state — so a run can be resumed
-    /// ([`Agent::resume`]) after a restart or by another process sharing
-    /// the store. See [`store`](super::store).
+    /// Keeps every run's journal in `store` — each model answer and each
+    /// change of a tool call's state appended, the size of the change —
+    /// so a run can be resumed ([`Agent::resume`](super::Agent::resume))
+    /// after a restart or by another process sharing the store. See
+    /// [`store`](super::store).
     ///
-    /// A checkpoint is saved before the call it records goes on (a tool
+    /// A change is stored before the call it records goes on (a tool
     /// starts only once its start is stored), never in the middle of the
-    /// model's stream; each save is bounded by
+    /// model's stream; each append is bounded by
     /// [`checkpoint_timeout`](Self::checkpoint_timeout).
     pub fn store(mut self, store: impl RunStore) -> Self {
         self.durability = Some(Durability {
@@ -101,7 +100,7 @@ impl<M> Agent<M> {
         self
     }
 
-    /// The store runs are checkpointed in, if any.
+    /// The store runs are journalled in, if any.
     pub fn run_store(&self) -> Option<&Arc<dyn RunStore>> {
         self.durability.as_ref().map(|durability| &durability.store)
     }
@@ -118,7 +117,7 @@ impl<M> Agent<M> {
         self
     }
 
-    /// How long a running run stays this process's without a checkpoint
+    /// How long a running run stays this process's without an append
     /// (60 s by default): past it, another process may take it over.
     pub fn lease(mut self, lease: Duration) -> Self {
         if let Some(durability) = &mut self.durability {
@@ -127,7 +126,7 @@ impl<M> Agent<M> {
         self
     }
 
-    /// Bounds each checkpoint's save (5 s by default): past it, the save
+    /// Bounds each append to the store (5 s by default): past it, the append
     /// counts as failed ([`OnStoreError`]).
     pub fn checkpoint_timeout(mut self, timeout: Duration) -> Self {
         if let Some(durability) = &mut self.durability {
@@ -199,7 +198,7 @@ impl<M> Agent<M> {
     ///
     /// Asking again is safe: the partial answer is discarded — not added to
     /// the conversation, none of its tool calls run — and an
-    /// [`AgentEvent::TurnDiscarded`] tells the consumer to forget its
+    /// [`AgentEvent::TurnDiscarded`](super::AgentEvent::TurnDiscarded) tells the consumer to forget its
     /// streamed text. A failure before the first delta is left to the
     /// retry layer (`stream_retry`, with backoff and `Retry-After`), and a
     /// non-retryable error ends the run as before.

@@ -1,4 +1,4 @@
-//! [`AgentStream`]: the events of one run, as it goes.
+//! [`AgentStream`](super::AgentStream): the events of one run, as it goes.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -12,9 +12,6 @@ use super::event::AgentEvent;
 use super::journal::Journal;
 use super::resume::ResumeError;
 
-#[cfg(doc)]
-use super::Agent;
-
 /// The event stream of one agent run. Dropping it cancels the run.
 pub struct AgentStream {
     pub(super) driver: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
@@ -23,7 +20,7 @@ pub struct AgentStream {
 }
 
 impl AgentStream {
-    /// The run's id: what [`Agent::resume`] takes (with a store).
+    /// The run's id: what [`Agent::resume`](super::Agent::resume) takes (with a store).
     pub fn run_id(&self) -> &str {
         self.journal.run_id()
     }
@@ -31,8 +28,8 @@ impl AgentStream {
     /// Stops the run here and leaves it in the store, waiting for a
     /// decision ([`RunStatus::Waiting`](super::store::RunStatus::Waiting),
     /// held by no process): for a front end that takes a person's answer
-    /// in a later request, after [`AgentEvent::AwaitingApproval`].
-    /// Whichever process gets the answer resumes it ([`Agent::resume`]).
+    /// in a later request, after [`AgentEvent::AwaitingApproval`](super::AgentEvent::AwaitingApproval).
+    /// Whichever process gets the answer resumes it ([`Agent::resume`](super::Agent::resume)).
     /// The calls waiting for approval had not started; a call still
     /// running now is cancelled and reads, on resume, as started (see
     /// [`CallState`](super::store::CallState)).

@@ -191,15 +191,21 @@ fn lock(runs: &Mutex<Runs>) -> std::sync::MutexGuard<'_, Runs> {
 
 impl RunStore for MemoryStore {
     fn load<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Option<Stored>, StoreError>> {
-        // The run's bytes are shared out of the lock and decoded after it.
-        let found = lock(&self.runs).runs.get(run_id).map(|entry| {
-            (
-                entry.version,
-                Arc::clone(&entry.head),
-                entry.snapshot.clone(),
-                entry.records.clone(),
-            )
-        });
+        // The run's bytes are shared out of the lock and decoded after it;
+        // a finished run past its time is gone, swept or not.
+        let now = now_ms();
+        let found = lock(&self.runs)
+            .runs
+            .get(run_id)
+            .filter(|entry| entry.expires_ms.is_none_or(|expires| expires > now))
+            .map(|entry| {
+                (
+                    entry.version,
+                    Arc::clone(&entry.head),
+                    entry.snapshot.clone(),
+                    entry.records.clone(),
+                )
+            });
         let loaded = found
             .map(|(version, head, snapshot, records)| {
                 Journal {

@@ -4,7 +4,7 @@
 //! | key | type | holds |
 //! |---|---|---|
 //! | `{prefix}run:{id}` | hash | the run's `version`, `head`, and its snapshot (`checkpoint`, absent before the first one) |
-//! | `{prefix}run:{id}:records` | list | the run's records since its snapshot, in order |
+//! | `{prefix}records:{id}` | list | the run's records since its snapshot, in order |
 //! | `{prefix}waiting_since` | sorted set | the runs waiting for a decision, scored by when they were written |
 //!
 //! An append is one Lua script — compare the version; push the records
@@ -103,8 +103,7 @@ return {1, tonumber(ARGV[2])}
 const EXPIRE_WAITING: &str = r"
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[1], 'LIMIT', 0, ARGV[2])
 for _, id in ipairs(ids) do
-  local run = ARGV[3] .. 'run:' .. id
-  redis.call('DEL', run, run .. ':records')
+  redis.call('DEL', ARGV[3] .. 'run:' .. id, ARGV[3] .. 'records:' .. id)
   redis.call('ZREM', KEYS[1], id)
 end
 return #ids
@@ -201,7 +200,8 @@ impl RedisStore {
 
     /// The list of run `run_id`'s records.
     fn records_key(&self, run_id: &str) -> String {
-        format!("{}run:{run_id}:records", self.prefix)
+        // Apart from the runs' hashes: no run id names another's key.
+        format!("{}records:{run_id}", self.prefix)
     }
 
     fn waiting_key(&self) -> String {

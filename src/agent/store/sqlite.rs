@@ -9,23 +9,27 @@
 //!
 //! | table | holds |
 //! |---|---|
-//! | `toolstack_runs` | a row per run: its version, status, head, when it was written, when it expires, and its snapshot (the `checkpoint` column, empty before the first one) |
+//! | `toolstack_runs` | a row per run: its version, status, head, when it was written and when it expires — small, rewritten at each append |
+//! | `toolstack_run_snapshots` | the run's last snapshot, written only when the agent folds one in |
 //! | `toolstack_run_records` | the run's records since its snapshot, by sequence number |
 //! | `toolstack_run_counts` | how many runs wait for a decision, kept with every change of status |
 //!
 //! An append is one `IMMEDIATE` transaction: read the version, and if it
 //! is the expected one insert the records (or write the snapshot and drop
-//! the records it replaces), rewrite the head and keep the count of
-//! waiting runs — the cost of the change, not of the run. A load reads the
-//! row and the records in one read transaction. The waiting runs are
-//! found and expired by an index on `(status, saved_at_ms)`. A finished
-//! run expires after [`finished_ttl`](SqliteStore::finished_ttl) (a day by
-//! default): it no longer loads, and its row and records are deleted when
-//! another run ends.
+//! the records it replaces), rewrite the run's row and keep the count of
+//! waiting runs — the cost of the change, not of the run: the snapshot
+//! is not in the row, since SQLite rewrites a whole row to change one
+//! column. A load reads the row, the snapshot and the records in one
+//! read transaction. The waiting runs are found and expired by an index
+//! on `(status, saved_at_ms)` that holds only them. A finished run
+//! expires after [`finished_ttl`](SqliteStore::finished_ttl) (a day by
+//! default): it no longer loads, and its row, snapshot and records are
+//! deleted when another run ends.
 //!
-//! A file written before the journal (a whole checkpoint per row) is
-//! upgraded on open, in place: its checkpoints load as snapshots, with
-//! their versions, and take appends.
+//! A file written before the journal (a whole checkpoint per row, in the
+//! `checkpoint` column of `toolstack_runs`) is upgraded on open, in
+//! place: its checkpoints load as snapshots, with their versions, and the
+//! first append to such a run moves its checkpoint to the snapshots.
 //!
 //! ```
 //! use toolstack::agent::store::sqlite::SqliteStore;
@@ -72,6 +76,10 @@ const SCHEMA: &str = "
         checkpoint BLOB NOT NULL,
         expires_ms INTEGER
     );
+    CREATE TABLE IF NOT EXISTS toolstack_run_snapshots (
+        run_id TEXT PRIMARY KEY,
+        snapshot BLOB NOT NULL
+    );
     CREATE TABLE IF NOT EXISTS toolstack_run_records (
         run_id TEXT NOT NULL,
         seq INTEGER NOT NULL,
@@ -98,32 +106,49 @@ const SCHEMA: &str = "
         stream_id TEXT NOT NULL
     );";
 
-/// The indexes, made once the columns they cover exist. The one on
-/// `status` alone (before the journal) is a prefix of the waiting runs'
-/// index, which keeps them in the order they are listed and expired in.
+/// The indexes, made once the columns they cover exist: the waiting runs,
+/// in the order they are listed and expired in, and the finished runs, by
+/// when they expire. Each holds only the rows it is for, so that the
+/// appends of a running run — nearly all of them — change neither. They
+/// replace the indexes on every row made before the journal.
 const INDEXES: &str = "
     DROP INDEX IF EXISTS toolstack_runs_status;
+    DROP INDEX IF EXISTS toolstack_runs_expires;
     CREATE INDEX IF NOT EXISTS toolstack_runs_waiting
-        ON toolstack_runs (status, saved_at_ms, run_id);
-    CREATE INDEX IF NOT EXISTS toolstack_runs_expires ON toolstack_runs (expires_ms);
+        ON toolstack_runs (status, saved_at_ms, run_id) WHERE status = 'waiting';
+    CREATE INDEX IF NOT EXISTS toolstack_runs_expiring
+        ON toolstack_runs (expires_ms) WHERE expires_ms IS NOT NULL;
     INSERT OR IGNORE INTO toolstack_run_counts (name, n)
         SELECT 'waiting', COUNT(*) FROM toolstack_runs WHERE status = 'waiting';";
 
-/// A run's row, if it has not expired at `?2`.
-const LOAD_RUN: &str = "SELECT version, checkpoint, head FROM toolstack_runs
-    WHERE run_id = ?1 AND (expires_ms IS NULL OR expires_ms > ?2)";
+/// A run's row and snapshot, if it has not expired at `?2`.
+const LOAD_RUN: &str = "SELECT r.version, r.head, s.snapshot, r.checkpoint
+    FROM toolstack_runs r LEFT JOIN toolstack_run_snapshots s ON s.run_id = r.run_id
+    WHERE r.run_id = ?1 AND (r.expires_ms IS NULL OR r.expires_ms > ?2)";
 const LOAD_RECORDS: &str =
     "SELECT record FROM toolstack_run_records WHERE run_id = ?1 ORDER BY seq";
-const FIND_RUN: &str = "SELECT version, status, expires_ms FROM toolstack_runs WHERE run_id = ?1";
+/// A run's row as an append finds it: the size of the checkpoint it was
+/// stored as before the journal is read from the row's header, not the
+/// checkpoint.
+const FIND_RUN: &str = "SELECT version, status, expires_ms, length(checkpoint)
+    FROM toolstack_runs WHERE run_id = ?1";
 const INSERT_RECORD: &str =
     "INSERT INTO toolstack_run_records (run_id, seq, record) VALUES (?1, ?2, ?3)";
-/// Writes a run's row; its snapshot only when `?4` is one.
+/// Writes a run's row: small, whatever the run's size (a checkpoint
+/// stored before the journal has moved to the snapshots by then).
 const UPSERT_RUN: &str = "INSERT INTO toolstack_runs
         (run_id, version, status, checkpoint, head, saved_at_ms, expires_ms)
-    VALUES (?1, ?2, ?3, COALESCE(?4, x''), ?5, ?6, ?7)
+    VALUES (?1, ?2, ?3, x'', ?4, ?5, ?6)
     ON CONFLICT (run_id) DO UPDATE SET version = ?2, status = ?3,
-        checkpoint = COALESCE(?4, checkpoint), head = ?5, saved_at_ms = ?6, expires_ms = ?7";
+        checkpoint = x'', head = ?4, saved_at_ms = ?5, expires_ms = ?6";
+const PUT_SNAPSHOT: &str =
+    "INSERT OR REPLACE INTO toolstack_run_snapshots (run_id, snapshot) VALUES (?1, ?2)";
+/// Makes the checkpoint a run was stored as before the journal its
+/// snapshot.
+const MOVE_CHECKPOINT: &str = "INSERT OR REPLACE INTO toolstack_run_snapshots (run_id, snapshot)
+    SELECT run_id, checkpoint FROM toolstack_runs WHERE run_id = ?1";
 const DELETE_RUN: &str = "DELETE FROM toolstack_runs WHERE run_id = ?1";
+const DELETE_SNAPSHOT: &str = "DELETE FROM toolstack_run_snapshots WHERE run_id = ?1";
 const DELETE_RECORDS: &str = "DELETE FROM toolstack_run_records WHERE run_id = ?1";
 const COUNT_WAITING: &str = "UPDATE toolstack_run_counts SET n = n + ?1 WHERE name = 'waiting'";
 const WAITING_COUNT: &str = "SELECT n FROM toolstack_run_counts WHERE name = 'waiting'";
@@ -132,6 +157,8 @@ const WAITING: &str = "SELECT run_id FROM toolstack_runs WHERE status = 'waiting
 const WAITING_BEFORE: &str = "SELECT run_id FROM toolstack_runs
     WHERE status = 'waiting' AND saved_at_ms < ?1 ORDER BY saved_at_ms, run_id LIMIT ?2";
 const SWEEP_RECORDS: &str = "DELETE FROM toolstack_run_records WHERE run_id IN
+    (SELECT run_id FROM toolstack_runs WHERE expires_ms <= ?1)";
+const SWEEP_SNAPSHOTS: &str = "DELETE FROM toolstack_run_snapshots WHERE run_id IN
     (SELECT run_id FROM toolstack_runs WHERE expires_ms <= ?1)";
 const SWEEP_RUNS: &str = "DELETE FROM toolstack_runs WHERE expires_ms <= ?1";
 
@@ -304,6 +331,9 @@ fn upgrade(tx: &Transaction<'_>) -> rusqlite::Result<()> {
 struct Found {
     version: Version,
     waiting: bool,
+    /// Whether it still holds the checkpoint it was stored as before the
+    /// journal.
+    checkpoint: bool,
 }
 
 /// The run's row, unless it has expired at `now`.
@@ -315,21 +345,25 @@ fn find(tx: &Transaction<'_>, run_id: &str, now: i64) -> rusqlite::Result<Option
                 row.get::<_, i64>(0)?,
                 row.get::<_, String>(1)?,
                 row.get::<_, Option<i64>>(2)?,
+                row.get::<_, Option<i64>>(3)?,
             ))
         })
         .optional()?;
-    Ok(row.and_then(|(version, status, expires)| {
+    Ok(row.and_then(|(version, status, expires, checkpoint)| {
         let expired = expires.is_some_and(|expires| expires <= now);
         (!expired).then(|| Found {
             version: version_of(version),
             waiting: status == RunStatus::Waiting.as_str(),
+            checkpoint: checkpoint.unwrap_or(0) > 0,
         })
     }))
 }
 
-/// Forgets the run's row and records (whether it had a row).
+/// Forgets the run's row, snapshot and records (whether it had a row).
 fn remove(tx: &Transaction<'_>, run_id: &str) -> rusqlite::Result<bool> {
     tx.prepare_cached(DELETE_RECORDS)?
+        .execute(params![run_id])?;
+    tx.prepare_cached(DELETE_SNAPSHOT)?
         .execute(params![run_id])?;
     Ok(tx.prepare_cached(DELETE_RUN)?.execute(params![run_id])? > 0)
 }
@@ -363,23 +397,48 @@ impl Write {
     ) -> rusqlite::Result<Result<Version, Version>> {
         let now = now_ms();
         let tx = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let found = find(&tx, &self.run_id, int(now))?;
-        let (found_version, was_waiting) = found.as_ref().map_or((Version::NONE, false), |found| {
-            (found.version, found.waiting)
-        });
-        if found_version != self.expected {
-            return Ok(Err(found_version));
+        let Some(found) = find(&tx, &self.run_id, int(now))? else {
+            if self.expected != Version::NONE {
+                return Ok(Err(Version::NONE));
+            }
+            // A new run starts from nothing: an expired one may have left
+            // its row, snapshot and records.
+            remove(&tx, &self.run_id)?;
+            return self.write(tx, now, ttl, false);
+        };
+        if found.version != self.expected {
+            return Ok(Err(found.version));
         }
-        if found.is_none() || self.snapshot.is_some() {
-            // A new run starts from nothing (an expired one may have left
-            // its records); a snapshot replaces the records before it.
+        if self.snapshot.is_some() {
             tx.prepare_cached(DELETE_RECORDS)?
                 .execute(params![self.run_id])?;
+        } else if found.checkpoint {
+            // Once, rather than rewrite it with the row at every append.
+            tx.prepare_cached(MOVE_CHECKPOINT)?
+                .execute(params![self.run_id])?;
         }
-        if self.snapshot.is_none() {
-            let mut insert = tx.prepare_cached(INSERT_RECORD)?;
-            for (seq, record) in (self.expected.0 + 1..).zip(&self.records) {
-                insert.execute(params![self.run_id, int(seq), record])?;
+        self.write(tx, now, ttl, found.waiting)
+    }
+
+    /// Writes the append in `tx`, which found the run at the expected
+    /// version, and commits.
+    fn write(
+        self,
+        tx: Transaction<'_>,
+        now: u64,
+        ttl: Duration,
+        was_waiting: bool,
+    ) -> rusqlite::Result<Result<Version, Version>> {
+        match &self.snapshot {
+            Some(snapshot) => {
+                tx.prepare_cached(PUT_SNAPSHOT)?
+                    .execute(params![self.run_id, snapshot])?;
+            }
+            None => {
+                let mut insert = tx.prepare_cached(INSERT_RECORD)?;
+                for (seq, record) in (self.expected.0 + 1..).zip(&self.records) {
+                    insert.execute(params![self.run_id, int(seq), record])?;
+                }
             }
         }
         let ttl = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
@@ -389,7 +448,6 @@ impl Write {
             self.run_id,
             int(self.version.0),
             self.status.as_str(),
-            self.snapshot,
             self.head,
             int(self.saved_at_ms),
             expires,
@@ -399,9 +457,9 @@ impl Write {
         // A run that ends sweeps the expired ones (by the index); they are
         // finished, so none of them is counted as waiting.
         if expires.is_some() {
-            tx.prepare_cached(SWEEP_RECORDS)?
-                .execute(params![int(now)])?;
-            tx.prepare_cached(SWEEP_RUNS)?.execute(params![int(now)])?;
+            for sweep in [SWEEP_RECORDS, SWEEP_SNAPSHOTS, SWEEP_RUNS] {
+                tx.prepare_cached(sweep)?.execute(params![int(now)])?;
+            }
         }
         tx.commit()?;
         Ok(Ok(self.version))
@@ -420,19 +478,25 @@ impl RunStore for SqliteStore {
                 .and_then(|mut query| {
                     query
                         .query_row(params![id, int(now_ms())], |row| {
-                            Ok((row.get::<_, i64>(0)?, bytes_at(row, 1)?, bytes_at(row, 2)?))
+                            let snapshot = match bytes_at(row, 2)? {
+                                Some(snapshot) => Some(snapshot),
+                                // Stored before the journal and not
+                                // appended to since: its checkpoint.
+                                None => bytes_at(row, 3)?.filter(|bytes| !bytes.is_empty()),
+                            };
+                            Ok((row.get::<_, i64>(0)?, bytes_at(row, 1)?, snapshot))
                         })
                         .optional()
                 })
                 .map_err(unavailable)?;
-            let Some((version, snapshot, head)) = row else {
+            let Some((version, head, snapshot)) = row else {
                 return Ok(None);
             };
             let records = tx
                 .prepare_cached(LOAD_RECORDS)
                 .and_then(|mut query| {
                     query
-                        .query_map(params![id], |row| row.get::<_, Vec<u8>>(0))?
+                        .query_map(params![id], |row| Ok(bytes_at(row, 0)?.unwrap_or_default()))?
                         .collect::<rusqlite::Result<Vec<_>>>()
                 })
                 .map_err(unavailable)?;
