@@ -3,7 +3,8 @@
 //! step closed, the counts, the status — is a typed [`Record`] applied to
 //! the run's state here and, with a store, appended to its journal in the
 //! same order, the size of the change. A snapshot of the whole state is
-//! folded in when the records since the last one outgrow it, so a save
+//! folded in when the records since the last one are as many as it folds
+//! in, or mostly dead weight, so a save
 //! costs the change however long the run, and a load reads a bounded
 //! number of records.
 //!
@@ -109,7 +110,9 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 /// The default bound on one append to the store: 5 s.
 pub const DEFAULT_CHECKPOINT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The smallest journal (bytes of records) worth a snapshot.
+/// The least dead weight (bytes of records that no longer add to the
+/// state: what a compaction replaced, calls' passing states) worth a
+/// snapshot.
 const MIN_SNAPSHOT_BYTES: usize = 256 * 1024;
 
 /// A run's state and, with a store, the writer of its journal.
@@ -136,10 +139,14 @@ struct Written {
     /// An append failed and the run stops: every later one fails the same
     /// way at once (the store is not waited for again).
     broken: Option<StoreError>,
-    /// The size of the last snapshot, and of the records stored since.
-    snapshot_bytes: usize,
-    since_bytes: usize,
+    /// How many records the last snapshot folds in, and how many were
+    /// stored since.
+    covered: u64,
     since_records: usize,
+    /// What the stored journal holds that the state still needs (about
+    /// the state's size), and what it holds that it no longer needs.
+    live_bytes: usize,
+    dead_bytes: usize,
 }
 
 impl Journal {
@@ -152,7 +159,7 @@ impl Journal {
     ) -> Self {
         let mut state = Checkpoint::new(&*run_id);
         let writer = durability.map(|durability| {
-            let mut written = Written::at(Version::NONE, 0, 0, 0);
+            let mut written = Written::at(Version::NONE, 0, 0);
             // Applied now, stored by `begin`.
             written.pending = vec![
                 Record::Status {
@@ -235,8 +242,7 @@ impl Journal {
                 durability,
                 written: tokio::sync::Mutex::new(Written::at(
                     version,
-                    snapshot_bytes,
-                    record_bytes,
+                    snapshot_bytes + record_bytes,
                     records,
                 )),
             }),
@@ -262,6 +268,12 @@ impl Journal {
 
     fn state(&self) -> MutexGuard<'_, Checkpoint> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes the history out of a run that ended (its events' last), so
+    /// that it is not copied.
+    pub(super) fn take_messages(&self) -> Arc<Vec<Message>> {
+        std::mem::take(&mut self.state().messages)
     }
 
     /// The history, shared (the model request's copy).
@@ -313,7 +325,7 @@ impl Journal {
     /// One append: `pending` (applied already) and `records` (applied
     /// here, whatever happens to the append) encoded and bounded, the
     /// head, and a snapshot in their place when the records since the
-    /// last one outgrow it.
+    /// last one are as many as it folds in, or mostly dead weight.
     async fn save(
         &self,
         writer: &Writer,
@@ -326,10 +338,22 @@ impl Journal {
         let limit = store.max_record_bytes();
         let count = pending.len() + records.len();
         let mut bytes = Vec::with_capacity(count);
-        let mut size = 0;
+        let (mut live, mut dead) = (written.live_bytes, written.dead_bytes);
         let mut too_large = None;
         for record in pending.iter().chain(&records) {
             let encoded = record.to_bytes();
+            match record {
+                Record::Messages { .. }
+                | Record::Call {
+                    state: CallState::Finished { .. },
+                    ..
+                } => live += encoded.len(),
+                // What the history held is dead weight from here on.
+                Record::Compacted { .. } => {
+                    dead += std::mem::replace(&mut live, encoded.len());
+                }
+                _ => dead += encoded.len(),
+            }
             if encoded.len() > limit && too_large.is_none() {
                 too_large = Some(StoreError::TooLarge {
                     run_id: self.run_id.to_string(),
@@ -338,7 +362,6 @@ impl Journal {
                     limit,
                 });
             }
-            size += encoded.len();
             bytes.push(encoded);
         }
         self.apply(records);
@@ -348,11 +371,14 @@ impl Journal {
         if count == 0 {
             return Ok(());
         }
-        let since_bytes = written.since_bytes + size;
+        // A snapshot when the records after the last one are as many as
+        // it folds in (at least `SNAPSHOT_EVERY_RECORDS`), or when what
+        // they hold is mostly dead weight: the snapshots' sizes grow
+        // geometrically, so they cost a constant share of each record.
         let since_records = written.since_records + count;
-        let fold = boundary
-            && (since_bytes >= MIN_SNAPSHOT_BYTES.max(2 * written.snapshot_bytes)
-                || since_records >= SNAPSHOT_EVERY_RECORDS);
+        let many = since_records as u64 >= written.covered.max(SNAPSHOT_EVERY_RECORDS as u64);
+        let heavy = dead > live.max(MIN_SNAPSHOT_BYTES);
+        let fold = boundary && (many || heavy);
         let (status, snapshot) = {
             let state = self.state();
             let snapshot = match fold {
@@ -374,13 +400,15 @@ impl Journal {
         written.version = writer.durability.append(append).await?;
         match snapshot {
             Some(snapshot) => {
-                written.snapshot_bytes = snapshot.len();
-                written.since_bytes = 0;
+                written.covered = written.version.0;
                 written.since_records = 0;
+                written.live_bytes = snapshot.len();
+                written.dead_bytes = 0;
             }
             None => {
-                written.since_bytes = since_bytes;
                 written.since_records = since_records;
+                written.live_bytes = live;
+                written.dead_bytes = dead;
             }
         }
         Ok(())
@@ -483,7 +511,8 @@ impl Journal {
 
     /// The run ended, with these counts.
     pub(super) async fn end(&self, status: RunStatus, counts: Counts) -> Result<(), StoreError> {
-        self.record(vec![counts.record(), Record::Status { status }], true)
+        // No snapshot: a run that ended is rarely read again.
+        self.record(vec![counts.record(), Record::Status { status }], false)
             .await
     }
 
@@ -534,15 +563,18 @@ impl Counts {
 }
 
 impl Written {
-    fn at(version: Version, snapshot_bytes: usize, since_bytes: usize, since: usize) -> Self {
+    /// A journal stored up to `version`, `bytes` long, `since` records
+    /// after its snapshot.
+    fn at(version: Version, bytes: usize, since: usize) -> Self {
         Written {
             version,
             pending: Vec::new(),
             in_memory: false,
             broken: None,
-            snapshot_bytes,
-            since_bytes,
+            covered: version.0.saturating_sub(since as u64),
             since_records: since,
+            live_bytes: bytes,
+            dead_bytes: 0,
         }
     }
 

@@ -281,7 +281,7 @@ where
                 tracing::warn!(error = %err, "the end of the run was not stored");
             }
         }
-        let messages = self.journal.messages();
+        let messages = self.journal.take_messages();
         let Run {
             usage,
             steps,

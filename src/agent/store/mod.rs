@@ -20,10 +20,12 @@
 //! nobody, and whichever process gets the answer first takes it.
 //!
 //! Loading reads the snapshot and the records after it, and folds them
-//! ([`Journal::fold`]); the agent folds a snapshot in when the records
-//! since the last one outgrow it (and at least every
-//! [`SNAPSHOT_EVERY_RECORDS`]), so a load reads at most about three times
-//! the run's size and a save costs the change, however long the run.
+//! ([`Journal::fold`]). The agent folds a new snapshot in at a step
+//! boundary when the records after the last one are as many as it folds
+//! in (and at least [`SNAPSHOT_EVERY_RECORDS`]), or when they are mostly
+//! dead weight (a compacted history); so a load reads one snapshot and at
+//! most as many records again, the snapshots' sizes grow geometrically,
+//! and an append costs the change however long the run.
 //!
 //! The waiting runs are counted in constant time
 //! ([`waiting_count`](RunStore::waiting_count)) and expire by a time index
@@ -73,9 +75,11 @@ pub use self::checkpoint::{
 pub use self::memory::MemoryStore;
 pub use self::record::{Head, Journal, Record, JOURNAL_FORMAT, MAX_RECORD_BYTES};
 
-/// The most records a run keeps after its snapshot before the agent folds
-/// a new one in (it folds sooner when they outgrow the snapshot).
-pub const SNAPSHOT_EVERY_RECORDS: usize = 4096;
+/// The fewest records after a run's snapshot (or from its start) for the
+/// agent to fold a new snapshot in: it folds one when the records after
+/// the last are this many and as many as it folds in — sooner when they
+/// are mostly dead weight.
+pub const SNAPSHOT_EVERY_RECORDS: usize = 8192;
 
 /// The version of a stored run: [`Version::NONE`] for a run not stored
 /// yet, then the number of records ever appended to it.
