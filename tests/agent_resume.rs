@@ -126,6 +126,17 @@ fn first_model() -> ScriptedModel {
         .tool_call("delete", r#"{"table": "logs"}"#)])
 }
 
+/// A run of the first process, suspended while its delete waits: its id.
+async fn suspended(store: &MemoryStore, runs: &Runs) -> String {
+    let mut run = Agent::new(first_model(), toolbox(runs))
+        .store(store.clone())
+        .run_with(vec![Message::user("clean the logs")], nobody_answers());
+    let run_id = run.run_id().to_owned();
+    until_waiting(&mut run).await;
+    run.suspend().await.unwrap();
+    run_id
+}
+
 /// The second process's model: the answer after the tools.
 fn second_model() -> ScriptedModel {
     ScriptedModel::new([Turn::new().text("Done.")])
@@ -211,12 +222,7 @@ async fn a_suspended_run_resumes_in_another_process_and_runs_each_call_once() {
 async fn a_denial_on_resume_reaches_the_model_and_the_tool_never_runs() {
     let store = MemoryStore::new();
     let runs = Runs::default();
-    let mut run = Agent::new(first_model(), toolbox(&runs))
-        .store(store.clone())
-        .run_with(vec![Message::user("clean the logs")], nobody_answers());
-    let run_id = run.run_id().to_owned();
-    until_waiting(&mut run).await;
-    run.suspend().await.unwrap();
+    let run_id = suspended(&store, &runs).await;
     let events = to_the_end(
         Agent::new(second_model(), toolbox(&runs))
             .store(store.clone())
@@ -240,12 +246,7 @@ async fn a_denial_on_resume_reaches_the_model_and_the_tool_never_runs() {
 async fn two_processes_answering_at_once_resume_the_run_once() {
     let store = MemoryStore::new();
     let runs = Runs::default();
-    let mut run = Agent::new(first_model(), toolbox(&runs))
-        .store(store.clone())
-        .run_with(vec![Message::user("clean the logs")], nobody_answers());
-    let run_id = run.run_id().to_owned();
-    until_waiting(&mut run).await;
-    run.suspend().await.unwrap();
+    let run_id = suspended(&store, &runs).await;
 
     let a = Agent::new(second_model(), toolbox(&runs)).store(store.clone());
     let b = Agent::new(second_model(), toolbox(&runs)).store(store.clone());
@@ -580,12 +581,7 @@ async fn every_run_is_journalled_to_its_end() {
 async fn a_waiting_call_resumed_without_a_decision_is_asked_again() {
     let store = MemoryStore::new();
     let runs = Runs::default();
-    let mut run = Agent::new(first_model(), toolbox(&runs))
-        .store(store.clone())
-        .run_with(vec![Message::user("clean the logs")], nobody_answers());
-    let run_id = run.run_id().to_owned();
-    until_waiting(&mut run).await;
-    run.suspend().await.unwrap();
+    let run_id = suspended(&store, &runs).await;
     // The person is asked again (the resumed stream shows the request),
     // and this time someone answers.
     let events = to_the_end(
@@ -1010,12 +1006,7 @@ async fn a_record_over_its_bound_names_the_call_and_the_run_stops_or_goes_on_as_
 async fn a_corrupt_record_is_typed_naming_the_run_and_the_record() {
     let store = MemoryStore::new();
     let runs = Runs::default();
-    let mut run = Agent::new(first_model(), toolbox(&runs))
-        .store(store.clone())
-        .run_with(vec![Message::user("clean the logs")], nobody_answers());
-    let run_id = run.run_id().to_owned();
-    until_waiting(&mut run).await;
-    run.suspend().await.unwrap();
+    let run_id = suspended(&store, &runs).await;
     let version = store.load(&run_id).await.unwrap().unwrap().version;
     assert!(store.put_raw_record(&run_id, b"{\"record\": \"call\", \"id\": 7"));
     let agent = Agent::new(second_model(), toolbox(&runs)).store(store.clone());
