@@ -1055,3 +1055,47 @@ async fn a_stored_denial_binds_with_no_approval_layer_at_all() {
     assert_eq!(runs.delete.load(Ordering::SeqCst), 0);
     assert!(tool_text(&done(&events).messages, "c1").contains("keep the logs"));
 }
+
+#[tokio::test]
+async fn an_answer_paused_by_the_provider_stays_one_message_across_a_resume() {
+    use toolstack::model::FinishReason;
+    // In one run: the paused half and its continuation are one message.
+    let model = ScriptedModel::new([
+        Turn::new()
+            .text("Searching…")
+            .finish_reason(FinishReason::Paused),
+        Turn::new().text(" found."),
+    ]);
+    let events =
+        to_the_end(Agent::new(model, Toolbox::new()).run(vec![Message::user("search")])).await;
+    assert_eq!(
+        done(&events).messages,
+        [
+            Message::user("search"),
+            Message::assistant("Searching… found.")
+        ]
+    );
+    // Stored paused (the process stopped while the model went on): the
+    // resumed run's answer goes on with the same message.
+    let mut paused = died_mid_step("p", "dead", 1);
+    paused.messages = Arc::new(vec![
+        Message::user("search"),
+        Message::assistant("Searching…"),
+    ]);
+    paused.step = Vec::new();
+    let store = MemoryStore::new();
+    put(&store, &paused);
+    let agent = Agent::new(
+        ScriptedModel::new([Turn::new().text(" found.")]),
+        Toolbox::new(),
+    )
+    .store(store.clone());
+    let events = to_the_end(agent.resume("p", Resume::new()).await.unwrap()).await;
+    assert_eq!(
+        done(&events).messages,
+        [
+            Message::user("search"),
+            Message::assistant("Searching… found.")
+        ]
+    );
+}

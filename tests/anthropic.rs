@@ -417,7 +417,7 @@ async fn an_answer_cut_off_at_max_tokens_ends_the_run_with_length() {
 }
 
 #[tokio::test]
-async fn a_paused_turn_is_sent_back_and_the_agent_asks_again() {
+async fn a_paused_turn_is_sent_back_and_its_continuation_extends_the_same_answer() {
     let paused = answer(&[&text(0, "Searching…"), &stop("pause_turn", 3)]);
     let done = answer(&[&text(0, " found."), &stop("end_turn", 2)]);
     let (url, mut seen) = server(vec![paused, done]).await;
@@ -433,5 +433,14 @@ async fn a_paused_turn_is_sent_back_and_the_agent_asks_again() {
     assert_eq!(
         second["messages"][1],
         json!({"role": "assistant", "content": [{"type": "text", "text": "Searching…"}]})
+    );
+    // One answer, whole: what takes the last assistant message as the
+    // answer reads both halves.
+    assert_eq!(
+        done.messages,
+        [
+            Message::user("search"),
+            Message::assistant("Searching… found.")
+        ]
     );
 }

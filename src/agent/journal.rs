@@ -344,6 +344,7 @@ impl Journal {
             let encoded = record.to_bytes();
             match record {
                 Record::Messages { .. }
+                | Record::Continued { .. }
                 | Record::Call {
                     state: CallState::Finished { .. },
                     ..
@@ -457,21 +458,24 @@ impl Journal {
         written.outcome(saved, &writer.durability)
     }
 
-    /// A model's answer: the message, the counts, and the step it plans
-    /// (its calls, each planned) when it calls tools — stored before any
-    /// of them starts.
+    /// A model's answer: the message (extending the last one when it
+    /// `continues` an answer the provider paused), the counts, and the
+    /// step it plans (its calls, each planned) when it calls tools —
+    /// stored before any of them starts.
     pub(super) async fn answered(
         &self,
         message: Message,
+        continues: bool,
         counts: Counts,
         calls: Vec<ToolCall>,
     ) -> Result<(), StoreError> {
-        let mut records = vec![
-            Record::Messages {
+        let answer = match continues {
+            true => Record::Continued { message },
+            false => Record::Messages {
                 messages: vec![message],
             },
-            counts.record(),
-        ];
+        };
+        let mut records = vec![answer, counts.record()];
         if !calls.is_empty() {
             records.push(Record::Step { calls });
         }

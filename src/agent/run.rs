@@ -59,6 +59,9 @@ pub(super) struct Run<M> {
     failed: Failed,
     /// What each tool result cost, as the model calls that read them say.
     costs: ToolCosts,
+    /// The last answer was paused by the provider: the next one goes on
+    /// with it.
+    paused: bool,
 }
 
 /// One model answer, complete.
@@ -119,6 +122,11 @@ where
             tool_calls,
             usage,
         } = journal.counts();
+        // A stored run whose last answer called no tool and did not end it
+        // was paused by the provider.
+        let paused = resumed.is_some()
+            && matches!(journal.messages().last(),
+                Some(Message::Assistant { tool_calls, .. }) if tool_calls.is_empty());
         let run = Run {
             agent,
             journal: Arc::clone(&journal),
@@ -131,6 +139,7 @@ where
             tool_calls,
             failed,
             costs: ToolCosts::default(),
+            paused,
         };
         AgentStream {
             driver: Some(Box::pin(run.finish(resumed).instrument(span))),
@@ -215,7 +224,15 @@ where
             } else {
                 Vec::new()
             };
-            if let Err(err) = self.journal.answered(message, self.counts(), planned).await {
+            // An answer after a paused one goes on with it: one message.
+            let continues = std::mem::replace(
+                &mut self.paused,
+                calls.is_empty() && finish == Some(FinishReason::Paused),
+            );
+            let answered = self
+                .journal
+                .answered(message, continues, self.counts(), planned);
+            if let Err(err) = answered.await {
                 fail(&self.failed, run_error(err));
             }
             if let Some((stop, why)) = cut_off {

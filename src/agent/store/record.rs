@@ -33,6 +33,14 @@ pub enum Record {
         /// The messages, in order.
         messages: Vec<Message>,
     },
+    /// A model's answer that goes on from one the provider paused
+    /// (Anthropic's `pause_turn`): it extends the history's last message,
+    /// the paused answer — the texts joined, the reasoning and the calls
+    /// after — so the answer stays one message.
+    Continued {
+        /// The rest of the answer.
+        message: Message,
+    },
     /// A tool step begins: its calls, in the model's order, each planned.
     Step {
         /// The calls.
@@ -74,11 +82,12 @@ pub enum Record {
 }
 
 impl Record {
-    /// `messages`, `step`, `call`, `step_closed`, `counts`, `status` or
-    /// `compacted`.
+    /// `messages`, `continued`, `step`, `call`, `step_closed`, `counts`,
+    /// `status` or `compacted`.
     pub fn kind(&self) -> &'static str {
         match self {
             Record::Messages { .. } => "messages",
+            Record::Continued { .. } => "continued",
             Record::Step { .. } => "step",
             Record::Call { .. } => "call",
             Record::StepClosed => "step_closed",
@@ -138,6 +147,13 @@ impl Checkpoint {
     pub fn apply(&mut self, record: Record) {
         match record {
             Record::Messages { messages } => Arc::make_mut(&mut self.messages).extend(messages),
+            Record::Continued { message } => {
+                let messages = Arc::make_mut(&mut self.messages);
+                match messages.last_mut() {
+                    Some(last @ Message::Assistant { .. }) => continued(last, message),
+                    _ => messages.push(message),
+                }
+            }
             Record::Step { calls } => {
                 self.step = calls
                     .into_iter()
@@ -169,6 +185,32 @@ impl Checkpoint {
             Record::Compacted { messages } => self.messages = Arc::new(messages),
         }
     }
+}
+
+/// A paused answer, `last`, extended by the rest of it.
+fn continued(last: &mut Message, rest: Message) {
+    let (
+        Message::Assistant {
+            content,
+            tool_calls,
+            reasoning,
+        },
+        Message::Assistant {
+            content: more,
+            tool_calls: calls,
+            reasoning: thoughts,
+        },
+    ) = (last, rest)
+    else {
+        return;
+    };
+    match (content.as_mut(), more) {
+        (Some(text), Some(more)) => text.push_str(&more),
+        (None, more) => *content = more,
+        (Some(_), None) => {}
+    }
+    reasoning.extend(thoughts);
+    tool_calls.extend(calls);
 }
 
 /// What a closed step's call adds to the history.
@@ -368,6 +410,30 @@ mod tests {
             messages: vec![Message::user("summary")],
         });
         assert_eq!(*run.messages, [Message::user("summary")]);
+    }
+
+    #[test]
+    fn a_continued_answer_extends_the_paused_one() {
+        let mut run = Checkpoint::new("r1");
+        run.apply(Record::Messages {
+            messages: vec![Message::user("search"), Message::assistant("Searching…")],
+        });
+        run.apply(Record::Continued {
+            message: Message::Assistant {
+                content: Some(" found.".into()),
+                tool_calls: vec![call("a")],
+                reasoning: Vec::new(),
+            },
+        });
+        assert_eq!(run.messages.len(), 2);
+        assert_eq!(
+            run.messages[1],
+            Message::Assistant {
+                content: Some("Searching… found.".into()),
+                tool_calls: vec![call("a")],
+                reasoning: Vec::new(),
+            }
+        );
     }
 
     #[test]
