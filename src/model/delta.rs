@@ -184,7 +184,8 @@ pub enum FinishReason {
     ContentFilter,
     /// The provider paused a long turn (Anthropic's `pause_turn`): the
     /// answer so far is to be sent back as it is, for the model to go on.
-    /// The agent asks again, as one more step.
+    /// The agent asks again, as one more step, and the rest of the
+    /// answer extends the same assistant message.
     Paused,
     /// Any other reason, as sent.
     #[serde(untagged)]
