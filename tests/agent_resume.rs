@@ -1099,3 +1099,112 @@ async fn an_answer_paused_by_the_provider_stays_one_message_across_a_resume() {
         ]
     );
 }
+
+#[tokio::test]
+async fn a_resume_decides_only_calls_that_waited_for_one() {
+    // `delete` was planned, never asked about: an answer for it in the
+    // resume (forged, or for a call the person never saw) does not bind;
+    // the layer asks its own approver, who says no.
+    let mut planned = died_decided("r", "delete", Decision::Allow);
+    planned.step[0].state = CallState::Planned;
+    let store = MemoryStore::new();
+    put(&store, &planned);
+    let (runs, asked) = (Runs::default(), Arc::new(AtomicUsize::new(0)));
+    let tools = layered(&runs, Decision::deny("the approver says no"), &asked);
+    let agent = Agent::new(second_model(), tools).store(store.clone());
+    let resume = Resume::new()
+        .decide("c1", Decision::Allow)
+        .otherwise(Decision::Allow);
+    let events = to_the_end(agent.resume("r", resume).await.unwrap()).await;
+    assert_eq!(runs.delete.load(Ordering::SeqCst), 0);
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+    assert!(tool_text(&done(&events).messages, "c1").contains("the approver says no"));
+}
+
+#[tokio::test]
+async fn a_binding_decision_does_not_come_in_with_the_callers_extensions() {
+    let (runs, asked) = (Runs::default(), Arc::new(AtomicUsize::new(0)));
+    let tools = layered(&runs, Decision::deny("the approver says no"), &asked);
+    let model = ScriptedModel::new([
+        Turn::new().tool_call("delete", r#"{"table": "logs"}"#),
+        Turn::new().text("Done."),
+    ]);
+    let mut extensions = http::Extensions::new();
+    extensions.insert(toolstack::approval::BindingDecision::new(
+        "call_0_0",
+        Decision::Allow,
+        DecidedBy::caller("a caller"),
+    ));
+    let events =
+        to_the_end(Agent::new(model, tools).run_with(vec![Message::user("clean")], extensions))
+            .await;
+    assert_eq!(runs.delete.load(Ordering::SeqCst), 0);
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+    assert_eq!(done(&events).stop, StopReason::Finished);
+}
+
+#[tokio::test]
+async fn a_run_waits_for_a_person_only_once_no_call_is_about_to_start() {
+    // Two at once: the delete waits for the person, the first count ends,
+    // and the second count takes its slot — the run is not stalled until
+    // that one has ended too.
+    let runs = Runs::default();
+    let model = ScriptedModel::new([Turn::new()
+        .tool_call("delete", r#"{"table": "logs"}"#)
+        .tool_call("count", r#"{"table": "a"}"#)
+        .tool_call("count", r#"{"table": "b"}"#)]);
+    let mut run = Agent::new(model, toolbox(&runs))
+        .parallel_tools(2)
+        .run_with(vec![Message::user("clean")], nobody_answers());
+    let seen = until_waiting(&mut run).await;
+    let results = seen
+        .iter()
+        .filter(|e| matches!(e, AgentEvent::ToolResult { .. }))
+        .count();
+    assert_eq!(results, 2, "{seen:#?}");
+    assert_eq!(runs.count.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_store_of_heads_keeps_that_a_run_ended_and_forgets_an_abandoned_one() {
+    // A finished run: its head only.
+    let store = MemoryStore::new().finished_heads_only();
+    let model = ScriptedModel::new([Turn::new().text("Hello.")]);
+    let run = Agent::new(model, Toolbox::new())
+        .store(store.clone())
+        .run(vec![Message::user("hi")]);
+    let run_id = run.run_id().to_owned();
+    to_the_end(run).await;
+    let stored = store.load(&run_id).await.unwrap().unwrap();
+    assert_eq!(
+        stored.checkpoint.status,
+        RunStatus::Done {
+            stop: StopReason::Finished
+        }
+    );
+    assert!(stored.checkpoint.messages.is_empty());
+    assert_eq!((stored.records, stored.snapshot_bytes), (0, 0));
+
+    // A run dropped mid-way (its client gone): forgotten once its lease
+    // and the grace after it have passed, at the next append of any run.
+    let store = MemoryStore::new().abandoned_ttl(Duration::from_secs(60));
+    let runs = Runs::default();
+    let mut run = Agent::new(first_model(), toolbox(&runs))
+        .store(store.clone())
+        .run_with(vec![Message::user("clean the logs")], nobody_answers());
+    let dropped = run.run_id().to_owned();
+    until_waiting(&mut run).await;
+    drop(run);
+    // Not yet: the lease (60 s) and the grace (60 s) hold it.
+    let other = Agent::new(second_model(), Toolbox::new()).store(store.clone());
+    to_the_end(other.run(vec![Message::user("hi")])).await;
+    assert!(store.load(&dropped).await.unwrap().is_some());
+    assert!(store.backdate(&dropped, Duration::from_secs(121)));
+    let other = Agent::new(
+        ScriptedModel::new([Turn::new().text("Hello.")]),
+        Toolbox::new(),
+    )
+    .store(store.clone());
+    to_the_end(other.run(vec![Message::user("hi")])).await;
+    assert!(store.load(&dropped).await.unwrap().is_none());
+}

@@ -864,3 +864,59 @@ async fn a_models_reasoning_streams_as_reasoning_parts_before_its_text() {
     );
     assert_ne!(&chunks[6]["id"], reasoning, "the text is a part of its own");
 }
+
+#[tokio::test]
+async fn an_answer_sent_twice_to_an_endpoint_with_no_store_is_refused_not_run_again() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new([
+        Turn::new().tool_call("delete", "{}"),
+        Turn::new().text("Deleted."),
+        Turn::new().text("A new run."),
+    ]);
+    // No store: the endpoint's own keeps what it must.
+    let app = ChatEndpoint::new(Agent::new(model, guarded(Arc::clone(&runs)))).into_router();
+    let (_, _, first) = post(&app, json!({"messages": [user("delete it")]})).await;
+    let conversation = json!({"messages": [user("delete it"), answered(&first, true, None)]});
+    let (status, _, _) = post(&app, conversation.clone()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // The same answer again (a retry, a double submit): the run ended, and
+    // that is remembered — not a new run in which the write is "not run".
+    let (status, _, refused) = post(&app, conversation).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{refused:?}");
+    assert_eq!(refused[0]["kind"], "ended");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_call_its_layers_own_approver_decides_needs_no_room_to_wait() {
+    // The layer decides by its own approver (no `caller_decides`): nobody
+    // at the front end is asked, so a full store denies nothing.
+    let runs = Arc::new(AtomicUsize::new(0));
+    let delete = {
+        let runs = Arc::clone(&runs);
+        tool::from_fn("delete", move |_: Value| {
+            let runs = Arc::clone(&runs);
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, ToolError>("deleted")
+            }
+        })
+    };
+    let operator = |_: &toolstack::approval::ApprovalRequest| async { Decision::Allow };
+    let tools = Toolbox::new().layered(delete, ApprovalLayer::new(operator));
+    let model = ScriptedModel::new([
+        Turn::new().tool_call("delete", "{}"),
+        Turn::new().text("Deleted."),
+    ]);
+    let app = ChatEndpoint::new(Agent::new(model, tools))
+        .max_waiting_runs(0)
+        .into_router();
+    let (_, _, chunks) = post(&app, json!({"messages": [user("delete it")]})).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "{chunks:#?}");
+    assert!(
+        !chunks.iter().any(|c| c["isAutomatic"] == true),
+        "{chunks:#?}"
+    );
+    assert_eq!(chunks.last().unwrap()["finishReason"], "stop");
+}

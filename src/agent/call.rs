@@ -50,6 +50,12 @@ impl Call {
     /// images).
     pub(super) async fn run(self, record: CallRecord) -> Message {
         let CallRecord { call, state } = record;
+        let running = {
+            let mut step = self.step.lock().unwrap_or_else(|p| p.into_inner());
+            step.queued = step.queued.saturating_sub(1);
+            step.running += 1;
+            Running { step: &self.step }
+        };
         let mut extensions = self.extensions.clone();
         let mut binding = None;
         match state {
@@ -80,17 +86,19 @@ impl Call {
             CallState::Decided { decision, by } => {
                 binding = Some(BindingDecision::new(&call.id, decision, by));
             }
-            CallState::WaitingApproval { .. } | CallState::Planned => {
-                let waiting = matches!(state, CallState::WaitingApproval { .. });
+            // Only a call the person was asked about takes their answer: a
+            // call not yet asked is asked as any (its policy first).
+            CallState::WaitingApproval { .. } => {
                 binding = self.resumed.as_ref().and_then(|resumed| {
                     let decision = resumed
                         .decisions
                         .get(&call.id)
-                        .or(resumed.otherwise.as_ref().filter(|_| waiting))?;
+                        .or(resumed.otherwise.as_ref())?;
                     let by = DecidedBy::caller(&*resumed.by);
                     Some(BindingDecision::new(&call.id, decision.clone(), by))
                 });
             }
+            CallState::Planned => {}
             CallState::Started => {}
         }
         match binding {
@@ -118,8 +126,6 @@ impl Call {
             );
             return self.refused(&call, err).await;
         }
-        self.step.lock().unwrap_or_else(|p| p.into_inner()).running += 1;
-        let running = Running { step: &self.step };
         let message = run_tool(&self.toolbox, &call, extensions, &self.tx).await;
         drop(running);
         if let Message::Tool {

@@ -104,6 +104,9 @@ where
         let span = agent.span(journal.is_durable().then_some(&**run_id));
         let mut extensions = extensions;
         extensions.insert(RunId::new(Arc::clone(run_id)));
+        // A binding decision is the run's to give, per call: none comes in
+        // with the caller (an agent run as a tool would pass its own on).
+        extensions.remove::<crate::approval::BindingDecision>();
         let tools: Arc<[ToolInfo]> = agent.toolbox.infos_for(&extensions).cloned().collect();
         let step = Arc::new(std::sync::Mutex::new(StepState::default()));
         let failed = Failed::default();
@@ -463,6 +466,11 @@ where
     /// the calls. A resumed step's calls go on from their stored states.
     async fn run_tools(&mut self, resumed: Option<Resumed>) {
         let records = self.journal.step();
+        {
+            let mut step = self.step.lock().unwrap_or_else(|p| p.into_inner());
+            step.queued = records.len();
+            step.parallel = self.agent.parallel;
+        }
         for record in &records {
             if record.state == CallState::Planned {
                 let _ = self
@@ -473,8 +481,11 @@ where
         }
         let resumed = resumed.map(Arc::new);
         let calls: Vec<ToolCall> = records.iter().map(|r| r.call.clone()).collect();
-        let lengths: Vec<usize> = stream::iter(records)
-            .map(|record| {
+        // A call that ends frees its slot at once (the results are put in
+        // call order after), so a call waiting for a person holds one
+        // slot, not the calls after it.
+        let mut lengths: Vec<(usize, usize)> = stream::iter(records.into_iter().enumerate())
+            .map(|(at, record)| {
                 let call = Call {
                     toolbox: self.agent.toolbox.clone(),
                     tx: self.tx.clone(),
@@ -489,16 +500,21 @@ where
                         .is_some_and(|info| info.annotations().is_idempotent()),
                     resumed: resumed.clone(),
                 };
-                call.run(record)
+                let run = call.run(record);
+                async move {
+                    let length = match run.await {
+                        Message::Tool { content, .. } => content.len(),
+                        _ => 0,
+                    };
+                    (at, length)
+                }
             })
-            .buffered(self.agent.parallel)
-            .map(|message| match message {
-                Message::Tool { content, .. } => content.len(),
-                _ => 0,
-            })
+            .buffer_unordered(self.agent.parallel)
             .collect()
             .await;
-        self.costs.step_ran(&calls, lengths.into_iter());
+        lengths.sort_unstable_by_key(|(at, _)| *at);
+        let lengths = lengths.into_iter().map(|(_, length)| length);
+        self.costs.step_ran(&calls, lengths);
         self.journal.close_step().await;
     }
 

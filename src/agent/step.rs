@@ -31,7 +31,13 @@ pub(super) fn fail(failed: &Failed, err: ToolError) {
 /// ([`AgentEvent::AwaitingApproval`]).
 #[derive(Debug, Default)]
 pub(super) struct StepState {
+    /// Calls taken from the step's queue and not ended (starting, asking,
+    /// running).
     pub(super) running: usize,
+    /// Calls of the step not taken from its queue yet, and how many may
+    /// run at once: a call about to start means the run is not stalled.
+    pub(super) queued: usize,
+    pub(super) parallel: usize,
     pub(super) waiting: Vec<String>,
     /// Whether the present wait has been told.
     pub(super) told: bool,
@@ -43,7 +49,10 @@ impl StepState {
     /// The calls waiting, if the run now can do nothing but wait and has
     /// not said so yet.
     pub(super) fn stalled(&mut self) -> Option<Vec<String>> {
-        let stalled = self.running > 0 && self.waiting.len() >= self.running;
+        // A free slot with a call queued for it: that call is about to
+        // start, the run is not waiting.
+        let starting = self.queued > 0 && self.running < self.parallel;
+        let stalled = self.running > 0 && self.waiting.len() >= self.running && !starting;
         if !stalled {
             self.told = false;
             return None;

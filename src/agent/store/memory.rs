@@ -25,6 +25,10 @@ pub struct MemoryStore {
     runs: Arc<Mutex<Runs>>,
     limit: usize,
     finished_ttl: Duration,
+    /// Keep a finished run's head only, not its journal.
+    heads_only: bool,
+    /// Forget a running run this long after its lease passed.
+    abandoned_ttl: Option<Duration>,
     /// The chunks of chat responses in progress (resumable streams).
     #[cfg(feature = "http")]
     pub(crate) chunks: Arc<crate::http::ai_sdk::log::MemoryChunks>,
@@ -36,7 +40,8 @@ struct Runs {
     /// The waiting runs, by when they were written: counted and expired
     /// without looking at the others.
     waiting: BTreeSet<(u64, String)>,
-    /// The finished runs, by when they expire.
+    /// The finished runs, by when they expire, and the running ones that
+    /// may be abandoned, by when they would be.
     expiring: BTreeSet<(u64, String)>,
 }
 
@@ -68,6 +73,15 @@ impl Runs {
         }
     }
 
+    fn index(&mut self, run_id: &str, entry: &Entry) {
+        if entry.status == RunStatus::Waiting {
+            self.waiting.insert((entry.saved_at_ms, run_id.to_owned()));
+        }
+        if let Some(expires) = entry.expires_ms {
+            self.expiring.insert((expires, run_id.to_owned()));
+        }
+    }
+
     fn sweep(&mut self, now: u64) {
         while let Some((expires, run_id)) = self.expiring.first().cloned() {
             if expires > now {
@@ -92,6 +106,8 @@ impl MemoryStore {
             runs: Arc::default(),
             limit: MAX_RECORD_BYTES,
             finished_ttl: DEFAULT_FINISHED_TTL,
+            heads_only: false,
+            abandoned_ttl: None,
             #[cfg(feature = "http")]
             chunks: Arc::default(),
         }
@@ -107,6 +123,22 @@ impl MemoryStore {
     /// forgotten as it ends).
     pub fn finished_ttl(mut self, ttl: Duration) -> Self {
         self.finished_ttl = ttl;
+        self
+    }
+
+    /// Keeps of a finished run only its head — that it ended, and how —
+    /// not its journal: enough to refuse an answer sent again, at the
+    /// cost of a few bytes a run (the AI SDK endpoint's own store).
+    pub fn finished_heads_only(mut self) -> Self {
+        self.heads_only = true;
+        self
+    }
+
+    /// Forgets a running run that has not been written for `ttl` past
+    /// its lease: a run whose process dropped it (a client gone, with no
+    /// one to end it). Off by default.
+    pub fn abandoned_ttl(mut self, ttl: Duration) -> Self {
+        self.abandoned_ttl = Some(ttl);
         self
     }
 
@@ -151,8 +183,8 @@ impl MemoryStore {
     }
 
     /// Moves the last write of `run_id` back by `by`, as if it were that
-    /// much older (a test's way to let a waiting run expire without
-    /// waiting); whether there was such a run.
+    /// much older — when it was written, and when it expires (a test's way
+    /// to let a run expire without waiting); whether there was such a run.
     pub fn backdate(&self, run_id: &str, by: Duration) -> bool {
         let by = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
         let mut runs = lock(&self.runs);
@@ -160,16 +192,12 @@ impl MemoryStore {
             return false;
         };
         entry.saved_at_ms = entry.saved_at_ms.saturating_sub(by);
+        entry.expires_ms = entry.expires_ms.map(|at| at.saturating_sub(by));
         if let Ok(mut head) = super::Head::from_bytes(run_id, &entry.head) {
             head.saved_at_ms = entry.saved_at_ms;
             entry.head = Arc::from(head.to_bytes());
         }
-        if entry.status == RunStatus::Waiting {
-            runs.waiting.insert((entry.saved_at_ms, run_id.to_owned()));
-        }
-        if let Some(expires) = entry.expires_ms {
-            runs.expiring.insert((expires, run_id.to_owned()));
-        }
+        runs.index(run_id, &entry);
         runs.runs.insert(run_id.to_owned(), entry);
         true
     }
@@ -236,38 +264,40 @@ impl RunStore for MemoryStore {
         let (mut snapshot, mut records) = previous
             .map(|entry| (entry.snapshot, entry.records))
             .unwrap_or_default();
+        let status = append.head.status;
+        let done = matches!(status, RunStatus::Done { .. });
         match append.snapshot {
+            _ if done && self.heads_only => {
+                snapshot = None;
+                records = Vec::new();
+            }
             Some(bytes) => {
                 snapshot = Some(Arc::from(bytes));
                 records.clear();
             }
             None => records.extend(append.records.iter().map(|r| Arc::from(&r[..]))),
         }
-        let status = append.head.status;
         let saved_at_ms = append.head.saved_at_ms;
-        let ttl = u64::try_from(self.finished_ttl.as_millis()).unwrap_or(u64::MAX);
-        let expires_ms = matches!(status, RunStatus::Done { .. }).then(|| now.saturating_add(ttl));
-        if status == RunStatus::Waiting {
-            runs.waiting.insert((saved_at_ms, append.run_id.to_owned()));
-        }
-        if let Some(expires) = expires_ms {
-            runs.expiring.insert((expires, append.run_id.to_owned()));
-        }
-        runs.runs.insert(
-            append.run_id.to_owned(),
-            Entry {
-                version,
-                head: Arc::from(append.head_bytes),
-                status,
-                saved_at_ms,
-                expires_ms,
-                snapshot,
-                records,
-            },
-        );
-        if expires_ms.is_some() {
-            runs.sweep(now);
-        }
+        let millis = |ttl: Duration| u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let expires_ms = match (&append.head.holder, self.abandoned_ttl) {
+            _ if done => Some(now.saturating_add(millis(self.finished_ttl))),
+            (Some(holder), Some(ttl)) if status == RunStatus::Running => {
+                Some(holder.until_ms.saturating_add(millis(ttl)))
+            }
+            _ => None,
+        };
+        let entry = Entry {
+            version,
+            head: Arc::from(append.head_bytes),
+            status,
+            saved_at_ms,
+            expires_ms,
+            snapshot,
+            records,
+        };
+        runs.index(append.run_id, &entry);
+        runs.runs.insert(append.run_id.to_owned(), entry);
+        runs.sweep(now);
         Box::pin(ready(Ok(version)))
     }
 

@@ -545,14 +545,21 @@ impl RunStore for SqliteStore {
     }
 
     fn expire_waiting(&self, saved_before_ms: u64) -> BoxFuture<'_, Result<usize, StoreError>> {
-        self.blocking(move |connection| {
+        Box::pin(async move {
             let mut expired = 0;
             loop {
-                let tx = connection
-                    .transaction_with_behavior(TransactionBehavior::Immediate)
-                    .map_err(unavailable)?;
-                let batch = expire_batch(&tx, saved_before_ms).map_err(unavailable)?;
-                tx.commit().map_err(unavailable)?;
+                // One batch a transaction, each its own turn on the
+                // connection: the appends of running runs go in between.
+                let batch = self
+                    .blocking(move |connection| {
+                        let tx = connection
+                            .transaction_with_behavior(TransactionBehavior::Immediate)
+                            .map_err(unavailable)?;
+                        let batch = expire_batch(&tx, saved_before_ms).map_err(unavailable)?;
+                        tx.commit().map_err(unavailable)?;
+                        Ok(batch)
+                    })
+                    .await?;
                 expired += batch;
                 if (batch as i64) < EXPIRE_BATCH {
                     return Ok(expired);

@@ -62,7 +62,7 @@ impl Approvals {
     /// The approver the run's calls ask: it notes the call and waits —
     /// the response ends and the run is suspended in the store, where the
     /// answer finds it — unless the endpoint cannot keep the run and
-    /// denies the call here ([`deny_all`](Self::deny_all)).
+    /// denies the call here ([`refuse`](Self::refuse)).
     pub(super) fn caller(self: &Arc<Self>) -> CallerApprover {
         let approvals = Arc::clone(self);
         CallerApprover::new(THE_USER, move |asked: &ApprovalRequest| {
@@ -114,6 +114,12 @@ impl Approvals {
             inner.waker = Some(waker.clone());
         }
         all
+    }
+
+    /// Whether the caller's approver — the person — was asked about
+    /// `call_id`.
+    pub(super) fn was_asked(&self, call_id: &str) -> bool {
+        lock(&self.inner).asked.contains_key(call_id)
     }
 
     /// Denies `call_id` with `reason`, whether its approver was asked

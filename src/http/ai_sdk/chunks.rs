@@ -111,8 +111,14 @@ impl Open {
                 })) => {
                     // Room for the run to wait is found before the person
                     // sees an Approve button; without it, the call is
-                    // denied here, and shown as decided.
-                    let (automatic, reason) = match self.room().await {
+                    // denied here, and shown as decided. (A call the
+                    // layer's own approver decides needs no room.)
+                    let to_the_person = live.approvals.was_asked(&call_id);
+                    let room = match to_the_person {
+                        true => self.room().await,
+                        false => Ok(()),
+                    };
+                    let (automatic, reason) = match room {
                         Ok(()) => (false, reason),
                         Err(why) => (true, Some(why)),
                     };
@@ -185,7 +191,20 @@ impl Open {
     /// The run waits on the person: suspend it in the store and end the
     /// response.
     pub(super) async fn park(&mut self) {
-        self.stalled = None;
+        let calls = self.stalled.take().unwrap_or_default();
+        // Asked of the person after their request was shown (rare: the
+        // event stream ran ahead of the approver): room is found now, or
+        // the calls are denied and the run goes on.
+        if self.room.is_none() {
+            if let Err(why) = self.room().await {
+                if let Some(live) = &self.live {
+                    for call in &calls {
+                        live.approvals.refuse(call, &why);
+                    }
+                }
+                return;
+            }
+        }
         let Some(mut live) = self.live.take() else {
             return;
         };

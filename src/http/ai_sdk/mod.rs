@@ -62,10 +62,10 @@
 //! happen once.
 //!
 //! A kept run is bounded in number ([`max_waiting_runs`](ChatEndpoint::max_waiting_runs),
-//! 256) and time ([`approval_timeout`](ChatEndpoint::approval_timeout),
+//! 10,000, counted in the run store) and time ([`approval_timeout`](ChatEndpoint::approval_timeout),
 //! 10 minutes; an expired run is dropped, cancelling its calls). When the
-//! endpoint is full, a run's calls are denied at once with a reason the
-//! model reads. An answer for a run no longer kept (expired, or the server
+//! store is full, a call is denied before the person is asked, shown as
+//! decided, with a reason the model reads. An answer for a run no longer kept (expired, or the server
 //! restarted) starts a new run from the conversation, each unanswered call
 //! reading as not run. The approval id — 128 random bits — is what
 //! entitles a request to resume a run.
@@ -212,9 +212,14 @@ impl<M> ChatEndpoint<M> {
                 (agent, store)
             }
             None => {
-                // Only what waits for an answer needs keeping: a finished
-                // run is forgotten as it ends.
-                let store = MemoryStore::new().finished_ttl(Duration::ZERO);
+                // What waits for an answer, and of a run that ended only
+                // that it did (an answer sent again is refused, never run
+                // again), for the approval timeout; a run its client left
+                // is forgotten as long after its lease.
+                let store = MemoryStore::new()
+                    .finished_ttl(DEFAULT_APPROVAL_TIMEOUT)
+                    .finished_heads_only()
+                    .abandoned_ttl(DEFAULT_APPROVAL_TIMEOUT);
                 (
                     agent.store(store.clone()),
                     Arc::new(store) as Arc<dyn RunStore>,
