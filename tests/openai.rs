@@ -317,6 +317,45 @@ async fn a_503_with_retry_after_is_unavailable_and_keeps_the_wait() {
 }
 
 #[tokio::test]
+async fn a_retried_call_whose_last_refusal_is_a_429_is_rate_limited_and_says_both_answers() {
+    use tower::Layer;
+    let (url, _) = server(vec![
+        status(
+            "503 Service Unavailable",
+            &["content-type: application/json"],
+            r#"{"error":{"message":"Service unavailable.","type":"server_error"}}"#,
+        ),
+        status(
+            "429 Too Many Requests",
+            &["content-type: application/json", "retry-after: 7"],
+            r#"{"error":{"message":"Rate limit exceeded.","type":"rate_limit_error"}}"#,
+        ),
+    ])
+    .await;
+    let policy = toolstack_layers::retry::RetryPolicy::new()
+        .max_attempts(2)
+        .backoff(Duration::from_millis(1), Duration::from_millis(1));
+    let model = toolstack_layers::retry::RetryLayer::new(policy)
+        .layer(OpenAiModel::new(&url, "test-model").api_key("sk-test"));
+    let err = model
+        .oneshot(ChatRequest::new(vec![Message::user("hi")]))
+        .await
+        .expect_err("both attempts were refused");
+    // The endpoint's last answer types the call, with its wait.
+    assert_eq!(
+        err.kind(),
+        ErrorKind::RateLimited {
+            retry_after: Some(Duration::from_secs(7))
+        }
+    );
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(7)));
+    assert_eq!(
+        err.message(),
+        "the model endpoint answered 503 (server_error): Service unavailable.; it was tried again, and that attempt was refused: the model endpoint answered 429 (rate_limit_error): Rate limit exceeded."
+    );
+}
+
+#[tokio::test]
 async fn retry_after_ms_wins_over_retry_after_and_unreadable_values_are_ignored() {
     let (url, _) = server(vec![
         status(

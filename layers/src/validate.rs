@@ -339,6 +339,7 @@ where
                 Kind::Readying {
                     service: std::mem::replace(&mut self.inner, fresh),
                     request: Some(request),
+                    deadline: crate::call::deadline(),
                 }
             }
         };
@@ -378,7 +379,14 @@ pin_project! {
 pin_project! {
     #[project = KindProj]
     enum Kind<S, F> {
-        Readying { service: S, request: Option<ToolRequest> },
+        // Waiting for the tool's readiness (a permit below), which is
+        // reported as such; past the call's deadline the call is held,
+        // never made (`call.rs`).
+        Readying {
+            service: S,
+            request: Option<ToolRequest>,
+            deadline: Option<crate::call::Deadline>,
+        },
         Called { #[pin] future: F },
         Rejected { error: Option<ToolError> },
     }
@@ -396,16 +404,27 @@ where
         let mut kind = self.project().kind;
         loop {
             match kind.as_mut().project() {
-                KindProj::Readying { service, request } => {
-                    if let Err(err) = ready!(service.poll_ready(cx)) {
-                        kind.set(Kind::Rejected { error: None });
-                        return Poll::Ready(Err(err.into()));
+                KindProj::Readying {
+                    service,
+                    request,
+                    deadline,
+                } => {
+                    match service.poll_ready(cx) {
+                        Poll::Ready(Ok(())) if !crate::call::too_late(*deadline) => {}
+                        Poll::Ready(Err(err)) => {
+                            kind.set(Kind::Rejected { error: None });
+                            return Poll::Ready(Err(err.into()));
+                        }
+                        Poll::Ready(Ok(())) | Poll::Pending => {
+                            crate::call::report(crate::call::Wait::Permit);
+                            return Poll::Pending;
+                        }
                     }
                     let Some(request) = request.take() else {
                         kind.set(Kind::Rejected { error: None });
                         continue;
                     };
-                    let future = service.call(request);
+                    let future = crate::call::lend_later(*deadline, || service.call(request));
                     kind.set(Kind::Called { future });
                 }
                 KindProj::Called { future } => {

@@ -8,10 +8,12 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use support::{texts, CountClones, Scripted, Step};
 use tokio::time::Instant;
+use toolstack::model::{ChatRequest, Message, ModelDelta};
 use toolstack::{
     BoxTool, Describe, ErrorKind, TimeoutPhase, ToolAnnotations, ToolError, ToolRequest,
 };
 use toolstack_layers::retry::{Retry, RetryLayer, RetryPolicy, TpsBudget};
+use toolstack_layers::timeout::TimeoutLayer;
 use tower::{Layer, Service, ServiceExt};
 
 fn request() -> ToolRequest {
@@ -284,4 +286,157 @@ async fn retry_clones_the_inner_service_only_when_it_retries() {
     assert_eq!(run(&mut svc).await, ["second"]);
     assert_eq!(clones.load(std::sync::atomic::Ordering::SeqCst), made + 1);
     assert_eq!(tool.calls(), 3);
+}
+
+fn blinked() -> ToolError {
+    ToolError::new(ErrorKind::Unavailable, "the backend blinked")
+}
+
+/// The first error of a stream, or of its opening.
+async fn first_error<S>(svc: &mut S) -> ToolError
+where
+    S: Service<ToolRequest, Error = ToolError>,
+    S::Response: futures_util::Stream<Item = toolstack::ToolItem>,
+{
+    let stream = match svc.ready().await.unwrap().call(request()).await {
+        Ok(stream) => stream,
+        Err(err) => return err,
+    };
+    let mut stream = std::pin::pin!(stream);
+    while let Some(item) = stream.next().await {
+        if let Err(err) = item {
+            return err;
+        }
+    }
+    panic!("the call did not fail");
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_not_made_because_its_backoff_would_pass_the_deadline_says_so() {
+    let tool = Scripted::new(vec![
+        vec![Step::Fail(397, blinked())],
+        vec![Step::Text(0, "ok")],
+    ]);
+    let retry = Retry::with_idempotency(
+        tool.clone(),
+        policy().backoff(Duration::from_millis(4), Duration::from_millis(4)),
+        true,
+    );
+    let mut svc = TimeoutLayer::new()
+        .deadline(Duration::from_millis(400))
+        .layer(retry);
+    let err = first_error(&mut svc).await;
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    assert_eq!(
+        err.message(),
+        "the backend blinked; not tried again: its backoff of 4ms would pass the deadline of 400ms"
+    );
+    assert_eq!(tool.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_says_why_a_retry_after_too_long_or_a_spent_budget_stopped_it() {
+    let limited = ToolError::rate_limited(Some(Duration::from_secs(120)));
+    let tool = Scripted::new(vec![vec![Step::Fail(0, limited)]]);
+    let mut svc = Retry::with_idempotency(tool.clone(), policy(), true);
+    let err = first_error(&mut svc).await;
+    assert_eq!(
+        err.kind(),
+        ErrorKind::RateLimited {
+            retry_after: Some(Duration::from_secs(120))
+        }
+    );
+    assert_eq!(
+        err.message(),
+        "rate limited; retry after 120000 ms; not tried again: its retry-after of 120s is longer than the 10s the retry policy waits"
+    );
+    assert_eq!(tool.calls(), 1);
+
+    let budget = Arc::new(TpsBudget::new(Duration::from_secs(10), 0, 0.0));
+    let tool = Scripted::new(vec![vec![Step::Fail(0, blinked())]]);
+    let mut svc = Retry::with_idempotency(tool.clone(), policy().budget(budget), true);
+    assert_eq!(
+        first_error(&mut svc).await.message(),
+        "the backend blinked; not tried again: the retry budget is spent"
+    );
+    assert_eq!(tool.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_that_made_every_attempt_it_was_allowed_leaves_the_last_error_as_it_is() {
+    let tool = Scripted::new(vec![vec![Step::Fail(1, blinked())]]);
+    let mut svc = Retry::with_idempotency(tool.clone(), policy(), true);
+    assert_eq!(first_error(&mut svc).await, blinked());
+    assert_eq!(tool.calls(), 3);
+}
+
+// ---------------------------------------------------------------------------
+// A model endpoint's refusals.
+
+type Deltas = futures_util::stream::Iter<std::vec::IntoIter<Result<ModelDelta, ToolError>>>;
+
+/// A model whose call number `n` is refused with `refusals[n]` (the last
+/// one repeats), as the OpenAI client types an endpoint's statuses.
+fn refusing_model(
+    refusals: Vec<ToolError>,
+    calls: &Arc<std::sync::atomic::AtomicUsize>,
+) -> impl Service<ChatRequest, Response = Deltas, Error = ToolError, Future: Send> + Clone {
+    let calls = calls.clone();
+    let refusals = Arc::new(refusals);
+    tower::service_fn(move |_: ChatRequest| {
+        let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let refusal = refusals[n.min(refusals.len() - 1)].clone();
+        async move { Err::<Deltas, _>(refusal) }
+    })
+}
+
+fn answered_503() -> ToolError {
+    ToolError::new(
+        ErrorKind::Unavailable,
+        "the model endpoint answered 503 (server_error): Service unavailable.",
+    )
+}
+
+fn answered_429(after: Duration) -> ToolError {
+    ToolError::new(
+        ErrorKind::RateLimited {
+            retry_after: Some(after),
+        },
+        "the model endpoint answered 429 (rate_limit_error): Rate limit exceeded.",
+    )
+    .with_retry_after(after)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_model_call_whose_last_refusal_is_the_endpoints_429_ends_rate_limited_saying_both() {
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let after = Duration::from_millis(700);
+    let model = refusing_model(
+        vec![
+            answered_503(),
+            answered_429(after),
+            answered_503(),
+            answered_429(after),
+        ],
+        &calls,
+    );
+    let mut svc = Retry::new(model, policy().max_attempts(4));
+    let request = ChatRequest::new(vec![Message::user("hi")]);
+    let err = match svc.ready().await.unwrap().call(request).await {
+        Ok(_) => panic!("every attempt was refused"),
+        Err(err) => err,
+    };
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 4);
+    // The endpoint's last word is the call's kind, its wait kept.
+    assert_eq!(
+        err.kind(),
+        ErrorKind::RateLimited {
+            retry_after: Some(after)
+        }
+    );
+    assert_eq!(err.retry_after(), Some(after));
+    assert_eq!(
+        err.message(),
+        "the model endpoint answered 503 (server_error): Service unavailable.; it was tried again, and that attempt was refused: the model endpoint answered 429 (rate_limit_error): Rate limit exceeded."
+    );
 }

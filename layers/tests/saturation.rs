@@ -338,11 +338,29 @@ fn flaky_once(
        + Send
        + Sync
        + 'static {
+    flaky(runs, 1)
+}
+
+/// A tool whose first `failures` runs fail as unavailable, then answers;
+/// it counts its runs.
+fn flaky(
+    runs: &Arc<AtomicUsize>,
+    failures: usize,
+) -> impl tower::Service<
+    ToolRequest,
+    Error = ToolError,
+    Response = impl futures_util::Stream<Item = toolstack::ToolItem> + Send + 'static,
+    Future = impl Send + 'static,
+> + toolstack::Describe
+       + Clone
+       + Send
+       + Sync
+       + 'static {
     let runs = runs.clone();
     tool::from_fn("flaky", move |_: serde_json::Value| {
         let n = runs.fetch_add(1, Ordering::SeqCst);
         async move {
-            if n == 0 {
+            if n < failures {
                 Err(ToolError::new(
                     ErrorKind::Unavailable,
                     "the backend blinked",
@@ -458,13 +476,14 @@ async fn a_retry_that_would_start_after_the_deadline_is_not_waited_for() {
     )
     .await;
     // Shed after its 100 ms wait; the 200 ms backoff would end past the
-    // 150 ms deadline, so the call ends at once with the refusal.
+    // 150 ms deadline, so the call ends at once with the refusal, and
+    // says why it was not tried again.
     let (result, took) = call(&tools, "t", r#"{"ms":1}"#).await;
     let err = result.error.expect("the call cannot have run");
     assert_eq!(err.kind(), ErrorKind::Overloaded, "{err}");
     assert_eq!(
         err.message(),
-        "waited 100ms for capacity; the tool never started"
+        "waited 100ms for capacity; the tool never started; not tried again: its backoff of 200ms would pass the deadline of 150ms"
     );
     assert_eq!(took, Duration::from_millis(100), "it waited for nothing");
     assert_eq!(runs.load(Ordering::SeqCst), 0, "`t` never ran");
@@ -514,4 +533,238 @@ async fn refusals_alone_over_several_attempts_say_how_many() {
     assert_eq!(took, Duration::from_millis(400));
     assert_eq!(runs.load(Ordering::SeqCst), 0);
     assert!(holder.await.unwrap().0.error.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_ran_fewer_times_for_an_attempt_refused_for_capacity_says_how_many() {
+    // `flaky` fails its first two runs, and shares one permit (a call waits
+    // 40 ms for it at most) with `busy`, which holds it from 10 to 100 ms.
+    // Run 1 fails at 0; the retry at 50 ms waits for the permit until it
+    // is shed at 90; the third and last attempt, at 140 ms, runs and fails.
+    let permit = ConcurrencyLimitLayer::shared(1).max_wait(Duration::from_millis(40));
+    let (flaky_runs, busy_runs) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let tools = Toolbox::new()
+        .layered(
+            flaky(&flaky_runs, 2),
+            ServiceBuilder::new()
+                .stream_retry(fixed_backoff(3, 50))
+                .layer(permit.clone()),
+        )
+        .layered(sleeper("busy", &busy_runs), permit);
+    let flaky = tokio::spawn({
+        let tools = tools.clone();
+        async move { call(&tools, "flaky", "{}").await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let busy = tokio::spawn({
+        let tools = tools.clone();
+        async move { call(&tools, "busy", r#"{"ms":90}"#).await }
+    });
+    let (result, took) = flaky.await.unwrap();
+    let err = result.error.expect("its two runs failed");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert_eq!(
+        err.message(),
+        "the backend blinked; 3 attempts: 2 ran, 1 was refused for capacity"
+    );
+    assert_eq!(flaky_runs.load(Ordering::SeqCst), 2);
+    assert_eq!(took, Duration::from_millis(140));
+    assert!(busy.await.unwrap().0.error.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_whose_backoff_would_pass_the_deadline_says_why_it_was_not_made() {
+    // The tool fails its first run after 397 ms of a 400 ms deadline: a
+    // backoff of 4 ms would end past it.
+    let runs = Arc::new(AtomicUsize::new(0));
+    let late_failure = {
+        let runs = runs.clone();
+        tool::from_fn("late", move |_: serde_json::Value| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            async move {
+                tokio::time::sleep(Duration::from_millis(397)).await;
+                Err::<&str, _>(ToolError::new(
+                    ErrorKind::Unavailable,
+                    "the backend blinked",
+                ))
+            }
+        })
+        .with_annotations(ToolAnnotations::new().read_only())
+    };
+    let tools = Toolbox::new().layered(
+        late_failure,
+        ServiceBuilder::new()
+            .stream_timeout(TimeoutLayer::new().deadline(Duration::from_millis(400)))
+            .stream_retry(fixed_backoff(3, 4)),
+    );
+    let (result, took) = call(&tools, "late", "{}").await;
+    let err = result.error.expect("it failed");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert_eq!(
+        err.message(),
+        "the backend blinked; not tried again: its backoff of 4ms would pass the deadline of 400ms"
+    );
+    assert_eq!(took, Duration::from_millis(397), "it waited for nothing");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_permit_granted_as_the_deadline_passes_never_reaches_the_tool() {
+    // `flaky` and `busy` share one permit. flaky's first run fails at once;
+    // while it backs off, `busy` takes the permit, and flaky's retry waits
+    // for it. busy lets it go at flaky's deadline, between two polls of
+    // flaky's call: the poll that finds the permit finds the deadline
+    // passed too.
+    let permit = ConcurrencyLimitLayer::shared(1);
+    let (flaky_runs, busy_runs) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let tools = Toolbox::new()
+        .layered(
+            flaky_once(&flaky_runs),
+            ServiceBuilder::new()
+                .stream_timeout(TimeoutLayer::new().deadline(Duration::from_millis(100)))
+                .stream_retry(fixed_backoff(3, 10))
+                .layer(permit.clone()),
+        )
+        .layered(sleeper("busy", &busy_runs), permit);
+    let mut flaky = Box::pin(call(&tools, "flaky", "{}"));
+    assert!(
+        futures_util::poll!(&mut flaky).is_pending(),
+        "its first run failed; it backs off"
+    );
+    let held = tools
+        .clone()
+        .oneshot(ToolRequest::new("busy", r#"{"ms":1000}"#))
+        .await
+        .unwrap();
+    tokio::time::advance(Duration::from_millis(10)).await;
+    assert!(
+        futures_util::poll!(&mut flaky).is_pending(),
+        "its retry waits for busy's permit"
+    );
+    tokio::time::advance(Duration::from_millis(90)).await;
+    // The permit goes to flaky's retry, as its deadline passes.
+    drop(held);
+    let (result, took) = flaky.await;
+    let err = result
+        .error
+        .expect("the deadline passed before the retry ran");
+    assert_eq!(
+        flaky_runs.load(Ordering::SeqCst),
+        1,
+        "no run after the deadline"
+    );
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert_eq!(
+        err.message(),
+        "the backend blinked; its deadline of 100ms passed while a retry waited for capacity, so it was not tried again"
+    );
+    assert_eq!(took, Duration::from_millis(100));
+    // The permit was not kept: the next call runs at once.
+    assert!(call(&tools, "busy", r#"{"ms":1}"#).await.0.error.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_permit_granted_to_a_validated_call_as_its_deadline_passes_never_reaches_the_tool() {
+    // Validation readies the tool only for good arguments: the first
+    // attempt's wait for a permit is in the call's future, within its
+    // deadline, and is reported as a wait for capacity.
+    let permit = ConcurrencyLimitLayer::shared(1);
+    let (runs, busy_runs) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let tools = Toolbox::new()
+        .layered(
+            sleeper("t", &runs),
+            ServiceBuilder::new()
+                .stream_timeout(TimeoutLayer::new().deadline(Duration::from_millis(100)))
+                .stream_validate()
+                .layer(permit.clone()),
+        )
+        .layered(sleeper("busy", &busy_runs), permit);
+    let held = tools
+        .clone()
+        .oneshot(ToolRequest::new("busy", r#"{"ms":1000}"#))
+        .await
+        .unwrap();
+    let mut t = Box::pin(call(&tools, "t", r#"{"ms":1}"#));
+    assert!(
+        futures_util::poll!(&mut t).is_pending(),
+        "it waits for the permit"
+    );
+    tokio::time::advance(Duration::from_millis(100)).await;
+    drop(held);
+    let (result, took) = t.await;
+    let err = result.error.expect("the deadline passed before it ran");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "`t` never ran");
+    assert_eq!(err.kind(), ErrorKind::Overloaded, "{err}");
+    assert_eq!(
+        err.message(),
+        "waited 100ms for capacity over 1 attempt, until its deadline of 100ms passed; the tool never started"
+    );
+    assert_eq!(took, Duration::from_millis(100));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quota_that_comes_back_at_the_deadline_is_not_taken_and_the_tool_never_starts() {
+    // One call per 100 ms: the second call's quota comes back exactly at
+    // its deadline, on the same timer tick.
+    let runs = Arc::new(AtomicUsize::new(0));
+    let every_100ms = Quota::with_period(Duration::from_millis(100))
+        .unwrap()
+        .allow_burst(NonZeroU32::MIN);
+    let tools = Toolbox::new().layered(
+        sleeper("t", &runs),
+        ServiceBuilder::new()
+            .stream_timeout(TimeoutLayer::new().deadline(Duration::from_millis(100)))
+            .stream_rate_limit(RateLimitLayer::per_tool(every_100ms)),
+    );
+    assert!(call(&tools, "t", r#"{"ms":0}"#).await.0.error.is_none());
+    let (result, took) = call(&tools, "t", r#"{"ms":1}"#).await;
+    let err = result
+        .error
+        .expect("the deadline passed as its quota came back");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "no run after the deadline");
+    assert!(matches!(err.kind(), ErrorKind::RateLimited { .. }), "{err}");
+    assert_eq!(
+        err.message(),
+        "waited 100ms for the rate limit's quota over 1 attempt, until its deadline of 100ms passed; the tool never started; retry after 0 ms"
+    );
+    assert_eq!(took, Duration::from_millis(100));
+    // The quota it did not take is the next call's, at once.
+    let (result, took) = call(&tools, "t", r#"{"ms":1}"#).await;
+    assert!(result.error.is_none(), "{result:?}");
+    assert_eq!(took, Duration::from_millis(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_whose_backoff_ends_on_the_deadline_starts_no_further_attempt() {
+    // The call starts half a millisecond into one of the timers'
+    // millisecond ticks: its deadline is at 100.5 ms. Its first run fails
+    // at once, and its backoff of 99.7 ms ends at 100.2 ms, before the
+    // deadline — but tokio's timers fire on whole-millisecond ticks, the
+    // backoff's and the deadline's on the same one: the backoff is over
+    // only once the deadline has passed.
+    let runs = Arc::new(AtomicUsize::new(0));
+    let backoff = Duration::from_micros(99_700);
+    let tools = Toolbox::new().layered(
+        flaky_once(&runs),
+        ServiceBuilder::new()
+            .stream_timeout(TimeoutLayer::new().deadline(Duration::from_millis(100)))
+            .stream_retry(
+                RetryPolicy::new()
+                    .max_attempts(3)
+                    .backoff(backoff, backoff)
+                    .jitter(false),
+            ),
+    );
+    tokio::time::advance(Duration::from_micros(500)).await;
+    let (result, took) = call(&tools, "flaky", "{}").await;
+    let err = result
+        .error
+        .expect("the deadline passed before the retry ran");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "no run after the deadline");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert_eq!(
+        err.message(),
+        "the backend blinked; its deadline of 100ms passed while a retry backed off, so it was not tried again"
+    );
+    assert!(took >= Duration::from_micros(100_500), "{took:?}");
 }

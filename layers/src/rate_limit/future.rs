@@ -45,7 +45,7 @@ pin_project! {
         Waiting {
             // Boxed: waiting is the slow path, and the common `Called`
             // future should not carry a timer's size.
-            sleep: Pin<Box<Sleep>>,
+            timer: Pin<Box<Timer>>,
             allowed: bool,
             service: S,
             request: Option<R>,
@@ -56,6 +56,18 @@ pin_project! {
             asking: Box<Asking<S, R>>,
         },
         Done,
+    }
+}
+
+pin_project! {
+    /// What a waiting call sleeps on: until its bucket allows it, never
+    /// past the call's deadline (lent to `call`), when no quota is taken
+    /// and the call is not made.
+    #[derive(Debug)]
+    struct Timer {
+        #[pin]
+        sleep: Sleep,
+        deadline: Option<crate::call::Deadline>,
     }
 }
 
@@ -89,7 +101,10 @@ impl<S, F, R> ResponseFuture<S, F, R> {
     ) -> Self {
         ResponseFuture {
             state: State::Waiting {
-                sleep: Box::pin(tokio::time::sleep_until(until)),
+                timer: Box::pin(Timer {
+                    sleep: tokio::time::sleep_until(until),
+                    deadline: crate::call::deadline(),
+                }),
                 allowed: false,
                 service,
                 request: Some(request),
@@ -132,7 +147,7 @@ where
                     }
                 },
                 StateProj::Waiting {
-                    sleep,
+                    timer,
                     allowed,
                     service,
                     request,
@@ -141,10 +156,14 @@ where
                     let Some(req) = request.as_ref() else {
                         return Poll::Ready(Err(polled_after_completion()));
                     };
+                    let deadline = timer.deadline;
                     while !*allowed {
-                        if sleep.as_mut().poll(cx).is_pending() {
+                        let mut sleep = timer.as_mut().project().sleep;
+                        // Past the deadline the call is held, and takes
+                        // no quota (`call.rs`).
+                        if sleep.as_mut().poll(cx).is_pending() || crate::call::too_late(deadline) {
                             // A timeout above that expires now says so.
-                            crate::call::report(crate::call::Capacity::Quota {
+                            crate::call::report(crate::call::Wait::Quota {
                                 ready_at: sleep.deadline(),
                             });
                             return Poll::Pending;
@@ -153,24 +172,24 @@ where
                         // up for; then sleep again until the next one.
                         match limiter.check(CallKey::of(req)) {
                             Ok(()) => *allowed = true,
-                            Err(earliest) => sleep.as_mut().reset(Instant::from_std(earliest)),
+                            Err(earliest) => sleep.reset(Instant::from_std(earliest)),
                         }
                     }
                     match service.poll_ready(cx) {
-                        Poll::Ready(Ok(())) => {}
+                        Poll::Ready(Ok(())) if !crate::call::too_late(deadline) => {}
                         Poll::Ready(Err(err)) => {
                             state.set(State::Done);
                             return Poll::Ready(Err(err.into()));
                         }
-                        Poll::Pending => {
-                            crate::call::report(crate::call::Capacity::Permit);
+                        Poll::Ready(Ok(())) | Poll::Pending => {
+                            crate::call::report(crate::call::Wait::Permit);
                             return Poll::Pending;
                         }
                     }
                     let Some(req) = request.take() else {
                         return Poll::Ready(Err(polled_after_completion()));
                     };
-                    service.call(req)
+                    crate::call::lend_later(deadline, || service.call(req))
                 }
             };
             state.set(State::Called { future });

@@ -52,12 +52,12 @@ impl Mode {
             retry_after_ms = millis_ceil(retry_after),
             "rate limited; refusing the call"
         );
-        Some(ToolError::new(
+        Some(crate::call::refused_here(ToolError::new(
             ErrorKind::RateLimited {
                 retry_after: Some(retry_after),
             },
             message,
-        ))
+        )))
     }
 }
 

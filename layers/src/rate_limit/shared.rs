@@ -71,6 +71,9 @@ pub(super) struct Asking<S, R> {
     // Only the first refusal is weighed against `wait_at_most`, as on the
     // local path: later ones mean another call took the cell woken for.
     refused: bool,
+    // The call's deadline, lent to `call`: past it, no quota is asked for
+    // and the call is not made.
+    deadline: Option<crate::call::Deadline>,
 }
 
 enum Step {
@@ -105,6 +108,7 @@ impl<S, R: Request> Asking<S, R> {
             limiter,
             mode,
             refused: false,
+            deadline: crate::call::deadline(),
         }
     }
 
@@ -146,9 +150,13 @@ impl<S, R: Request> Asking<S, R> {
                 }
                 Step::SleepThenAsk | Step::SleepThenLocal => {
                     if let Some(sleep) = &mut self.sleep {
-                        if sleep.as_mut().poll(cx).is_pending() {
+                        // Past the deadline the call is held, and asks for
+                        // no quota (`call.rs`).
+                        if sleep.as_mut().poll(cx).is_pending()
+                            || crate::call::too_late(self.deadline)
+                        {
                             // A timeout above that expires now says so.
-                            crate::call::report(crate::call::Capacity::Quota {
+                            crate::call::report(crate::call::Wait::Quota {
                                 ready_at: sleep.deadline(),
                             });
                             return Poll::Pending;
@@ -188,17 +196,20 @@ impl<S, R: Request> Asking<S, R> {
                 }
                 Step::Admitted => {
                     match self.service.poll_ready(cx) {
-                        Poll::Ready(Ok(())) => {}
+                        Poll::Ready(Ok(())) if !crate::call::too_late(self.deadline) => {}
                         Poll::Ready(Err(err)) => return Poll::Ready(Err(err.into())),
-                        Poll::Pending => {
-                            crate::call::report(crate::call::Capacity::Permit);
+                        Poll::Ready(Ok(())) | Poll::Pending => {
+                            crate::call::report(crate::call::Wait::Permit);
                             return Poll::Pending;
                         }
                     }
                     let Some(request) = self.request.take() else {
                         return Poll::Ready(Err(polled_after_completion()));
                     };
-                    return Poll::Ready(Ok(self.service.call(request)));
+                    let service = &mut self.service;
+                    return Poll::Ready(Ok(crate::call::lend_later(self.deadline, || {
+                        service.call(request)
+                    })));
                 }
             }
         }

@@ -13,6 +13,7 @@ use tower_service::Service;
 
 use super::policy::refused_before_running;
 use super::{Idempotency, Inferred, RetryPolicy};
+use crate::call::{Deadline, Wait};
 use crate::Request;
 
 /// What a call needs to be tried again: the request, the layer's shared
@@ -23,8 +24,8 @@ pub(super) struct Attempts<S, R, I> {
     /// Attempts made so far.
     pub(super) attempt: u32,
     /// The call's deadline, as a timeout above lent it to `call`: a retry
-    /// never waits past it.
-    pub(super) deadline: Option<Instant>,
+    /// never waits past it, and no attempt starts after it.
+    pub(super) deadline: Option<Deadline>,
     /// Made on the first failure: a call that succeeds at once carries a
     /// pointer, not the failure path's state.
     pub(super) failed: Option<Box<Failed<S>>>,
@@ -36,11 +37,33 @@ pub(super) struct Failed<S> {
     // service the first attempt went to, as tower's retry makes.
     service: Option<S>,
     /// The error of the latest attempt that reached the service: what the
-    /// call ends with if a later attempt is refused for capacity.
+    /// call ends with if a later attempt is refused by this stack's
+    /// admission.
     ran: Option<ToolError>,
-    /// When the latest refusal was a rate limit's: when its quota allows
-    /// the call (else the refusal was for a permit).
-    quota_at: Option<Instant>,
+    /// How many attempts never reached the service (refused for capacity,
+    /// by this stack or by the service itself).
+    refused: u32,
+    /// What the latest failure leaves the call waiting for: a backoff
+    /// after an attempt that ran; capacity after a refusal — a rate
+    /// limit's quota when it said when.
+    wait: Wait,
+}
+
+/// Why a call that failed is not tried again: said after its error when
+/// the policy would have tried it again ([`Stop::why`]).
+#[derive(Clone, Copy, Debug)]
+enum Stop {
+    /// The policy does not retry this error (not retryable, or a tool
+    /// not idempotent that the call reached): the error is the call's.
+    Final,
+    /// Every attempt the policy allows was made.
+    Spent,
+    /// The error asks for a wait longer than the policy waits for.
+    RetryAfter(Duration),
+    /// The backoff would end at or past the call's deadline.
+    Deadline { backoff: Duration, limit: Duration },
+    /// The retry budget had no retry left.
+    Budget,
 }
 
 /// What every call of one [`Retry`](super::Retry) service (and its clones)
@@ -61,50 +84,79 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
     #[inline(never)]
     fn next(&mut self, err: ToolError, reached: bool) -> Result<Duration, ToolError> {
         let refused = refused_before_running(&err);
-        let Some(delay) = self.retry_delay(&err, reached && !refused) else {
-            return Err(self.last_error(err));
+        let delay = match self.retry_delay(&err, reached && !refused) {
+            Ok(delay) => delay,
+            Err(stop) => return Err(self.last_error(err, reached, stop)),
         };
         let failed = self.failed();
-        if refused {
-            failed.quota_at = match err.kind() {
-                ErrorKind::RateLimited { retry_after } => {
-                    Some(Instant::now() + retry_after.unwrap_or_default())
-                }
-                _ => None,
+        if refused || !reached {
+            failed.refused += 1;
+            failed.wait = match err.kind() {
+                ErrorKind::RateLimited { retry_after } => Wait::Quota {
+                    ready_at: Instant::now() + retry_after.unwrap_or_default(),
+                },
+                _ => Wait::Permit,
             };
-        } else if reached {
+        } else {
             failed.ran = Some(err);
+            failed.wait = Wait::Backoff;
         }
         Ok(delay)
     }
 
-    /// The error a call ends with when `err` is final. A refusal for
-    /// capacity after an attempt that ran is not the call's story: that
-    /// attempt's error is, with the refusal said after it. Refusals alone,
-    /// over several attempts, say so.
+    /// The error a call ends with when `err` is final, and the policy
+    /// stopped for `stop`.
+    ///
+    /// A refusal by this stack's own admission after an attempt that ran
+    /// is not the call's story: that attempt's error is, with the refusal
+    /// said after it. The service's own refusal (an endpoint's 429) is its
+    /// latest word: its kind — and its retry-after — is the call's, with
+    /// the attempt that ran said first. Refusals alone, over several
+    /// attempts, say so. When the policy would have tried again, why it did
+    /// not is said last.
     #[cold]
-    fn last_error(&mut self, err: ToolError) -> ToolError {
-        if !refused_before_running(&err) {
-            return err;
+    #[inline(never)]
+    fn last_error(&mut self, err: ToolError, reached: bool, stop: Stop) -> ToolError {
+        let refused = refused_before_running(&err);
+        let ran = self.failed.as_mut().and_then(|failed| failed.ran.take());
+        let err = match ran {
+            _ if !refused => err,
+            Some(ran) => {
+                let message = format!(
+                    "{}; it was tried again, and that attempt was refused: {}",
+                    ran.message(),
+                    err.message()
+                );
+                if crate::call::is_refused_here(&err) {
+                    ran.with_message(message)
+                } else {
+                    err.with_message(message)
+                }
+            }
+            None if self.attempt == 1 => err,
+            None => {
+                let message = format!(
+                    "refused for capacity {} times; the {} never started (the last refusal: {})",
+                    self.attempt,
+                    R::KIND,
+                    err.message()
+                );
+                err.with_message(message)
+            }
+        };
+        // The attempts that were refused, when the last one ran: what a
+        // call that ran fewer times than it was allowed to says of it.
+        let refused_before = match (stop, refused || !reached) {
+            (Stop::Spent, false) => self.failed.as_ref().map_or(0, |failed| failed.refused),
+            _ => 0,
+        };
+        match stop.why(self.attempt, refused_before, &self.shared.policy) {
+            Some(why) => {
+                let message = format!("{}; {why}", err.message());
+                err.with_message(message)
+            }
+            None => err,
         }
-        if let Some(ran) = self.failed.as_mut().and_then(|failed| failed.ran.take()) {
-            let message = format!(
-                "{}; it was tried again, and that attempt was refused: {}",
-                ran.message(),
-                err.message()
-            );
-            return ran.with_message(message);
-        }
-        if self.attempt == 1 {
-            return err;
-        }
-        let message = format!(
-            "refused for capacity {} times; the {} never started (the last refusal: {})",
-            self.attempt,
-            R::KIND,
-            err.message()
-        );
-        err.with_message(message)
     }
 
     /// What the call keeps once an attempt has failed, made on the first
@@ -114,9 +166,16 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
             Box::new(Failed {
                 service: None,
                 ran: None,
-                quota_at: None,
+                refused: 0,
+                wait: Wait::Permit,
             })
         })
+    }
+
+    /// Whether the call's deadline has passed: no attempt starts then.
+    #[inline]
+    fn too_late(&self) -> bool {
+        crate::call::too_late(self.deadline)
     }
 
     /// The service the next attempt goes to.
@@ -133,15 +192,17 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
     }
 
     /// What this call is waiting for, for a timeout above to read if its
-    /// bound expires now.
+    /// bound expires now: its backoff (`backing_off`) or the readiness of
+    /// the service for its next attempt.
     #[cold]
     #[inline(never)]
-    fn report(&self) {
-        let capacity = match self.failed.as_ref().and_then(|failed| failed.quota_at) {
-            Some(ready_at) => crate::call::Capacity::Quota { ready_at },
-            None => crate::call::Capacity::Permit,
+    fn report(&self, backing_off: bool) {
+        let wait = match self.failed.as_ref().map(|failed| failed.wait) {
+            Some(Wait::Backoff) if !backing_off => Wait::Permit,
+            Some(wait) => wait,
+            None => Wait::Permit,
         };
-        crate::call::report(capacity);
+        crate::call::report(wait);
         self.amend();
     }
 
@@ -157,27 +218,29 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
         });
     }
 
-    /// The delay before the next attempt after `err`, or `None` when `err`
-    /// is final. `reached` says whether the call may have reached the
+    /// The delay before the next attempt after `err`, or why `err` is
+    /// final. `reached` says whether the call may have reached the
     /// service.
-    fn retry_delay(&mut self, err: &ToolError, reached: bool) -> Option<Duration> {
+    fn retry_delay(&mut self, err: &ToolError, reached: bool) -> Result<Duration, Stop> {
         let policy = &self.shared.policy;
-        if self.attempt >= policy.max_attempts || !policy.is_retryable(err) {
-            return None;
+        if !policy.is_retryable(err) {
+            return Err(Stop::Final);
         }
-        if policy.honour_retry_after
-            && err
-                .retry_after()
-                .is_some_and(|after| after > policy.max_retry_after)
+        if self.attempt >= policy.max_attempts {
+            return Err(Stop::Spent);
+        }
+        if let Some(after) = err
+            .retry_after()
+            .filter(|after| policy.honour_retry_after && *after > policy.max_retry_after)
         {
             tracing::info!(
                 operation = R::KIND.operation(),
                 target = self.request.name(),
-                retry_after_ms = err.retry_after().map_or(0, |d| d.as_millis() as u64),
+                retry_after_ms = after.as_millis() as u64,
                 max_retry_after_ms = policy.max_retry_after.as_millis() as u64,
                 "not retrying: the retry-after is longer than the policy waits for"
             );
-            return None;
+            return Err(Stop::RetryAfter(after));
         }
         // Asked only now, on the failure path: a call that succeeds pays
         // nothing for it.
@@ -185,13 +248,13 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
             && !policy.retry_non_idempotent
             && !self.shared.idempotency.is_idempotent(&self.request)
         {
-            return None;
+            return Err(Stop::Final);
         }
         let delay = policy.delay(self.attempt, err);
         // A retry that would start after the deadline would only wait for
         // it: the call ends now, with what it has.
         if let Some(deadline) = self.deadline {
-            if Instant::now() + delay >= deadline {
+            if Instant::now() + delay >= deadline.at {
                 tracing::info!(
                     operation = R::KIND.operation(),
                     target = self.request.name(),
@@ -199,12 +262,15 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
                     error = %err,
                     "not retrying: the call's deadline would pass first"
                 );
-                return None;
+                return Err(Stop::Deadline {
+                    backoff: delay,
+                    limit: deadline.limit(),
+                });
             }
         }
         if let Some(budget) = &policy.budget {
             if !budget.withdraw() {
-                return None;
+                return Err(Stop::Budget);
             }
         }
         self.attempt += 1;
@@ -217,8 +283,48 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
             error = %err,
             "retrying the call"
         );
-        Some(delay)
+        Ok(delay)
     }
+}
+
+impl Stop {
+    /// What the message of a call that stopped here adds, when the policy
+    /// would have tried it again: after `attempts`, of which
+    /// `refused_before` — before the last, which ran — were refused for
+    /// capacity.
+    fn why(self, attempts: u32, refused_before: u32, policy: &RetryPolicy) -> Option<String> {
+        Some(match self {
+            Stop::Final => return None,
+            Stop::Spent if refused_before == 0 => return None,
+            Stop::Spent => {
+                let refusals = match refused_before {
+                    1 => "1 was refused".to_owned(),
+                    n => format!("{n} were refused"),
+                };
+                format!(
+                    "{attempts} attempts: {} ran, {refusals} for capacity",
+                    attempts - refused_before
+                )
+            }
+            Stop::RetryAfter(after) => format!(
+                "not tried again: its retry-after of {:?} is longer than the {:?} the retry policy waits",
+                whole_millis(after),
+                policy.max_retry_after
+            ),
+            Stop::Deadline { backoff, limit } => format!(
+                "not tried again: its backoff of {:?} would pass the deadline of {limit:?}",
+                whole_millis(backoff)
+            ),
+            Stop::Budget => "not tried again: the retry budget is spent".to_owned(),
+        })
+    }
+}
+
+/// `d` rounded up to whole milliseconds, for a message (a jittered
+/// backoff has nanoseconds no reader needs).
+fn whole_millis(d: Duration) -> Duration {
+    let millis = d.as_nanos().div_ceil(1_000_000);
+    Duration::from_millis(u64::try_from(millis).unwrap_or(u64::MAX))
 }
 
 pin_project! {
@@ -258,27 +364,47 @@ where
                     return Poll::Pending;
                 }
             },
+            // Past the deadline, the call is held: no attempt starts, and
+            // the timeout whose deadline it is ends the call with what the
+            // report says (`call.rs`).
             StateProj::Backoff { sleep } => {
-                if sleep.as_mut().poll(cx).is_pending() {
-                    attempts.report();
+                if sleep.as_mut().poll(cx).is_pending() || attempts.too_late() {
+                    attempts.report(true);
                     return Poll::Pending;
                 }
                 state.set(State::Readying);
                 continue;
             }
-            StateProj::Readying => match attempts.service().poll_ready(cx) {
-                Poll::Ready(Ok(())) => {
-                    let request = attempts.request.clone();
-                    let future = attempts.service().call(request);
-                    state.set(State::Calling { future });
-                    continue;
-                }
-                Poll::Ready(Err(err)) => (err.into(), false),
-                Poll::Pending => {
-                    attempts.report();
+            StateProj::Readying => {
+                if attempts.too_late() {
+                    attempts.report(false);
                     return Poll::Pending;
                 }
-            },
+                match attempts.service().poll_ready(cx) {
+                    Poll::Ready(Ok(())) if attempts.too_late() => {
+                        // Admitted as the deadline passed: the readiness
+                        // (a permit) goes back unused.
+                        if let Some(failed) = attempts.failed.as_mut() {
+                            failed.service = None;
+                        }
+                        attempts.report(false);
+                        return Poll::Pending;
+                    }
+                    Poll::Ready(Ok(())) => {
+                        let request = attempts.request.clone();
+                        let deadline = attempts.deadline;
+                        let service = attempts.service();
+                        let future = crate::call::lend_later(deadline, || service.call(request));
+                        state.set(State::Calling { future });
+                        continue;
+                    }
+                    Poll::Ready(Err(err)) => (err.into(), false),
+                    Poll::Pending => {
+                        attempts.report(false);
+                        return Poll::Pending;
+                    }
+                }
+            }
             StateProj::Streaming { .. } | StateProj::Done => {
                 return Poll::Ready(Err(ToolError::polled_after_completion(
                     "retry::ResponseFuture",

@@ -25,6 +25,26 @@
 //! The first attempt goes to the service made ready by `poll_ready`; each
 //! retry goes to a clone, made ready again after the backoff.
 //!
+//! An attempt refused for capacity — a permit or a quota not granted
+//! within its bounded wait — counts against `max_attempts`: the policy
+//! bounds the attempts, whatever became of them, so a call without a
+//! deadline cannot wait forever. A call that ends before the policy's last
+//! attempt says why after its error, and one whose deadline passes is never
+//! tried again (no attempt starts after it):
+//!
+//! | how the call ends | its error |
+//! |---|---|
+//! | every attempt made, the last one ran | the last error, then `; 3 attempts: 2 ran, 1 was refused for capacity` when some were refused |
+//! | the backoff would pass the deadline | `…; not tried again: its backoff of 4ms would pass the deadline of 400ms` |
+//! | the retry-after is longer than `max_retry_after` | `…; not tried again: its retry-after of 120s is longer than the 10s the retry policy waits` |
+//! | the retry budget is spent | `…; not tried again: the retry budget is spent` |
+//! | a later attempt refused by this stack's admission | the error of the attempt that ran (its kind), then `; it was tried again, and that attempt was refused: …` |
+//! | a later attempt refused by the service itself (an endpoint's 429) | the same message, of the refusal's kind (`RateLimited`, with its retry-after) |
+//! | refused every time | `refused for capacity 3 times; the tool never started (the last refusal: …)` |
+//!
+//! (`…` is the error the call ends with; the whole table is in
+//! `docs/layers.md`.)
+//!
 //! ```
 //! use std::sync::atomic::{AtomicUsize, Ordering};
 //! use std::sync::Arc;

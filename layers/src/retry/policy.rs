@@ -51,7 +51,9 @@ impl RetryPolicy {
         Self::default()
     }
 
-    /// At most `attempts` attempts in all (the first call included).
+    /// At most `attempts` attempts in all (the first call included). An
+    /// attempt refused for capacity — a permit or a quota not granted
+    /// within its bounded wait — is one of them.
     pub fn max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = attempts.max(1);
         self

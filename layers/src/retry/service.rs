@@ -123,7 +123,7 @@ where
             request,
             shared: self.shared.clone(),
             attempt: 1,
-            deadline: crate::call::start().and_then(|start| start.deadline),
+            deadline: crate::call::deadline(),
             failed: None,
         };
         ResponseFuture::new(first, attempts)

@@ -61,10 +61,14 @@ enum State<S> {
         request: ChatRequest,
         counted: Counted,
         now: u64,
+        // The call's deadline, lent to `call`: past it, the call is held,
+        // never made (`call.rs`).
+        deadline: Option<crate::call::Deadline>,
     },
     Admitted {
         service: S,
         request: ChatRequest,
+        deadline: Option<crate::call::Deadline>,
     },
     Called,
     Done,
@@ -103,6 +107,7 @@ impl<S, F> ResponseFuture<S, F> {
                 request,
                 counted,
                 now,
+                deadline: crate::call::deadline(),
             },
             metering: Some(metering),
         }
@@ -137,6 +142,7 @@ where
                         request,
                         counted,
                         now,
+                        deadline,
                         ..
                     } = std::mem::replace(this.state, State::Done)
                     else {
@@ -149,21 +155,36 @@ where
                     if let Err(err) = admitted {
                         return Poll::Ready(Err(err));
                     }
-                    *this.state = State::Admitted { service, request };
+                    *this.state = State::Admitted {
+                        service,
+                        request,
+                        deadline,
+                    };
                 }
-                State::Admitted { service, .. } => {
-                    if let Err(err) = ready!(service.poll_ready(cx)) {
-                        *this.state = State::Done;
-                        return Poll::Ready(Err(err.into()));
+                State::Admitted {
+                    service, deadline, ..
+                } => {
+                    match service.poll_ready(cx) {
+                        Poll::Ready(Ok(())) if !crate::call::too_late(*deadline) => {}
+                        Poll::Ready(Err(err)) => {
+                            *this.state = State::Done;
+                            return Poll::Ready(Err(err.into()));
+                        }
+                        Poll::Ready(Ok(())) | Poll::Pending => {
+                            crate::call::report(crate::call::Wait::Permit);
+                            return Poll::Pending;
+                        }
                     }
                     let State::Admitted {
                         mut service,
                         request,
+                        deadline,
                     } = std::mem::replace(this.state, State::Called)
                     else {
                         return Poll::Ready(Err(polled_after_completion()));
                     };
-                    this.called.set(Some(service.call(request)));
+                    let called = crate::call::lend_later(deadline, || service.call(request));
+                    this.called.set(Some(called));
                 }
                 State::Refused(_) => {
                     let State::Refused(err) = std::mem::replace(this.state, State::Done) else {

@@ -74,8 +74,12 @@ where
             // the nearer of this deadline and one lent from above.
             Some(at) => {
                 let outer = lent.and_then(|lent| lent.deadline);
-                let deadline = match (bounds.deadline(), outer) {
-                    (Some(own), Some(outer)) => Some(own.min(outer)),
+                let own = limits
+                    .deadline
+                    .get()
+                    .map(|limit| crate::call::Deadline::after(at, limit));
+                let deadline = match (own, outer) {
+                    (Some(own), Some(outer)) if outer.at < own.at => Some(outer),
                     (own, outer) => own.or(outer),
                 };
                 crate::call::lend(crate::call::Start { at, deadline }, || {
