@@ -103,6 +103,20 @@ pub enum AgentEvent {
         /// What broke the answer off.
         error: ToolError,
     },
+    /// The history was compacted before a model call (the agent's
+    /// [`compaction`](super::Agent::compaction)): it passed the context
+    /// budget, or the model's endpoint refused it for its length.
+    Compacted {
+        /// Messages before and after.
+        messages_before: usize,
+        /// Messages after (a strategy may also shorten messages in place).
+        messages_after: usize,
+        /// The history's estimated tokens before and after
+        /// ([`estimate_tokens`](super::compaction::estimate_tokens)).
+        tokens_before: u64,
+        /// After.
+        tokens_after: u64,
+    },
     /// A guardrail refused, redacted or raised on a tool call or a model
     /// call (the guardrail layer of `toolstack-layers` said so); a raise
     /// ends the run ([`StopReason::Guardrail`]).

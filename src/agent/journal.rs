@@ -489,6 +489,13 @@ impl Journal {
             .await
     }
 
+    /// The history was compacted: `messages` stands for it from here on
+    /// (what it replaced is dead weight; a snapshot soon takes its place).
+    pub(super) async fn compacted(&self, messages: Vec<Message>) -> Result<(), StoreError> {
+        self.record(vec![Record::Compacted { messages }], true)
+            .await
+    }
+
     /// A call of the step got further.
     pub(super) async fn call(&self, id: &str, state: CallState) -> Result<(), StoreError> {
         let record = Record::Call {

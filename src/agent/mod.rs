@@ -36,12 +36,14 @@
 //! # }
 //! ```
 
-// Bottom to top, each module importing only those above it: the store
-// and the events; what a resume takes; the journal, the one writer of a
-// run's state; a step's state and its sinks; one call; the agent's
-// settings; the event stream; a run; the agent as a service.
+// The modules bottom to top, each importing only those before it here:
+// the store, the compaction strategies and the events; what a resume
+// takes; the journal, the one writer of a run's state; a step's state and
+// its sinks; one call; the agent's settings; the event stream; a run; the
+// agent as a service (as a tool last).
 mod as_tool;
 mod call;
+pub mod compaction;
 mod cost;
 mod event;
 mod journal;

@@ -25,12 +25,13 @@ use tracing::Instrument;
 
 use crate::model::ModelService;
 use crate::model::{
-    Accumulator, ChatRequest, FinishReason, Message, ModelDelta, Pushed, Reasoning, ReasoningDelta,
-    RunId, ToolCall, Usage,
+    Accumulator, ChatRequest, ContextExceeded, FinishReason, Message, ModelDelta, Pushed,
+    Reasoning, ReasoningDelta, RunId, ToolCall, Usage,
 };
 use crate::{ErrorKind, ToolError, ToolInfo, ToolResult};
 
 use super::call::Call;
+use super::compaction::{check_compaction, estimate_tokens};
 use super::cost::ToolCosts;
 use super::event::{AgentDone, AgentEvent, StopReason};
 use super::journal::{run_error, Counts, Journal};
@@ -62,6 +63,10 @@ pub(super) struct Run<M> {
     /// The last answer was paused by the provider: the next one goes on
     /// with it.
     paused: bool,
+    /// The prompt tokens the last model call reported, and how many
+    /// messages its request carried: what the next request's size is
+    /// estimated from.
+    reported: Option<(u64, usize)>,
 }
 
 /// One model answer, complete.
@@ -143,6 +148,7 @@ where
             failed,
             costs: ToolCosts::default(),
             paused,
+            reported: None,
         };
         AgentStream {
             driver: Some(Box::pin(run.finish(resumed).instrument(span))),
@@ -172,6 +178,7 @@ where
             // A new run is first stored while the model gives its first
             // answer (a tool waits for its own start to be stored); later
             // steps have nothing to store before the answer.
+            self.compact(false).await;
             let journal = Arc::clone(&self.journal);
             let begin = async move { journal.begin().await };
             self.steps += 1;
@@ -345,9 +352,20 @@ where
     /// breaks off with a retryable error after its first delta.
     async fn answer(&mut self) -> Result<Answer, ToolError> {
         let mut retries = self.agent.turn_retries;
+        let mut compacted = false;
         loop {
             match self.model_turn().await {
                 Ok(answer) => return Ok(answer),
+                // Refused for its length: compacted, and asked once more.
+                Err(TurnError {
+                    error,
+                    streamed: false,
+                }) if !compacted && ContextExceeded::is(&error) => {
+                    compacted = true;
+                    if !self.compact(true).await {
+                        return Err(error);
+                    }
+                }
                 Err(TurnError { error, streamed })
                     if streamed && retries > 0 && error.is_retryable() =>
                 {
@@ -363,8 +381,10 @@ where
     /// events; returns its text, its complete tool calls and why it
     /// stopped.
     async fn model_turn(&mut self) -> Result<Answer, TurnError> {
+        let messages = self.journal.messages();
+        let sent = messages.len();
         let request = ChatRequest {
-            messages: self.journal.messages(),
+            messages,
             tools: self.tools.clone(),
             model: self.agent.model_name.clone(),
             extensions: self.extensions.clone(),
@@ -433,6 +453,9 @@ where
                     }
                 }
                 ModelDelta::Usage(used) => {
+                    if used.prompt_tokens > 0 {
+                        self.reported = Some((used.prompt_tokens, sent));
+                    }
                     *self.usage.get_or_insert_with(Usage::default) += used;
                     self.costs.usage(used);
                     continue;
@@ -537,6 +560,74 @@ where
         if let Err(err) = self.journal.messages_added(results).await {
             fail(&self.failed, run_error(err));
         }
+    }
+
+    /// Compacts the history, with the agent's strategy, when the next
+    /// request would pass the context budget (or `forced`: the endpoint
+    /// refused it for its length); whether it did. A strategy that fails,
+    /// or whose history breaks what must stay, leaves it as it is.
+    async fn compact(&mut self, forced: bool) -> bool {
+        let Some(compaction) = self.agent.compaction.clone() else {
+            return false;
+        };
+        let messages = self.journal.messages();
+        // The provider's count where it reported one, plus what was added
+        // since; never less than our own estimate of the whole.
+        let estimate = match self.reported {
+            Some((prompt, sent)) if sent <= messages.len() => {
+                prompt.saturating_add(estimate_tokens(&messages[sent..]))
+            }
+            _ => 0,
+        }
+        .max(estimate_tokens(&messages));
+        if !forced && estimate <= compaction.budget {
+            return false;
+        }
+        let tokens_before = estimate_tokens(&messages);
+        let span = tracing::info_span!(
+            "compact",
+            toolstack.compaction.forced = forced,
+            toolstack.compaction.budget = compaction.budget,
+            toolstack.compaction.tokens_before = tokens_before,
+            toolstack.compaction.tokens_after = tracing::field::Empty,
+            toolstack.compaction.messages_before = messages.len(),
+            toolstack.compaction.messages_after = tracing::field::Empty,
+        );
+        let outcome = compaction
+            .strategy
+            .compact(&messages)
+            .instrument(span.clone())
+            .await;
+        let compacted = match outcome {
+            Ok(Some(compacted)) => compacted,
+            Ok(None) => return false,
+            Err(err) => {
+                tracing::warn!(parent: &span, error = %err, "the history was not compacted; the run goes on with it as it is");
+                return false;
+            }
+        };
+        if let Err(why) = check_compaction(&messages, &compacted) {
+            tracing::warn!(parent: &span, "a compaction was not used: {why}");
+            return false;
+        }
+        let tokens_after = estimate_tokens(&compacted);
+        span.record("toolstack.compaction.tokens_after", tokens_after);
+        span.record("toolstack.compaction.messages_after", compacted.len());
+        let (messages_before, messages_after) = (messages.len(), compacted.len());
+        drop(messages);
+        if let Err(err) = self.journal.compacted(compacted).await {
+            fail(&self.failed, run_error(err));
+        }
+        // Estimated afresh until the next call reports.
+        self.reported = None;
+        let event = AgentEvent::Compacted {
+            messages_before,
+            messages_after,
+            tokens_before,
+            tokens_after,
+        };
+        let _ = self.tx.send(event).await;
+        true
     }
 
     /// Whether a guardrail raised on a call of this run.

@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::model::Prices;
 use crate::Toolbox;
 
+use super::compaction::Compact;
 use super::journal::{Durability, OnStoreError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE};
 use super::store::RunStore;
 
@@ -46,6 +47,23 @@ pub struct Agent<M> {
     pub(super) turn_retries: usize,
     pub(super) durability: Option<Durability>,
     pub(super) prices: Option<Prices>,
+    pub(super) compaction: Option<Compaction>,
+}
+
+/// When and how an agent compacts its history.
+#[derive(Clone)]
+pub(super) struct Compaction {
+    /// The tokens the model's context may hold.
+    pub(super) budget: u64,
+    pub(super) strategy: Arc<dyn Compact>,
+}
+
+impl std::fmt::Debug for Compaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compaction")
+            .field("budget", &self.budget)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<M> Agent<M> {
@@ -65,6 +83,7 @@ impl<M> Agent<M> {
             turn_retries: 0,
             durability: None,
             prices: None,
+            compaction: None,
         }
     }
 
@@ -141,6 +160,26 @@ impl<M> Agent<M> {
         if let Some(durability) = &mut self.durability {
             durability.on_error = then;
         }
+        self
+    }
+
+    /// Compacts the history with `strategy` before a model call whose
+    /// request would pass `context_tokens` — the provider's last reported
+    /// prompt tokens plus an estimate of what was added since — and once
+    /// when the model's endpoint refuses a request for its length
+    /// ([`ContextExceeded`](crate::model::ContextExceeded)), asking again
+    /// once, never in a loop. Each compaction is a record in the run's
+    /// journal (a resumed run goes on from the compacted history), an
+    /// [`AgentEvent::Compacted`](super::AgentEvent::Compacted) and a
+    /// `compact` span. A strategy that fails leaves the history as it was,
+    /// with a warning; one whose result breaks a call from its result, or
+    /// drops the latest user message or a system message, is not used.
+    /// See [`compaction`](super::compaction) for the strategies.
+    pub fn compaction(mut self, context_tokens: u64, strategy: impl Compact) -> Self {
+        self.compaction = Some(Compaction {
+            budget: context_tokens,
+            strategy: Arc::new(strategy),
+        });
         self
     }
 

@@ -400,3 +400,26 @@ mod tests {
         assert_eq!(sum.cache_creation_tokens, 10);
     }
 }
+
+/// Why an endpoint refused a request for its length: the conversation is
+/// longer than the model's context (OpenAI's `context_length_exceeded`,
+/// Anthropic's "prompt is too long"). The source of such a refusal's
+/// [`ToolError`](crate::ToolError): an agent with a compaction policy
+/// compacts its history and asks once more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ContextExceeded;
+
+impl ContextExceeded {
+    /// Whether `err` is such a refusal.
+    pub fn is(err: &crate::ToolError) -> bool {
+        std::error::Error::source(err).is_some_and(|source| source.is::<ContextExceeded>())
+    }
+}
+
+impl std::fmt::Display for ContextExceeded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the conversation is longer than the model's context")
+    }
+}
+
+impl std::error::Error for ContextExceeded {}

@@ -57,7 +57,8 @@ pub use self::anthropic::fuzzing as anthropic_fuzzing;
 #[cfg_attr(docsrs, doc(cfg(feature = "anthropic")))]
 pub use self::anthropic::{AnthropicModel, AnthropicStream, CachePoint, ANTHROPIC_VERSION};
 pub use self::delta::{
-    FinishReason, ModelDelta, Reasoning, ReasoningDelta, ToolCall, ToolCallDelta, Usage,
+    ContextExceeded, FinishReason, ModelDelta, Reasoning, ReasoningDelta, ToolCall, ToolCallDelta,
+    Usage,
 };
 pub use self::message::{ChatRequest, Message, RunId};
 #[cfg(feature = "openai")]

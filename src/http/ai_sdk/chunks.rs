@@ -448,6 +448,18 @@ impl Mapper {
                              "toolCallId": call},
                 }));
             }
+            AgentEvent::Compacted {
+                messages_before,
+                messages_after,
+                tokens_before,
+                tokens_after,
+            } => {
+                push(json!({
+                    "type": "data-compaction",
+                    "data": {"messagesBefore": messages_before, "messagesAfter": messages_after,
+                             "tokensBefore": tokens_before, "tokensAfter": tokens_after},
+                }));
+            }
             AgentEvent::TurnDiscarded { .. } => {
                 self.text = None;
                 self.writing.clear();

@@ -38,6 +38,7 @@
 //! | [`ApprovalDecided`](AgentEvent::ApprovalDecided) by someone other than the caller | `tool-approval-response` |
 //! | [`ToolResult`](AgentEvent::ToolResult) | `tool-output-available` (the structured content, else the text), `tool-output-error` (the error's message), or `tool-output-denied` for a denied call |
 //! | [`TurnDiscarded`](AgentEvent::TurnDiscarded) | `reset-step` (the half-written answer is removed) |
+//! | [`Compacted`](AgentEvent::Compacted) | `data-compaction` with `data` = `{messagesBefore, messagesAfter, tokensBefore, tokensAfter}` |
 //! | [`Error`](AgentEvent::Error) | `error` with the message |
 //! | [`Done`](AgentEvent::Done) | `finish-step`, `finish` with a `finishReason` (`stop`, `length`, `content-filter`, `error`, `other`) and `messageMetadata` = `{usage: {inputTokens, outputTokens}, steps, stop}` |
 //!

@@ -36,7 +36,20 @@ pub(crate) fn status_error(status: u16, retry_after: Option<Duration>, body: &st
         Some(t) => format!("the model endpoint answered {status} ({t}): {detail}"),
         None => format!("the model endpoint answered {status}: {detail}"),
     };
-    with_wait(ToolError::new(kind, message), retry_after)
+    let mut err = ToolError::new(kind, message);
+    if too_long(status, error, &detail) {
+        err = err.with_source(crate::model::ContextExceeded);
+    }
+    with_wait(err, retry_after)
+}
+
+/// Whether a refusal is for the request's length: OpenAI's error code
+/// `context_length_exceeded`, Anthropic's "prompt is too long" (a 400
+/// `invalid_request_error`).
+fn too_long(status: u16, error: Option<&Value>, detail: &str) -> bool {
+    let code = error.and_then(|e| e.get("code")).and_then(Value::as_str);
+    code == Some("context_length_exceeded")
+        || (status == 400 && detail.starts_with("prompt is too long"))
 }
 
 /// The error an endpoint reports in its stream, after a success status (an
@@ -140,4 +153,24 @@ pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
         .and_then(|d| httpdate::parse_http_date(d).ok())
         .unwrap_or_else(SystemTime::now);
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ContextExceeded;
+
+    #[test]
+    fn a_refusal_for_length_is_marked_as_one_by_either_provider() {
+        let openai = r#"{"error": {"message": "This model's maximum context length is 128000 tokens.", "type": "invalid_request_error", "code": "context_length_exceeded"}}"#;
+        let anthropic = r#"{"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long: 210000 tokens > 200000 maximum"}}"#;
+        for body in [openai, anthropic] {
+            let err = status_error(400, None, body);
+            assert!(ContextExceeded::is(&err), "{err}");
+            assert_eq!(err.kind(), ErrorKind::Failed);
+        }
+        let other = r#"{"error": {"message": "bad tool schema", "type": "invalid_request_error"}}"#;
+        assert!(!ContextExceeded::is(&status_error(400, None, other)));
+        assert!(!ContextExceeded::is(&status_error(429, None, "slow down")));
+    }
 }
