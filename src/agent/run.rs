@@ -67,6 +67,11 @@ pub(super) struct Run<M> {
     /// messages its request carried: what the next request's size is
     /// estimated from.
     reported: Option<(u64, usize)>,
+    /// The estimated tokens of the history but its last message, and how
+    /// many messages that is: kept as the history grows (the last one may
+    /// still grow: a paused answer's continuation), so a check costs what
+    /// was added, not the whole history.
+    estimated: (u64, usize),
 }
 
 /// One model answer, complete.
@@ -149,6 +154,7 @@ where
             costs: ToolCosts::default(),
             paused,
             reported: None,
+            estimated: (0, 0),
         };
         AgentStream {
             driver: Some(Box::pin(run.finish(resumed).instrument(span))),
@@ -573,17 +579,17 @@ where
         let messages = self.journal.messages();
         // The provider's count where it reported one, plus what was added
         // since; never less than our own estimate of the whole.
+        let tokens_before = self.estimate(&messages);
         let estimate = match self.reported {
             Some((prompt, sent)) if sent <= messages.len() => {
                 prompt.saturating_add(estimate_tokens(&messages[sent..]))
             }
             _ => 0,
         }
-        .max(estimate_tokens(&messages));
+        .max(tokens_before);
         if !forced && estimate <= compaction.budget {
             return false;
         }
-        let tokens_before = estimate_tokens(&messages);
         let span = tracing::info_span!(
             "compact",
             toolstack.compaction.forced = forced,
@@ -620,6 +626,7 @@ where
         }
         // Estimated afresh until the next call reports.
         self.reported = None;
+        self.estimated = (0, 0);
         let event = AgentEvent::Compacted {
             messages_before,
             messages_after,
@@ -628,6 +635,21 @@ where
         };
         let _ = self.tx.send(event).await;
         true
+    }
+
+    /// The estimated tokens of `messages` (the run's history), adding to
+    /// what was estimated before only what came since.
+    fn estimate(&mut self, messages: &[Message]) -> u64 {
+        let (mut tokens, counted) = self.estimated;
+        let last = messages.len().saturating_sub(1);
+        if counted > last {
+            // Shorter than counted: not the history estimated before.
+            tokens = estimate_tokens(&messages[..last]);
+        } else {
+            tokens += estimate_tokens(&messages[counted..last]);
+        }
+        self.estimated = (tokens, last);
+        tokens + estimate_tokens(&messages[last..])
     }
 
     /// Whether a guardrail raised on a call of this run.
