@@ -120,6 +120,46 @@ pub(super) struct Journal {
     run_id: Arc<str>,
     state: Mutex<Checkpoint>,
     writer: Option<Writer>,
+    /// A session's run: its place among the sessions running in this
+    /// process, given up when the run ends (or the journal is dropped).
+    session: Mutex<Option<SessionGuard>>,
+}
+
+/// The sessions with a run in this process, by the process's id in the
+/// store and the session's id: a second run of one of them is refused
+/// even though the store shows the session held by this very process.
+static SESSIONS: Mutex<Vec<(Arc<str>, Arc<str>)>> = Mutex::new(Vec::new());
+
+/// A session's place in [`SESSIONS`], while its run goes on.
+pub(super) struct SessionGuard {
+    process: Arc<str>,
+    session: Arc<str>,
+}
+
+impl SessionGuard {
+    /// Enters `session` for `process`; `None` when a run of it is going
+    /// on in this process.
+    pub(super) fn enter(process: &Arc<str>, session: &Arc<str>) -> Option<Self> {
+        let mut running = SESSIONS.lock().unwrap_or_else(|p| p.into_inner());
+        if running
+            .iter()
+            .any(|(p, s)| **p == **process && **s == **session)
+        {
+            return None;
+        }
+        running.push((Arc::clone(process), Arc::clone(session)));
+        Some(SessionGuard {
+            process: Arc::clone(process),
+            session: Arc::clone(session),
+        })
+    }
+}
+
+impl Drop for SessionGuard {
+    fn drop(&mut self) {
+        let mut running = SESSIONS.lock().unwrap_or_else(|p| p.into_inner());
+        running.retain(|(p, s)| !(Arc::ptr_eq(p, &self.process) && Arc::ptr_eq(s, &self.session)));
+    }
 }
 
 struct Writer {
@@ -179,6 +219,7 @@ impl Journal {
             run_id,
             state: Mutex::new(state),
             writer,
+            session: Mutex::new(None),
         }
     }
 
@@ -192,27 +233,12 @@ impl Journal {
         run_id: &str,
         max_age: Option<Duration>,
     ) -> Result<Self, ResumeError> {
-        let loaded = tokio::time::timeout(durability.timeout, durability.store.load(run_id))
-            .await
-            .unwrap_or_else(|_| {
-                Err(StoreError::unavailable(format!(
-                    "run {run_id} was not loaded within {:?}",
-                    durability.timeout
-                )))
-            })?;
-        let Some(Stored {
-            checkpoint,
-            version,
-            snapshot_bytes,
-            records,
-            record_bytes,
-            ..
-        }) = loaded
-        else {
+        let Some(stored) = Journal::load(&durability, run_id).await? else {
             return Err(ResumeError::NotFound {
                 run_id: run_id.to_owned(),
             });
         };
+        let checkpoint = &stored.checkpoint;
         if let RunStatus::Done { stop } = checkpoint.status {
             return Err(ResumeError::Finished {
                 run_id: run_id.to_owned(),
@@ -232,10 +258,45 @@ impl Journal {
         if checkpoint.held_by_other(&durability.process, now_ms()) {
             return Err(ResumeError::Held {
                 run_id: run_id.to_owned(),
-                process: checkpoint.holder.map(|holder| holder.process),
+                process: checkpoint.holder.clone().map(|holder| holder.process),
             });
         }
-        let journal = Journal {
+        let journal = Journal::stored(durability, run_id, stored);
+        // Take it: the first process to append at this version holds it.
+        journal
+            .append(vec![Record::Status {
+                status: RunStatus::Running,
+            }])
+            .await?;
+        Ok(journal)
+    }
+
+    /// The stored run `run_id`, within the store's timeout.
+    pub(super) async fn load(
+        durability: &Durability,
+        run_id: &str,
+    ) -> Result<Option<Stored>, StoreError> {
+        tokio::time::timeout(durability.timeout, durability.store.load(run_id))
+            .await
+            .unwrap_or_else(|_| {
+                Err(StoreError::unavailable(format!(
+                    "run {run_id} was not loaded within {:?}",
+                    durability.timeout
+                )))
+            })
+    }
+
+    /// The journal of a stored run, as loaded; nothing appended yet.
+    pub(super) fn stored(durability: Durability, run_id: &str, stored: Stored) -> Self {
+        let Stored {
+            checkpoint,
+            version,
+            snapshot_bytes,
+            records,
+            record_bytes,
+            ..
+        } = stored;
+        Journal {
             run_id: Arc::from(run_id),
             state: Mutex::new(checkpoint),
             writer: Some(Writer {
@@ -246,14 +307,35 @@ impl Journal {
                     records,
                 )),
             }),
+            session: Mutex::new(None),
+        }
+    }
+
+    /// A session's next run: the stored conversation (a run that ended,
+    /// or was left between steps) taken for this process, its counts
+    /// started again, and `messages` added — strictly, in one append at
+    /// the version read, so of two runs taking it at once one fails
+    /// ([`StoreError::Conflict`]). A new session's journal
+    /// ([`fresh`](Self::fresh)) is stored here the same way.
+    pub(super) async fn open_session(
+        &self,
+        messages: Vec<Message>,
+        guard: SessionGuard,
+    ) -> Result<(), StoreError> {
+        let records = match self.writer.as_ref().map(|writer| &writer.written) {
+            Some(written) if written.lock().await.version != Version::NONE => vec![
+                Record::Status {
+                    status: RunStatus::Running,
+                },
+                Counts::default().record(),
+                Record::Messages { messages },
+            ],
+            // A new session: `fresh` put its first records pending.
+            _ => Vec::new(),
         };
-        // Take it: the first process to append at this version holds it.
-        journal
-            .append(vec![Record::Status {
-                status: RunStatus::Running,
-            }])
-            .await?;
-        Ok(journal)
+        self.append(records).await?;
+        *self.session.lock().unwrap_or_else(|p| p.into_inner()) = Some(guard);
+        Ok(())
     }
 
     /// The run's id.
@@ -523,8 +605,15 @@ impl Journal {
     /// The run ended, with these counts.
     pub(super) async fn end(&self, status: RunStatus, counts: Counts) -> Result<(), StoreError> {
         // No snapshot: a run that ended is rarely read again.
-        self.record(vec![counts.record(), Record::Status { status }], false)
-            .await
+        let ended = self
+            .record(vec![counts.record(), Record::Status { status }], false)
+            .await;
+        // A session's next run may begin.
+        self.session
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        ended
     }
 
     /// The run waits for a decision, held by nobody: strictly.

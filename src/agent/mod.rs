@@ -40,7 +40,8 @@
 // the store, the compaction strategies and the events; what a resume
 // takes; the journal, the one writer of a run's state; a step's state and
 // its sinks; one call; the agent's settings; the event stream; a run; the
-// agent as a service (as a tool last).
+// agent as a service; sessions (runs continuing a stored conversation);
+// the agent as a tool last.
 mod as_tool;
 mod call;
 pub mod compaction;
@@ -50,6 +51,7 @@ mod journal;
 mod resume;
 mod run;
 mod service;
+mod session;
 mod settings;
 mod step;
 pub mod store;
@@ -60,5 +62,8 @@ pub use self::event::{AgentDone, AgentEvent, StopReason, ToolCost};
 pub use self::journal::{OnStoreError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE};
 pub use self::resume::{Resume, ResumeError};
 pub use self::service::AgentRequest;
+pub use self::session::{
+    Session, SessionError, DEFAULT_MAX_SESSION_MESSAGES, MAX_SESSION_ID_BYTES,
+};
 pub use self::settings::Agent;
 pub use self::stream::AgentStream;
