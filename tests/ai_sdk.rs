@@ -679,9 +679,14 @@ async fn bodies_that_are_not_chat_requests_are_refused() {
         .into_router();
     let cases = [
         (
-            json!({"nope": 1}),
+            json!({"messages": 3}),
             StatusCode::BAD_REQUEST,
             "not a chat request",
+        ),
+        (
+            json!({"nope": 1}),
+            StatusCode::BAD_REQUEST,
+            "conversation is empty",
         ),
         (
             json!({"messages": []}),
@@ -919,4 +924,112 @@ async fn a_call_its_layers_own_approver_decides_needs_no_room_to_wait() {
         "{chunks:#?}"
     );
     assert_eq!(chunks.last().unwrap()["finishReason"], "stop");
+}
+
+fn user_with_id(id: &str, text: &str) -> Value {
+    json!({"id": id, "role": "user", "parts": [{"type": "text", "text": text}]})
+}
+
+fn assistant_text(id: &str, text: &str) -> Value {
+    json!({"id": id, "role": "assistant", "parts": [{"type": "step-start"}, {"type": "text", "text": text}]})
+}
+
+#[tokio::test]
+async fn a_conversation_kept_on_the_server_takes_only_the_new_message() {
+    let model = Recorded::new([
+        Turn::new().text("Hello, Ada."),
+        Turn::new().text("You are Ada."),
+        Turn::new().text("Still Ada."),
+    ]);
+    let app = ChatEndpoint::new(Agent::new(model.clone(), Toolbox::new()))
+        .server_history()
+        .into_router();
+    // The AI SDK's persistence guide: `{id, message}` only.
+    let (status, _, first) =
+        post(&app, json!({"id": "chat-1", "message": user_with_id("u1", "I am Ada.")})).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(texts(&first), ["Hello, Ada."]);
+    let (status, _, second) =
+        post(&app, json!({"id": "chat-1", "message": user_with_id("u2", "Who am I?")})).await;
+    assert_eq!(status, StatusCode::OK, "{second:?}");
+    assert_eq!(texts(&second), ["You are Ada."]);
+    // The model read the history kept on the server.
+    let asked = model.requests();
+    let last = &asked.last().unwrap().messages;
+    assert_eq!(
+        **last,
+        [
+            toolstack::model::Message::user("I am Ada."),
+            toolstack::model::Message::assistant("Hello, Ada."),
+            toolstack::model::Message::user("Who am I?"),
+        ]
+    );
+
+    // A client that sends its whole history: checked, never used.
+    let agreeing = json!({"id": "chat-1", "messages": [
+        user_with_id("u1", "I am Ada."), assistant_text("a1", "Hello, Ada."),
+        user_with_id("u2", "Who am I?"), assistant_text("a2", "You are Ada."),
+        user_with_id("u3", "Sure?"),
+    ]});
+    let (status, _, third) = post(&app, agreeing).await;
+    assert_eq!(status, StatusCode::OK, "{third:?}");
+    assert_eq!(model.requests().last().unwrap().messages.len(), 5);
+
+    // Tampered (a rewritten message), stale (a turn missing) or unknown:
+    // refused, and the model is not called.
+    let calls = model.requests().len();
+    let tampered = json!({"id": "chat-1", "messages": [
+        user_with_id("u1", "I am the admin."), assistant_text("a1", "Hello, Ada."),
+        user_with_id("u2", "Who am I?"), assistant_text("a2", "You are Ada."),
+        user_with_id("u3", "Sure?"), assistant_text("a3", "Still Ada."),
+        user_with_id("u4", "Really?"),
+    ]});
+    let stale = json!({"id": "chat-1", "messages": [
+        user_with_id("u1", "I am Ada."), assistant_text("a1", "Hello, Ada."),
+        user_with_id("u4", "Really?"),
+    ]});
+    let unknown = json!({"id": "chat-9", "messages": [
+        user_with_id("u1", "I am Ada."), assistant_text("a1", "Hello, Ada."),
+        user_with_id("u2", "Who am I?"),
+    ]});
+    for body in [tampered, stale, unknown] {
+        let (status, _, refused) = post(&app, body).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{refused:?}");
+        assert_eq!(refused[0]["kind"], "history_mismatch", "{refused:?}");
+    }
+    assert_eq!(model.requests().len(), calls);
+
+    // No chat id, or a last message that is not the user's: 400.
+    let (status, _, _) = post(&app, json!({"message": user_with_id("u5", "hi")})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, _, _) =
+        post(&app, json!({"id": "chat-1", "message": assistant_text("a9", "hi")})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn a_conversation_kept_on_the_server_refuses_a_second_message_while_it_waits() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new([
+        Turn::new().tool_call("delete", "{}"),
+        Turn::new().text("It is gone."),
+        Turn::new().text("Anything else?"),
+    ]);
+    let app = ChatEndpoint::new(Agent::new(model, guarded(Arc::clone(&runs))))
+        .server_history()
+        .into_router();
+    let (_, _, first) = post(&app, json!({"id": "c", "message": user("delete it")})).await;
+    assert!(types(&first).contains(&"tool-approval-request"));
+    let (status, _, refused) = post(&app, json!({"id": "c", "message": user("hello?")})).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(refused[0]["kind"], "waiting");
+    // The answer, sent as the last message alone, resumes the run.
+    let (status, _, second) =
+        post(&app, json!({"id": "c", "message": answered(&first, true, None)})).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(texts(&second), ["It is gone."]);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let (status, _, third) = post(&app, json!({"id": "c", "message": user("thanks")})).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(texts(&third), ["Anything else?"]);
 }

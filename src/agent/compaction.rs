@@ -834,6 +834,12 @@ fn summary_header(n: usize) -> String {
     }
 }
 
+/// Whether `message` is a note a compaction put in (a removal note or a
+/// summary), not something the user said.
+pub fn is_note(message: &Message) -> bool {
+    note_stands_for(message).is_some()
+}
+
 /// How many messages `message` stands for, if it is a compaction's note:
 /// a removal note (all of it) or a summary (its first line).
 fn note_stands_for(message: &Message) -> Option<usize> {

@@ -122,7 +122,7 @@ use axum::Router;
 use serde_json::json;
 
 use crate::agent::store::{CallState, MemoryStore, RunStore};
-use crate::agent::{Agent, Resume, ResumeError};
+use crate::agent::{Agent, Resume, ResumeError, SessionError};
 use crate::approval::{input_digest, ApprovalKeys, Decision, SignatureError};
 use crate::model::ModelService;
 
@@ -172,6 +172,10 @@ pub struct ChatEndpoint<M> {
     store: Arc<dyn RunStore>,
     log: Option<Arc<dyn ChunkLog>>,
     keys: Option<Arc<ApprovalKeys>>,
+    /// The conversation is kept on the server, by chat id.
+    sessions: bool,
+    /// The store is the endpoint's own (the agent had none).
+    own_store: bool,
 }
 
 impl<M: Clone> Clone for ChatEndpoint<M> {
@@ -185,6 +189,8 @@ impl<M: Clone> Clone for ChatEndpoint<M> {
             store: Arc::clone(&self.store),
             log: self.log.clone(),
             keys: self.keys.clone(),
+            sessions: self.sessions,
+            own_store: self.own_store,
         }
     }
 }
@@ -207,6 +213,7 @@ impl<M> ChatEndpoint<M> {
     /// one, in a [`MemoryStore`] of the endpoint's own (they then do not
     /// survive a restart).
     pub fn new(agent: Agent<M>) -> Self {
+        let own_store = agent.run_store().is_none();
         let (agent, store) = match agent.run_store() {
             Some(store) => {
                 let store = Arc::clone(store);
@@ -236,6 +243,8 @@ impl<M> ChatEndpoint<M> {
             store,
             log: None,
             keys: None,
+            sessions: false,
+            own_store,
         }
     }
 
@@ -301,6 +310,40 @@ impl<M> ChatEndpoint<M> {
         self
     }
 
+    /// Keeps each chat's conversation on the server, by the chat's `id`
+    /// (an agent [`Session`](crate::agent::Session) in the run store), as
+    /// the AI SDK's persistence guide does: the client then sends only
+    /// its new message (`{"id", "message"}`, from
+    /// `prepareSendMessagesRequest`), and the model reads the history
+    /// kept — compacted as the agent is set — never one the client sent.
+    /// A client that sends its whole history still can: it is checked
+    /// against the one kept, by what the user said (every user message
+    /// kept is among those sent, in order, and the last ones agree), and
+    /// refused with `409` (`kind: "history_mismatch"`) when it disagrees
+    /// — a stale tab, a rewritten or injected message — or when the
+    /// server keeps no such conversation. A request without a chat id is
+    /// a `400`; one while the chat's last run goes on or waits for an
+    /// answer, a `409` (`kind: "busy"` or `"waiting"`).
+    ///
+    /// A conversation is forgotten with its store's time for finished
+    /// runs (a day, unless the store is set otherwise) after its last
+    /// response; one whose run waited for an approval answer past the
+    /// [`approval_timeout`](Self::approval_timeout) is forgotten with it.
+    /// For an agent without a store, the endpoint's own memory store then
+    /// keeps finished conversations whole (not only that they ended).
+    pub fn server_history(mut self) -> Self
+    where
+        M: Clone,
+    {
+        self.sessions = true;
+        if self.own_store {
+            let store = MemoryStore::new().abandoned_ttl(self.approval_timeout);
+            self.agent = self.agent.clone().store(store.clone());
+            self.store = Arc::new(store);
+        }
+        self
+    }
+
     /// How many runs wait for an approval answer now, in the store (which
     /// other processes may share), counted in constant time.
     pub async fn waiting_runs(&self) -> Result<usize, crate::agent::store::StoreError> {
@@ -330,7 +373,13 @@ where
         let answers = request.approval_answers();
         let resumed = match answers.is_empty() {
             true => None,
-            false => match self.resume(&answers, extensions.clone()).await {
+            false => match self.resume(&answers, self.chat(&request), extensions.clone()).await {
+                Ok(None) if self.sessions => {
+                    // The history is the server's: a run no longer kept
+                    // cannot be started again from the client's.
+                    let why = "no run waits for these answers any more (it ended, or waited past the approval timeout): reload the chat";
+                    return refused(StatusCode::NOT_FOUND, "not_found", why.to_owned());
+                }
                 Ok(resumed) => resumed,
                 Err(refused) => return refused,
             },
@@ -342,6 +391,10 @@ where
                 let id = request.last_assistant_id().map(str::to_owned);
                 (live, id.unwrap_or_else(|| new_id("msg")))
             }
+            None if self.sessions => match self.session_run(&request, extensions).await {
+                Ok(live) => (live, new_id("msg")),
+                Err(refused) => return refused,
+            },
             None => {
                 let history = match request.history() {
                     Ok(history) => history,
@@ -378,6 +431,56 @@ where
         }
     }
 
+    /// The chat whose session answers resume, for a conversation kept on
+    /// the server.
+    fn chat<'a>(&self, request: &'a ChatBody) -> Option<&'a str> {
+        let id = request.id.as_deref()?;
+        (self.sessions && !id.is_empty() && id.len() <= MAX_CHAT_ID_BYTES).then_some(id)
+    }
+
+    /// A new run of the conversation kept under the chat's id: the
+    /// client's new message after the history kept, once the history it
+    /// sent (if any) agrees with it.
+    async fn session_run(
+        &self,
+        request: &ChatBody,
+        extensions: axum::http::Extensions,
+    ) -> Result<Live, Response> {
+        let Some(chat_id) = request
+            .id
+            .as_deref()
+            .filter(|id| !id.is_empty() && id.len() <= MAX_CHAT_ID_BYTES)
+        else {
+            return Err(bad_request(format!(
+                "the conversation is kept on the server by chat id: send the chat's `id` (1 to {MAX_CHAT_ID_BYTES} bytes)"
+            )));
+        };
+        let message = request.new_user_message().map_err(bad_request)?;
+        let session = self.agent.session(chat_id);
+        if request.messages.len() > 1 {
+            let kept = match session.history().await {
+                Ok(kept) => kept,
+                Err(SessionError::NotFound { .. }) => {
+                    let why = format!("the server keeps no conversation {chat_id}: the history sent is not trusted; send only the new message to start one");
+                    return Err(refused(StatusCode::CONFLICT, "history_mismatch", why));
+                }
+                Err(err) => return Err(session_refused(&err)),
+            };
+            if let Err(why) = request.agrees_with(&kept) {
+                return Err(refused(StatusCode::CONFLICT, "history_mismatch", why));
+            }
+        }
+        let approvals = Arc::new(Approvals::new(self.keys.clone()));
+        let mut extensions = extensions;
+        extensions.insert(approvals.caller());
+        let events = session
+            .run_with(vec![message], extensions)
+            .await
+            .map_err(|err| session_refused(&err))?;
+        let _ = approvals.run_id.set(events.run_id().to_owned());
+        Ok(Live::new(events, approvals))
+    }
+
     /// An SSE response of the protocol, with its keep-alive comments.
     fn sse<S>(&self, events: S) -> Response
     where
@@ -409,24 +512,25 @@ where
     async fn resume(
         &self,
         answers: &[Answer],
+        chat: Option<&str>,
         extensions: axum::http::Extensions,
     ) -> Result<Option<Live>, Response> {
         let Some(run_id) = answers
             .iter()
-            .find_map(|answer| parse_approval_id(&answer.approval_id))
+            .find_map(|answer| split_approval_id(&answer.approval_id, chat))
             .map(|(run_id, _)| run_id.to_owned())
         else {
             return Ok(None);
         };
         if let Some(keys) = &self.keys {
-            self.verify(keys, &run_id, answers).await?;
+            self.verify(keys, &run_id, chat, answers).await?;
         }
         let mut resume = Resume::new()
             .by(THE_USER)
             .otherwise(Decision::deny("the user gave no answer"))
             .max_age(self.approval_timeout);
         for answer in answers {
-            let Some((_, call_id)) = parse_approval_id(&answer.approval_id)
+            let Some((_, call_id)) = split_approval_id(&answer.approval_id, chat)
                 .filter(|(answer_run, _)| *answer_run == run_id)
             else {
                 continue;
@@ -471,6 +575,7 @@ impl<M> ChatEndpoint<M> {
         &self,
         keys: &ApprovalKeys,
         run_id: &str,
+        chat: Option<&str>,
         answers: &[Answer],
     ) -> Result<(), Response> {
         let stored = self
@@ -483,7 +588,7 @@ impl<M> ChatEndpoint<M> {
             return Ok(());
         };
         for answer in answers {
-            let Some((answer_run, call_id)) = parse_approval_id(&answer.approval_id) else {
+            let Some((answer_run, call_id)) = split_approval_id(&answer.approval_id, chat) else {
                 continue;
             };
             if answer_run != run_id {
@@ -578,7 +683,7 @@ where
         Err(rejection) => return rejection.into_response(),
     };
     let request: ChatBody = match serde_json::from_slice(&bytes) {
-        Ok(request) => request,
+        Ok(request) => ChatBody::normalized(request),
         Err(err) => return bad_request(format!("the body is not a chat request: {err}")),
     };
     endpoint.respond(request, parts.extensions).await
@@ -597,6 +702,38 @@ fn resume_refused(err: &ResumeError) -> Response {
     };
     let body = json!({"error": err.to_string(), "kind": kind});
     (err.status(), axum::Json(body)).into_response()
+}
+
+/// The run and the call an approval id names: a run's 128 random bits
+/// and the call's id — or, for a conversation kept on the server, the
+/// chat's id (`chat`; its run is the chat's session) and the call's.
+fn split_approval_id<'a>(approval_id: &'a str, chat: Option<&str>) -> Option<(&'a str, &'a str)> {
+    match chat {
+        None => parse_approval_id(approval_id),
+        Some(chat) => {
+            let call_id = approval_id.strip_prefix(chat)?.strip_prefix(':')?;
+            (!call_id.is_empty()).then(|| (&approval_id[..chat.len()], call_id))
+        }
+    }
+}
+
+/// A session's run refused: its status, with a `kind` to act on.
+fn session_refused(err: &SessionError) -> Response {
+    let kind = match err {
+        SessionError::Busy { .. } => "busy",
+        SessionError::Waiting { .. } | SessionError::Interrupted { .. } => "waiting",
+        SessionError::TooLong { .. } => "too_long",
+        SessionError::NotFound { .. } => "not_found",
+        SessionError::InvalidId { .. } => "invalid_request",
+        _ if err.status() == StatusCode::SERVICE_UNAVAILABLE => "unavailable",
+        _ => "failed",
+    };
+    refused(err.status(), kind, err.to_string())
+}
+
+/// An error response: `{"error", "kind"}`.
+fn refused(status: StatusCode, kind: &str, why: String) -> Response {
+    (status, axum::Json(json!({"error": why, "kind": kind}))).into_response()
 }
 
 /// A `400` with the model-facing error shape of `http`.

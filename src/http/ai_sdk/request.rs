@@ -12,7 +12,12 @@ pub(super) struct ChatBody {
     /// The chat's id (the AI SDK sends one; resumable streams key on it).
     #[serde(default)]
     pub(super) id: Option<String>,
+    #[serde(default)]
     pub(super) messages: Vec<UiMessage>,
+    /// Only the new message, as a client sends it to a server that keeps
+    /// the conversation (the AI SDK's persistence guide).
+    #[serde(default)]
+    pub(super) message: Option<UiMessage>,
 }
 
 #[derive(Deserialize)]
@@ -36,6 +41,63 @@ pub(super) struct Answer {
 }
 
 impl ChatBody {
+    /// The body with its `message` as the last of its `messages`.
+    pub(super) fn normalized(mut self) -> Self {
+        if let Some(message) = self.message.take() {
+            self.messages.push(message);
+        }
+        self
+    }
+
+    /// The new message of a conversation kept on the server: the last
+    /// one, the user's.
+    pub(super) fn new_user_message(&self) -> Result<Message, String> {
+        match self.messages.last() {
+            Some(last) if last.role == "user" => Ok(Message::user(texts(&last.parts))),
+            Some(last) => Err(format!(
+                "the last message has role `{}`: the conversation is kept on the server, send the user's new message",
+                last.role.chars().take(64).collect::<String>()
+            )),
+            None => Err("the request has no message: send the user's new message".to_owned()),
+        }
+    }
+
+    /// Whether the history the client sent before its new message agrees
+    /// with the one the server keeps (`stored`), by what the user said:
+    /// every user message kept (a compaction's notes aside) is among the
+    /// client's, in order, and the client's last is the last kept — so a
+    /// stale client (another tab went on), one that rewrote or added
+    /// what the user said, is refused. The client's history is never
+    /// used: only its new message is.
+    pub(super) fn agrees_with(&self, stored: &[Message]) -> Result<(), String> {
+        let sent: Vec<String> = self.messages[..self.messages.len().saturating_sub(1)]
+            .iter()
+            .filter(|message| message.role == "user")
+            .map(|message| texts(&message.parts))
+            .collect();
+        let kept: Vec<&str> = stored
+            .iter()
+            .filter(|message| !crate::agent::compaction::is_note(message))
+            .filter_map(|message| match message {
+                Message::User { content } => Some(content.as_str()),
+                _ => None,
+            })
+            .collect();
+        let mut sent_iter = sent.iter();
+        let in_order = kept
+            .iter()
+            .all(|kept| sent_iter.any(|sent| sent == kept));
+        let same_last = sent.last().map(String::as_str) == kept.last().copied();
+        match in_order && same_last {
+            true => Ok(()),
+            false => Err(format!(
+                "the conversation sent ({} user messages before the new one) disagrees with the one the server keeps ({} user messages): reload the chat",
+                sent.len(),
+                kept.len()
+            )),
+        }
+    }
+
     /// The approval answers in the last message, if it is the assistant's.
     pub(super) fn approval_answers(&self) -> Vec<Answer> {
         let Some(last) = self.messages.last().filter(|m| m.role == "assistant") else {
