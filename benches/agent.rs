@@ -829,11 +829,23 @@ fn compaction(quick: bool) {
         ),
         (
             "ElideToolResults::new(4)",
-            long_conversation(&runtime, turns, bytes, budget, Some(ElideToolResults::new(4))),
+            long_conversation(
+                &runtime,
+                turns,
+                bytes,
+                budget,
+                Some(ElideToolResults::new(4)),
+            ),
         ),
         (
             "KeepFirstAndLast::new(4)",
-            long_conversation(&runtime, turns, bytes, budget, Some(KeepFirstAndLast::new(4))),
+            long_conversation(
+                &runtime,
+                turns,
+                bytes,
+                budget,
+                Some(KeepFirstAndLast::new(4)),
+            ),
         ),
     ];
     let without = runs[0].1 .2.max(1);

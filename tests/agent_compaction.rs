@@ -287,3 +287,78 @@ async fn a_run_compacts_again_and_again_keeping_the_question() {
     assert!(done.messages.len() < 20, "{} messages", done.messages.len());
     toolstack::agent::compaction::check(&done.messages).unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_summary_model_that_hangs_is_bounded_and_the_run_goes_on_or_stops_as_set() {
+    use toolstack::agent::compaction::{OnCompactionError, Summarize};
+    for then in [OnCompactionError::Continue, OnCompactionError::Stop] {
+        let hanging = tower::service_fn(|_: ChatRequest| {
+            std::future::ready(Ok::<_, ToolError>(futures_util::stream::pending::<
+                Result<ModelDelta, ToolError>,
+            >()))
+        });
+        let (model, tools) = reading(3, 4096);
+        let agent = Agent::new(model, tools)
+            .max_steps(5)
+            .compaction(
+                1_000,
+                Summarize::new(hanging, 1).timeout(Duration::from_secs(2)),
+            )
+            .compaction_failure(then);
+        let started = tokio::time::Instant::now();
+        let events = run_to_end(agent.run(vec![Message::user("read")])).await;
+        let done = done(&events);
+        assert!(!events
+            .iter()
+            .any(|e| matches!(e, AgentEvent::Compacted { .. })));
+        match then {
+            OnCompactionError::Continue => {
+                assert_eq!(done.stop, StopReason::Finished);
+                // Each call past the budget waited for the summary, no more.
+                assert!(started.elapsed() <= Duration::from_secs(2 * 4));
+            }
+            _ => {
+                assert_eq!(done.stop, StopReason::CompactionFailed);
+                assert_eq!(done.stop.as_str(), "compaction_failed");
+                let error = events.iter().find_map(|e| match e {
+                    AgentEvent::Error(err) => Some(err.message().to_owned()),
+                    _ => None,
+                });
+                assert_eq!(
+                    error.as_deref(),
+                    Some("the history could not be compacted: the summary model did not answer within 2s")
+                );
+                assert_eq!(started.elapsed(), Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_strategy_dropping_the_question_stops_a_run_set_to_stop_with_a_typed_reason() {
+    use toolstack::agent::compaction::OnCompactionError;
+    let (model, tools) = reading(2, 64);
+    let no_question = |messages: &[Message]| {
+        let kept: Vec<Message> = messages
+            .iter()
+            .filter(|m| !matches!(m, Message::User { .. }))
+            .cloned()
+            .collect();
+        Ok((kept.len() < messages.len()).then_some(kept))
+    };
+    let agent = Agent::new(model, tools)
+        .compaction(0, no_question)
+        .compaction_failure(OnCompactionError::Stop);
+    let events = run_to_end(agent.run(vec![Message::user("read")])).await;
+    assert_eq!(done(&events).stop, StopReason::CompactionFailed);
+    let error = events.iter().find_map(|e| match e {
+        AgentEvent::Error(err) => Some(err.message().to_owned()),
+        _ => None,
+    });
+    assert_eq!(
+        error.as_deref(),
+        Some(
+            "the history could not be compacted: the compaction would drop the latest user message"
+        )
+    );
+}

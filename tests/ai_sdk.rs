@@ -945,12 +945,18 @@ async fn a_conversation_kept_on_the_server_takes_only_the_new_message() {
         .server_history()
         .into_router();
     // The AI SDK's persistence guide: `{id, message}` only.
-    let (status, _, first) =
-        post(&app, json!({"id": "chat-1", "message": user_with_id("u1", "I am Ada.")})).await;
+    let (status, _, first) = post(
+        &app,
+        json!({"id": "chat-1", "message": user_with_id("u1", "I am Ada.")}),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(texts(&first), ["Hello, Ada."]);
-    let (status, _, second) =
-        post(&app, json!({"id": "chat-1", "message": user_with_id("u2", "Who am I?")})).await;
+    let (status, _, second) = post(
+        &app,
+        json!({"id": "chat-1", "message": user_with_id("u2", "Who am I?")}),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK, "{second:?}");
     assert_eq!(texts(&second), ["You are Ada."]);
     // The model read the history kept on the server.
@@ -1002,8 +1008,11 @@ async fn a_conversation_kept_on_the_server_takes_only_the_new_message() {
     // No chat id, or a last message that is not the user's: 400.
     let (status, _, _) = post(&app, json!({"message": user_with_id("u5", "hi")})).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    let (status, _, _) =
-        post(&app, json!({"id": "chat-1", "message": assistant_text("a9", "hi")})).await;
+    let (status, _, _) = post(
+        &app,
+        json!({"id": "chat-1", "message": assistant_text("a9", "hi")}),
+    )
+    .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
 
@@ -1024,8 +1033,11 @@ async fn a_conversation_kept_on_the_server_refuses_a_second_message_while_it_wai
     assert_eq!(status, StatusCode::CONFLICT);
     assert_eq!(refused[0]["kind"], "waiting");
     // The answer, sent as the last message alone, resumes the run.
-    let (status, _, second) =
-        post(&app, json!({"id": "c", "message": answered(&first, true, None)})).await;
+    let (status, _, second) = post(
+        &app,
+        json!({"id": "c", "message": answered(&first, true, None)}),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(texts(&second), ["It is gone."]);
     assert_eq!(runs.load(Ordering::SeqCst), 1);

@@ -119,6 +119,23 @@ where
     }
 }
 
+/// What a run does when its history could not be compacted — the
+/// strategy failed (a summary model down or too slow), or its result was
+/// refused (it would drop the latest user message, or break a call from
+/// its result): [`Agent::compaction_failure`](super::Agent::compaction_failure).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum OnCompactionError {
+    /// The run goes on with its history as it is, with a warning on the
+    /// `compact` span (the default): the next model call may be refused
+    /// for its length, which is then tried once more after a compaction.
+    #[default]
+    Continue,
+    /// The run ends ([`StopReason::CompactionFailed`](super::StopReason::CompactionFailed),
+    /// after an [`AgentEvent::Error`](super::AgentEvent::Error) naming why).
+    Stop,
+}
+
 /// Why a history was not compacted.
 #[derive(Debug, Clone)]
 #[non_exhaustive]

@@ -214,6 +214,10 @@ pub enum StopReason {
     /// `toolstack-layers`; the [`AgentEvent::Error`] before names the
     /// limit and what was spent).
     SpendLimit,
+    /// The history could not be compacted and the agent is set to stop
+    /// then ([`OnCompactionError::Stop`](super::compaction::OnCompactionError::Stop);
+    /// the [`AgentEvent::Error`] before says why).
+    CompactionFailed,
 }
 
 impl StopReason {
@@ -230,6 +234,7 @@ impl StopReason {
             StopReason::StoreFailed => "store_failed",
             StopReason::Guardrail => "guardrail",
             StopReason::SpendLimit => "spend_limit",
+            StopReason::CompactionFailed => "compaction_failed",
         }
     }
 }

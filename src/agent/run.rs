@@ -31,7 +31,7 @@ use crate::model::{
 use crate::{ErrorKind, ToolError, ToolInfo, ToolResult};
 
 use super::call::Call;
-use super::compaction::{check_compaction, estimate_tokens};
+use super::compaction::{check_compaction, estimate_tokens, OnCompactionError};
 use super::cost::ToolCosts;
 use super::event::{AgentDone, AgentEvent, StopReason};
 use super::journal::{run_error, Counts, Journal};
@@ -72,6 +72,8 @@ pub(super) struct Run<M> {
     /// still grow: a paused answer's continuation), so a check costs what
     /// was added, not the whole history.
     estimated: (u64, usize),
+    /// The history could not be compacted, and the agent is set to stop.
+    compaction_failed: Option<ToolError>,
 }
 
 /// One model answer, complete.
@@ -155,6 +157,7 @@ where
             paused,
             reported: None,
             estimated: (0, 0),
+            compaction_failed: None,
         };
         AgentStream {
             driver: Some(Box::pin(run.finish(resumed).instrument(span))),
@@ -185,6 +188,10 @@ where
             // answer (a tool waits for its own start to be stored); later
             // steps have nothing to store before the answer.
             self.compact(false).await;
+            if let Some(error) = self.compaction_failed.take() {
+                let _ = self.tx.send(AgentEvent::Error(error)).await;
+                return StopReason::CompactionFailed;
+            }
             let journal = Arc::clone(&self.journal);
             let begin = async move { journal.begin().await };
             self.steps += 1;
@@ -302,7 +309,10 @@ where
         span.record("toolstack.agent.stop", stop.as_str());
         if matches!(
             stop,
-            StopReason::ModelError | StopReason::StoreFailed | StopReason::Guardrail
+            StopReason::ModelError
+                | StopReason::StoreFailed
+                | StopReason::Guardrail
+                | StopReason::CompactionFailed
         ) {
             span.record("error.type", stop.as_str());
             span.record("otel.status_code", "ERROR");
@@ -604,18 +614,33 @@ where
             .compact(&messages)
             .instrument(span.clone())
             .await;
-        let compacted = match outcome {
+        let compacted = match outcome.and_then(|compacted| match compacted {
+            Some(compacted) => check_compaction(&messages, &compacted).map(|()| Some(compacted)),
+            None => Ok(None),
+        }) {
             Ok(Some(compacted)) => compacted,
             Ok(None) => return false,
             Err(err) => {
-                tracing::warn!(parent: &span, error = %err, "the history was not compacted; the run goes on with it as it is");
+                let stop = self.agent.on_compaction_error == OnCompactionError::Stop;
+                match stop {
+                    true => {
+                        tracing::warn!(parent: &span, error = %err, "the history was not compacted; the run stops")
+                    }
+                    false => {
+                        tracing::warn!(parent: &span, error = %err, "the history was not compacted; the run goes on with it as it is")
+                    }
+                }
+                if stop {
+                    let error = ToolError::new(
+                        crate::ErrorKind::Unavailable,
+                        format!("the history could not be compacted: {err}"),
+                    )
+                    .with_source(err);
+                    self.compaction_failed = Some(error);
+                }
                 return false;
             }
         };
-        if let Err(why) = check_compaction(&messages, &compacted) {
-            tracing::warn!(parent: &span, "a compaction was not used: {why}");
-            return false;
-        }
         let tokens_after = estimate_tokens(&compacted);
         span.record("toolstack.compaction.tokens_after", tokens_after);
         span.record("toolstack.compaction.messages_after", compacted.len());

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::model::Prices;
 use crate::Toolbox;
 
-use super::compaction::Compact;
+use super::compaction::{Compact, OnCompactionError};
 use super::journal::{Durability, OnStoreError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE};
 use super::store::RunStore;
 
@@ -48,6 +48,7 @@ pub struct Agent<M> {
     pub(super) durability: Option<Durability>,
     pub(super) prices: Option<Prices>,
     pub(super) compaction: Option<Compaction>,
+    pub(super) on_compaction_error: OnCompactionError,
 }
 
 /// When and how an agent compacts its history.
@@ -84,6 +85,7 @@ impl<M> Agent<M> {
             durability: None,
             prices: None,
             compaction: None,
+            on_compaction_error: OnCompactionError::Continue,
         }
     }
 
@@ -172,14 +174,24 @@ impl<M> Agent<M> {
     /// journal (a resumed run goes on from the compacted history), an
     /// [`AgentEvent::Compacted`](super::AgentEvent::Compacted) and a
     /// `compact` span. A strategy that fails leaves the history as it was,
-    /// with a warning; one whose result breaks a call from its result, or
-    /// drops the latest user message or a system message, is not used.
+    /// with a warning — or stops the run, as
+    /// [`compaction_failure`](Self::compaction_failure) says; so does one
+    /// whose result breaks a call from its result, or drops the latest
+    /// user message or a system message: that result is never used.
     /// See [`compaction`](super::compaction) for the strategies.
     pub fn compaction(mut self, context_tokens: u64, strategy: impl Compact) -> Self {
         self.compaction = Some(Compaction {
             budget: context_tokens,
             strategy: Arc::new(strategy),
         });
+        self
+    }
+
+    /// What a run does when its history could not be compacted: goes on
+    /// with it as it is (the default), or stops
+    /// ([`OnCompactionError`]).
+    pub fn compaction_failure(mut self, then: OnCompactionError) -> Self {
+        self.on_compaction_error = then;
         self
     }
 

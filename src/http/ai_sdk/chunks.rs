@@ -560,7 +560,7 @@ pub(super) fn finish_reason(stop: StopReason) -> &'static str {
         StopReason::Finished => "stop",
         StopReason::Length => "length",
         StopReason::ContentFilter | StopReason::Guardrail => "content-filter",
-        StopReason::ModelError => "error",
+        StopReason::ModelError | StopReason::CompactionFailed => "error",
         // The protocol has no reason for it: `other`, with the limit's
         // message in the `error` chunk before and `spend_limit` as the
         // message metadata's `stop`.

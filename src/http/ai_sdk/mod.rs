@@ -373,7 +373,10 @@ where
         let answers = request.approval_answers();
         let resumed = match answers.is_empty() {
             true => None,
-            false => match self.resume(&answers, self.chat(&request), extensions.clone()).await {
+            false => match self
+                .resume(&answers, self.chat(&request), extensions.clone())
+                .await
+            {
                 Ok(None) if self.sessions => {
                     // The history is the server's: a run no longer kept
                     // cannot be started again from the client's.

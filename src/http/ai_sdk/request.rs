@@ -84,9 +84,7 @@ impl ChatBody {
             })
             .collect();
         let mut sent_iter = sent.iter();
-        let in_order = kept
-            .iter()
-            .all(|kept| sent_iter.any(|sent| sent == kept));
+        let in_order = kept.iter().all(|kept| sent_iter.any(|sent| sent == kept));
         let same_last = sent.last().map(String::as_str) == kept.last().copied();
         match in_order && same_last {
             true => Ok(()),
