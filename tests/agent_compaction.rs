@@ -362,3 +362,99 @@ async fn a_strategy_dropping_the_question_stops_a_run_set_to_stop_with_a_typed_r
         )
     );
 }
+
+/// An output store that refuses everything.
+struct Refusing;
+
+impl toolstack_layers::budget::OutputStore for Refusing {
+    fn put(
+        &self,
+        _: &str,
+        _: toolstack_layers::budget::WholeOutput,
+    ) -> futures_util::future::BoxFuture<'static, Result<(), toolstack_layers::budget::StoreError>>
+    {
+        Box::pin(std::future::ready(Err(
+            toolstack_layers::budget::StoreError::new("the disk is full"),
+        )))
+    }
+
+    fn read(
+        &self,
+        _: &str,
+        _: usize,
+        _: usize,
+    ) -> futures_util::future::BoxFuture<
+        'static,
+        Result<Option<toolstack_layers::budget::Chunk>, toolstack_layers::budget::StoreError>,
+    > {
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
+    fn ttl(&self) -> Duration {
+        Duration::from_secs(60)
+    }
+
+    fn max_output_bytes(&self) -> usize {
+        1 << 20
+    }
+}
+
+#[tokio::test]
+async fn an_elided_result_is_kept_and_its_notice_reads_it_back_or_nothing_is_elided() {
+    use toolstack_layers::budget::{read_tool_result, ElidedOutputs, MemoryStore};
+    let outputs = MemoryStore::new(1 << 20, Duration::from_secs(3600));
+    let (model, tools) = reading(4, 4096);
+    let agent = Agent::new(model, tools.tool(read_tool_result(outputs.clone())))
+        .max_steps(6)
+        .compaction(
+            2_500,
+            ElideToolResults::new(1).keep_in(ElidedOutputs::new(outputs.clone())),
+        );
+    let events = run_to_end(agent.run(vec![Message::user("read")])).await;
+    let done = done(&events);
+    assert_eq!(done.stop, StopReason::Finished);
+    let notice = done
+        .messages
+        .iter()
+        .find_map(|m| match m {
+            Message::Tool { content, .. } if content.starts_with("[elided") => {
+                Some(content.clone())
+            }
+            _ => None,
+        })
+        .expect("an elided result");
+    // `… it is kept: read it with read_tool_result {"handle":"…","offset":0}]`
+    let (_, call) = notice
+        .split_once("read it with read_tool_result ")
+        .unwrap_or_else(|| panic!("{notice}"));
+    let arguments = call.strip_suffix(']').unwrap().to_owned();
+    let reader = read_tool_result(outputs);
+    let stream = tower::ServiceExt::oneshot(
+        reader,
+        toolstack::ToolRequest::new("read_tool_result", arguments),
+    )
+    .await
+    .unwrap();
+    let items: Vec<_> = stream.collect().await;
+    let page = items[0].as_ref().unwrap().model_text().unwrap().to_owned();
+    assert_eq!(page, "x".repeat(4096), "the whole result reads back");
+
+    // A store that cannot keep them: nothing is elided.
+    let (model, tools) = reading(4, 4096);
+    let agent = Agent::new(model, tools).max_steps(6).compaction(
+        2_500,
+        ElideToolResults::new(1).keep_in(ElidedOutputs::new(Refusing)),
+    );
+    let events = run_to_end(agent.run(vec![Message::user("read")])).await;
+    assert!(!events
+        .iter()
+        .any(|e| matches!(e, AgentEvent::Compacted { .. })));
+    assert!(!done_messages_elided(&events));
+}
+
+fn done_messages_elided(events: &[AgentEvent]) -> bool {
+    done(events)
+        .messages
+        .iter()
+        .any(|m| matches!(m, Message::Tool { content, .. } if content.starts_with("[elided")))
+}

@@ -119,6 +119,7 @@
 //! ```
 
 mod cut;
+mod elided;
 mod future;
 mod keep;
 mod layer;
@@ -131,6 +132,7 @@ use std::fmt;
 use std::sync::Arc;
 
 pub use self::cut::{Cut, Kept, KeptOutput};
+pub use self::elided::ElidedOutputs;
 pub use self::future::ResponseFuture;
 pub use self::keep::STORE_TIMEOUT;
 pub use self::layer::BudgetLayer;
