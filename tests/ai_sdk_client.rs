@@ -182,7 +182,26 @@ async fn the_ai_sdk_client_assembles_what_the_endpoint_streams() {
             .into_router()
     };
 
+    // The conversation kept on the server: the model is recorded.
+    let persisted_seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let persisted = {
+        let seen = Arc::clone(&persisted_seen);
+        let model = tower::ServiceBuilder::new()
+            .map_request(move |request: toolstack::model::ChatRequest| {
+                seen.lock().unwrap().push(request.messages.to_vec());
+                request
+            })
+            .service(ScriptedModel::new([
+                Turn::new().text("Hello, Ada."),
+                Turn::new().text("You are Ada."),
+            ]));
+        ChatEndpoint::new(Agent::new(model, Toolbox::new()))
+            .server_history()
+            .into_router()
+    };
+
     let app = axum::Router::new()
+        .nest("/persisted", persisted)
         .nest("/signed", signed)
         .nest(
             "/plain",
@@ -219,6 +238,34 @@ async fn the_ai_sdk_client_assembles_what_the_endpoint_streams() {
     assert!(output.status.success(), "node failed: {stderr}");
     let results: Value = serde_json::from_slice(&output.stdout)
         .unwrap_or_else(|err| panic!("{err}: {}", String::from_utf8_lossy(&output.stdout)));
+
+    // The conversation kept on the server: the client sent only its new
+    // message, the model read the whole conversation, and a tampered
+    // history was refused.
+    let persisted = &results["persisted"];
+    assert_eq!(
+        persisted["finishes"],
+        serde_json::json!([{"finishReason": "stop"}, {"finishReason": "stop"}]),
+        "{persisted}"
+    );
+    let messages = persisted["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 4, "{persisted}");
+    assert_eq!(
+        messages[3]["parts"].as_array().unwrap().last().unwrap()["text"],
+        "You are Ada."
+    );
+    let seen = persisted_seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.last().unwrap(),
+        &vec![
+            toolstack::model::Message::user("I am Ada."),
+            toolstack::model::Message::assistant("Hello, Ada."),
+            toolstack::model::Message::user("Who am I?"),
+        ]
+    );
+    assert_eq!(persisted["refused"]["status"], 409, "{persisted}");
+    assert_eq!(persisted["refused"]["body"]["kind"], "history_mismatch");
+    assert_eq!(seen.len(), 2, "the tampered request reached no model");
 
     // The stream, as `readUIMessageStream` assembled it.
     let stream = &results["stream"];

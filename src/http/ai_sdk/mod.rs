@@ -73,7 +73,9 @@
 //!
 //! # The conversation
 //!
-//! The `messages` become the run's history: `system` and `user` messages
+//! With [`server_history`](ChatEndpoint::server_history), the conversation
+//! is the server's, kept by chat id, and only the client's new message is
+//! read. Otherwise the `messages` become the run's history: `system` and `user` messages
 //! their text parts; an `assistant` message, per step (`step-start`), its
 //! text and tool calls, each answered by its output (`output-available`),
 //! its `errorText`, a denial, or "not run". Other parts (files,
