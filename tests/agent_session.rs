@@ -335,3 +335,109 @@ async fn a_session_refuses_bad_input_with_typed_errors() {
         Err(SessionError::NotKept { .. })
     ));
 }
+
+/// A store whose loads wait for each other once read: two runs read the
+/// same version before either appends.
+struct Together {
+    inner: MemoryStore,
+    loads: Arc<tokio::sync::Barrier>,
+}
+
+impl RunStore for Together {
+    fn load<'a>(
+        &'a self,
+        run_id: &'a str,
+    ) -> futures_util::future::BoxFuture<
+        'a,
+        Result<Option<toolstack::agent::store::Stored>, toolstack::agent::store::StoreError>,
+    > {
+        Box::pin(async move {
+            let loaded = self.inner.load(run_id).await;
+            self.loads.wait().await;
+            loaded
+        })
+    }
+    fn append<'a>(
+        &'a self,
+        append: toolstack::agent::store::Append<'a>,
+    ) -> futures_util::future::BoxFuture<
+        'a,
+        Result<toolstack::agent::store::Version, toolstack::agent::store::StoreError>,
+    > {
+        self.inner.append(append)
+    }
+    fn waiting_count(
+        &self,
+    ) -> futures_util::future::BoxFuture<'_, Result<usize, toolstack::agent::store::StoreError>>
+    {
+        self.inner.waiting_count()
+    }
+    fn expire_waiting(
+        &self,
+        before: u64,
+    ) -> futures_util::future::BoxFuture<'_, Result<usize, toolstack::agent::store::StoreError>>
+    {
+        self.inner.expire_waiting(before)
+    }
+    fn waiting(
+        &self,
+        limit: usize,
+    ) -> futures_util::future::BoxFuture<'_, Result<Vec<String>, toolstack::agent::store::StoreError>>
+    {
+        self.inner.waiting(limit)
+    }
+    fn delete<'a>(
+        &'a self,
+        run_id: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<bool, toolstack::agent::store::StoreError>>
+    {
+        self.inner.delete(run_id)
+    }
+}
+
+#[tokio::test]
+async fn two_processes_taking_one_session_at_the_same_moment_one_is_refused() {
+    let inner = MemoryStore::new();
+    let first = Agent::new(
+        ScriptedModel::new([Turn::new().text("one"), Turn::new().text("two")]),
+        Toolbox::new(),
+    )
+    .store(inner.clone());
+    // The session exists, its last run ended.
+    to_the_end(first.session("s").run(Message::user("hi")).await.unwrap()).await;
+    let loads = Arc::new(tokio::sync::Barrier::new(2));
+    let process = |name: &'static str| {
+        Agent::new(ScriptedModel::new([Turn::new().text(name)]), Toolbox::new())
+            .store(Together {
+                inner: inner.clone(),
+                loads: Arc::clone(&loads),
+            })
+            .process_id(name)
+    };
+    let (a, b) = (process("a"), process("b"));
+    let (sa, sb) = (a.session("s"), b.session("s"));
+    let (ra, rb) = tokio::join!(
+        sa.run(Message::user("from a")),
+        sb.run(Message::user("from b"))
+    );
+    let (won, lost) = match (ra, rb) {
+        (Ok(won), Err(lost)) | (Err(lost), Ok(won)) => (won, lost),
+        (a, b) => panic!("both or neither: {a:?} {b:?}"),
+    };
+    assert!(
+        matches!(&lost, SessionError::Busy { process: None, .. }),
+        "{lost:?}"
+    );
+    assert!(
+        lost.to_string()
+            .contains("taken by another run at the same moment"),
+        "{lost}"
+    );
+    to_the_end(won).await;
+    let history = first.session("s").history().await.unwrap();
+    assert_eq!(
+        history.len(),
+        4,
+        "one run's message and answer, not both: {history:?}"
+    );
+}
