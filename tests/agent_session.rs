@@ -33,7 +33,7 @@ fn stop(events: &[AgentEvent]) -> StopReason {
 fn recording(
     model: ScriptedModel,
     seen: Arc<Mutex<Vec<Vec<Message>>>>,
-) -> impl ModelService + Clone {
+) -> impl ModelService {
     tower::ServiceBuilder::new()
         .map_request(move |request: ChatRequest| {
             seen.lock().unwrap().push(request.messages.to_vec());
@@ -77,12 +77,11 @@ async fn a_session_goes_on_across_runs(store: impl RunStore) {
     let events = to_the_end(second).await;
     assert_eq!(stop(&events), StopReason::Finished);
     // The second run's request: the whole first run, then the question.
-    let seen = seen.lock().unwrap();
-    let last = seen.last().unwrap();
+    let last = seen.lock().unwrap().last().unwrap().clone();
     assert_eq!(last.len(), 6, "{last:?}");
     assert_eq!(last[0], Message::system("Be brief."));
     assert_eq!(last[5], Message::user("What did I ask?"));
-    check(last).unwrap();
+    check(&last).unwrap();
     let history = session.history().await.unwrap();
     assert_eq!(history.len(), 7);
     // Each run counts its own steps.
@@ -140,7 +139,7 @@ async fn a_session_goes_on_across_runs_in_redis() {
 }
 
 /// A model that never answers: a run that stays in its first step.
-fn hanging() -> impl ModelService + Clone {
+fn hanging() -> impl ModelService {
     tower::service_fn(|_: ChatRequest| std::future::pending::<Result<ScriptedStream, ToolError>>())
 }
 type ScriptedStream = <ScriptedModel as tower::Service<ChatRequest>>::Response;
