@@ -37,7 +37,19 @@ pub const MAX_SESSION_ID_BYTES: usize = 256;
 /// compaction ([`Agent::compaction`]) keeps a history well below it.
 pub const DEFAULT_MAX_SESSION_MESSAGES: usize = 10_000;
 
-/// A conversation kept by id across runs; see the [module docs](self).
+/// A conversation kept by id across runs, in the agent's run store: each
+/// run continues the last one's history (as compacted).
+///
+/// A session *is* a stored run, journal and all, under the session's id:
+/// its next run takes it with one append at the version read — its
+/// status running, its counts started again, the new messages added — so
+/// two runs of one session at once are never interleaved: the second is
+/// refused ([`SessionError::Busy`]), in this process or another. While a
+/// run of the session waits for approval, the session waits with it
+/// ([`SessionError::Waiting`]: resume it with [`Agent::resume`], by the
+/// session's id). A session ends with its store's `finished_ttl` (a day
+/// by default) after its last run, or when it is
+/// [deleted](Session::delete).
 ///
 /// ```
 /// use futures_util::StreamExt;
