@@ -42,13 +42,16 @@ pub(super) struct Call {
     pub(super) failed: Failed,
     pub(super) idempotent: bool,
     pub(super) resumed: Option<Arc<Resumed>>,
+    /// Why the call may not run in this step (a tool outside its active
+    /// set): answered with it, never handed to the toolbox.
+    pub(super) refused: Option<ToolError>,
 }
 
 impl Call {
     /// Runs the call from its state; returns its result, as the model
     /// reads it (a stored result as it was: its text, error flag and
     /// images).
-    pub(super) async fn run(self, record: CallRecord) -> Message {
+    pub(super) async fn run(mut self, record: CallRecord) -> Message {
         let CallRecord { call, state } = record;
         let running = {
             let mut step = self.step.lock().unwrap_or_else(|p| p.into_inner());
@@ -98,7 +101,11 @@ impl Call {
                     Some(BindingDecision::new(&call.id, decision.clone(), by))
                 });
             }
-            CallState::Planned => {}
+            CallState::Planned => {
+                if let Some(err) = self.refused.take() {
+                    return self.refused(&call, err).await;
+                }
+            }
             CallState::Started => {}
         }
         match binding {

@@ -121,6 +121,9 @@ pub enum AgentEvent {
     /// call (the guardrail layer of `toolstack-layers` said so); a raise
     /// ends the run ([`StopReason::Guardrail`]).
     GuardrailTriggered(crate::guardrail::GuardrailTriggered),
+    /// The run's typed answer, decoded and final
+    /// ([`Agent::output`](super::Agent::output)); the run ends after it.
+    Output(serde_json::Value),
     /// The model failed; the run ends.
     Error(ToolError),
     /// The run ended.
@@ -145,6 +148,9 @@ pub struct AgentDone {
     /// and, with [`Agent::prices`](super::Agent::prices), their price. A
     /// result no model call read (the run stopped first) has none.
     pub tool_costs: Vec<ToolCost>,
+    /// The typed answer, when the agent asks for one
+    /// ([`Agent::output`](super::Agent::output)) and the run ended with it.
+    pub output: Option<serde_json::Value>,
 }
 
 /// What one tool call's result cost: the tokens it added to the prompt of
@@ -218,6 +224,14 @@ pub enum StopReason {
     /// then ([`OnCompactionError::Stop`](super::compaction::OnCompactionError::Stop);
     /// the [`AgentEvent::Error`] before says why).
     CompactionFailed,
+    /// The typed answer did not decode after the retries the agent allows
+    /// ([`Agent::output_retries`](super::Agent::output_retries); the
+    /// [`AgentEvent::Error`] before names the field).
+    OutputInvalid,
+    /// The step's tool choice or active tools named a tool the caller may
+    /// not use, or required a call when no tool was offered: refused
+    /// before the model call (the [`AgentEvent::Error`] before says which).
+    InvalidToolChoice,
 }
 
 impl StopReason {
@@ -235,6 +249,8 @@ impl StopReason {
             StopReason::Guardrail => "guardrail",
             StopReason::SpendLimit => "spend_limit",
             StopReason::CompactionFailed => "compaction_failed",
+            StopReason::OutputInvalid => "output_invalid",
+            StopReason::InvalidToolChoice => "invalid_tool_choice",
         }
     }
 }

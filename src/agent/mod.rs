@@ -37,17 +37,20 @@
 //! ```
 
 // The modules bottom to top, each importing only those before it here:
-// the store, the compaction strategies and the events; what a resume
+// the store, the compaction strategies, the typed output and the tool
+// choice per step, and the events; what a resume
 // takes; the journal, the one writer of a run's state; a step's state and
 // its sinks; one call; the agent's settings; the event stream; a run; the
 // agent as a service; sessions (runs continuing a stored conversation);
 // the agent as a tool last.
 mod as_tool;
 mod call;
+mod choice;
 pub mod compaction;
 mod cost;
 mod event;
 mod journal;
+mod output;
 mod resume;
 mod run;
 mod service;
@@ -58,6 +61,8 @@ pub mod store;
 mod stream;
 
 pub use self::as_tool::{AgentTool, AgentToolStream};
+pub use self::choice::{StepContext, StepSettings};
+pub use self::output::{partial_json, OutputMode, DEFAULT_OUTPUT_RETRIES, FINAL_ANSWER_TOOL};
 pub use self::event::{AgentDone, AgentEvent, StopReason, ToolCost};
 pub use self::journal::{OnStoreError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE};
 pub use self::resume::{Resume, ResumeError};

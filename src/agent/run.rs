@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 use tower::ServiceExt;
 use tracing::Instrument;
 
-use crate::model::ModelService;
+use crate::model::{ModelService, ToolChoice};
 use crate::model::{
     Accumulator, ChatRequest, ContextExceeded, FinishReason, Message, ModelDelta, Pushed,
     Reasoning, ReasoningDelta, RunId, ToolCall, Usage,
@@ -31,6 +31,8 @@ use crate::model::{
 use crate::{ErrorKind, ToolError, ToolInfo, ToolResult};
 
 use super::call::Call;
+use super::choice::{Step, StepContext, StepSettings};
+use super::output::{Output, OutputMode, FINAL_ANSWER_TOOL};
 use super::compaction::{check_compaction, estimate_tokens, OnCompactionError};
 use super::cost::ToolCosts;
 use super::event::{AgentDone, AgentEvent, StopReason};
@@ -74,6 +76,12 @@ pub(super) struct Run<M> {
     estimated: (u64, usize),
     /// The history could not be compacted, and the agent is set to stop.
     compaction_failed: Option<ToolError>,
+    /// This step's tools, choice and active set.
+    current: Step,
+    /// The typed answer, once decoded.
+    output: Option<serde_json::Value>,
+    /// Typed answers that did not decode so far.
+    output_failures: usize,
 }
 
 /// One model answer, complete.
@@ -145,7 +153,7 @@ where
         let run = Run {
             agent,
             journal: Arc::clone(&journal),
-            tools,
+            tools: Arc::clone(&tools),
             extensions,
             tx,
             step,
@@ -158,6 +166,13 @@ where
             reported: None,
             estimated: (0, 0),
             compaction_failed: None,
+            current: Step {
+                tools: Arc::clone(&tools),
+                choice: ToolChoice::Auto,
+                active: None,
+            },
+            output: None,
+            output_failures: 0,
         };
         AgentStream {
             driver: Some(Box::pin(run.finish(resumed).instrument(span))),
@@ -192,6 +207,10 @@ where
                 let _ = self.tx.send(AgentEvent::Error(error)).await;
                 return StopReason::CompactionFailed;
             }
+            if let Err(error) = self.settle_step() {
+                let _ = self.tx.send(AgentEvent::Error(error)).await;
+                return StopReason::InvalidToolChoice;
+            }
             let journal = Arc::clone(&self.journal);
             let begin = async move { journal.begin().await };
             self.steps += 1;
@@ -202,7 +221,7 @@ where
             let Answer {
                 text,
                 reasoning,
-                calls,
+                mut calls,
                 finish,
             } = match answer {
                 Ok(answer) => answer,
@@ -235,8 +254,14 @@ where
                 )),
                 _ => None,
             };
+            // A call of the final-answer tool ends the run (or is asked
+            // again): no step is planned for the answer that makes one.
+            let gives_answer = self.agent.output.as_ref().is_some_and(|o| {
+                o.mode == OutputMode::Tool && calls.iter().any(|c| c.name == FINAL_ANSWER_TOOL)
+            });
             let over_limit = self.tool_calls + calls.len() > self.agent.max_tool_calls;
-            let runs_tools = !calls.is_empty() && cut_off.is_none() && !over_limit;
+            let runs_tools =
+                !calls.is_empty() && cut_off.is_none() && !over_limit && !gives_answer;
             if runs_tools {
                 self.tool_calls += calls.len();
             }
@@ -268,10 +293,17 @@ where
                 // the history, and asking again lets the model go on.
                 continue;
             }
+            if let Some(output) = self.agent.output.clone() {
+                match self.typed_answer(&output, text_of_last(&self.journal), calls).await {
+                    Typed::Done(stop) => return stop,
+                    Typed::Again => continue,
+                    Typed::Calls(rest) => calls = rest,
+                }
+            }
             if calls.is_empty() {
                 return StopReason::Finished;
             }
-            if over_limit {
+            if over_limit && !gives_answer {
                 let limit = self.agent.max_tool_calls;
                 let err = ToolError::new(
                     ErrorKind::Denied,
@@ -313,6 +345,8 @@ where
                 | StopReason::StoreFailed
                 | StopReason::Guardrail
                 | StopReason::CompactionFailed
+                | StopReason::OutputInvalid
+                | StopReason::InvalidToolChoice
         ) {
             span.record("error.type", stop.as_str());
             span.record("otel.status_code", "ERROR");
@@ -331,6 +365,7 @@ where
             tx,
             costs,
             journal,
+            output,
             ..
         } = self;
         drop(journal);
@@ -340,6 +375,7 @@ where
             steps,
             stop,
             tool_costs: costs.into_costs(),
+            output,
         };
         let _ = tx.send(AgentEvent::Done(done)).await;
     }
@@ -399,12 +435,13 @@ where
     async fn model_turn(&mut self) -> Result<Answer, TurnError> {
         let messages = self.journal.messages();
         let sent = messages.len();
-        let request = ChatRequest {
-            messages,
-            tools: self.tools.clone(),
-            model: self.agent.model_name.clone(),
-            extensions: self.extensions.clone(),
-        };
+        let mut request = ChatRequest::new(Vec::new())
+            .with_tool_choice(self.current.choice.clone())
+            .with_tools(Arc::clone(&self.current.tools));
+        request.messages = messages;
+        request.model = self.agent.model_name.clone();
+        request.extensions = self.extensions.clone();
+        request.output = self.agent.output.as_ref().map(|o| o.schema.clone());
         self.costs.turn_started();
         let answer = self
             .agent
@@ -538,6 +575,7 @@ where
                         .find(|info| info.name() == record.call.name)
                         .is_some_and(|info| info.annotations().is_idempotent()),
                     resumed: resumed.clone(),
+                    refused: self.current.refuses(&record.call.name),
                 };
                 let run = call.run(record);
                 async move {
@@ -555,6 +593,121 @@ where
         let lengths = lengths.into_iter().map(|(_, length)| length);
         self.costs.step_ran(&calls, lengths);
         self.journal.close_step().await;
+    }
+
+    /// This step's tools and choice: the hook's settings over the tools
+    /// the caller may see, checked.
+    fn settle_step(&mut self) -> Result<(), ToolError> {
+        let settings = match &self.agent.prepare_step {
+            Some(hook) => {
+                let messages = self.journal.messages();
+                (hook.0)(&StepContext {
+                    step: self.steps,
+                    messages: &messages,
+                    tools: &self.tools,
+                })
+            }
+            None => StepSettings::new(),
+        };
+        let extra = self.agent.output.as_ref().and_then(Output::tool);
+        self.current = Step::settle(&self.tools, settings, &self.agent.tool_choice, extra.as_ref())?;
+        Ok(())
+    }
+
+    /// The typed answer in a model's answer, when the agent asks for one:
+    /// `text` decoded (natively), or the final-answer call's arguments
+    /// (in [`OutputMode::Tool`]). One that decodes ends the run; one that
+    /// does not goes back to the model with the error (its call answered
+    /// with it, or a message after the text), up to the retries allowed.
+    async fn typed_answer(
+        &mut self,
+        output: &Output,
+        text: Option<String>,
+        calls: Vec<ToolCall>,
+    ) -> Typed {
+        let (answer, calls) = match output.mode {
+            OutputMode::Tool => match calls.iter().position(|c| c.name == FINAL_ANSWER_TOOL) {
+                Some(at) => (Some(calls[at].arguments.clone()), calls),
+                None if calls.is_empty() => (None, calls),
+                None => return Typed::Calls(calls),
+            },
+            _ if !calls.is_empty() => return Typed::Calls(calls),
+            _ => (text, calls),
+        };
+        let decoded = match &answer {
+            Some(answer) => output.decode(answer),
+            None => Err(ToolError::invalid_arguments(format!(
+                "the answer must be given by calling `{FINAL_ANSWER_TOOL}` with it as its arguments"
+            ))),
+        };
+        let failed = decoded.as_ref().err().cloned();
+        if !calls.is_empty() {
+            // Every call of the answer is answered, the final one with
+            // what came of it.
+            let mut results = Vec::with_capacity(calls.len());
+            for call in calls {
+                let result = match (&failed, call.name == FINAL_ANSWER_TOOL) {
+                    (None, true) => {
+                        let mut recorded = ToolResult::default();
+                        recorded.push(crate::ToolOutput::text("the answer was recorded"));
+                        recorded
+                    }
+                    (Some(err), true) => ToolResult::from_error(err.clone()),
+                    (None, false) => ToolResult::from_error(ToolError::cancelled(
+                        "not run: the run ended with the final answer",
+                    )),
+                    (Some(_), false) => ToolResult::from_error(ToolError::cancelled(
+                        "not run: the final answer did not have the required form; give it again",
+                    )),
+                };
+                results.push(Message::tool_result(call.id.clone(), &result));
+                let _ = self
+                    .tx
+                    .send(AgentEvent::ToolResult {
+                        call_id: call.id,
+                        name: call.name,
+                        result,
+                    })
+                    .await;
+            }
+            if let Err(err) = self.journal.messages_added(results).await {
+                fail(&self.failed, run_error(err));
+            }
+        }
+        match decoded {
+            Ok(value) => {
+                let _ = self.tx.send(AgentEvent::Output(value.clone())).await;
+                self.output = Some(value);
+                Typed::Done(StopReason::Finished)
+            }
+            Err(err) if self.output_failures >= output.retries => {
+                let err = ToolError::new(
+                    err.kind(),
+                    format!(
+                        "the answer did not have the required form after {} tries: {}",
+                        self.output_failures + 1,
+                        err.message()
+                    ),
+                );
+                let _ = self.tx.send(AgentEvent::Error(err)).await;
+                Typed::Done(StopReason::OutputInvalid)
+            }
+            Err(err) => {
+                self.output_failures += 1;
+                if answer.is_none() || output.mode == OutputMode::Native {
+                    // The text is in the history; the model reads why it
+                    // is not the answer, then answers again.
+                    let again = Message::user(format!(
+                        "{} Answer again, in the required form.",
+                        err.message()
+                    ));
+                    if let Err(err) = self.journal.messages_added(vec![again]).await {
+                        fail(&self.failed, run_error(err));
+                    }
+                }
+                Typed::Again
+            }
+        }
     }
 
     /// Answers every call of a step that will not run with `err`, so the
@@ -680,5 +833,23 @@ where
     /// Whether a guardrail raised on a call of this run.
     fn guardrail_raised(&self) -> bool {
         self.step.lock().unwrap_or_else(|p| p.into_inner()).raised
+    }
+}
+
+/// What came of an answer, for a run that asks for a typed one.
+enum Typed {
+    /// The run ends.
+    Done(StopReason),
+    /// The model is asked again.
+    Again,
+    /// The answer's calls run as any (no typed answer in it yet).
+    Calls(Vec<ToolCall>),
+}
+
+/// The text of the last assistant message: the answer just given.
+fn text_of_last(journal: &Journal) -> Option<String> {
+    match journal.messages().last() {
+        Some(Message::Assistant { content, .. }) => content.clone(),
+        _ => None,
     }
 }

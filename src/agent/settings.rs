@@ -6,7 +6,10 @@ use std::time::Duration;
 use crate::model::Prices;
 use crate::Toolbox;
 
+use super::choice::{PrepareStep, StepContext, StepSettings};
 use super::compaction::{Compact, OnCompactionError};
+use super::output::{Output, OutputMode};
+use crate::model::ToolChoice;
 use super::journal::{Durability, OnStoreError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE};
 use super::store::RunStore;
 
@@ -49,6 +52,9 @@ pub struct Agent<M> {
     pub(super) prices: Option<Prices>,
     pub(super) compaction: Option<Compaction>,
     pub(super) on_compaction_error: OnCompactionError,
+    pub(super) tool_choice: ToolChoice,
+    pub(super) prepare_step: Option<PrepareStep>,
+    pub(super) output: Option<Output>,
 }
 
 /// When and how an agent compacts its history.
@@ -86,6 +92,9 @@ impl<M> Agent<M> {
             prices: None,
             compaction: None,
             on_compaction_error: OnCompactionError::Continue,
+            tool_choice: ToolChoice::Auto,
+            prepare_step: None,
+            output: None,
         }
     }
 
@@ -192,6 +201,95 @@ impl<M> Agent<M> {
     /// ([`OnCompactionError`]).
     pub fn compaction_failure(mut self, then: OnCompactionError) -> Self {
         self.on_compaction_error = then;
+        self
+    }
+
+    /// Lets, or makes, the model call tools ([`ToolChoice`]: `Auto`, the
+    /// provider's default; `None`; `Required`; one `Tool`) in every step
+    /// of its runs, unless [`prepare_step`](Self::prepare_step) says
+    /// otherwise for a step. A choice naming a tool the caller may not
+    /// see, or requiring a call when no tool is offered, stops the run
+    /// before the model call ([`StopReason::InvalidToolChoice`](super::StopReason::InvalidToolChoice)).
+    pub fn tool_choice(mut self, choice: ToolChoice) -> Self {
+        self.tool_choice = choice;
+        self
+    }
+
+    /// Sets each step's active tools and tool choice from the run so far:
+    /// `hook` is called before every model call with the step's number,
+    /// the history and the tools the caller may see. The model is shown
+    /// only the step's active tools, and a call to another tool is
+    /// answered with a `Denied` error naming the tools it may call now; an
+    /// active tool the caller may not see stops the run before the call.
+    ///
+    /// ```
+    /// use toolstack::agent::{Agent, StepSettings};
+    /// use toolstack::model::{ScriptedModel, ToolChoice};
+    /// use toolstack::Toolbox;
+    ///
+    /// // Look something up first, then answer in words.
+    /// let agent = Agent::new(ScriptedModel::new([]), Toolbox::new()).prepare_step(|step| match step.step {
+    ///     0 => StepSettings::new().active_tools(["search"]).tool_choice(ToolChoice::Required),
+    ///     _ => StepSettings::new().tool_choice(ToolChoice::None),
+    /// });
+    /// # let _ = agent;
+    /// ```
+    pub fn prepare_step<F>(mut self, hook: F) -> Self
+    where
+        F: Fn(&StepContext<'_>) -> StepSettings + Send + Sync + 'static,
+    {
+        self.prepare_step = Some(PrepareStep(std::sync::Arc::new(hook)));
+        self
+    }
+
+    /// Ends each run with a value of type `T`, checked: the request asks
+    /// for it ([`OutputMode::Native`] by default: the provider's
+    /// structured output, the schema derived from `T`), the final answer
+    /// is decoded as `T`, and one that does not decode goes back to the
+    /// model with the error naming the field, up to
+    /// [`output_retries`](Self::output_retries) times; then the run stops
+    /// ([`StopReason::OutputInvalid`](super::StopReason::OutputInvalid)).
+    /// The value is [`AgentEvent::Output`](super::AgentEvent::Output),
+    /// [`AgentDone::output`](super::AgentDone::output), and what
+    /// [`AgentStream::output`](super::AgentStream::output) returns.
+    pub fn output<T>(mut self) -> Self
+    where
+        T: serde::de::DeserializeOwned + schemars::JsonSchema + 'static,
+    {
+        let (mode, retries) = self
+            .output
+            .as_ref()
+            .map_or((OutputMode::Native, super::output::DEFAULT_OUTPUT_RETRIES), |o| {
+                (o.mode, o.retries)
+            });
+        let mut output = Output::of::<T>();
+        output.mode = mode;
+        output.retries = retries;
+        self.output = Some(output);
+        self
+    }
+
+    /// The schema of the typed answer the agent asks for, if it does.
+    pub fn output_schema(&self) -> Option<&crate::model::OutputSchema> {
+        self.output.as_ref().map(|output| &output.schema)
+    }
+
+    /// How the typed answer is asked for ([`OutputMode`]); set after
+    /// [`output`](Self::output).
+    pub fn output_mode(mut self, mode: OutputMode) -> Self {
+        if let Some(output) = &mut self.output {
+            output.mode = mode;
+        }
+        self
+    }
+
+    /// How many times an answer that does not decode goes back to the
+    /// model before the run stops (2 by default); set after
+    /// [`output`](Self::output).
+    pub fn output_retries(mut self, retries: usize) -> Self {
+        if let Some(output) = &mut self.output {
+            output.retries = retries;
+        }
         self
     }
 

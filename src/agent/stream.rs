@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use super::event::AgentEvent;
 use super::journal::Journal;
 use super::resume::ResumeError;
+use crate::ToolError;
 
 /// The event stream of one agent run. Dropping it cancels the run.
 pub struct AgentStream {
@@ -44,6 +45,47 @@ impl AgentStream {
             return Err(ResumeError::NoStore);
         }
         self.journal.suspend().await.map_err(ResumeError::from)
+    }
+}
+
+impl AgentStream {
+    /// Runs to the end and returns the run's typed answer
+    /// ([`Agent::output`](super::Agent::output)) as a `T`; the events are
+    /// dropped. A run that ended without one is an error saying how it
+    /// ended (with the error event's message, when there was one).
+    pub async fn output<T: serde::de::DeserializeOwned>(mut self) -> Result<T, ToolError> {
+        use futures_util::StreamExt;
+        let mut error = None;
+        while let Some(event) = self.next().await {
+            match event {
+                AgentEvent::Error(err) => error = Some(err),
+                AgentEvent::Done(done) => {
+                    return match done.output {
+                        Some(value) => serde_json::from_value(value).map_err(|err| {
+                            ToolError::invalid_arguments(format!(
+                                "the answer does not decode as the type asked for: {err}"
+                            ))
+                        }),
+                        None => Err(match error {
+                            Some(err) => ToolError::new(
+                                err.kind(),
+                                format!(
+                                    "the run ended ({}) without an answer: {}",
+                                    done.stop.as_str(),
+                                    err.message()
+                                ),
+                            ),
+                            None => ToolError::failed(format!(
+                                "the run ended ({}) without an answer",
+                                done.stop.as_str()
+                            )),
+                        }),
+                    };
+                }
+                _ => {}
+            }
+        }
+        Err(ToolError::failed("the run ended without a last event"))
     }
 }
 

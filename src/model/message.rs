@@ -154,6 +154,67 @@ pub struct ChatRequest {
     /// identity (for a per-caller rate limit), options — as in a
     /// [`ToolRequest`](crate::ToolRequest).
     pub extensions: Extensions,
+    /// Which of the tools the model may or must call
+    /// ([`ToolChoice::Auto`], the provider's default, unless set).
+    pub tool_choice: ToolChoice,
+    /// The shape the answer's text must have: a JSON value of this schema
+    /// (the provider's structured output), or `None` for free text.
+    pub output: Option<OutputSchema>,
+}
+
+/// Which tools a model may or must call in one request, as the OpenAI
+/// (`tool_choice`) and Anthropic (`tool_choice`) clients encode it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ToolChoice {
+    /// The model decides (the providers' default).
+    #[default]
+    Auto,
+    /// No tool: the model answers in text.
+    None,
+    /// At least one tool call (OpenAI `required`, Anthropic `any`).
+    Required,
+    /// This tool (OpenAI's named function, Anthropic's `tool`).
+    Tool(Arc<str>),
+}
+
+impl ToolChoice {
+    /// The tool `name`.
+    pub fn tool(name: impl Into<Arc<str>>) -> Self {
+        ToolChoice::Tool(name.into())
+    }
+
+    /// `auto`, `none`, `required`, or `tool:{name}`, as spans record it.
+    pub fn as_str(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            ToolChoice::Auto => "auto".into(),
+            ToolChoice::None => "none".into(),
+            ToolChoice::Required => "required".into(),
+            ToolChoice::Tool(name) => format!("tool:{name}").into(),
+        }
+    }
+}
+
+/// The JSON value an answer must be: a name and a JSON Schema, as a
+/// provider's structured output takes them (the schema as derived, with
+/// [`strict_schema`](crate::info::strict_schema) applied by a client that
+/// needs the strict form).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutputSchema {
+    /// The name (letters, digits, `_` and `-`: OpenAI's rule).
+    pub name: Arc<str>,
+    /// The JSON Schema.
+    pub schema: Arc<serde_json::Value>,
+}
+
+impl OutputSchema {
+    /// The schema of `T`, named `name`.
+    pub fn of<T: schemars::JsonSchema>(name: impl Into<Arc<str>>) -> Self {
+        OutputSchema {
+            name: name.into(),
+            schema: Arc::new(crate::info::schema_for::<T>()),
+        }
+    }
 }
 
 impl ChatRequest {
@@ -168,6 +229,18 @@ impl ChatRequest {
     /// Offers these tools to the model.
     pub fn with_tools(mut self, tools: impl Into<Arc<[ToolInfo]>>) -> Self {
         self.tools = tools.into();
+        self
+    }
+
+    /// Lets, or makes, the model call these tools ([`ToolChoice`]).
+    pub fn with_tool_choice(mut self, choice: ToolChoice) -> Self {
+        self.tool_choice = choice;
+        self
+    }
+
+    /// Asks for an answer that is a JSON value of `output`'s schema.
+    pub fn with_output(mut self, output: OutputSchema) -> Self {
+        self.output = Some(output);
         self
     }
 

@@ -57,7 +57,11 @@ where
 ///   `CLIENT`), with `gen_ai.operation.name = "chat"`,
 ///   `gen_ai.provider.name` when [set](Self::provider),
 ///   `gen_ai.request.model` when known and `gen_ai.request.stream = true`
-///   (every model call here streams); what the answer tells is recorded
+///   (every model call here streams), `gen_ai.output.type = "json"` for a
+///   request asking for a typed answer, `toolstack.request.tool_choice`
+///   (`auto`, `none`, `required`, `tool:{name}`) and
+///   `toolstack.request.tools` (the names of the tools offered,
+///   comma-separated); what the answer tells is recorded
 ///   as it streams (see the [module docs](super#what-a-chat-span-records)).
 ///
 /// The tool's description comes from the request
@@ -167,6 +171,9 @@ impl MakeSpan<ChatRequest> for DefaultMakeSpan {
             gen_ai.request.model = model,
             // Every model call here streams its answer (`ModelDelta`s).
             gen_ai.request.stream = true,
+            gen_ai.output.type = request.output.as_ref().map(|_| "json"),
+            toolstack.request.tool_choice = %request.tool_choice.as_str(),
+            toolstack.request.tools = %ToolNames(&request.tools),
             gen_ai.response.model = tracing::field::Empty,
             gen_ai.response.finish_reasons = tracing::field::Empty,
             gen_ai.response.time_to_first_chunk = tracing::field::Empty,
@@ -180,6 +187,21 @@ impl MakeSpan<ChatRequest> for DefaultMakeSpan {
             gen_ai.input.messages = tracing::field::Empty,
             gen_ai.output.messages = tracing::field::Empty,
         )
+    }
+}
+
+/// The names of the tools a model request offers, comma-separated.
+struct ToolNames<'a>(&'a [toolstack::ToolInfo]);
+
+impl std::fmt::Display for ToolNames<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (at, tool) in self.0.iter().enumerate() {
+            if at > 0 {
+                f.write_str(",")?;
+            }
+            f.write_str(tool.name())?;
+        }
+        Ok(())
     }
 }
 

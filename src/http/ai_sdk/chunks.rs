@@ -266,6 +266,12 @@ pub(super) struct Mapper {
     pub(super) denied: HashSet<String>,
     /// Calls a policy decided, with its reason, until the decision comes.
     pub(super) automatic: HashMap<String, Option<String>>,
+    /// The agent asks for a typed answer: its text streams as the object
+    /// it forms, too (`data-output`).
+    pub(super) typed: bool,
+    /// The text of the open text part, and the object it last formed.
+    pub(super) answer: String,
+    pub(super) formed: Option<Value>,
 }
 
 impl Mapper {
@@ -303,13 +309,29 @@ impl Mapper {
                     Some(id) => id.clone(),
                     None => {
                         self.texts += 1;
+                        self.answer.clear();
                         let id = format!("text-{}", self.texts);
                         push(json!({"type": "text-start", "id": id}));
                         self.text = Some(id.clone());
                         id
                     }
                 };
+                if self.typed {
+                    self.answer.push_str(&delta);
+                }
                 push(json!({"type": "text-delta", "id": id, "delta": delta}));
+                if self.typed {
+                    let formed = crate::agent::partial_json(&self.answer);
+                    if formed.is_some() && formed != self.formed {
+                        push(json!({"type": "data-output", "id": "output",
+                                    "data": {"value": formed, "final": false}}));
+                        self.formed = formed;
+                    }
+                }
+            }
+            AgentEvent::Output(value) => {
+                push(json!({"type": "data-output", "id": "output",
+                            "data": {"value": value, "final": true}}));
             }
             AgentEvent::ToolCallStarted { index, id, name } => {
                 self.model_event(&mut push);

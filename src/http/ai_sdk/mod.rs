@@ -39,6 +39,8 @@
 //! | [`ToolResult`](AgentEvent::ToolResult) | `tool-output-available` (the structured content, else the text), `tool-output-error` (the error's message), or `tool-output-denied` for a denied call |
 //! | [`TurnDiscarded`](AgentEvent::TurnDiscarded) | `reset-step` (the half-written answer is removed) |
 //! | [`Compacted`](AgentEvent::Compacted) | `data-compaction` with `data` = `{messagesBefore, messagesAfter, tokensBefore, tokensAfter}` |
+//! | [`TextDelta`](AgentEvent::TextDelta) of an agent with a typed answer ([`Agent::output`]) | also `data-output` with `id` = `output` (updated in place) and `data` = `{value, final: false}`: the object as it forms |
+//! | [`Output`](AgentEvent::Output) | `data-output` with `data` = `{value, final: true}` |
 //! | [`Error`](AgentEvent::Error) | `error` with the message |
 //! | [`Done`](AgentEvent::Done) | `finish-step`, `finish` with a `finishReason` (`stop`, `length`, `content-filter`, `error`, `other`) and `messageMetadata` = `{usage: {inputTokens, outputTokens}, steps, stop}` |
 //!
@@ -413,6 +415,8 @@ where
                 (Live::new(events, approvals), new_id("msg"))
             }
         };
+        let mut live = live;
+        live.map.typed = self.agent.output_schema().is_some();
         let open = Open {
             live: Some(live),
             out: VecDeque::from([Out::Chunk(

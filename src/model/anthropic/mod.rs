@@ -18,7 +18,7 @@ use serde_json::{json, Map, Value};
 use tower_service::Service;
 
 use super::provider;
-use super::{ChatRequest, Message, ModelDelta, Reasoning};
+use super::{ChatRequest, Message, ModelDelta, Reasoning, ToolChoice};
 use crate::ToolError;
 
 mod events;
@@ -213,6 +213,19 @@ impl AnthropicModel {
                 mark_last(&mut tools);
             }
             body["tools"] = tools.into();
+            match &request.tool_choice {
+                ToolChoice::Auto => {}
+                ToolChoice::None => body["tool_choice"] = json!({"type": "none"}),
+                ToolChoice::Required => body["tool_choice"] = json!({"type": "any"}),
+                ToolChoice::Tool(name) => {
+                    body["tool_choice"] = json!({"type": "tool", "name": &**name})
+                }
+            }
+        }
+        if let Some(output) = &request.output {
+            body["output_config"] = json!({
+                "format": {"type": "json_schema", "schema": crate::strict_schema(&output.schema)},
+            });
         }
         body
     }

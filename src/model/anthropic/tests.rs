@@ -317,3 +317,31 @@ fn a_tool_call_delta_is_the_one_vocabulary_of_both_clients() {
         &ModelDelta::ToolCall(ToolCallDelta::new(0).id("toolu_1").name("get_weather"))
     );
 }
+
+#[test]
+fn the_tool_choice_and_the_typed_answer_are_encoded_as_anthropic_reads_them() {
+    use crate::model::{OutputSchema, ToolChoice};
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    #[allow(dead_code)]
+    struct Forecast {
+        city: String,
+        days: Option<u32>,
+    }
+    let model = AnthropicModel::new("claude-test");
+    let tools = vec![ToolInfo::new("weather"), ToolInfo::new("chart")];
+    let base = ChatRequest::new(vec![Message::user("hi")]).with_tools(tools);
+    let choice =
+        |choice: ToolChoice| model.body(&base.clone().with_tool_choice(choice))["tool_choice"].clone();
+    assert_eq!(choice(ToolChoice::Auto), Value::Null);
+    assert_eq!(choice(ToolChoice::None), json!({"type": "none"}));
+    assert_eq!(choice(ToolChoice::Required), json!({"type": "any"}));
+    assert_eq!(
+        choice(ToolChoice::tool("chart")),
+        json!({"type": "tool", "name": "chart"})
+    );
+    let typed = base.with_output(OutputSchema::of::<Forecast>("Forecast"));
+    let format = &model.body(&typed)["output_config"]["format"];
+    assert_eq!(format["type"], "json_schema");
+    assert_eq!(format["schema"]["additionalProperties"], false);
+    assert_eq!(format["schema"]["properties"]["city"]["type"], "string");
+}

@@ -14,7 +14,7 @@ use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
 use tower_service::Service;
 
-use super::{ChatRequest, Message, ModelDelta};
+use super::{ChatRequest, Message, ModelDelta, ToolChoice};
 use crate::ToolError;
 
 use super::provider;
@@ -109,6 +109,24 @@ impl OpenAiModel {
                 .map(|t| t.to_openai_function(false))
                 .collect();
             body["tools"] = tools.into();
+            match &request.tool_choice {
+                ToolChoice::Auto => {}
+                ToolChoice::None => body["tool_choice"] = "none".into(),
+                ToolChoice::Required => body["tool_choice"] = "required".into(),
+                ToolChoice::Tool(name) => {
+                    body["tool_choice"] = json!({"type": "function", "function": {"name": &**name}})
+                }
+            }
+        }
+        if let Some(output) = &request.output {
+            body["response_format"] = json!({
+                "type": "json_schema",
+                "json_schema": {
+                    "name": &*output.name,
+                    "schema": crate::strict_schema(&output.schema),
+                    "strict": true,
+                },
+            });
         }
         body
     }
@@ -203,6 +221,39 @@ mod tests {
         }
         body.push_str(&format!("data: [DONE]{line_end}{line_end}"));
         body.into_bytes()
+    }
+
+    #[test]
+    fn the_tool_choice_and_the_typed_answer_are_encoded_as_openai_reads_them() {
+        use crate::model::{OutputSchema, ToolChoice};
+        #[derive(serde::Deserialize, schemars::JsonSchema)]
+        #[allow(dead_code)]
+        struct Forecast {
+            city: String,
+            days: Option<u32>,
+        }
+        let model = OpenAiModel::new("http://127.0.0.1:1", "gpt-test");
+        let tools = vec![crate::ToolInfo::new("weather"), crate::ToolInfo::new("chart")];
+        let base = ChatRequest::new(vec![Message::user("hi")]).with_tools(tools);
+        let choice = |choice: ToolChoice| model.body(&base.clone().with_tool_choice(choice))["tool_choice"].clone();
+        assert_eq!(choice(ToolChoice::Auto), Value::Null, "the provider's default: left out");
+        assert_eq!(choice(ToolChoice::None), json!("none"));
+        assert_eq!(choice(ToolChoice::Required), json!("required"));
+        assert_eq!(
+            choice(ToolChoice::tool("chart")),
+            json!({"type": "function", "function": {"name": "chart"}})
+        );
+        // No tools: no choice is sent (the API refuses one).
+        let bare = ChatRequest::new(vec![]).with_tool_choice(ToolChoice::Required);
+        assert_eq!(model.body(&bare).get("tool_choice"), None);
+        let typed = base.with_output(OutputSchema::of::<Forecast>("Forecast"));
+        let format = &model.body(&typed)["response_format"];
+        assert_eq!(format["type"], "json_schema");
+        assert_eq!(format["json_schema"]["name"], "Forecast");
+        assert_eq!(format["json_schema"]["strict"], true);
+        let schema = &format["json_schema"]["schema"];
+        assert_eq!(schema["additionalProperties"], false);
+        assert_eq!(schema["required"], json!(["city", "days"]));
     }
 
     fn fold(bytes: Vec<Vec<u8>>) -> (String, Vec<crate::model::ToolCall>, usize) {
