@@ -30,10 +30,7 @@ fn stop(events: &[AgentEvent]) -> StopReason {
 }
 
 /// The model, recording the history of every request it is sent.
-fn recording(
-    model: ScriptedModel,
-    seen: Arc<Mutex<Vec<Vec<Message>>>>,
-) -> impl ModelService {
+fn recording(model: ScriptedModel, seen: Arc<Mutex<Vec<Vec<Message>>>>) -> impl ModelService {
     tower::ServiceBuilder::new()
         .map_request(move |request: ChatRequest| {
             seen.lock().unwrap().push(request.messages.to_vec());

@@ -1045,3 +1045,39 @@ async fn a_conversation_kept_on_the_server_refuses_a_second_message_while_it_wai
     assert_eq!(status, StatusCode::OK);
     assert_eq!(texts(&third), ["Anything else?"]);
 }
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[allow(dead_code)]
+struct Forecast {
+    city: String,
+    days: u32,
+}
+
+#[tokio::test]
+async fn a_typed_answer_streams_as_the_object_it_forms_then_final() {
+    let model =
+        ScriptedModel::new([Turn::new().text(r#"{"city": "Paris", "days": 3}"#)]).fragment_chars(4);
+    let app =
+        ChatEndpoint::new(Agent::new(model, Toolbox::new()).output::<Forecast>()).into_router();
+    let (status, _, chunks) = post(&app, json!({"messages": [user("forecast?")]})).await;
+    assert_eq!(status, StatusCode::OK);
+    let outputs: Vec<&Value> = chunks
+        .iter()
+        .filter(|c| c["type"] == "data-output")
+        .collect();
+    assert!(outputs.len() > 2, "{outputs:?}");
+    assert!(outputs.iter().all(|c| c["id"] == "output"));
+    // As it forms: never a value the text does not hold yet, never final.
+    assert_eq!(outputs[0]["data"]["final"], false);
+    assert!(
+        outputs
+            .iter()
+            .any(|c| c["data"]["value"] == json!({"city": "Paris"})),
+        "{outputs:?}"
+    );
+    let last = outputs.last().unwrap();
+    assert_eq!(
+        last["data"],
+        json!({"value": {"city": "Paris", "days": 3}, "final": true})
+    );
+}

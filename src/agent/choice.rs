@@ -60,7 +60,9 @@ impl StepSettings {
 
 /// The hook: see [`Agent::prepare_step`](super::Agent::prepare_step).
 #[derive(Clone)]
-pub(super) struct PrepareStep(pub(super) Arc<dyn Fn(&StepContext<'_>) -> StepSettings + Send + Sync>);
+pub(super) struct PrepareStep(
+    pub(super) Arc<dyn Fn(&StepContext<'_>) -> StepSettings + Send + Sync>,
+);
 
 impl std::fmt::Debug for PrepareStep {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

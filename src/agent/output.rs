@@ -59,21 +59,30 @@ impl Output {
     {
         let name: String = T::schema_name()
             .chars()
-            .map(|c| match c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                true => c,
-                false => '_',
-            })
+            .map(
+                |c| match c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    true => c,
+                    false => '_',
+                },
+            )
             .take(64)
             .collect();
         Output {
-            schema: OutputSchema::of::<T>(if name.is_empty() { "output".to_owned() } else { name }),
+            schema: OutputSchema::of::<T>(if name.is_empty() {
+                "output".to_owned()
+            } else {
+                name
+            }),
             mode: OutputMode::Native,
             retries: DEFAULT_OUTPUT_RETRIES,
             decode: Arc::new(|text: &str| {
                 Decode::<T>::decode(&JsonDecoder, text).map_err(|err| {
                     ToolError::new(
                         err.kind(),
-                        format!("the answer does not have the required form: {}", err.message()),
+                        format!(
+                            "the answer does not have the required form: {}",
+                            err.message()
+                        ),
                     )
                 })?;
                 serde_json::from_str(crate::arguments::prepare(text)?)
@@ -174,7 +183,11 @@ pub fn partial_json(text: &str) -> Option<Value> {
         if attempt == 0 {
             // `{"a": 1, "b` or `{"a": "x", "b": tr`: drop the last member.
             let at = candidate.rfind([',', '{', '['])?;
-            let keep = if candidate[at..].starts_with(',') { at } else { at + 1 };
+            let keep = if candidate[at..].starts_with(',') {
+                at
+            } else {
+                at + 1
+            };
             candidate.truncate(keep);
             // The openings after the cut point are gone with it.
             let mut depth: Vec<char> = Vec::new();
@@ -219,14 +232,26 @@ mod tests {
                 let _ = partial_json(&whole[..end]);
             }
         }
-        assert_eq!(partial_json(whole), Some(serde_json::from_str(whole).unwrap()));
-        assert_eq!(partial_json(r#"{"city": "Par"#), Some(json!({"city": "Par"})));
-        assert_eq!(partial_json(r#"{"city": "Paris", "da"#), Some(json!({"city": "Paris"})));
+        assert_eq!(
+            partial_json(whole),
+            Some(serde_json::from_str(whole).unwrap())
+        );
+        assert_eq!(
+            partial_json(r#"{"city": "Par"#),
+            Some(json!({"city": "Par"}))
+        );
+        assert_eq!(
+            partial_json(r#"{"city": "Paris", "da"#),
+            Some(json!({"city": "Paris"}))
+        );
         assert_eq!(
             partial_json(r#"{"city": "Paris", "days": [1, 2"#),
             Some(json!({"city": "Paris", "days": [1, 2]}))
         );
-        assert_eq!(partial_json(r#"{"city": "Paris", "days":"#), Some(json!({"city": "Paris"})));
+        assert_eq!(
+            partial_json(r#"{"city": "Paris", "days":"#),
+            Some(json!({"city": "Paris"}))
+        );
         assert_eq!(partial_json(""), None);
     }
 }

@@ -23,20 +23,20 @@ use tokio::sync::mpsc;
 use tower::ServiceExt;
 use tracing::Instrument;
 
-use crate::model::{ModelService, ToolChoice};
 use crate::model::{
     Accumulator, ChatRequest, ContextExceeded, FinishReason, Message, ModelDelta, Pushed,
     Reasoning, ReasoningDelta, RunId, ToolCall, Usage,
 };
+use crate::model::{ModelService, ToolChoice};
 use crate::{ErrorKind, ToolError, ToolInfo, ToolResult};
 
 use super::call::Call;
 use super::choice::{Step, StepContext, StepSettings};
-use super::output::{Output, OutputMode, FINAL_ANSWER_TOOL};
 use super::compaction::{check_compaction, estimate_tokens, OnCompactionError};
 use super::cost::ToolCosts;
 use super::event::{AgentDone, AgentEvent, StopReason};
 use super::journal::{run_error, Counts, Journal};
+use super::output::{Output, OutputMode, FINAL_ANSWER_TOOL};
 use super::resume::Resumed;
 use super::settings::Agent;
 use super::step::{approval_events, fail, guardrail_events, Failed, StepState};
@@ -260,8 +260,7 @@ where
                 o.mode == OutputMode::Tool && calls.iter().any(|c| c.name == FINAL_ANSWER_TOOL)
             });
             let over_limit = self.tool_calls + calls.len() > self.agent.max_tool_calls;
-            let runs_tools =
-                !calls.is_empty() && cut_off.is_none() && !over_limit && !gives_answer;
+            let runs_tools = !calls.is_empty() && cut_off.is_none() && !over_limit && !gives_answer;
             if runs_tools {
                 self.tool_calls += calls.len();
             }
@@ -294,7 +293,10 @@ where
                 continue;
             }
             if let Some(output) = self.agent.output.clone() {
-                match self.typed_answer(&output, text_of_last(&self.journal), calls).await {
+                match self
+                    .typed_answer(&output, text_of_last(&self.journal), calls)
+                    .await
+                {
                     Typed::Done(stop) => return stop,
                     Typed::Again => continue,
                     Typed::Calls(rest) => calls = rest,
@@ -441,7 +443,12 @@ where
         request.messages = messages;
         request.model = self.agent.model_name.clone();
         request.extensions = self.extensions.clone();
-        request.output = self.agent.output.as_ref().map(|o| o.schema.clone());
+        request.output = self
+            .agent
+            .output
+            .as_ref()
+            .filter(|o| o.mode == OutputMode::Native)
+            .map(|o| o.schema.clone());
         self.costs.turn_started();
         let answer = self
             .agent
@@ -610,7 +617,12 @@ where
             None => StepSettings::new(),
         };
         let extra = self.agent.output.as_ref().and_then(Output::tool);
-        self.current = Step::settle(&self.tools, settings, &self.agent.tool_choice, extra.as_ref())?;
+        self.current = Step::settle(
+            &self.tools,
+            settings,
+            &self.agent.tool_choice,
+            extra.as_ref(),
+        )?;
         Ok(())
     }
 

@@ -8,10 +8,10 @@ use crate::Toolbox;
 
 use super::choice::{PrepareStep, StepContext, StepSettings};
 use super::compaction::{Compact, OnCompactionError};
-use super::output::{Output, OutputMode};
-use crate::model::ToolChoice;
 use super::journal::{Durability, OnStoreError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE};
+use super::output::{Output, OutputMode};
 use super::store::RunStore;
+use crate::model::ToolChoice;
 
 #[cfg(doc)]
 use crate::ToolError;
@@ -256,12 +256,10 @@ impl<M> Agent<M> {
     where
         T: serde::de::DeserializeOwned + schemars::JsonSchema + 'static,
     {
-        let (mode, retries) = self
-            .output
-            .as_ref()
-            .map_or((OutputMode::Native, super::output::DEFAULT_OUTPUT_RETRIES), |o| {
-                (o.mode, o.retries)
-            });
+        let (mode, retries) = self.output.as_ref().map_or(
+            (OutputMode::Native, super::output::DEFAULT_OUTPUT_RETRIES),
+            |o| (o.mode, o.retries),
+        );
         let mut output = Output::of::<T>();
         output.mode = mode;
         output.retries = retries;

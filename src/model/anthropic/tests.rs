@@ -330,8 +330,9 @@ fn the_tool_choice_and_the_typed_answer_are_encoded_as_anthropic_reads_them() {
     let model = AnthropicModel::new("claude-test");
     let tools = vec![ToolInfo::new("weather"), ToolInfo::new("chart")];
     let base = ChatRequest::new(vec![Message::user("hi")]).with_tools(tools);
-    let choice =
-        |choice: ToolChoice| model.body(&base.clone().with_tool_choice(choice))["tool_choice"].clone();
+    let choice = |choice: ToolChoice| {
+        model.body(&base.clone().with_tool_choice(choice))["tool_choice"].clone()
+    };
     assert_eq!(choice(ToolChoice::Auto), Value::Null);
     assert_eq!(choice(ToolChoice::None), json!({"type": "none"}));
     assert_eq!(choice(ToolChoice::Required), json!({"type": "any"}));

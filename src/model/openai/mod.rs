@@ -233,10 +233,19 @@ mod tests {
             days: Option<u32>,
         }
         let model = OpenAiModel::new("http://127.0.0.1:1", "gpt-test");
-        let tools = vec![crate::ToolInfo::new("weather"), crate::ToolInfo::new("chart")];
+        let tools = vec![
+            crate::ToolInfo::new("weather"),
+            crate::ToolInfo::new("chart"),
+        ];
         let base = ChatRequest::new(vec![Message::user("hi")]).with_tools(tools);
-        let choice = |choice: ToolChoice| model.body(&base.clone().with_tool_choice(choice))["tool_choice"].clone();
-        assert_eq!(choice(ToolChoice::Auto), Value::Null, "the provider's default: left out");
+        let choice = |choice: ToolChoice| {
+            model.body(&base.clone().with_tool_choice(choice))["tool_choice"].clone()
+        };
+        assert_eq!(
+            choice(ToolChoice::Auto),
+            Value::Null,
+            "the provider's default: left out"
+        );
         assert_eq!(choice(ToolChoice::None), json!("none"));
         assert_eq!(choice(ToolChoice::Required), json!("required"));
         assert_eq!(

@@ -8,7 +8,8 @@
 //! ```
 //!
 //! * **What is written**: the request's model name, messages and tools
-//!   (name, description, input schema) — what a model is sent, nothing
+//!   (name, description, input schema), its tool choice and typed answer's
+//!   schema when set — what a model is sent, nothing
 //!   else: not its extensions (the caller's identity), and no API key,
 //!   which is not part of a request (the client holds it). Recording sits
 //!   above the HTTP client, so no header is written.
@@ -228,7 +229,8 @@ impl Item {
 }
 
 /// What a request is, as recorded and matched: the model asked for, the
-/// messages, the tools (name, description, input schema).
+/// messages, the tools (name, description, input schema), and the tool
+/// choice and the typed answer's schema when set.
 pub(crate) fn normalised(request: &ChatRequest) -> Value {
     let tools: Vec<Value> = request
         .tools
@@ -241,11 +243,21 @@ pub(crate) fn normalised(request: &ChatRequest) -> Value {
             })
         })
         .collect();
-    serde_json::json!({
+    let mut normalised = serde_json::json!({
         "model": request.model.as_deref(),
         "messages": &*request.messages,
         "tools": tools,
-    })
+    });
+    // Recorded only when set, so that a recording of a request without
+    // them matches as it always did.
+    if request.tool_choice != crate::model::ToolChoice::Auto {
+        normalised["tool_choice"] = request.tool_choice.as_str().into();
+    }
+    if let Some(output) = &request.output {
+        normalised["output"] =
+            serde_json::json!({"name": &*output.name, "schema": &*output.schema});
+    }
+    normalised
 }
 
 /// The digest of a normalised request.
