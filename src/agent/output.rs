@@ -39,8 +39,11 @@ pub(super) struct Output {
     pub(super) schema: OutputSchema,
     pub(super) mode: OutputMode,
     pub(super) retries: usize,
-    decode: Arc<dyn Fn(&str) -> Result<Value, ToolError> + Send + Sync>,
+    decode: Arc<Decoder>,
 }
+
+/// Checks an answer's text against the output's type; its value.
+type Decoder = dyn Fn(&str) -> Result<Value, ToolError> + Send + Sync;
 
 impl std::fmt::Debug for Output {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
