@@ -309,3 +309,26 @@ async fn a_typed_run_recorded_once_replays_offline() {
     assert!(err.message().contains("model_error"), "{err}");
     std::fs::remove_file(&file).ok();
 }
+
+#[tokio::test]
+async fn an_agent_with_a_typed_answer_is_a_tool_answering_with_that_json() {
+    use tower::ServiceExt;
+    let model = ScriptedModel::new([
+        Turn::new().tool_call(FINAL_ANSWER_TOOL, r#"{"city": "Paris", "days": 3}"#)
+    ]);
+    let agent = Agent::new(model, tools())
+        .output::<Forecast>()
+        .output_mode(OutputMode::Tool);
+    let forecaster = toolstack::agent::AgentTool::new("forecaster", "Forecasts.", agent);
+    let result = toolstack::ToolResult::collect(
+        forecaster
+            .oneshot(toolstack::ToolRequest::new("forecaster", "Paris?"))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        result.structured_content(),
+        Some(serde_json::json!({"city": "Paris", "days": 3}))
+    );
+}

@@ -179,6 +179,9 @@ impl Stream for AgentToolStream {
                             "the agent stopped before answering: {:?}",
                             done.stop
                         )))
+                    } else if let Some(value) = done.output {
+                        // A typed answer is the tool's structured output.
+                        Ok(ToolOutput::json(value))
                     } else {
                         let answer = match done.messages.last() {
                             Some(Message::Assistant {
