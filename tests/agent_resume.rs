@@ -324,6 +324,7 @@ fn died_mid_step(run_id: &str, process: &str, until_ms: u64) -> Checkpoint {
             process: process.into(),
             until_ms,
         }),
+        loaded_tools: Vec::new(),
         saved_at_ms: 1,
     }
 }

@@ -12,11 +12,13 @@ use crate::approval::{BindingDecision, DecidedBy, Decision};
 use crate::model::{Message, ToolCall};
 use crate::output::Media;
 use crate::result::{Collecting, Seen};
+use crate::toolbox::ToolSearch;
 use crate::{ErrorKind, ToolError, ToolRequest, ToolResult, Toolbox};
 
 use super::event::AgentEvent;
 use super::journal::{run_error, Journal};
 use super::resume::Resumed;
+use super::search::Searched;
 use super::step::{fail, Failed, StepState};
 use super::store::{CallRecord, CallState};
 
@@ -45,6 +47,16 @@ pub(super) struct Call {
     /// Why the call may not run in this step (a tool outside its active
     /// set): answered with it, never handed to the toolbox.
     pub(super) refused: Option<ToolError>,
+    /// For a call of the search tool: the search it runs.
+    pub(super) search: Option<SearchCall>,
+}
+
+/// A call of [`SEARCH_TOOLS`](super::SEARCH_TOOLS): run by the agent, not
+/// the toolbox.
+pub(super) struct SearchCall {
+    pub(super) search: Arc<ToolSearch>,
+    /// The tools returned when the model does not say.
+    pub(super) limit: usize,
 }
 
 impl Call {
@@ -133,7 +145,10 @@ impl Call {
             );
             return self.refused(&call, err).await;
         }
-        let message = run_tool(&self.toolbox, &call, extensions, &self.tx).await;
+        let message = match &self.search {
+            Some(search) => self.search(&call, search, &extensions).await,
+            None => run_tool(&self.toolbox, &call, extensions, &self.tx).await,
+        };
         drop(running);
         if let Message::Tool {
             content,
@@ -155,6 +170,42 @@ impl Call {
                 .send(AgentEvent::AwaitingApproval { call_ids })
                 .await;
         }
+        message
+    }
+
+    /// A search: the tools it found that were not loaded are loaded —
+    /// recorded before its result, so a resumed run shows them too.
+    async fn search(&self, call: &ToolCall, search: &SearchCall, extensions: &Extensions) -> Message {
+        let Searched { found, result } = super::search::search(
+            &search.search,
+            &call.id,
+            &call.arguments,
+            extensions,
+            search.limit,
+        )
+        .await;
+        let loaded = self.journal.loaded_tools();
+        let names: Vec<String> = found
+            .into_iter()
+            .filter(|name| !loaded.contains(name))
+            .collect();
+        if !names.is_empty() {
+            if let Err(err) = self.journal.tools_loaded(names.clone()).await {
+                fail(&self.failed, run_error(err));
+            }
+            let event = AgentEvent::ToolsLoaded {
+                call_id: call.id.clone(),
+                names,
+            };
+            let _ = self.tx.send(event).await;
+        }
+        let message = Message::tool_result(call.id.clone(), &result);
+        let event = AgentEvent::ToolResult {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            result,
+        };
+        let _ = self.tx.send(event).await;
         message
     }
 

@@ -87,7 +87,7 @@ impl Step {
         visible: &Arc<[ToolInfo]>,
         settings: StepSettings,
         default: &ToolChoice,
-        extra: Option<&ToolInfo>,
+        extra: &[ToolInfo],
     ) -> Result<Step, ToolError> {
         let choice = settings.tool_choice.unwrap_or_else(|| default.clone());
         let (tools, active): (Arc<[ToolInfo]>, _) = match settings.active_tools {
@@ -112,9 +112,15 @@ impl Step {
                 (tools, Some(active))
             }
         };
-        let tools: Arc<[ToolInfo]> = match extra {
-            Some(extra) => tools.iter().cloned().chain([extra.clone()]).collect(),
-            None => tools,
+        // The agent's own tools (the final answer, the search) stay
+        // callable whatever the step's narrowing.
+        let active = active.map(|mut active: HashSet<String>| {
+            active.extend(extra.iter().map(|t| t.name().to_owned()));
+            active
+        });
+        let tools: Arc<[ToolInfo]> = match extra.is_empty() {
+            true => tools,
+            false => tools.iter().chain(extra).cloned().collect(),
         };
         match &choice {
             ToolChoice::Tool(name) if !tools.iter().any(|t| t.name() == &**name) => {

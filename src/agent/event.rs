@@ -117,6 +117,16 @@ pub enum AgentEvent {
         /// After.
         tokens_after: u64,
     },
+    /// A tool search ([`SEARCH_TOOLS`](super::SEARCH_TOOLS)) loaded deferred
+    /// tools: the model is shown them from its next call on, for the rest
+    /// of the run.
+    ToolsLoaded {
+        /// The search's call.
+        call_id: String,
+        /// The tools loaded (those it found that were not loaded before),
+        /// best match first.
+        names: Vec<String>,
+    },
     /// A guardrail refused, redacted or raised on a tool call or a model
     /// call (the guardrail layer of `toolstack-layers` said so); a raise
     /// ends the run ([`StopReason::Guardrail`]).

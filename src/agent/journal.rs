@@ -578,6 +578,18 @@ impl Journal {
             .await
     }
 
+    /// A tool search loaded `names`: stored before the search's result,
+    /// so a resumed run shows the model what it found.
+    pub(super) async fn tools_loaded(&self, names: Vec<String>) -> Result<(), StoreError> {
+        self.record(vec![Record::ToolsLoaded { names }], false)
+            .await
+    }
+
+    /// The deferred tools loaded so far.
+    pub(super) fn loaded_tools(&self) -> Vec<String> {
+        self.state().loaded_tools.clone()
+    }
+
     /// A call of the step got further.
     pub(super) async fn call(&self, id: &str, state: CallState) -> Result<(), StoreError> {
         let record = Record::Call {

@@ -53,6 +53,7 @@ mod journal;
 mod output;
 mod resume;
 mod run;
+mod search;
 mod service;
 mod session;
 mod settings;
@@ -66,6 +67,7 @@ pub use self::event::{AgentDone, AgentEvent, StopReason, ToolCost};
 pub use self::journal::{OnStoreError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE};
 pub use self::output::{partial_json, OutputMode, DEFAULT_OUTPUT_RETRIES, FINAL_ANSWER_TOOL};
 pub use self::resume::{Resume, ResumeError};
+pub use self::search::{LoadedTools, DEFAULT_SEARCH_LIMIT, MAX_SEARCH_LIMIT, SEARCH_TOOLS};
 pub use self::service::AgentRequest;
 pub use self::session::{
     Session, SessionError, DEFAULT_MAX_SESSION_MESSAGES, MAX_SESSION_ID_BYTES,

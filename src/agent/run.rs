@@ -30,7 +30,7 @@ use crate::model::{
 use crate::model::{ModelService, ToolChoice};
 use crate::{ErrorKind, ToolError, ToolInfo, ToolResult};
 
-use super::call::Call;
+use super::call::{Call, SearchCall};
 use super::choice::{Step, StepContext, StepSettings};
 use super::compaction::{check_compaction, estimate_tokens, OnCompactionError};
 use super::cost::ToolCosts;
@@ -38,6 +38,7 @@ use super::event::{AgentDone, AgentEvent, StopReason};
 use super::journal::{run_error, Counts, Journal};
 use super::output::{Output, OutputMode, FINAL_ANSWER_TOOL};
 use super::resume::Resumed;
+use super::search::{search_tool_info, LoadedTools, SEARCH_TOOLS};
 use super::settings::Agent;
 use super::step::{approval_events, fail, guardrail_events, Failed, StepState};
 use super::store::{CallState, RunStatus};
@@ -49,8 +50,13 @@ pub(super) struct Run<M> {
     agent: Agent<M>,
     /// The run's state, and its one writer.
     journal: Arc<Journal>,
-    /// The tools this caller may see, as the model is shown them.
+    /// The tools this caller may see, deferred ones included.
+    visible: Arc<[ToolInfo]>,
+    /// The tools the model is shown: those visible, but the deferred ones
+    /// a search has not loaded.
     tools: Arc<[ToolInfo]>,
+    /// The deferred tools loaded so far, when the toolbox has any.
+    loaded: Option<Arc<[String]>>,
     extensions: Extensions,
     tx: mpsc::Sender<AgentEvent>,
     /// The step's calls in flight and those waiting for approval.
@@ -127,7 +133,11 @@ where
         // A binding decision is the run's to give, per call: none comes in
         // with the caller (an agent run as a tool would pass its own on).
         extensions.remove::<crate::approval::BindingDecision>();
-        let tools: Arc<[ToolInfo]> = agent.toolbox.infos_for(&extensions).cloned().collect();
+        let visible: Arc<[ToolInfo]> = agent.toolbox.infos_for(&extensions).cloned().collect();
+        let loaded = agent
+            .tool_search()
+            .map(|_| Arc::from(journal.loaded_tools()));
+        let tools = shown(&agent, &visible, loaded.as_deref());
         let step = Arc::new(std::sync::Mutex::new(StepState::default()));
         let failed = Failed::default();
         // An approval layer below the tools tells the run what it asks and
@@ -153,7 +163,9 @@ where
         let run = Run {
             agent,
             journal: Arc::clone(&journal),
+            visible,
             tools: Arc::clone(&tools),
+            loaded,
             extensions,
             tx,
             step,
@@ -443,6 +455,11 @@ where
         request.messages = messages;
         request.model = self.agent.model_name.clone();
         request.extensions = self.extensions.clone();
+        if let Some(loaded) = &self.loaded {
+            request
+                .extensions
+                .insert(LoadedTools(Arc::clone(loaded)));
+        }
         request.output = self
             .agent
             .output
@@ -567,8 +584,28 @@ where
         // A call that ends frees its slot at once (the results are put in
         // call order after), so a call waiting for a person holds one
         // slot, not the calls after it.
+        // Why each call may not run (outside the step's tools, or a
+        // deferred tool not loaded), and which are searches.
+        let records: Vec<_> = records
+            .into_iter()
+            .map(|record| {
+                let name = &record.call.name;
+                let refused = self
+                    .current
+                    .refuses(name)
+                    .or_else(|| self.not_loaded(name));
+                let search = match name == SEARCH_TOOLS {
+                    true => self.agent.tool_search().map(|search| SearchCall {
+                        search: Arc::clone(search),
+                        limit: self.agent.search_limit,
+                    }),
+                    false => None,
+                };
+                (record, refused, search)
+            })
+            .collect();
         let mut lengths: Vec<(usize, usize)> = stream::iter(records.into_iter().enumerate())
-            .map(|(at, record)| {
+            .map(|(at, (record, refused, search))| {
                 let call = Call {
                     toolbox: self.agent.toolbox.clone(),
                     tx: self.tx.clone(),
@@ -576,13 +613,15 @@ where
                     step: Arc::clone(&self.step),
                     journal: Arc::clone(&self.journal),
                     failed: Arc::clone(&self.failed),
-                    idempotent: self
-                        .tools
-                        .iter()
-                        .find(|info| info.name() == record.call.name)
-                        .is_some_and(|info| info.annotations().is_idempotent()),
+                    idempotent: search.is_some()
+                        || self
+                            .visible
+                            .iter()
+                            .find(|info| info.name() == record.call.name)
+                            .is_some_and(|info| info.annotations().is_idempotent()),
                     resumed: resumed.clone(),
-                    refused: self.current.refuses(&record.call.name),
+                    refused,
+                    search,
                 };
                 let run = call.run(record);
                 async move {
@@ -600,6 +639,39 @@ where
         let lengths = lengths.into_iter().map(|(_, length)| length);
         self.costs.step_ran(&calls, lengths);
         self.journal.close_step().await;
+        self.tools_loaded();
+    }
+
+    /// The tools a search loaded in the step just run join those the
+    /// model is shown.
+    fn tools_loaded(&mut self) {
+        let Some(loaded) = &self.loaded else {
+            return;
+        };
+        let now = self.journal.loaded_tools();
+        if now.len() != loaded.len() {
+            let now: Arc<[String]> = Arc::from(now);
+            self.tools = shown(&self.agent, &self.visible, Some(&now));
+            self.loaded = Some(now);
+        }
+    }
+
+    /// Why a call of `name` is not run: a deferred tool the caller may
+    /// see, not loaded by a search yet.
+    fn not_loaded(&self, name: &str) -> Option<ToolError> {
+        self.loaded.as_ref()?;
+        let hidden = self.agent.toolbox.is_deferred(name)
+            && !self.tools.iter().any(|t| t.name() == name)
+            && self.visible.iter().any(|t| t.name() == name);
+        hidden.then(|| {
+            ToolError::new(
+                ErrorKind::NotFound,
+                format!(
+                    "not run: the tool `{}` is not loaded yet; call `{SEARCH_TOOLS}` with what you need it for, then call the tool it finds",
+                    name.chars().take(64).collect::<String>()
+                ),
+            )
+        })
     }
 
     /// This step's tools and choice: the hook's settings over the tools
@@ -616,13 +688,12 @@ where
             }
             None => StepSettings::new(),
         };
-        let extra = self.agent.output.as_ref().and_then(Output::tool);
-        self.current = Step::settle(
-            &self.tools,
-            settings,
-            &self.agent.tool_choice,
-            extra.as_ref(),
-        )?;
+        let mut extra: Vec<ToolInfo> = self.agent.output.as_ref().and_then(Output::tool).into_iter().collect();
+        let unloaded = self.visible.len() - self.tools.len();
+        if self.loaded.is_some() && unloaded > 0 {
+            extra.push(search_tool_info(unloaded));
+        }
+        self.current = Step::settle(&self.tools, settings, &self.agent.tool_choice, &extra)?;
         Ok(())
     }
 
@@ -864,4 +935,20 @@ fn text_of_last(journal: &Journal) -> Option<String> {
         Some(Message::Assistant { content, .. }) => content.clone(),
         _ => None,
     }
+}
+
+/// The tools the model is shown: every one the caller may see, but the
+/// deferred ones not `loaded` (all of them, for an agent whose toolbox
+/// defers none).
+fn shown<M>(agent: &Agent<M>, visible: &Arc<[ToolInfo]>, loaded: Option<&[String]>) -> Arc<[ToolInfo]> {
+    let Some(loaded) = loaded else {
+        return Arc::clone(visible);
+    };
+    visible
+        .iter()
+        .filter(|info| {
+            !agent.toolbox.is_deferred(info.name()) || loaded.iter().any(|l| l == info.name())
+        })
+        .cloned()
+        .collect()
 }

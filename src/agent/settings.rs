@@ -1,15 +1,17 @@
 //! [`Agent`](super::Agent): a model, a toolbox and the settings of their runs.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::model::Prices;
+use crate::toolbox::ToolSearch;
 use crate::Toolbox;
 
 use super::choice::{PrepareStep, StepContext, StepSettings};
 use super::compaction::{Compact, OnCompactionError};
 use super::journal::{Durability, OnStoreError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE};
 use super::output::{Output, OutputMode};
+use super::search::DEFAULT_SEARCH_LIMIT;
 use super::store::RunStore;
 use crate::model::ToolChoice;
 
@@ -55,6 +57,10 @@ pub struct Agent<M> {
     pub(super) tool_choice: ToolChoice,
     pub(super) prepare_step: Option<PrepareStep>,
     pub(super) output: Option<Output>,
+    /// The search over the toolbox's deferred tools, built at the first
+    /// run that needs it (shared by the agent's clones).
+    pub(super) search: Arc<OnceLock<Option<Arc<ToolSearch>>>>,
+    pub(super) search_limit: usize,
 }
 
 /// When and how an agent compacts its history.
@@ -95,7 +101,29 @@ impl<M> Agent<M> {
             tool_choice: ToolChoice::Auto,
             prepare_step: None,
             output: None,
+            search: Arc::default(),
+            search_limit: DEFAULT_SEARCH_LIMIT,
         }
+    }
+
+    /// How many tools a [tool search](crate::Toolbox::deferred) returns
+    /// when the model does not say: 5 by default, 1 to
+    /// [`MAX_SEARCH_LIMIT`](super::MAX_SEARCH_LIMIT) (a value outside is
+    /// brought inside).
+    pub fn tool_search_limit(mut self, limit: usize) -> Self {
+        self.search_limit = limit.clamp(1, super::MAX_SEARCH_LIMIT);
+        self
+    }
+
+    /// The search over the toolbox's deferred tools, if it has any.
+    pub(super) fn tool_search(&self) -> Option<&Arc<ToolSearch>> {
+        self.search
+            .get_or_init(|| {
+                self.toolbox
+                    .has_deferred()
+                    .then(|| Arc::new(ToolSearch::new(&self.toolbox)))
+            })
+            .as_ref()
     }
 
     /// Prices each tool call's result ([`AgentDone::tool_costs`]): the

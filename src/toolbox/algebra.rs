@@ -173,6 +173,7 @@ impl Toolbox {
                     .tool
                     .renamed(Arc::new(renamed(entry.tool.info(), name))),
                 origins: entry.origins,
+                deferred: entry.deferred,
             });
         }
         self.inner = Arc::new(prefixed);

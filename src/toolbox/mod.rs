@@ -15,6 +15,7 @@
 //! | [`rename(from, to)`](Toolbox::rename) | one tool under a new name |
 //! | [`filter(predicate)`](Toolbox::filter) | the tools whose description passes |
 //! | [`layer(layer)`](Toolbox::layer) | every tool in it wrapped in `layer` (per tool: [`layered`](Toolbox::layered)) |
+//! | [`deferred()`](Toolbox::deferred) | the same tools, kept out of a model's view until a [search](ToolSearch) finds them |
 //!
 //! A toolbox is not itself a described tool — it has no one [`ToolInfo`],
 //! and it dispatches by the request's name — so a toolbox goes inside
@@ -106,11 +107,13 @@ mod algebra;
 mod dispatch;
 mod error;
 mod names;
+mod search;
 
 use error::Clash;
 pub use error::{DuplicateTool, ToolboxError, ToolboxErrorKind};
 use names::NameRepair;
 pub use names::{MAX_NAME_CHARS, QUOTED_NAME_CHARS};
+pub use search::{ToolSearch, MAX_QUERY_CHARS};
 
 const LINEAR_LOOKUP_MAX: usize = 16;
 
@@ -158,6 +161,9 @@ struct Entry {
     // tool added here, or brought from toolboxes without resolvers, so
     // that a flat toolbox checks nothing more than before.
     origins: Option<Arc<[Origin]>>,
+    /// Kept out of the model's view until a search finds it (see
+    /// [`Toolbox::deferred`]).
+    deferred: bool,
 }
 
 #[derive(Clone)]
@@ -193,6 +199,7 @@ impl Entry {
         Entry {
             tool: self.tool,
             origins: Some(origins),
+            deferred: self.deferred,
         }
     }
 }
@@ -296,6 +303,7 @@ impl Toolbox {
         Arc::make_mut(&mut self.inner).push(Entry {
             tool,
             origins: None,
+            deferred: false,
         });
         Ok(())
     }

@@ -61,7 +61,9 @@ where
 ///   request asking for a typed answer, `toolstack.request.tool_choice`
 ///   (`auto`, `none`, `required`, `tool:{name}`) and
 ///   `toolstack.request.tools` (the names of the tools offered,
-///   comma-separated); what the answer tells is recorded
+///   comma-separated) and, for an agent whose toolbox has deferred tools,
+///   `toolstack.request.tools_loaded` (those a tool search has loaded so
+///   far, comma-separated; empty before any); what the answer tells is recorded
 ///   as it streams (see the [module docs](super#what-a-chat-span-records)).
 ///
 /// The tool's description comes from the request
@@ -174,6 +176,10 @@ impl MakeSpan<ChatRequest> for DefaultMakeSpan {
             gen_ai.output.type = request.output.as_ref().map(|_| "json"),
             toolstack.request.tool_choice = %request.tool_choice.as_str(),
             toolstack.request.tools = %ToolNames(&request.tools),
+            toolstack.request.tools_loaded = request
+                .extensions
+                .get::<toolstack::agent::LoadedTools>()
+                .map(|loaded| tracing::field::display(loaded.0.join(","))),
             gen_ai.response.model = tracing::field::Empty,
             gen_ai.response.finish_reasons = tracing::field::Empty,
             gen_ai.response.time_to_first_chunk = tracing::field::Empty,

@@ -45,6 +45,10 @@ pub struct Checkpoint {
     pub holder: Option<Holder>,
     /// When it was written, in milliseconds since the Unix epoch.
     pub saved_at_ms: u64,
+    /// The deferred tools a tool search loaded, in the order they were
+    /// loaded: the model is shown them for the rest of the run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loaded_tools: Vec<String>,
 }
 
 /// Where a run is.
@@ -259,6 +263,7 @@ mod tests {
             steps: 1,
             tool_calls: 1,
             holder: None,
+            loaded_tools: Vec::new(),
             saved_at_ms: 5,
         }
     }

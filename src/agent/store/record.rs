@@ -79,11 +79,17 @@ pub enum Record {
         /// The history now.
         messages: Vec<Message>,
     },
+    /// A tool search loaded deferred tools: the model is shown them from
+    /// here on.
+    ToolsLoaded {
+        /// The tools' names, as the model calls them.
+        names: Vec<String>,
+    },
 }
 
 impl Record {
     /// `messages`, `continued`, `step`, `call`, `step_closed`, `counts`,
-    /// `status` or `compacted`.
+    /// `status`, `compacted` or `tools_loaded`.
     pub fn kind(&self) -> &'static str {
         match self {
             Record::Messages { .. } => "messages",
@@ -94,6 +100,7 @@ impl Record {
             Record::Counts { .. } => "counts",
             Record::Status { .. } => "status",
             Record::Compacted { .. } => "compacted",
+            Record::ToolsLoaded { .. } => "tools_loaded",
         }
     }
 
@@ -140,6 +147,7 @@ impl Checkpoint {
             tool_calls: 0,
             holder: None,
             saved_at_ms: 0,
+            loaded_tools: Vec::new(),
         }
     }
 
@@ -183,6 +191,13 @@ impl Checkpoint {
             }
             Record::Status { status } => self.status = status,
             Record::Compacted { messages } => self.messages = Arc::new(messages),
+            Record::ToolsLoaded { names } => {
+                for name in names {
+                    if !self.loaded_tools.contains(&name) {
+                        self.loaded_tools.push(name);
+                    }
+                }
+            }
         }
     }
 }

@@ -482,6 +482,13 @@ impl Mapper {
                              "tokensBefore": tokens_before, "tokensAfter": tokens_after},
                 }));
             }
+            AgentEvent::ToolsLoaded { call_id, names } => {
+                let call = self.part_id(&call_id);
+                push(json!({
+                    "type": "data-tools-loaded",
+                    "data": {"toolCallId": call, "names": names},
+                }));
+            }
             AgentEvent::TurnDiscarded { .. } => {
                 self.text = None;
                 self.writing.clear();

@@ -39,6 +39,7 @@
 //! | [`ToolResult`](AgentEvent::ToolResult) | `tool-output-available` (the structured content, else the text), `tool-output-error` (the error's message), or `tool-output-denied` for a denied call |
 //! | [`TurnDiscarded`](AgentEvent::TurnDiscarded) | `reset-step` (the half-written answer is removed) |
 //! | [`Compacted`](AgentEvent::Compacted) | `data-compaction` with `data` = `{messagesBefore, messagesAfter, tokensBefore, tokensAfter}` |
+//! | [`ToolsLoaded`](AgentEvent::ToolsLoaded) | `data-tools-loaded` with `data` = `{toolCallId, names}` |
 //! | [`TextDelta`](AgentEvent::TextDelta) of an agent with a typed answer ([`Agent::output`]) | also `data-output` with `id` = `output` (updated in place) and `data` = `{value, final: false}`: the object as it forms |
 //! | [`Output`](AgentEvent::Output) | `data-output` with `data` = `{value, final: true}` |
 //! | [`Error`](AgentEvent::Error) | `error` with the message |

@@ -1,0 +1,161 @@
+//! Tool search in a run: when the toolbox has
+//! [deferred](crate::Toolbox::deferred) tools, the model is shown the
+//! others and a [`SEARCH_TOOLS`] tool; a search ranks the deferred tools
+//! the caller may see ([`ToolSearch`]) and loads what it finds for the
+//! rest of the run — recorded in the run's journal before its result, so
+//! a resumed run (and a session's next run) shows the model the same
+//! tools.
+
+use std::sync::Arc;
+
+use http::Extensions;
+use tracing::Instrument;
+
+use crate::toolbox::{ToolSearch, MAX_QUERY_CHARS};
+use crate::tool::{Decode, JsonDecoder};
+use crate::{ErrorKind, ToolError, ToolInfo, ToolOutput, ToolResult};
+
+/// The name of the tool a model searches deferred tools with.
+pub const SEARCH_TOOLS: &str = "search_tools";
+
+/// The tools a search returns when the model does not say: 5.
+pub const DEFAULT_SEARCH_LIMIT: usize = 5;
+
+/// The most tools one search returns: 20.
+pub const MAX_SEARCH_LIMIT: usize = 20;
+
+/// The longest description a search result quotes, in characters.
+const QUOTED_DESCRIPTION_CHARS: usize = 300;
+
+/// The deferred tools loaded so far in a run, in each model request's
+/// extensions when the agent's toolbox has deferred tools: a trace layer
+/// records them on the `chat` span (`toolstack.request.tools_loaded`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadedTools(pub Arc<[String]>);
+
+/// The search tool's arguments.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct SearchArgs {
+    /// What the tool you need does, in a few words (the task, the
+    /// service's name if you know it): "create a GitHub issue", "who is on
+    /// call".
+    query: String,
+    /// How many tools to return, best first (1 to 20; 5 if not given).
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+/// The search tool as the model is shown it.
+pub(super) fn search_tool_info(deferred: usize) -> ToolInfo {
+    ToolInfo::new(SEARCH_TOOLS)
+        .with_description(format!(
+            "Searches {deferred} more tools that are not shown yet, by what they do. The tools \
+             found are loaded: you can call them from your next step on, by name. Search \
+             whenever none of the tools you have fits the task."
+        ))
+        .with_input_schema_for::<SearchArgs>()
+}
+
+/// One search call: the tools found (best first) and the model's result.
+pub(super) struct Searched {
+    /// The names of the tools found.
+    pub(super) found: Vec<String>,
+    pub(super) result: ToolResult,
+}
+
+/// Runs a search call with the model's `arguments`, in an
+/// `execute_tool search_tools` span as a trace layer makes for any tool.
+pub(super) async fn search(
+    search: &ToolSearch,
+    call_id: &str,
+    arguments: &str,
+    extensions: &Extensions,
+    default_limit: usize,
+) -> Searched {
+    let span = tracing::info_span!(
+        "execute_tool",
+        otel.name = %format_args!("execute_tool {SEARCH_TOOLS}"),
+        otel.kind = "internal",
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = SEARCH_TOOLS,
+        gen_ai.tool.call.id = %call_id,
+        gen_ai.tool.type = "function",
+        toolstack.search.found = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    let run = async {
+        let searched = run(search, arguments, extensions, default_limit);
+        let span = tracing::Span::current();
+        match &searched {
+            Ok(searched) => {
+                span.record("toolstack.search.found", searched.found.len());
+            }
+            Err(err) => {
+                span.record("error.type", err.kind().as_str());
+                span.record("otel.status_code", "ERROR");
+            }
+        }
+        searched.unwrap_or_else(|err| Searched {
+            found: Vec::new(),
+            result: ToolResult::from_error(err),
+        })
+    };
+    run.instrument(span).await
+}
+
+fn run(
+    search: &ToolSearch,
+    arguments: &str,
+    extensions: &Extensions,
+    default_limit: usize,
+) -> Result<Searched, ToolError> {
+    let SearchArgs { query, limit } =
+        <JsonDecoder as Decode<SearchArgs>>::decode(&JsonDecoder, arguments)?;
+    let chars = query.chars().count();
+    if chars > MAX_QUERY_CHARS {
+        return Err(ToolError::invalid_arguments(format!(
+            "invalid value at `query`: {chars} characters; a query takes at most {MAX_QUERY_CHARS} (a few words say what the tool does)"
+        )));
+    }
+    let limit = match limit {
+        None => default_limit,
+        Some(limit @ 1..=MAX_SEARCH_LIMIT) => limit,
+        Some(other) => {
+            return Err(ToolError::invalid_arguments(format!(
+                "invalid value at `limit`: {other}; it takes 1 to {MAX_SEARCH_LIMIT}"
+            )))
+        }
+    };
+    let found = search.search(&query, extensions, limit);
+    if found.is_empty() {
+        let message = format!(
+            "no tool matches `{}`; search again with other words: what the tool does, or the name of the service",
+            query.chars().take(100).collect::<String>()
+        );
+        return Err(ToolError::new(ErrorKind::NotFound, message));
+    }
+    let mut text = format!(
+        "{} tools found and loaded; call the one that fits, by its name:",
+        found.len()
+    );
+    for info in &found {
+        text.push_str("\n- ");
+        text.push_str(info.name());
+        if let Some(description) = info.description() {
+            text.push_str(": ");
+            let mut quoted: String = description.chars().take(QUOTED_DESCRIPTION_CHARS).collect();
+            if quoted.len() < description.len() {
+                quoted.push('…');
+            }
+            text.push_str(&quoted.replace('\n', " "));
+        }
+    }
+    let mut result = ToolResult::default();
+    result.push(ToolOutput::text(text));
+    Ok(Searched {
+        found: found.iter().map(|info| info.name().to_owned()).collect(),
+        result,
+    })
+}
