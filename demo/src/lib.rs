@@ -7,6 +7,7 @@
 //! | module | what | shown by | pinned by |
 //! |---|---|---|---|
 //! | [`add`] | the `add` tool's arguments and function, and the hand-written call | — | the benches of both crates |
+//! | [`catalogue`] | 325 tools as merged MCP servers list them, and 205 queries a user would ask | — | `tests/tool_search.rs`, the `tool_search` bench group |
 //! | [`tools`] | the seed's demo tools: weather, calculator, clock, a file's lines, a counter | `examples/tour.rs` | `tests/seed_tools.rs` |
 //! | `http` (feature `http`) | a toolbox over HTTP behind bearer auth, with per-caller visibility | `examples/http_server.rs` | `tests/http.rs` |
 //! | [`redis_server`] | a `redis-server` of a proof's own (started, killed, restarted) | `examples/shared_quota.rs`, `examples/durable_runs.rs` | `tests/shared_quota.rs`, `tests/durable_runs.rs` |
@@ -17,6 +18,7 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub mod add;
+pub mod catalogue;
 #[cfg(feature = "auth")]
 pub mod auth;
 #[cfg(feature = "http")]
