@@ -115,7 +115,10 @@ async fn a_search_finds_loads_and_then_calls_a_deferred_tool() {
     let created = Arc::new(AtomicUsize::new(0));
     let seen = Arc::new(Mutex::new(Vec::new()));
     let model = ScriptedModel::new([
-        Turn::new().tool_call(SEARCH_TOOLS, r#"{"query": "file a bug in jira", "limit": 1}"#),
+        Turn::new().tool_call(
+            SEARCH_TOOLS,
+            r#"{"query": "file a bug in jira", "limit": 1}"#,
+        ),
         Turn::new().tool_call(
             "jira_create_issue",
             r#"{"project": "WEB", "summary": "login fails"}"#,
@@ -150,7 +153,9 @@ async fn a_search_finds_loads_and_then_calls_a_deferred_tool() {
     );
     assert_eq!(
         seen[1].extensions.get::<LoadedTools>(),
-        Some(&LoadedTools(Arc::from(vec!["jira_create_issue".to_owned()])))
+        Some(&LoadedTools(Arc::from(
+            vec!["jira_create_issue".to_owned()]
+        )))
     );
     // Then called, as any tool.
     assert_eq!(result(&events, "call_1_0"), "WEB-7 created: login fails");
@@ -190,7 +195,10 @@ async fn a_tool_the_caller_may_not_see_is_never_found_nor_called() {
     );
     let mut admin = Extensions::new();
     admin.insert(Admin);
-    assert_eq!(search.search(query, &admin, 1)[0].name(), "github_delete_repo");
+    assert_eq!(
+        search.search(query, &admin, 1)[0].name(),
+        "github_delete_repo"
+    );
 
     // Through the agent: not found, and not callable by its name either.
     let model = ScriptedModel::new([
@@ -221,9 +229,10 @@ async fn a_search_with_bad_arguments_or_no_match_says_what_to_change() {
         Turn::new().text("ok"),
     ]);
     let events =
-        to_the_end(Agent::new(model, toolbox(Arc::default())).run(vec![Message::user("x")]))
-            .await;
-    let texts: Vec<String> = (0..5).map(|i| result(&events, &format!("call_0_{i}"))).collect();
+        to_the_end(Agent::new(model, toolbox(Arc::default())).run(vec![Message::user("x")])).await;
+    let texts: Vec<String> = (0..5)
+        .map(|i| result(&events, &format!("call_0_{i}")))
+        .collect();
     assert!(texts[0].contains("missing field `query`"), "{}", texts[0]);
     assert!(
         texts[1].contains("invalid value at `limit`: 99; it takes 1 to 20"),
@@ -240,7 +249,11 @@ async fn a_search_with_bad_arguments_or_no_match_says_what_to_change() {
         "{}",
         texts[3]
     );
-    assert!(texts[4].contains(r#""kind":"invalid_arguments""#), "{}", texts[4]);
+    assert!(
+        texts[4].contains(r#""kind":"invalid_arguments""#),
+        "{}",
+        texts[4]
+    );
     assert!(!events
         .iter()
         .any(|e| matches!(e, AgentEvent::ToolsLoaded { .. })));
@@ -253,11 +266,8 @@ async fn a_step_narrowed_to_some_tools_can_still_search() {
         Turn::new().tool_call(SEARCH_TOOLS, r#"{"query": "slack message", "limit": 1}"#),
         Turn::new().text("ok"),
     ]);
-    let agent = Agent::new(
-        recording(model, Arc::clone(&seen)),
-        toolbox(Arc::default()),
-    )
-    .prepare_step(|_| StepSettings::new().active_tools(["lookup"]));
+    let agent = Agent::new(recording(model, Arc::clone(&seen)), toolbox(Arc::default()))
+        .prepare_step(|_| StepSettings::new().active_tools(["lookup"]));
     let events = to_the_end(agent.run(vec![Message::user("x")])).await;
     assert!(result(&events, "call_0_0").contains("- slack_post_message"));
     assert_eq!(names(&seen.lock().unwrap()[0]), ["lookup", SEARCH_TOOLS]);
@@ -352,7 +362,9 @@ async fn a_resumed_run_keeps_the_tools_its_searches_loaded() {
     assert_eq!(names(&seen[0]), ["lookup", "jira_create_issue"]);
     assert_eq!(
         seen[0].extensions.get::<LoadedTools>(),
-        Some(&LoadedTools(Arc::from(vec!["jira_create_issue".to_owned()])))
+        Some(&LoadedTools(Arc::from(
+            vec!["jira_create_issue".to_owned()]
+        )))
     );
 }
 
@@ -364,7 +376,9 @@ async fn a_resumed_run_keeps_the_tools_its_searches_loaded() {
 #[test]
 fn the_right_tool_is_in_the_first_five_for_four_queries_in_five() {
     use toolstack_demo::catalogue;
-    let toolbox = catalogue::demo_tools().merge(catalogue::toolbox()).deferred();
+    let toolbox = catalogue::demo_tools()
+        .merge(catalogue::toolbox())
+        .deferred();
     let search = ToolSearch::new(&toolbox);
     assert_eq!(search.len(), 330);
     let queries = catalogue::queries();

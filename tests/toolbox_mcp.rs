@@ -142,3 +142,66 @@ async fn an_agent_calls_a_nested_remote_mcp_tool_by_its_prefixed_name() {
         Some(Message::Assistant { content: Some(text), .. }) if text == "Found BUG-7."
     ));
 }
+
+/// A remote MCP server's tools merged deferred: the model is shown only
+/// the local tool and the search; a search finds the remote `search` (but
+/// never the `delete` the client side hides), loads it, and the call runs
+/// on the server.
+#[tokio::test]
+async fn a_remote_mcp_toolbox_merged_deferred_is_searched_loaded_and_called() {
+    use toolstack::agent::SEARCH_TOOLS;
+
+    let runs = Arc::new(AtomicUsize::new(0));
+    let client = connect(remote_tools(runs.clone())).await;
+    let remote = client
+        .toolbox()
+        .await
+        .unwrap()
+        .resolver(|info: &ToolInfo, _: &Extensions| info.name() != "delete");
+    let local = Toolbox::new().tool(tool::from_fn("add", |Add { a, b }| async move {
+        Ok::<_, ToolError>(a + b)
+    }));
+    let toolbox = local.nest_with("jira", '_', remote.deferred());
+
+    let model = ScriptedModel::new([
+        Turn::new().tool_call(SEARCH_TOOLS, r#"{"query": "search or delete jira"}"#),
+        Turn::new().tool_call("jira_search", r#"{"q":"login fails"}"#),
+        Turn::new().text("Found BUG-7."),
+    ]);
+    let requests = Arc::new(Mutex::new(Vec::<ChatRequest>::new()));
+    let log = requests.clone();
+    let model = ServiceBuilder::new()
+        .map_request(move |req: ChatRequest| {
+            log.lock().unwrap().push(req.clone());
+            req
+        })
+        .service(model);
+    let events: Vec<AgentEvent> = Agent::new(model, toolbox)
+        .run(vec![Message::user("Any bugs about logging in?")])
+        .collect()
+        .await;
+
+    let loaded: Vec<&Vec<String>> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolsLoaded { names, .. } => Some(names),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(loaded, [&vec!["jira_search".to_owned()]]);
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the remote tool ran once");
+    let requests = requests.lock().unwrap();
+    let shown = |at: usize| -> Vec<String> {
+        requests[at]
+            .tools
+            .iter()
+            .map(|t| t.name().to_owned())
+            .collect()
+    };
+    assert_eq!(shown(0), ["add", SEARCH_TOOLS]);
+    assert_eq!(shown(1), ["add", "jira_search"]);
+    let Some(AgentEvent::Done(done)) = events.last() else {
+        panic!("no Done event: {events:?}")
+    };
+    assert_eq!(done.stop, StopReason::Finished);
+}

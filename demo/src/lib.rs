@@ -18,9 +18,9 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub mod add;
-pub mod catalogue;
 #[cfg(feature = "auth")]
 pub mod auth;
+pub mod catalogue;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod redis_server;

@@ -175,7 +175,12 @@ impl Call {
 
     /// A search: the tools it found that were not loaded are loaded —
     /// recorded before its result, so a resumed run shows them too.
-    async fn search(&self, call: &ToolCall, search: &SearchCall, extensions: &Extensions) -> Message {
+    async fn search(
+        &self,
+        call: &ToolCall,
+        search: &SearchCall,
+        extensions: &Extensions,
+    ) -> Message {
         let Searched { found, result } = super::search::search(
             &search.search,
             &call.id,

@@ -18,7 +18,8 @@ pub struct StepContext<'a> {
     pub step: usize,
     /// The history the model is about to read.
     pub messages: &'a [Message],
-    /// Every tool the caller may see (before the step's narrowing).
+    /// Every tool the caller may see (before the step's narrowing) but
+    /// the [deferred](crate::Toolbox::deferred) ones no search has loaded.
     pub tools: &'a [ToolInfo],
 }
 

@@ -67,7 +67,9 @@ pub use self::event::{AgentDone, AgentEvent, StopReason, ToolCost};
 pub use self::journal::{OnStoreError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE};
 pub use self::output::{partial_json, OutputMode, DEFAULT_OUTPUT_RETRIES, FINAL_ANSWER_TOOL};
 pub use self::resume::{Resume, ResumeError};
-pub use self::search::{LoadedTools, DEFAULT_SEARCH_LIMIT, MAX_SEARCH_LIMIT, SEARCH_TOOLS};
+pub use self::search::{
+    search_tool_info, LoadedTools, DEFAULT_SEARCH_LIMIT, MAX_SEARCH_LIMIT, SEARCH_TOOLS,
+};
 pub use self::service::AgentRequest;
 pub use self::session::{
     Session, SessionError, DEFAULT_MAX_SESSION_MESSAGES, MAX_SESSION_ID_BYTES,

@@ -456,9 +456,7 @@ where
         request.model = self.agent.model_name.clone();
         request.extensions = self.extensions.clone();
         if let Some(loaded) = &self.loaded {
-            request
-                .extensions
-                .insert(LoadedTools(Arc::clone(loaded)));
+            request.extensions.insert(LoadedTools(Arc::clone(loaded)));
         }
         request.output = self
             .agent
@@ -590,10 +588,7 @@ where
             .into_iter()
             .map(|record| {
                 let name = &record.call.name;
-                let refused = self
-                    .current
-                    .refuses(name)
-                    .or_else(|| self.not_loaded(name));
+                let refused = self.current.refuses(name).or_else(|| self.not_loaded(name));
                 let search = match name == SEARCH_TOOLS {
                     true => self.agent.tool_search().map(|search| SearchCall {
                         search: Arc::clone(search),
@@ -688,7 +683,13 @@ where
             }
             None => StepSettings::new(),
         };
-        let mut extra: Vec<ToolInfo> = self.agent.output.as_ref().and_then(Output::tool).into_iter().collect();
+        let mut extra: Vec<ToolInfo> = self
+            .agent
+            .output
+            .as_ref()
+            .and_then(Output::tool)
+            .into_iter()
+            .collect();
         let unloaded = self.visible.len() - self.tools.len();
         if self.loaded.is_some() && unloaded > 0 {
             extra.push(search_tool_info(unloaded));
@@ -940,7 +941,11 @@ fn text_of_last(journal: &Journal) -> Option<String> {
 /// The tools the model is shown: every one the caller may see, but the
 /// deferred ones not `loaded` (all of them, for an agent whose toolbox
 /// defers none).
-fn shown<M>(agent: &Agent<M>, visible: &Arc<[ToolInfo]>, loaded: Option<&[String]>) -> Arc<[ToolInfo]> {
+fn shown<M>(
+    agent: &Agent<M>,
+    visible: &Arc<[ToolInfo]>,
+    loaded: Option<&[String]>,
+) -> Arc<[ToolInfo]> {
     let Some(loaded) = loaded else {
         return Arc::clone(visible);
     };

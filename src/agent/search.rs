@@ -11,8 +11,8 @@ use std::sync::Arc;
 use http::Extensions;
 use tracing::Instrument;
 
-use crate::toolbox::{ToolSearch, MAX_QUERY_CHARS};
 use crate::tool::{Decode, JsonDecoder};
+use crate::toolbox::{ToolSearch, MAX_QUERY_CHARS};
 use crate::{ErrorKind, ToolError, ToolInfo, ToolOutput, ToolResult};
 
 /// The name of the tool a model searches deferred tools with.
@@ -46,8 +46,9 @@ struct SearchArgs {
     limit: Option<usize>,
 }
 
-/// The search tool as the model is shown it.
-pub(super) fn search_tool_info(deferred: usize) -> ToolInfo {
+/// The [`SEARCH_TOOLS`] tool as an agent shows it to the model, over
+/// `deferred` tools not shown yet.
+pub fn search_tool_info(deferred: usize) -> ToolInfo {
     ToolInfo::new(SEARCH_TOOLS)
         .with_description(format!(
             "Searches {deferred} more tools that are not shown yet, by what they do. The tools \

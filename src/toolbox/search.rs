@@ -20,7 +20,9 @@ use std::collections::HashSet;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
-use bm25::{Embedder, EmbedderBuilder, Embedding, Scorer, TokenEmbedder, TokenEmbedding, Tokenizer};
+use bm25::{
+    Embedder, EmbedderBuilder, Embedding, Scorer, TokenEmbedder, TokenEmbedding, Tokenizer,
+};
 use http::Extensions;
 use rust_stemmers::{Algorithm, Stemmer};
 
@@ -318,9 +320,8 @@ const STOP_WORDS: &[&str] = &[
     "have", "he", "her", "here", "him", "his", "how", "i", "if", "in", "into", "is", "it", "its",
     "just", "me", "my", "need", "no", "not", "now", "of", "on", "or", "our", "out", "please",
     "she", "should", "so", "some", "than", "that", "the", "their", "them", "then", "there",
-    "these", "they", "this", "those", "to", "up", "us", "use", "want", "was", "we", "were",
-    "what", "when", "where", "which", "who", "whom", "why", "will", "with", "would", "you",
-    "your",
+    "these", "they", "this", "those", "to", "up", "us", "use", "want", "was", "we", "were", "what",
+    "when", "where", "which", "who", "whom", "why", "will", "with", "would", "you", "your",
 ];
 
 /// Groups of words that tool descriptions and the people asking for tools
@@ -330,13 +331,26 @@ const STOP_WORDS: &[&str] = &[
 /// carries (docs/benchmarks.md).
 const SYNONYMS: &[&[&str]] = &[
     &["create", "make", "new", "add", "file"],
-    &["delete", "remove", "erase", "destroy", "drop", "trash", "wipe", "clear"],
+    &[
+        "delete", "remove", "erase", "destroy", "drop", "trash", "wipe", "clear",
+    ],
     &["list", "show", "enumerate"],
-    &["get", "fetch", "retrieve", "read", "view", "lookup", "open", "contents"],
+    &[
+        "get", "fetch", "retrieve", "read", "view", "lookup", "open", "contents",
+    ],
     &["search", "find", "query", "lookup", "look"],
     &["update", "edit", "modify", "change", "set"],
     &["send", "post", "notify", "dm"],
-    &["message", "msg", "chat", "said", "say", "mention", "conversation", "discuss"],
+    &[
+        "message",
+        "msg",
+        "chat",
+        "said",
+        "say",
+        "mention",
+        "conversation",
+        "discuss",
+    ],
     &["bug", "issue", "ticket", "defect"],
     &["document", "doc", "docs"],
     &["folder", "directory", "dir", "mkdir"],
@@ -351,7 +365,9 @@ const SYNONYMS: &[&[&str]] = &[
     &["charge", "payment", "pay", "billed", "money"],
     &["refund", "back", "return"],
     &["directions", "route", "navigate", "way", "travel"],
-    &["incident", "outage", "alert", "page", "paging", "firing", "oncall"],
+    &[
+        "incident", "outage", "alert", "page", "paging", "firing", "oncall",
+    ],
     &["pr", "pull"],
     &["repo", "repository"],
     &["comment", "reply", "respond", "note"],
@@ -363,11 +379,57 @@ const SYNONYMS: &[&[&str]] = &[
     &["pod", "kubernetes", "k8s", "cluster"],
     &["server", "instance", "vm", "machine"],
     &["convert", "conversion", "exchange"],
-    &["calculate", "compute", "math", "evaluate", "expression", "percent", "arithmetic"],
-    &["weather", "forecast", "temperature", "rain", "snow", "sunny", "hot", "cold", "warm", "wind", "humid", "jacket", "umbrella"],
-    &["warning", "alert", "advisory", "tornado", "storm", "hurricane", "flood"],
-    &["unit", "units", "fahrenheit", "celsius", "feet", "meters", "miles", "kilometers", "inches", "pounds", "kilograms", "kg"],
-    &["currency", "euro", "euros", "dollar", "dollars", "usd", "eur", "jpy", "gbp", "yen", "pound"],
+    &[
+        "calculate",
+        "compute",
+        "math",
+        "evaluate",
+        "expression",
+        "percent",
+        "arithmetic",
+    ],
+    &[
+        "weather",
+        "forecast",
+        "temperature",
+        "rain",
+        "snow",
+        "sunny",
+        "hot",
+        "cold",
+        "warm",
+        "wind",
+        "humid",
+        "jacket",
+        "umbrella",
+    ],
+    &[
+        "warning",
+        "alert",
+        "advisory",
+        "tornado",
+        "storm",
+        "hurricane",
+        "flood",
+    ],
+    &[
+        "unit",
+        "units",
+        "fahrenheit",
+        "celsius",
+        "feet",
+        "meters",
+        "miles",
+        "kilometers",
+        "inches",
+        "pounds",
+        "kilograms",
+        "kg",
+    ],
+    &[
+        "currency", "euro", "euros", "dollar", "dollars", "usd", "eur", "jpy", "gbp", "yen",
+        "pound",
+    ],
     &["elevation", "altitude", "height", "high", "sea"],
     &["duration", "days", "weeks", "months", "later", "ago"],
     &["time", "timezone", "clock", "hour"],
@@ -382,8 +444,23 @@ const SYNONYMS: &[&[&str]] = &[
     &["monitor", "threshold", "watch"],
     &["assign", "give", "owner", "assignee"],
     &["latency", "metric", "metrics", "p99", "cpu", "memory"],
-    &["translate", "translation", "language", "german", "french", "spanish", "english"],
-    &["geocode", "coordinates", "lat", "latitude", "longitude", "address"],
+    &[
+        "translate",
+        "translation",
+        "language",
+        "german",
+        "french",
+        "spanish",
+        "english",
+    ],
+    &[
+        "geocode",
+        "coordinates",
+        "lat",
+        "latitude",
+        "longitude",
+        "address",
+    ],
     &["news", "headlines"],
     &["video", "youtube", "tutorial"],
     &["discount", "promo", "coupon"],
