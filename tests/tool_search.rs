@@ -403,3 +403,28 @@ fn the_right_tool_is_in_the_first_five_for_four_queries_in_five() {
     );
     assert!(recall >= 0.80, "recall@5 {:.1} % < 80 %", recall * 100.0);
 }
+
+#[tokio::test]
+async fn a_sessions_next_run_shows_the_tools_its_first_loaded() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let model = ScriptedModel::new([
+        Turn::new().tool_call(SEARCH_TOOLS, r#"{"query": "slack message", "limit": 1}"#),
+        Turn::new().text("Found it."),
+        Turn::new().text("Posting now."),
+    ]);
+    let agent = Agent::new(recording(model, Arc::clone(&seen)), toolbox(Arc::default()))
+        .store(MemoryStore::new());
+    let session = agent.session("chat-1");
+    let first = session.run(Message::user("how do I post?")).await.unwrap();
+    assert_eq!(done(&to_the_end(first).await).stop, StopReason::Finished);
+    let second = session.run(Message::user("post it")).await.unwrap();
+    assert_eq!(done(&to_the_end(second).await).stop, StopReason::Finished);
+
+    // The second run's first request already shows what the first loaded.
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 3);
+    assert_eq!(
+        names(&seen[2]),
+        ["lookup", "slack_post_message", SEARCH_TOOLS]
+    );
+}
