@@ -202,7 +202,7 @@ async fn a_tool_the_caller_may_not_see_is_never_found_nor_called() {
 
     // Through the agent: not found, and not callable by its name either.
     let model = ScriptedModel::new([
-        Turn::new().tool_call(SEARCH_TOOLS, &format!(r#"{{"query": "{query}"}}"#)),
+        Turn::new().tool_call(SEARCH_TOOLS, format!(r#"{{"query": "{query}"}}"#)),
         Turn::new().tool_call("github_delete_repo", r#"{"text": "web"}"#),
         Turn::new().text("I cannot."),
     ]);
@@ -223,7 +223,7 @@ async fn a_search_with_bad_arguments_or_no_match_says_what_to_change() {
             .tool_call(SEARCH_TOOLS, r#"{"query": "zebra xylophone"}"#)
             .tool_call(
                 SEARCH_TOOLS,
-                &format!(r#"{{"query": "{}"}}"#, "a".repeat(1_001)),
+                format!(r#"{{"query": "{}"}}"#, "a".repeat(1_001)),
             )
             .tool_call(SEARCH_TOOLS, "not json"),
         Turn::new().text("ok"),
