@@ -39,6 +39,9 @@
 //! assert_eq!(err.message(), "arguments must be a JSON object, got an array");
 //! let err = arguments::parse_object("{oops").unwrap_err();
 //! assert!(err.message().starts_with("arguments are not valid JSON: "), "{err}");
+//! // Not named by its first byte: `12abc` is not a number.
+//! let err = arguments::check("12abc").unwrap_err();
+//! assert!(err.message().starts_with("arguments are not valid JSON: "), "{err}");
 //! ```
 //!
 //! **Read once.** On its way to a tool a call's text may meet several
@@ -207,10 +210,11 @@ pub fn or_empty_object(text: &str) -> &str {
     }
 }
 
-/// Rule 2, checked on the first significant byte without parsing: the
-/// error for text that is JSON but not an object, or `Ok` for text that
-/// starts like an object (or is not JSON at all, which the parser that
-/// follows reports with its position).
+/// Rule 2, checked on the first significant byte: `Ok` for text that
+/// starts like an object (or like nothing JSON has, which the parser that
+/// follows reports with its position), without parsing; for text that
+/// starts like another value, the text is parsed to tell the error — "must
+/// be a JSON object, got a number" for `42`, "not valid JSON" for `12abc`.
 ///
 /// Empty text is not checked here; apply [`or_empty_object`] first.
 pub fn check_object_start(text: &str) -> Result<(), ToolError> {
@@ -224,7 +228,13 @@ pub fn check_object_start(text: &str) -> Result<(), ToolError> {
         Some(0x80..) => return check_unicode_space(start),
         _ => return Ok(()),
     };
-    Err(not_an_object(found))
+    // The first byte only guesses: `not json` is not null, nor `12abc` a
+    // number. On this path — a refusal — the text is read whole, to name
+    // what it is, or say it is not JSON.
+    match serde_json::from_str::<serde::de::IgnoredAny>(start) {
+        Ok(_) => Err(not_an_object(found)),
+        Err(err) => Err(not_json_in(start, err)),
+    }
 }
 
 /// The error for `text`, which does not parse as JSON: as [`not_json`],

@@ -209,6 +209,23 @@ impl ToolError {
         Self::new(ErrorKind::Cancelled, message)
     }
 
+    /// The tool, or what it depends on (a database, an API), is not
+    /// reachable now; retryable.
+    pub fn unavailable(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(ErrorKind::Unavailable, message)
+    }
+
+    /// The tool is at capacity and sheds the call; retryable.
+    pub fn overloaded(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(ErrorKind::Overloaded, message)
+    }
+
+    /// A policy or an approver refused the call (the message says why, for
+    /// the model to choose another way).
+    pub fn denied(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(ErrorKind::Denied, message)
+    }
+
     /// A future or stream of toolstack's was polled again after it had
     /// completed — a bug in the code that polls it, never in the tool.
     ///

@@ -90,3 +90,28 @@ pub use toolbox::Toolbox;
 pub use trace_context::{McpAttributes, TraceContext};
 
 pub use schemars;
+
+/// The README's and the guides' Rust blocks, compiled and run as doctests
+/// (`cargo test --doc`), so that what a newcomer copies keeps compiling.
+/// A block marked `ignore` needs a server or a key.
+#[cfg(doctest)]
+mod guides {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[doc = include_str!("../docs/tools.md")]
+    struct Tools;
+    #[doc = include_str!("../docs/layers.md")]
+    struct Layers;
+    #[doc = include_str!("../docs/agent.md")]
+    struct Agent;
+    #[doc = include_str!("../docs/http.md")]
+    struct Http;
+    #[doc = include_str!("../docs/mcp.md")]
+    struct Mcp;
+    #[doc = include_str!("../docs/durable-runs.md")]
+    struct DurableRuns;
+    #[doc = include_str!("../docs/scale-out.md")]
+    struct ScaleOut;
+    #[doc = include_str!("../docs/observability.md")]
+    struct Observability;
+}

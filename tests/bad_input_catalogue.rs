@@ -238,6 +238,33 @@ fn argument_rows() -> Vec<ArgumentRow> {
             "null",
             &["arguments must be a JSON object, got null"],
         ),
+        // Text that is not JSON is not named by its first byte: `not json`
+        // is not null, `foo` not a boolean, `12abc` not a number.
+        arg(
+            "words that start like null are not JSON",
+            "not json",
+            &["arguments are not valid JSON"],
+        ),
+        arg(
+            "a word that starts like false is not JSON",
+            "foo",
+            &["arguments are not valid JSON"],
+        ),
+        arg(
+            "digits then letters are not JSON",
+            "12abc",
+            &["arguments are not valid JSON", "trailing characters"],
+        ),
+        arg(
+            "an array broken off is not JSON",
+            "[1, oops",
+            &["arguments are not valid JSON"],
+        ),
+        arg(
+            "a string never closed is not JSON",
+            "\"Ada",
+            &["arguments are not valid JSON", "EOF"],
+        ),
         arg(
             "an unclosed object is not JSON",
             "{",

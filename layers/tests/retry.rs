@@ -122,6 +122,47 @@ async fn retry_skips_non_idempotent_tools_once_the_call_reached_them() {
     assert_eq!(run(&mut svc).await, ["ok"], "unless the policy allows it");
 }
 
+/// What the `tracing` events of the current thread write, while the guard
+/// lives.
+fn captured_logs() -> (
+    Arc<std::sync::Mutex<Vec<u8>>>,
+    tracing::subscriber::DefaultGuard,
+) {
+    #[derive(Clone)]
+    struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Sink {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let logs = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = Sink(Arc::clone(&logs));
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || sink.clone())
+        .with_ansi(false)
+        .finish();
+    (logs, tracing::subscriber::set_default(subscriber))
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_says_why_it_does_not_retry_a_tool_not_marked_idempotent() {
+    let (logs, _guard) = captured_logs();
+    let tool = Scripted::new(vec![vec![Step::Fail(1, slow())], vec![Step::Text(1, "ok")]]);
+    let mut svc = Retry::with_idempotency(tool.clone(), policy(), false);
+    assert_eq!(run(&mut svc).await, ["ERR(timeout)"]);
+    let logs = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+    assert!(
+        logs.contains(" INFO ")
+            && logs.contains("not retrying: the call may have run, and the tool is not marked idempotent")
+            && logs.contains("retry_non_idempotent(true)"),
+        "{logs}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn retry_retries_non_idempotent_tools_when_the_call_was_refused() {
     let refused = ToolError::new(ErrorKind::Overloaded, "busy");

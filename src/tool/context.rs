@@ -16,6 +16,34 @@ use crate::Progress;
 ///
 /// Cancellation needs no token: when the consumer drops the response
 /// stream, the function's future or stream is dropped with it.
+///
+/// Cloning is cheap (the call's id and name are shared; the extensions map
+/// is copied): move a clone into each async step of a streaming tool to
+/// report progress from it, or clone only [`progress`](Self::progress).
+///
+/// ```
+/// use futures_util::StreamExt;
+/// use toolstack::{tool, Progress, ToolContext, ToolError};
+///
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct Files { paths: Vec<String> }
+///
+/// async fn size_of(path: &str) -> usize { path.len() }
+///
+/// let sizes = tool::from_stream_with_context("sizes", |Files { paths }, ctx: ToolContext| {
+///     let total = paths.len() as f64;
+///     futures_util::stream::iter(paths.into_iter().enumerate()).then(move |(at, path)| {
+///         let ctx = ctx.clone(); // moved into this step's future
+///         async move {
+///             let size = size_of(&path).await;
+///             ctx.report(Progress::new((at + 1) as f64).total(total));
+///             Ok::<_, ToolError>(format!("{path}: {size} bytes"))
+///         }
+///     })
+/// });
+/// # let _ = sizes;
+/// ```
+#[derive(Clone)]
 pub struct ToolContext {
     call: Arc<Parts>,
     extensions: Extensions,

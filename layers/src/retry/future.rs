@@ -248,6 +248,16 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
             && !policy.retry_non_idempotent
             && !self.shared.idempotency.is_idempotent(&self.request)
         {
+            // At the level of the other "not retrying"s: a retry layer
+            // that does nothing must say why, and what changes it.
+            tracing::info!(
+                operation = R::KIND.operation(),
+                target = self.request.name(),
+                error = %err,
+                "not retrying: the call may have run, and the tool is not marked idempotent or \
+                 read-only (mark it with ToolAnnotations::idempotent(true) or read_only(), or set \
+                 RetryPolicy::retry_non_idempotent(true))"
+            );
             return Err(Stop::Final);
         }
         let delay = policy.delay(self.attempt, err);
