@@ -26,7 +26,7 @@
 //! | [`cache`] (feature `cache`) | results of read-only or idempotent tools kept and replayed; one run per key at a time; in memory or in Redis (feature `redis`) |
 //! | [`budget`] | caps what reaches the model (items, bytes, ≈ tokens): head and tail kept, the cut said in words; the whole output kept for a `read_tool_result` tool (in memory, SQLite with feature `sqlite`, Redis) |
 //! | [`coalesce`] | merges runs of small text items, at most one per window |
-//! | [`repair`] | almost-JSON arguments (and, over a toolbox, a tool name's case or alias) repaired before they are refused |
+//! | [`repair`] | almost-JSON arguments repaired before they are refused (a tool name's case or alias is the toolbox's to repair: [`Toolbox::repair_names`](toolstack::Toolbox::repair_names)) |
 //!
 //! To send the spans to an OpenTelemetry collector, see `otel` (feature
 //! `otel`): `otel::init_from_env()` at start, configured by the standard

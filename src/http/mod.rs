@@ -44,12 +44,12 @@
 //! | body over the limit | `413` |
 //! | body not UTF-8, not JSON, not an object; `invalid_arguments` | `400` |
 //! | `not_found` (unknown or hidden tool) | `404` |
-//! | `denied` | `403` |
+//! | `denied`, `guardrail` (a guardrail raised on the input) | `403` |
 //! | `rate_limited` | `429`, with `Retry-After` (seconds, rounded up) when known |
 //! | `spend_limited` | `429`, without `Retry-After` (the limit stays reached until its window rolls over) |
 //! | `overloaded`, `unavailable` | `503` |
 //! | `timeout` | `504` |
-//! | `failed`, `panicked`, `cancelled` | `500` |
+//! | `failed`, `panicked`, `cancelled`, `interrupted` | `500` |
 //!
 //! A malformed HTTP request that is no tool's business (a call id header
 //! that is not visible ASCII, a tool name that does not decode) is a `400`

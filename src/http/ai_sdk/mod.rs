@@ -5,9 +5,10 @@
 //! call as its arguments are written, its streamed output, progress,
 //! results, errors, and approval requests with their answers.
 //!
-//! [`ChatEndpoint`] is an axum [`Router`] with one route, `POST /`, to
-//! [`nest`](Router::nest) where the front end posts (`/api/chat` is the AI
-//! SDK's default). It takes the chat request the AI SDK's
+//! [`ChatEndpoint`] is an axum [`Router`] with the route `POST /` (and
+//! `GET /{chatId}/stream`, for [resumable](ChatEndpoint::resumable_streams)
+//! responses), to [`nest`](Router::nest) where the front end posts
+//! (`/api/chat` is the AI SDK's default). It takes the chat request the AI SDK's
 //! `DefaultChatTransport` sends — `{"id", "messages": [UIMessage…],
 //! "trigger", "messageId"}` — and answers `200` with server-sent events,
 //! each event's data one chunk of JSON, then `data: [DONE]`. The response
@@ -20,7 +21,9 @@
 //! a role) is what the toolbox's resolver, a per-caller limit and the
 //! tools see, exactly as with [`http`](crate::http). A client
 //! that disconnects drops the response, and with it the run: the model
-//! call and the running tools are cancelled.
+//! call and the running tools are cancelled — unless responses are
+//! [resumable](ChatEndpoint::resumable_streams): then the run goes on to
+//! its end.
 //!
 //! # The mapping
 //!
@@ -28,6 +31,7 @@
 //! |---|---|
 //! | (the response opens) | `start` with a `messageId` |
 //! | a model turn begins | `start-step` (and `finish-step` for the turn before, with its tool calls) |
+//! | [`ReasoningDelta`](AgentEvent::ReasoningDelta) | `reasoning-start` (once per run of reasoning), `reasoning-delta`; `reasoning-end` when something else comes |
 //! | [`TextDelta`](AgentEvent::TextDelta) | `text-start` (once per run of text), `text-delta`; `text-end` when something else comes |
 //! | [`ToolCallStarted`](AgentEvent::ToolCallStarted) | `tool-input-start` |
 //! | [`ToolCallInputDelta`](AgentEvent::ToolCallInputDelta) | `tool-input-delta` |
@@ -37,6 +41,7 @@
 //! | [`ApprovalRequested`](AgentEvent::ApprovalRequested) | `tool-approval-request` with an `approvalId` |
 //! | [`ApprovalDecided`](AgentEvent::ApprovalDecided) by someone other than the caller | `tool-approval-response` |
 //! | [`ToolResult`](AgentEvent::ToolResult) | `tool-output-available` (the structured content, else the text), `tool-output-error` (the error's message), or `tool-output-denied` for a denied call |
+//! | [`GuardrailTriggered`](AgentEvent::GuardrailTriggered) | `data-guardrail` with `data` = `{guardrail, target, action, reason, toolCallId}` (`toolCallId` null for the model) |
 //! | [`TurnDiscarded`](AgentEvent::TurnDiscarded) | `reset-step` (the half-written answer is removed) |
 //! | [`Compacted`](AgentEvent::Compacted) | `data-compaction` with `data` = `{messagesBefore, messagesAfter, tokensBefore, tokensAfter}` |
 //! | [`ToolsLoaded`](AgentEvent::ToolsLoaded) | `data-tools-loaded` with `data` = `{toolCallId, names}` |
@@ -55,24 +60,38 @@
 //! to the person at the front end. The agent then runs on until every
 //! running call waits for an answer
 //! ([`AwaitingApproval`](AgentEvent::AwaitingApproval)); the response ends
-//! there (`finish` with `finishReason: "tool-calls"`), and the run is kept,
-//! as it is, under its approval ids. The front end sends the answers the
-//! protocol's way — the conversation again, the tool parts now
-//! `approval-responded` (`addToolApprovalResponse` in `useChat`) — and
-//! that request **resumes the same run**: each call gets its decision (a
-//! denial's `reason` is what the model reads), a call left unanswered is
-//! denied, and the run's stream goes on in the new response, continuing
-//! the same assistant message. Nothing is re-run; a tool's side effects
-//! happen once.
+//! there (`finish` with `finishReason: "tool-calls"`), and the run is
+//! suspended in the run store — the agent's ([`Agent::store`]), or, for an
+//! agent without one, a [`MemoryStore`] of the endpoint's own: its journal
+//! stays there, the run waiting, held by no process. The calls that wait
+//! have not started. The front end sends the answers the protocol's way —
+//! the conversation again, the tool parts now `approval-responded`
+//! (`addToolApprovalResponse` in `useChat`) — and that request, to any
+//! process sharing the store, **resumes the same run** from the store:
+//! each call gets its decision (a denial's `reason` is what the model
+//! reads), a call left unanswered is denied, and the run's stream goes on
+//! in the new response, continuing the same assistant message. Nothing is
+//! re-run; a tool's side effects happen once. An answer for a run that has
+//! ended is refused with `409` (`kind: "ended"`), one for a run another
+//! process holds with `409` (`kind: "held"`).
 //!
-//! A kept run is bounded in number ([`max_waiting_runs`](ChatEndpoint::max_waiting_runs),
-//! 10,000, counted in the run store) and time ([`approval_timeout`](ChatEndpoint::approval_timeout),
-//! 10 minutes; an expired run is dropped, cancelling its calls). When the
-//! store is full, a call is denied before the person is asked, shown as
-//! decided, with a reason the model reads. An answer for a run no longer kept (expired, or the server
-//! restarted) starts a new run from the conversation, each unanswered call
-//! reading as not run. The approval id — 128 random bits — is what
-//! entitles a request to resume a run.
+//! Waiting runs are bounded in number ([`max_waiting_runs`](ChatEndpoint::max_waiting_runs),
+//! 10,000, counted in the run store, across every process that shares it)
+//! and time ([`approval_timeout`](ChatEndpoint::approval_timeout), 10
+//! minutes). Room is found before the person is first asked in a
+//! response: when the store is full, the runs that have waited past the
+//! timeout are forgotten by the store's time index, and if it is still
+//! full the call is denied before the person is asked, shown as decided,
+//! with a reason the model reads. An answer that comes after the timeout
+//! finds its run expired, and the run is deleted. Its waiting calls never
+//! ran, and none of its calls is still running (suspending the run stopped
+//! it), so there is nothing to cancel. Like an answer for a run the store
+//! does not keep (unknown, forgotten, or lost with the endpoint's own
+//! memory store when the server restarted), the answer starts a new run
+//! from the conversation, each call that waited reading as not run — or,
+//! with [`server_history`](ChatEndpoint::server_history), is a `404`. The approval id — the run id's 128 random bits and the call's
+//! id — is what entitles a request to resume a run (with `server_history`,
+//! the chat's id and the call's: whoever may post to the chat may answer).
 //!
 //! # The conversation
 //!
@@ -281,7 +300,11 @@ impl<M> ChatEndpoint<M> {
         self
     }
 
-    /// Drops a run whose approval answer has not come within `timeout`.
+    /// Forgets a run whose approval answer has not come within `timeout`
+    /// (10 minutes by default): an answer that comes later finds it
+    /// expired (the run is deleted, and the conversation starts a new
+    /// run), and a store that is full forgets it by its time index (see
+    /// [`max_waiting_runs`](Self::max_waiting_runs)).
     pub fn approval_timeout(mut self, timeout: Duration) -> Self {
         self.approval_timeout = timeout;
         self
@@ -360,7 +383,7 @@ impl<M> ChatEndpoint<M>
 where
     M: ModelService + Sync,
 {
-    /// The router: `POST /`. Generic over the state of the app it nests
+    /// The router: `POST /` and `GET /{chatId}/stream`. Generic over the state of the app it nests
     /// into (it carries its own).
     pub fn into_router<S>(self) -> Router<S>
     where
