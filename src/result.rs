@@ -292,11 +292,12 @@ impl Serialize for ToolResult {
 /// The items of a [`ToolResult`]: a list that holds one item without a
 /// separate allocation (most tools answer with one).
 ///
-/// It dereferences to a slice and iterates like a `Vec`.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// It dereferences to a slice and iterates like a `Vec`; two contents are
+/// equal when their items are, however they were built.
+#[derive(Debug, Clone, Default)]
 pub struct Content(Items);
 
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 enum Items {
     #[default]
     None,
@@ -344,9 +345,20 @@ impl std::ops::Deref for Content {
     }
 }
 
+impl PartialEq for Content {
+    fn eq(&self, other: &Content) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
 impl From<Vec<ToolOutput>> for Content {
-    fn from(items: Vec<ToolOutput>) -> Self {
-        Content(Items::Many(items))
+    fn from(mut items: Vec<ToolOutput>) -> Self {
+        // The same form as the items pushed one by one.
+        Content(match items.len() {
+            0 => Items::None,
+            1 => Items::One(items.remove(0)),
+            _ => Items::Many(items),
+        })
     }
 }
 
@@ -381,5 +393,25 @@ impl<'a> IntoIterator for &'a Content {
 
     fn into_iter(self) -> Self::IntoIter {
         self.as_slice().iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_is_the_same_however_it_is_built() {
+        let item = ToolOutput::text("a");
+        let mut pushed = Content::default();
+        pushed.push(item.clone());
+        assert_eq!(Content::from(vec![item.clone()]), pushed);
+        assert!(matches!(Content::from(vec![item.clone()]).0, Items::One(_)));
+        assert_eq!(Content::from(Vec::new()), Content::default());
+        assert!(matches!(Content::from(Vec::new()).0, Items::None));
+        let two: Content = [item.clone(), item.clone()].into_iter().collect();
+        assert_eq!(Content::from(vec![item.clone(), item]), two);
+        // Equal by items, whatever the form inside.
+        assert_eq!(Content(Items::Many(Vec::new())), Content::default());
     }
 }

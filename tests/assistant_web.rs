@@ -63,7 +63,13 @@ fn the_page_shows_the_agent_at_work_in_a_real_browser() {
             std::env::var_os("TOOLSTACK_REQUIRE_BROWSER").is_none(),
             "TOOLSTACK_REQUIRE_BROWSER is set but {why}"
         );
-        eprintln!("!! SKIPPED: the browser test of the assistant's page did NOT run: {why}");
+        // Straight to stderr: the harness captures `eprintln!`, and a
+        // skipped test must say so where the user sees it.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "!! SKIPPED: the browser test of the assistant's page did NOT run: {why}"
+        );
         return;
     }
     let chromium = chromium().unwrap();

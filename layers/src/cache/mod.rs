@@ -5,8 +5,9 @@
 //! arguments with the same result for a while; [`Cache`] keeps that
 //! result and replays it:
 //!
-//! * **The key** is the tool's name, its arguments in a canonical form
-//!   (object keys sorted, no whitespace: `{"b":1, "a":2}` and
+//! * **The key** is the tool's name, its arguments in their canonical form
+//!   ([`toolstack::arguments::canonical`]: object keys sorted, no
+//!   whitespace, numbers as JavaScript writes them — `{"b":1, "a":2.0}` and
 //!   `{ "a": 2, "b": 1 }` are one key), and, when
 //!   [`caller_key`](CacheLayer::caller_key) says so, the caller (from the
 //!   request's extensions) — so one user's result never reaches another.
@@ -87,7 +88,6 @@ use futures_util::future::BoxFuture;
 use futures_util::stream;
 use http::Extensions;
 use pin_project_lite::pin_project;
-use serde_json::Value;
 use tokio::sync::watch;
 use toolstack::{Progress, ToolError, ToolInfo, ToolItem, ToolOutput, ToolRequest, ToolStream};
 use tower_layer::Layer;
@@ -267,7 +267,7 @@ impl CacheLayer {
             key.push_str(&caller);
         }
         key.push('\u{0}');
-        canonical(value, &mut key);
+        toolstack::arguments::canonical_into(value, &mut key);
         (key.len() <= MAX_KEY_BYTES).then_some(key)
     }
 }
@@ -279,37 +279,6 @@ impl fmt::Debug for CacheLayer {
             .field("by_caller", &self.caller.is_some())
             .field("max_entry_bytes", &self.max_entry_bytes)
             .finish()
-    }
-}
-
-/// `value` as canonical JSON: object keys sorted, no whitespace.
-fn canonical(value: &Value, out: &mut String) {
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                canonical(&map[key], out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                canonical(item, out);
-            }
-            out.push(']');
-        }
-        other => out.push_str(&other.to_string()),
     }
 }
 
