@@ -764,11 +764,14 @@ fn precise_layer_summary() {
         &mut precise_layer_cases(),
         |ns, i| format!("{:+.1}", ns[i] - ns[0]),
     );
+    #[cfg(feature = "http")]
     signing_summary();
 }
 
 /// What a signed approval adds where it is made (the AI SDK endpoint signs
 /// each request and verifies each answer): next to the hand-written call.
+/// (Feature `http`, which the endpoint and its signatures need.)
+#[cfg(feature = "http")]
 fn signing_summary() {
     let keys = toolstack::approval::ApprovalKeys::new("k1", [7u8; 32]).expect("a key");
     let arguments = r#"{"sql": "DELETE FROM rows WHERE day < 20200101", "limit": 100}"#;

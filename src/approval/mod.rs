@@ -1,7 +1,8 @@
 //! The vocabulary of approving a tool call before it runs: what is asked
 //! ([`ApprovalRequest`]), what is decided ([`Decision`], [`Decided`]), and
-//! where a UI hears of both ([`ApprovalEvents`]); and the keys that sign
-//! a request so that an answer cannot be forged ([`ApprovalKeys`]).
+//! where a UI hears of both ([`ApprovalEvents`]); and (feature `http`, for
+//! the AI SDK endpoint) the keys that sign a request so that an answer
+//! cannot be forged (`ApprovalKeys`).
 //!
 //! The approval layer of `toolstack-layers` asks; an
 //! [`Agent`](crate::agent::Agent) puts an [`ApprovalEvents`] in each tool
@@ -17,8 +18,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::ToolError;
 
+#[cfg(feature = "http")]
 mod signature;
 
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use signature::{input_digest, ApprovalKeys, KeyError, SignatureError, MIN_SECRET_BYTES};
 
 /// A call waiting for approval.
