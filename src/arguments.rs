@@ -443,9 +443,11 @@ mod tests {
         let value: Value =
             serde_json::from_str(r#"{"b": [1, 2.0, {"z": null, "a": "x\ny"}], "a": true}"#)
                 .unwrap();
-        assert_eq!(canonical(&value), r#"{"a":true,"b":[1,2,{"a":"x\ny","z":null}]}"#);
+        assert_eq!(
+            canonical(&value),
+            r#"{"a":true,"b":[1,2,{"a":"x\ny","z":null}]}"#
+        );
     }
-
 
     fn kept(request: &ToolRequest) -> Option<&Value> {
         parsed_already(request)

@@ -731,6 +731,36 @@ async fn layer_counts_every_call_of_every_tool_and_leaves_the_original_alone() {
     );
 }
 
+#[tokio::test]
+async fn layer_tool_wraps_the_one_tool_named_and_refuses_an_unknown_name() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let count = calls.clone();
+    let counting = tower::util::MapRequestLayer::new(move |req: ToolRequest| {
+        count.fetch_add(1, Ordering::SeqCst);
+        req
+    });
+    let tb = Toolbox::new()
+        .tool(echo("a"))
+        .nest("remote", Toolbox::new().tool(echo("b")))
+        .layer_tool("remote.b", counting.clone());
+    assert_eq!(run(&tb, ToolRequest::new("a", "{}")).await.text(), "a");
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "`a` is not wrapped");
+    assert_eq!(
+        run(&tb, ToolRequest::new("remote.b", "{}")).await.text(),
+        "b"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    // Listed as before, in its place.
+    assert_eq!(names(&tb), ["a", "remote.b"]);
+
+    let mut tb = tb;
+    let err = tb.try_layer_tool("c", counting).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "cannot layer `c`: there is no tool of that name"
+    );
+}
+
 // ---- Resolvers travel with the tools. ----
 
 /// Hides `delete` (by the name this resolver's own toolbox lists) from

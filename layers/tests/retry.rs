@@ -157,7 +157,9 @@ async fn retry_says_why_it_does_not_retry_a_tool_not_marked_idempotent() {
     let logs = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
     assert!(
         logs.contains(" INFO ")
-            && logs.contains("not retrying: the call may have run, and the tool is not marked idempotent")
+            && logs.contains(
+                "not retrying: the call may have run, and the tool is not marked idempotent"
+            )
             && logs.contains("retry_non_idempotent(true)"),
         "{logs}"
     );

@@ -54,6 +54,42 @@ impl BoxTool {
         BoxTool::with_info(info, tool)
     }
 
+    /// Erases `tool` wrapped in `layer` (a `ServiceBuilder` works), the
+    /// description taken from the tool before it is wrapped: what a
+    /// function returns for a tool with its own stack, without naming the
+    /// stack's type.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use toolstack::{tool, BoxTool, ToolError, Toolbox};
+    /// use toolstack_layers::{timeout::TimeoutLayer, ServiceBuilderExt};
+    ///
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Query { q: String }
+    ///
+    /// fn search() -> BoxTool {
+    ///     let search = tool::from_fn("search", |Query { q }| async move { Ok::<_, ToolError>(q) });
+    ///     let stack = tower::ServiceBuilder::new()
+    ///         .stream_timeout(TimeoutLayer::new().deadline(Duration::from_secs(5)));
+    ///     BoxTool::layered(search, stack)
+    /// }
+    ///
+    /// let toolbox = Toolbox::new().boxed(search());
+    /// # let _ = toolbox;
+    /// ```
+    pub fn layered<T, L>(tool: T, layer: L) -> Self
+    where
+        T: Describe,
+        L: tower_layer::Layer<T>,
+        L::Service: Service<ToolRequest> + Clone + Send + Sync + 'static,
+        <L::Service as Service<ToolRequest>>::Error: Into<ToolError>,
+        <L::Service as Service<ToolRequest>>::Future: Send + 'static,
+        <L::Service as Service<ToolRequest>>::Response: Stream<Item = ToolItem> + Send + 'static,
+    {
+        let info = Arc::new(tool.info().clone());
+        BoxTool::with_info(info, layer.layer(tool))
+    }
+
     /// Erases any tool service, described by `info` (for services that do
     /// not carry their own description, such as one wrapped in tower's
     /// stock layers).

@@ -273,6 +273,52 @@ impl Toolbox {
         self
     }
 
+    /// Wraps the one tool `name` in `layer`, on top of what it has: a
+    /// retry for the one tool that may be retried, a tighter timeout for a
+    /// slow remote one — without building a stack per tool. The layer sees
+    /// the call as [`layer`](Toolbox::layer) does.
+    ///
+    /// # Panics
+    ///
+    /// If there is no tool `name` (see [`Toolbox::try_layer_tool`]).
+    #[track_caller]
+    pub fn layer_tool<L>(mut self, name: &str, layer: L) -> Self
+    where
+        L: Layer<BoxTool>,
+        L::Service: Service<ToolRequest> + Clone + Send + Sync + 'static,
+        <L::Service as Service<ToolRequest>>::Error: Into<ToolError>,
+        <L::Service as Service<ToolRequest>>::Future: Send + 'static,
+        <L::Service as Service<ToolRequest>>::Response: Stream<Item = ToolItem> + Send + 'static,
+    {
+        if let Err(err) = self.try_layer_tool(name, layer) {
+            panic!("{err}");
+        }
+        self
+    }
+
+    /// Wraps the one tool `name` in `layer`, as [`Toolbox::layer_tool`]; an
+    /// unknown name leaves the toolbox as it was.
+    pub fn try_layer_tool<L>(&mut self, name: &str, layer: L) -> Result<(), ToolboxError>
+    where
+        L: Layer<BoxTool>,
+        L::Service: Service<ToolRequest> + Clone + Send + Sync + 'static,
+        <L::Service as Service<ToolRequest>>::Error: Into<ToolError>,
+        <L::Service as Service<ToolRequest>>::Future: Send + 'static,
+        <L::Service as Service<ToolRequest>>::Response: Stream<Item = ToolItem> + Send + 'static,
+    {
+        let Some(&i) = self.inner.index.get(name) else {
+            return Err(ToolboxError {
+                kind: ToolboxErrorKind::UnknownTool,
+                name: name.into(),
+                message: format!("cannot layer `{name}`: there is no tool of that name"),
+            });
+        };
+        let entry = &mut Arc::make_mut(&mut self.inner).entries[i];
+        let info = entry.tool.info_shared().clone();
+        entry.tool = BoxTool::with_info(info, layer.layer(entry.tool.clone()));
+        Ok(())
+    }
+
     pub(super) fn merge_inner(
         &mut self,
         other: Inner,

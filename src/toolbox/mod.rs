@@ -14,7 +14,7 @@
 //! | [`prefix(prefix)`](Toolbox::prefix) | this toolbox's tools as `{prefix}.{name}` |
 //! | [`rename(from, to)`](Toolbox::rename) | one tool under a new name |
 //! | [`filter(predicate)`](Toolbox::filter) | the tools whose description passes |
-//! | [`layer(layer)`](Toolbox::layer) | every tool in it wrapped in `layer` (per tool: [`layered`](Toolbox::layered)) |
+//! | [`layer(layer)`](Toolbox::layer) | every tool in it wrapped in `layer` (a tool as it is added: [`layered`](Toolbox::layered); one already in: [`layer_tool`](Toolbox::layer_tool)) |
 //! | [`deferred()`](Toolbox::deferred) | the same tools, kept out of a model's view until a [search](ToolSearch) finds them |
 //!
 //! A toolbox is not itself a described tool — it has no one [`ToolInfo`],
