@@ -921,9 +921,12 @@ fn http_rows() -> Vec<HttpRow> {
 #[tokio::test]
 async fn every_bad_http_request_gets_its_status_kind_and_words() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let app = HttpTools::new(tools(&calls))
-        .body_limit(HTTP_LIMIT)
-        .into_router::<()>();
+    let app = axum::Router::new().nest(
+        "/tools",
+        HttpTools::new(tools(&calls))
+            .body_limit(HTTP_LIMIT)
+            .into_router::<()>(),
+    );
     let mut failures = Failures::new();
     for row in http_rows() {
         let mut request = axum::http::Request::post(row.path.as_str());

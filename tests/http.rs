@@ -544,9 +544,12 @@ async fn a_raw_tool_gets_the_body_as_sent_or_braces_for_a_blank_one() {
 
 #[tokio::test]
 async fn oversized_body_is_413_whether_declared_or_streamed() {
-    let app = HttpTools::new(plain_toolbox())
-        .body_limit(1024)
-        .into_router();
+    let app = Router::new().nest(
+        "/tools",
+        HttpTools::new(plain_toolbox())
+            .body_limit(1024)
+            .into_router(),
+    );
     let server = Server::start(app, "").await;
     let big = format!(r#"{{"pad":"{}"}}"#, "x".repeat(2048));
     let expected = json!({
@@ -782,6 +785,31 @@ async fn nests_under_any_prefix_beside_the_apps_own_routes() {
     assert_eq!(bare.status(), StatusCode::NOT_FOUND);
 }
 
+#[tokio::test]
+async fn its_routes_are_relative_to_where_it_is_nested() {
+    // Nested at `/tools`, as an axum user nests any router: `/tools` lists
+    // and `/tools/{name}` calls — not `/tools/tools/…`.
+    let app = Router::new().nest("/tools", HttpTools::new(plain_toolbox()).into_router());
+    let list = Request::get("/tools").body(Body::empty()).unwrap();
+    let response = app.clone().oneshot(list).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let call = Request::post("/tools/add")
+        .body(Body::from(r#"{"a": 1, "b": 2}"#))
+        .unwrap();
+    let response = app.clone().oneshot(call).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let doubled = Request::get("/tools/tools").body(Body::empty()).unwrap();
+    assert_eq!(
+        app.clone().oneshot(doubled).await.unwrap().status(),
+        StatusCode::METHOD_NOT_ALLOWED,
+        "`/tools/tools` is a call's path (POST only), not the list"
+    );
+    // Served on its own, at the root: `/` lists.
+    let bare = HttpTools::new(plain_toolbox()).into_router::<()>();
+    let list = Request::get("/").body(Body::empty()).unwrap();
+    assert_eq!(bare.oneshot(list).await.unwrap().status(), StatusCode::OK);
+}
+
 // ----------------------------------------------------------- keep-alive
 //
 // In-process (`Router::oneshot`, the body read frame by frame) on the
@@ -835,13 +863,13 @@ async fn a_silent_tools_stream_carries_a_keep_alive_comment_every_15_seconds() {
 #[tokio::test(start_paused = true)]
 async fn keep_alive_interval_is_configurable_and_can_be_turned_off() {
     let every_second = HttpTools::new(plain_toolbox()).keep_alive(Duration::from_secs(1));
-    let mut body = call_silent_tool(every_second.into_router()).await;
+    let mut body = call_silent_tool(Router::new().nest("/tools", every_second.into_router())).await;
     let started = Instant::now();
     assert_eq!(next_frame(&mut body).await, ":\n\n");
     assert_eq!(started.elapsed(), Duration::from_secs(1));
 
     let never = HttpTools::new(plain_toolbox()).no_keep_alive();
-    let mut body = call_silent_tool(never.into_router()).await;
+    let mut body = call_silent_tool(Router::new().nest("/tools", never.into_router())).await;
     let an_hour = Duration::from_secs(3600);
     assert!(
         tokio::time::timeout(an_hour, body.next()).await.is_err(),

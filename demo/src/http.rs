@@ -86,8 +86,8 @@ pub fn visible(info: &ToolInfo, extensions: &Extensions) -> bool {
         .is_some_and(|caller| caller.admin || !destructive)
 }
 
-/// The app: `/health` open to all, the tools under `/api` behind the token
-/// check.
+/// The app: `/health` open to all, the tools under `/api/tools` behind the
+/// token check.
 pub fn app(toolbox: Toolbox) -> Router {
     let tools = HttpTools::new(toolbox)
         .into_router()
@@ -97,7 +97,7 @@ pub fn app(toolbox: Toolbox) -> Router {
         ));
     Router::new()
         .route("/health", get(|| async { "ok" }))
-        .nest("/api", tools)
+        .nest("/api/tools", tools)
 }
 
 /// Add two integers.

@@ -102,7 +102,7 @@ fn router() -> axum::Router {
                         Ok(ToolOutput::from(toolstack::Progress::new(1.0).total(2.0))),
                     ])
                 }));
-            HttpTools::new(toolbox).body_limit(4096).into_router()
+            axum::Router::new().nest("/tools", HttpTools::new(toolbox).body_limit(4096).into_router())
         })
         .clone()
 }

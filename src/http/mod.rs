@@ -10,6 +10,9 @@
 //! serve on its own or to [`nest`](axum::Router::nest) under a prefix in an
 //! existing app, behind whatever auth layer that app already has.
 //!
+//! The routes are relative to where the router is mounted, as axum nests
+//! (here nested at `/tools`, as [`router`] serves them):
+//!
 //! | route | answer |
 //! |---|---|
 //! | `GET /tools` | `200`, `{"tools": [ToolInfo…]}` — only the tools the [resolver](Toolbox::resolver) lets this caller see |
@@ -110,7 +113,7 @@
 //! // Nested under `/api` next to the app's own routes.
 //! let app = axum::Router::new()
 //!     .route("/health", axum::routing::get(|| async { "ok" }))
-//!     .nest("/api", HttpTools::new(toolbox).body_limit(64 * 1024).into_router());
+//!     .nest("/api/tools", HttpTools::new(toolbox).body_limit(64 * 1024).into_router());
 //!
 //! let call = Request::post("/api/tools/add").body(Body::from(r#"{"a":1,"b":2}"#)).unwrap();
 //! let response = app.oneshot(call).await.unwrap();

@@ -52,7 +52,8 @@ pub const CALL_ID_HEADER: &str = "x-tool-call-id";
 /// use toolstack::Toolbox;
 ///
 /// let tools: axum::Router = HttpTools::new(Toolbox::new()).body_limit(16 * 1024).into_router();
-/// let app: axum::Router = axum::Router::new().nest("/api", tools);
+/// // `GET /api/tools` lists, `POST /api/tools/{name}` calls.
+/// let app: axum::Router = axum::Router::new().nest("/api/tools", tools);
 /// ```
 #[derive(Clone, Debug)]
 pub struct HttpTools {
@@ -113,7 +114,10 @@ impl HttpTools {
         self
     }
 
-    /// The router: `GET /tools` and `POST /tools/{name}`.
+    /// The router, its routes relative to where it is mounted (as axum
+    /// nests): `GET /` lists the tools, `POST /{name}` calls one. Nested at
+    /// `/tools` — `Router::new().nest("/tools", tools)` — they are
+    /// `GET /tools` and `POST /tools/{name}`; [`router`] serves them there.
     ///
     /// Generic over the state type of the app it will be nested in (it
     /// carries its own state), so it nests into any `Router<S>`.
@@ -122,21 +126,22 @@ impl HttpTools {
         S: Clone + Send + Sync + 'static,
     {
         Router::new()
-            .route("/tools", get(list_tools))
-            .route("/tools/{name}", post(call_tool))
+            .route("/", get(list_tools))
+            .route("/{name}", post(call_tool))
             .with_state(Arc::new(self))
     }
 }
 
-/// `HttpTools::new(toolbox).into_router()`: the routes with the default
-/// body limit and keep-alive interval.
+/// A toolbox served on its own, with the default body limit and keep-alive
+/// interval: `GET /tools` and `POST /tools/{name}` (the router of
+/// [`HttpTools::into_router`] nested at `/tools`).
 ///
 /// ```
 /// let app = toolstack::http::router(toolstack::Toolbox::new());
 /// # let _: axum::Router = app;
 /// ```
 pub fn router(toolbox: Toolbox) -> Router {
-    HttpTools::new(toolbox).into_router()
+    Router::new().nest("/tools", HttpTools::new(toolbox).into_router())
 }
 
 /// The HTTP status for a call that failed with an error of this kind before
