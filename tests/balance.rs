@@ -1,5 +1,5 @@
 //! The balanced toolbox (`mcp::balance`) over real MCP server
-//! processes (`examples/mcp_replica`) on 127.0.0.1: calls spread, a replica
+//! processes (`examples/harnesses/mcp_replica`) on 127.0.0.1: calls spread, a replica
 //! killed with SIGKILL mid-run is ejected, every call ends with exactly one
 //! outcome and no non-idempotent call runs twice, the replica restarted is
 //! probed back in; replicas that serve other tools are refused.

@@ -1,4 +1,4 @@
-//! The durable-runs proof, bounded: `examples/durable_runs` serves 8 chats
+//! The durable-runs proof, bounded: `examples/proofs/durable_runs` serves 8 chats
 //! from worker processes whose runs are checkpointed in Redis (two
 //! replicas, one killed with SIGKILL mid-write) and then in SQLite (one
 //! worker killed mid-write and restarted), answering every approval after

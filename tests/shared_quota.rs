@@ -1,4 +1,4 @@
-//! The shared-quota proof, bounded: `examples/shared_quota` starts its own
+//! The shared-quota proof, bounded: `examples/proofs/shared_quota` starts its own
 //! `redis-server`, runs 4 worker processes against one Redis quota of
 //! 500 calls/s for 3 s and checks the combined admitted count is never
 //! over the quota and its burst and within 2 % of it where demand reached

@@ -1,5 +1,5 @@
 //! The scale-out proof for the balanced toolbox: 3 MCP replica processes
-//! (`examples/mcp_replica`) behind `mcp::balance`, N calls of the
+//! (`examples/harnesses/mcp_replica`) behind `mcp::balance`, N calls of the
 //! non-idempotent `record` tool at C at a time; at 50 % one replica is
 //! killed with SIGKILL, and restarted a second later. Prints calls/s before,
 //! during and after, where the calls went, and the outcome counts, and
