@@ -100,8 +100,29 @@ const TOKENS: Tokens<Caller> = &[
     ("guest-token", Caller::Guest),
 ];
 
+const USAGE: &str = "\
+Usage: cargo run --features mcp --example mcp_server [-- --stdio]
+
+A toolbox served over MCP: streamable HTTP on 127.0.0.1:8000/mcp (PORT to
+change it) behind a bearer token (guest-token, admin-token), or stdio.
+  --stdio      serve on stdin/stdout, for a host that spawns it
+  -h, --help   this text
+";
+
+/// `--help`: the usage, and nothing run.
+fn help(usage: &str) -> bool {
+    let asked = std::env::args().any(|a| a == "--help" || a == "-h");
+    if asked {
+        print!("{usage}");
+    }
+    asked
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if help(USAGE) {
+        return Ok(());
+    }
     let server = McpServer::new(toolbox()).with_server_info("toolstack-example", "0.1.0");
     if std::env::args().any(|a| a == "--stdio") {
         server.serve_stdio().await?;

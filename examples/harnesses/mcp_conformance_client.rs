@@ -197,8 +197,29 @@ async fn run(scenario: &str, url: &str, stateless: bool) -> Result<(), ToolError
     Ok(())
 }
 
+const USAGE: &str = "\
+Usage: mcp_conformance_client URL
+  (run by `conformance client --command <this binary>`, see .ci/conformance)
+
+Plays the MCP conformance suite's client scenario named in
+MCP_CONFORMANCE_SCENARIO against the mock server at URL.
+  -h, --help   this text
+";
+
+/// `--help`: the usage, and nothing run.
+fn help(usage: &str) -> bool {
+    let asked = std::env::args().any(|a| a == "--help" || a == "-h");
+    if asked {
+        print!("{usage}");
+    }
+    asked
+}
+
 #[tokio::main]
 async fn main() {
+    if help(USAGE) {
+        return;
+    }
     let scenario =
         std::env::var("MCP_CONFORMANCE_SCENARIO").unwrap_or_else(|_| "initialize".into());
     let version = std::env::var("MCP_CONFORMANCE_PROTOCOL_VERSION").unwrap_or_default();

@@ -35,8 +35,30 @@ struct Record {
     key: String,
 }
 
+const USAGE: &str = "\
+Usage: REPLICA_ID=r1 RECORD_FILE=/tmp/r1.log mcp_replica [--port N]
+  (cargo run --features mcp --example mcp_replica -- ...)
+
+One replica of an MCP tool server (echo, record) on 127.0.0.1, for the
+scale-out proof and tests.
+  --port N     the port (0: any free one; printed once it listens)
+  -h, --help   this text
+";
+
+/// `--help`: the usage, and nothing run.
+fn help(usage: &str) -> bool {
+    let asked = std::env::args().any(|a| a == "--help" || a == "-h");
+    if asked {
+        print!("{usage}");
+    }
+    asked
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if help(USAGE) {
+        return Ok(());
+    }
     let replica: Arc<str> = std::env::var("REPLICA_ID")
         .unwrap_or_else(|_| "replica".into())
         .into();

@@ -56,8 +56,32 @@ fn flag<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
+const USAGE: &str = "\
+Usage: durable_runs [--runs N] [--write-ms MS] [--lease-ms MS]
+  (cargo run --release --features http,redis,sqlite --example durable_runs -- ...)
+
+N chats wait for approval on worker processes over Redis, then SQLite; a
+worker is killed and every approval is answered through another.
+  --runs N         chats per round (20)
+  --write-ms MS    how long the approved write takes (1500)
+  --lease-ms MS    a running run's lease (2000)
+  -h, --help       this text
+";
+
+/// `--help`: the usage, and nothing run.
+fn help(usage: &str) -> bool {
+    let asked = std::env::args().any(|a| a == "--help" || a == "-h");
+    if asked {
+        print!("{usage}");
+    }
+    asked
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if help(USAGE) {
+        return Ok(());
+    }
     let args: Vec<String> = std::env::args().collect();
     if let Some(at) = args.iter().position(|a| a == "--worker") {
         let name = args.get(at + 1).ok_or("--worker NAME")?.clone();

@@ -72,8 +72,31 @@ fn flag(args: &[String], name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+const USAGE: &str = "\
+Usage: scale_out [--calls N] [--concurrency C]
+  (cargo build --release --features mcp --example mcp_replica --example scale_out)
+
+3 MCP replica processes behind mcp::balance; one is killed at 50 % and
+restarted; no call may run twice.
+  --calls N          calls in all (100000)
+  --concurrency C    calls at once (256)
+  -h, --help         this text
+";
+
+/// `--help`: the usage, and nothing run.
+fn help(usage: &str) -> bool {
+    let asked = std::env::args().any(|a| a == "--help" || a == "-h");
+    if asked {
+        print!("{usage}");
+    }
+    asked
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if help(USAGE) {
+        return Ok(());
+    }
     let args: Vec<String> = std::env::args().collect();
     let calls = flag(&args, "--calls", 100_000);
     let concurrency = flag(&args, "--concurrency", 256);

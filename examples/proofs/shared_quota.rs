@@ -56,8 +56,34 @@ fn now_ms() -> u128 {
         .as_millis()
 }
 
+const USAGE: &str = "\
+Usage: shared_quota [--quota N] [--seconds S] [--workers W] [--outage-seconds S] [--outage-quota N]
+  (cargo run --release --example shared_quota -- ...; needs redis-server on PATH)
+
+W worker processes call a tool behind one quota kept in Redis; then Redis
+stops half-way, once failing open and once failing closed.
+  --quota N            calls per second for all workers (2000)
+  --seconds S          how long the first round lasts (30)
+  --workers W          worker processes (4)
+  --outage-seconds S   how long each outage round lasts (4)
+  --outage-quota N     the outage rounds' quota (a tenth of --quota)
+  -h, --help           this text
+";
+
+/// `--help`: the usage, and nothing run.
+fn help(usage: &str) -> bool {
+    let asked = std::env::args().any(|a| a == "--help" || a == "-h");
+    if asked {
+        print!("{usage}");
+    }
+    asked
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if help(USAGE) {
+        return Ok(());
+    }
     let args: Vec<String> = std::env::args().collect();
     if args.iter().any(|a| a == "--worker") {
         return worker(&args).await;
