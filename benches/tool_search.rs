@@ -15,7 +15,11 @@
 //!   `search_tools`) and after one search has loaded five tools;
 //! * the cost of a **typed answer**: a one-turn run whose answer is decoded
 //!   into a struct and validated (`Agent::output`) against the same run
-//!   ending with the text, in the same process.
+//!   ending with the text, in the same process;
+//! * **how the cost grows** with the number of deferred tools: indexing
+//!   and one search over 33, 330, 3,300 and 33,000 tools (the catalogue cut
+//!   to a tenth, whole, and copied 10 and 100 times under new names), per
+//!   tool indexed (best of 3).
 //!
 //! Criterion's groups: `tool_search/search` (one query), `tool_search/index`
 //! (indexing the 330 tools), `typed_answer/{text,typed}`.
@@ -203,6 +207,54 @@ fn summary() {
     );
 }
 
+/// The catalogue's first `n` tools, or its copies renamed (`{name}_{k}`)
+/// up to `n`, deferred.
+fn catalogue_of(n: usize) -> Toolbox {
+    let infos = catalogue::infos();
+    let toolbox = (0..n).fold(Toolbox::new(), |toolbox, at| {
+        let info = &infos[at % infos.len()];
+        let info = match at / infos.len() {
+            0 => info.clone(),
+            k => info.clone().with_name(format!("{}_{k}", info.name())),
+        };
+        toolbox.service(
+            info,
+            tower::service_fn(|_: toolstack::ToolRequest| async {
+                Ok::<_, toolstack::ToolError>(futures_util::stream::empty::<toolstack::ToolItem>())
+            }),
+        )
+    });
+    toolbox.deferred()
+}
+
+fn growth() {
+    println!("how the cost grows with the tools deferred (best of 3):");
+    println!("  tools    index (ms)  per tool (µs)  search (µs)  per tool (ns)");
+    let extensions = Extensions::new();
+    for n in [33, 330, 3_300, 33_000] {
+        let toolbox = catalogue_of(n);
+        let (mut index, mut search) = (f64::MAX, f64::MAX);
+        for _ in 0..3 {
+            let start = Instant::now();
+            let built = ToolSearch::new(&toolbox);
+            index = index.min(start.elapsed().as_secs_f64());
+            let start = Instant::now();
+            let rounds = 20;
+            for _ in 0..rounds {
+                black_box(built.search("file a bug on github about the login page", &extensions, 5));
+            }
+            search = search.min(start.elapsed().as_secs_f64() / rounds as f64);
+        }
+        println!(
+            "  {n:>6}  {:>10.2}  {:>13.2}  {:>11.1}  {:>13.1}",
+            index * 1e3,
+            index * 1e6 / n as f64,
+            search * 1e6,
+            search * 1e9 / n as f64
+        );
+    }
+}
+
 criterion_group!(benches, bench);
 
 fn main() {
@@ -211,4 +263,5 @@ fn main() {
         .configure_from_args()
         .final_summary();
     summary();
+    growth();
 }

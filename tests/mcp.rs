@@ -581,6 +581,28 @@ async fn stdio_child_process_serves_the_example_toolbox() {
     );
 }
 
+#[cfg(unix)]
+#[tokio::test]
+async fn a_stdio_childs_stderr_goes_where_its_command_says() {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap().join("examples");
+    let server = dir.join("mcp_server");
+    let log = std::env::temp_dir().join(format!("toolstack-stderr-{}.log", std::process::id()));
+    let file = std::fs::File::create(&log).unwrap();
+    // A server that writes to its stderr before it serves.
+    let mut command = tokio::process::Command::new("sh");
+    command
+        .arg("-c")
+        .arg(r#"echo "the server's own words" >&2; exec "$0" --stdio"#)
+        .arg(&server)
+        .stderr(std::process::Stdio::from(file));
+    let client = McpClient::connect_stdio(command).await.unwrap();
+    assert_eq!(client.tools().await.unwrap().len(), 3);
+    let written = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_file(&log);
+    assert_eq!(written, "the server's own words\n");
+}
+
 #[tokio::test]
 async fn a_call_keeps_the_connection_open_after_every_handle_is_dropped() {
     let remote = in_memory(toolbox()).await.toolbox().await.unwrap();

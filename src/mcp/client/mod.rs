@@ -49,6 +49,23 @@ pub struct McpClient {
     telemetry: Arc<Telemetry>,
 }
 
+/// A child's stdout, owning the child: the transport holds it, so the
+/// process lives as long as the connection (and is killed with it).
+struct ChildOut {
+    stdout: tokio::process::ChildStdout,
+    _child: tokio::process::Child,
+}
+
+impl tokio::io::AsyncRead for ChildOut {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stdout).poll_read(cx, buf)
+    }
+}
+
 /// What the client's spans and metrics say of every operation: the
 /// transport, the negotiated revision; and the histograms.
 struct Telemetry {
@@ -241,19 +258,32 @@ impl McpClientBuilder {
         })
     }
 
-    /// Starts `command` as a child process and talks MCP over its stdio.
+    /// Starts `command` as a child process and talks MCP over its stdin
+    /// and stdout. Its stderr is where the `Command` says (`.stderr(..)`:
+    /// a file, `Stdio::null()`, a pipe; the host's stderr if unset); the
+    /// process is killed when the client's last clone is dropped.
     pub async fn connect_stdio(
         self,
-        command: tokio::process::Command,
+        mut command: tokio::process::Command,
     ) -> Result<McpClient, ToolError> {
-        let child = rmcp::transport::TokioChildProcess::new(command).map_err(|err| {
+        command
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let spawned = command.spawn().and_then(|mut child| {
+            let missing = || std::io::Error::other("the child's stdio was not piped");
+            let stdout = child.stdout.take().ok_or_else(missing)?;
+            let stdin = child.stdin.take().ok_or_else(missing)?;
+            Ok((ChildOut { stdout, _child: child }, stdin))
+        });
+        let io = spawned.map_err(|err| {
             ToolError::new(
                 ErrorKind::Unavailable,
                 format!("could not start the MCP server process: {err}"),
             )
             .with_source(err)
         })?;
-        self.connect_over(child, Transport::stdio()).await
+        self.connect_over(io, Transport::stdio()).await
     }
 
     /// Connects to a streamable HTTP endpoint such as `http://host/mcp`.
