@@ -241,7 +241,11 @@ fn growth() {
             let start = Instant::now();
             let rounds = 20;
             for _ in 0..rounds {
-                black_box(built.search("file a bug on github about the login page", &extensions, 5));
+                black_box(built.search(
+                    "file a bug on github about the login page",
+                    &extensions,
+                    5,
+                ));
             }
             search = search.min(start.elapsed().as_secs_f64() / rounds as f64);
         }

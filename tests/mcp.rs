@@ -380,6 +380,67 @@ async fn http_client(addr: SocketAddr, token: &str) -> McpClient {
         .unwrap()
 }
 
+/// A stateless client against a server of revision 2025-11-25 (as the
+/// TypeScript SDK 1.x answers `server/discover`: 400, -32000 "Server not
+/// initialized"): it connects again with `initialize`, and works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateless_client_falls_back_to_initialize_on_an_older_server() {
+    use axum::extract::Request;
+    use axum::middleware::Next;
+    use axum::response::IntoResponse;
+
+    let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = Arc::clone(&refused);
+    let legacy = middleware::from_fn(move |request: Request, next: Next| {
+        let count = Arc::clone(&count);
+        async move {
+            let (parts, body) = request.into_parts();
+            let bytes = axum::body::to_bytes(body, 1 << 20).await.unwrap();
+            if String::from_utf8_lossy(&bytes).contains("\"server/discover\"") {
+                count.fetch_add(1, Ordering::SeqCst);
+                let body = r#"{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: Server not initialized"},"id":null}"#;
+                return (
+                    axum::http::StatusCode::BAD_REQUEST,
+                    [("content-type", "application/json")],
+                    body,
+                )
+                    .into_response();
+            }
+            next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+                .await
+        }
+    });
+    let app = axum::Router::new()
+        .nest_service(
+            "/mcp",
+            McpServer::new(toolbox()).into_http_service(StreamableHttpServerConfig::default()),
+        )
+        .layer(legacy);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let client = McpClient::builder()
+        .stateless()
+        .connect_http(&format!("http://{addr}/mcp"))
+        .await
+        .unwrap();
+    assert_eq!(
+        refused.load(Ordering::SeqCst),
+        1,
+        "discover was tried first"
+    );
+    let out = items(&client, "add", r#"{"a": 2, "b": 3}"#).await;
+    assert!(
+        out.iter().any(|i| i
+            .as_ref()
+            .unwrap()
+            .as_json()
+            .is_some_and(|j| j.value() == json!({"sum": 5}))),
+        "{out:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_each_caller_sees_and_calls_its_own_tools() {
     let addr = http_server().await;

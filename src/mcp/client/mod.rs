@@ -274,7 +274,13 @@ impl McpClientBuilder {
             let missing = || std::io::Error::other("the child's stdio was not piped");
             let stdout = child.stdout.take().ok_or_else(missing)?;
             let stdin = child.stdin.take().ok_or_else(missing)?;
-            Ok((ChildOut { stdout, _child: child }, stdin))
+            Ok((
+                ChildOut {
+                    stdout,
+                    _child: child,
+                },
+                stdin,
+            ))
         });
         let io = spawned.map_err(|err| {
             ToolError::new(
@@ -287,9 +293,44 @@ impl McpClientBuilder {
     }
 
     /// Connects to a streamable HTTP endpoint such as `http://host/mcp`.
+    ///
+    /// A [stateless](Self::stateless) client whose `server/discover` is
+    /// refused — a server of revision 2025-11-25 or before answers it
+    /// "Server not initialized" — connects again with `initialize`, as
+    /// the 2026-07-28 revision's compatibility rules describe (logged at
+    /// `info`); if that fails too, the error names both.
     pub async fn connect_http(self, url: &str) -> Result<McpClient, ToolError> {
-        let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.to_owned());
-        self.connect_over(transport, Transport::http(url)).await
+        let transport = || rmcp::transport::StreamableHttpClientTransport::from_uri(url.to_owned());
+        if !self.stateless {
+            return self.connect_over(transport(), Transport::http(url)).await;
+        }
+        let legacy = McpClientBuilder {
+            stateless: false,
+            ..self.clone()
+        };
+        let discovered = match self.connect_over(transport(), Transport::http(url)).await {
+            Ok(client) => return Ok(client),
+            Err(err) => err,
+        };
+        tracing::info!(
+            url,
+            error = %discovered,
+            "the MCP server refused server/discover (a server before revision 2026-07-28); connecting with initialize"
+        );
+        legacy
+            .connect_over(transport(), Transport::http(url))
+            .await
+            .map_err(|err| {
+                ToolError::new(
+                    err.kind(),
+                    format!(
+                        "{} (and server/discover before it: {})",
+                        err.message(),
+                        discovered.message()
+                    ),
+                )
+                .with_source(err)
+            })
     }
 }
 
