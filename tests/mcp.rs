@@ -991,3 +991,131 @@ async fn a_flood_of_progress_keeps_only_the_newest_reports_per_call() {
         Some("done")
     );
 }
+
+/// A server that needs the user to open a URL before its tool answers (as
+/// server-everything's URL elicitation tools do, MCP 2025-11-25): its first
+/// call is the `-32042` error with the URL in its data; its next, the
+/// answer.
+#[derive(Clone)]
+struct SignInServer(Arc<std::sync::atomic::AtomicUsize>);
+
+impl toolstack::mcp::rmcp::ServerHandler for SignInServer {
+    fn get_info(&self) -> toolstack::mcp::rmcp::model::ServerConfig {
+        use toolstack::mcp::rmcp::model::{ServerCapabilities, ServerConfig};
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _: Option<toolstack::mcp::rmcp::model::PaginatedRequestParams>,
+        _: toolstack::mcp::rmcp::service::RequestContext<toolstack::mcp::rmcp::RoleServer>,
+    ) -> Result<toolstack::mcp::rmcp::model::ListToolsResult, toolstack::mcp::rmcp::ErrorData> {
+        let schema = serde_json::Map::from_iter([("type".to_owned(), json!("object"))]);
+        let tool = toolstack::mcp::rmcp::model::Tool::new_with_raw("inbox", None, schema);
+        Ok(toolstack::mcp::rmcp::model::ListToolsResult::with_all_items(vec![tool]))
+    }
+
+    async fn call_tool(
+        &self,
+        _: CallToolRequestParams,
+        _: toolstack::mcp::rmcp::service::RequestContext<toolstack::mcp::rmcp::RoleServer>,
+    ) -> Result<toolstack::mcp::rmcp::model::CallToolResponse, toolstack::mcp::rmcp::ErrorData>
+    {
+        use toolstack::mcp::rmcp::model::{CallToolResult, ContentBlock};
+        if self.0.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Err(toolstack::mcp::rmcp::ErrorData::new(
+                ErrorCode(-32042),
+                "This request requires browser-based authorization.",
+                Some(json!({"elicitations": [{
+                    "mode": "url",
+                    "elicitationId": "sign-in-1",
+                    "url": "https://auth.example/sign-in?state=1",
+                    "message": "Sign in to read the inbox",
+                }]})),
+            ));
+        }
+        Ok(CallToolResult::success(vec![ContentBlock::text("3 new messages")]).into())
+    }
+}
+
+/// A user who opens every URL asked of them.
+#[derive(Clone, Default)]
+struct Opens(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl toolstack::mcp::rmcp::ClientHandler for Opens {
+    fn get_info(&self) -> toolstack::mcp::rmcp::model::ClientConfig {
+        use toolstack::mcp::rmcp::model::{
+            ClientCapabilities, ClientConfig, ElicitationCapability, Implementation,
+            UrlElicitationCapability,
+        };
+        let mut caps = ClientCapabilities::default();
+        caps.elicitation =
+            Some(ElicitationCapability::new().with_url(UrlElicitationCapability::new()));
+        ClientConfig::new(caps, Implementation::new("opens", "1.0"))
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: toolstack::mcp::rmcp::model::ElicitRequestParams,
+        _: toolstack::mcp::rmcp::service::RequestContext<toolstack::mcp::rmcp::RoleClient>,
+    ) -> Result<toolstack::mcp::rmcp::model::ElicitResult, toolstack::mcp::rmcp::ErrorData> {
+        use toolstack::mcp::rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction};
+        if let ElicitRequestParams::UrlElicitationParams { url, .. } = params {
+            self.0.lock().unwrap().push(url);
+        }
+        Ok(ElicitResult::new(ElicitationAction::Accept))
+    }
+}
+
+async fn sign_in_server(calls: Arc<std::sync::atomic::AtomicUsize>) -> tokio::io::DuplexStream {
+    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        let running = SignInServer(calls).serve(server_io).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    client_io
+}
+
+#[tokio::test]
+async fn url_elicitation_required_asks_the_handler_then_calls_again() {
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let opened = Opens::default();
+    let client = McpClient::builder()
+        .handler(opened.clone())
+        .connect(sign_in_server(Arc::clone(&calls)).await)
+        .await
+        .unwrap();
+    let out = items(&client, "inbox", "{}").await;
+    assert_eq!(
+        out.last().unwrap().as_ref().unwrap().as_text(),
+        Some("3 new messages"),
+        "{out:?}"
+    );
+    assert_eq!(
+        *opened.0.lock().unwrap(),
+        ["https://auth.example/sign-in?state=1"]
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "called again once opened");
+}
+
+#[tokio::test]
+async fn url_elicitation_required_without_a_handler_names_the_url() {
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let client = McpClient::connect(sign_in_server(Arc::clone(&calls)).await)
+        .await
+        .unwrap();
+    let out = items(&client, "inbox", "{}").await;
+    let err = out
+        .into_iter()
+        .find_map(Result::err)
+        .expect("the call fails");
+    assert_eq!(err.kind(), ErrorKind::Denied);
+    assert!(
+        err.message()
+            .contains("Sign in to read the inbox (https://auth.example/sign-in?state=1)")
+            && err.message().contains("no handler"),
+        "{}",
+        err.message()
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}

@@ -11,8 +11,9 @@ use futures_util::future::BoxFuture;
 use futures_util::stream;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, CancelTaskParams, CancelledNotificationParam,
-    ClientRequest, GetTaskParams, ProgressNotificationParam, ProgressToken, Request, RequestId,
-    ServerResult, TaskPayload, UpdateTaskParams,
+    ClientRequest, ElicitRequestParams, ElicitationAction, GetTaskParams,
+    ProgressNotificationParam, ProgressToken, Request, RequestId, ServerResult, TaskPayload,
+    UpdateTaskParams,
 };
 use rmcp::service::{PeerRequestOptions, ServiceError};
 use rmcp::ErrorData;
@@ -27,7 +28,11 @@ use crate::{
 };
 
 use super::progress::{ProgressQueue, ProgressRouter};
-use super::{protocol_error, service_error, McpClient};
+use super::{protocol_error, service_error, McpClient, MAX_INPUT_REQUESTS};
+
+/// The JSON-RPC error of a request that needs the user to open a URL
+/// first (MCP 2025-11-25, "URL elicitation required").
+const URL_ELICITATION_REQUIRED: i32 = -32042;
 
 /// One tool of a remote MCP server as a local tool service.
 ///
@@ -319,6 +324,20 @@ impl RemoteCall {
                     ErrorKind::Unavailable,
                     "the MCP connection closed before the tool answered",
                 )),
+                Ok(Err(ServiceError::McpError(data)))
+                    if data.code.0 == URL_ELICITATION_REQUIRED =>
+                {
+                    // The user must open a URL first (an authorization,
+                    // a payment): asked through the client's handler, and
+                    // the call made again once every one is done.
+                    if let Err(err) = self.open_urls(&data).await {
+                        self.operation.end(Outcome::Rpc {
+                            code: data.code.0,
+                            message: &data.message,
+                        });
+                        self.pending.push_back(Err(err));
+                    }
+                }
                 Ok(Err(ServiceError::McpError(data))) => {
                     self.operation.end(Outcome::Rpc {
                         code: data.code.0,
@@ -367,6 +386,89 @@ impl RemoteCall {
                 self.guard.client.max_input_rounds
             )));
         }
+        Ok(())
+    }
+
+    /// A `-32042` error (URL elicitation required, 2025-11-25): each
+    /// elicitation in its data put to the client's handler, as a URL
+    /// elicitation; all accepted, the call is sent again. Without a
+    /// handler, or with one declined, the error names each URL, so that a
+    /// person can still open it.
+    async fn open_urls(&mut self, data: &ErrorData) -> Result<(), ToolError> {
+        let asked: Vec<ElicitRequestParams> = data
+            .data
+            .as_ref()
+            .and_then(|d| d.get("elicitations"))
+            .and_then(|e| e.as_array())
+            .map(|all| {
+                all.iter()
+                    .take(MAX_INPUT_REQUESTS + 1)
+                    .filter_map(|one| serde_json::from_value(one.clone()).ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let urls: Vec<String> = asked
+            .iter()
+            .filter_map(|params| match params {
+                ElicitRequestParams::UrlElicitationParams { message, url, .. } => {
+                    Some(format!("{message} ({url})"))
+                }
+                _ => None,
+            })
+            .collect();
+        let refused = |why: String| {
+            let opened = match urls.is_empty() {
+                true => String::new(),
+                false => format!("; open: {}", urls.join("; ")),
+            };
+            ToolError::new(
+                ErrorKind::Denied,
+                format!("{}: {why}{opened}", data.message),
+            )
+        };
+        if urls.is_empty() || urls.len() != asked.len() {
+            return Err(refused(
+                "the server named no URL to open (its error's data has no URL elicitation)".into(),
+            ));
+        }
+        if asked.len() > MAX_INPUT_REQUESTS {
+            return Err(refused(format!(
+                "the server asked for more than {MAX_INPUT_REQUESTS} URLs at once"
+            )));
+        }
+        self.count_round()
+            .map_err(|err| refused(err.message().to_owned()))?;
+        let client = self.guard.client.clone();
+        let Some(answers) = client.answers.clone() else {
+            return Err(refused(
+                "this client has no handler to open it (McpClient::builder().handler(..)); open it, then call again".into(),
+            ));
+        };
+        let peer = client.running.peer().clone();
+        for (at, params) in asked.into_iter().enumerate() {
+            let context = rmcp::service::RequestContext::new(
+                rmcp::model::NumberOrString::Number(at as i64),
+                peer.clone(),
+            );
+            let answer = answers.elicit(params, context).await;
+            match answer {
+                Ok(result) if result.action == ElicitationAction::Accept => {}
+                Ok(result) => {
+                    return Err(refused(format!(
+                        "the user did not open it ({:?})",
+                        result.action
+                    )))
+                }
+                Err(err) => return Err(refused(format!("the handler failed: {}", err.message))),
+            }
+        }
+        let params = self.spec.params()?;
+        let sent = client.send(params).await?;
+        self.guard.router.unsubscribe(&self.guard.token);
+        self.progress = self.guard.router.subscribe(sent.token.clone());
+        self.guard.token = sent.token;
+        self.guard.id = Some(sent.id);
+        self.response = Some(sent.rx);
         Ok(())
     }
 
