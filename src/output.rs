@@ -38,6 +38,16 @@ pub enum ToolOutput {
         /// The value.
         value: Json,
     },
+    /// The structured form of a result whose other items the model reads
+    /// already (an MCP server's `structuredContent` beside its content
+    /// blocks): for programs that ask for it
+    /// ([`ToolResult::structured_content`](crate::ToolResult::structured_content),
+    /// MCP's `structuredContent`), never read by the model, so that it
+    /// reads each result once.
+    Structured {
+        /// The value.
+        value: Json,
+    },
     /// An image, base64-encoded.
     Image(Box<Media>),
     /// An audio clip, base64-encoded.
@@ -101,10 +111,19 @@ impl ToolOutput {
         }
     }
 
-    /// The JSON, if this is a structured JSON item.
+    /// The structured form of a result, for programs only (see
+    /// [`ToolOutput::Structured`]).
+    pub fn structured(value: impl Into<Json>) -> Self {
+        ToolOutput::Structured {
+            value: value.into(),
+        }
+    }
+
+    /// The JSON, if this is a structured JSON item (one the model reads,
+    /// or one for programs only).
     pub fn as_json(&self) -> Option<&Json> {
         match self {
-            ToolOutput::Json { value } => Some(value),
+            ToolOutput::Json { value } | ToolOutput::Structured { value } => Some(value),
             _ => None,
         }
     }
@@ -123,11 +142,15 @@ impl ToolOutput {
     }
 
     /// The item's size in bytes (text, data, JSON text), for output limits
-    /// and logs; a field read for every variant.
+    /// and logs; a field read for every variant. A
+    /// [`Structured`](ToolOutput::Structured) item, which no model reads,
+    /// counts 0.
     pub fn byte_len(&self) -> usize {
         match self {
             ToolOutput::Text { text } => text.len(),
             ToolOutput::Json { value } => value.as_str().len(),
+            // Not the model's to read: nothing of a budget's.
+            ToolOutput::Structured { .. } => 0,
             ToolOutput::Image(m) | ToolOutput::Audio(m) => m.data.len(),
             ToolOutput::Resource(r) => {
                 r.uri.len()
@@ -141,14 +164,15 @@ impl ToolOutput {
     /// What a model reads of the item in a tool message: a text as it is,
     /// JSON as its JSON text, an image or audio clip as its MIME type, a
     /// resource as its text (else its URI); `None` for progress, which is
-    /// not part of the result.
+    /// not part of the result, and for a [`Structured`](ToolOutput::Structured)
+    /// item, which is the result again, for programs.
     pub fn model_text(&self) -> Option<&str> {
         Some(match self {
             ToolOutput::Text { text } => text.as_str(),
             ToolOutput::Json { value } => value.as_str(),
             ToolOutput::Image(m) | ToolOutput::Audio(m) => m.mime_type.as_str(),
             ToolOutput::Resource(r) => r.text.as_deref().unwrap_or(&r.uri),
-            ToolOutput::Progress(_) => return None,
+            ToolOutput::Progress(_) | ToolOutput::Structured { .. } => return None,
         })
     }
 }

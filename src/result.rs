@@ -244,13 +244,15 @@ impl Serialize for ToolResult {
         struct Blocks<'a>(&'a Content);
         impl Serialize for Blocks<'_> {
             fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+                let mut seq = serializer.serialize_seq(None)?;
                 for item in self.0.iter() {
                     match item {
                         // A JSON item's text copy, for clients that read text.
                         ToolOutput::Json { value } => seq.serialize_element(&TextBlock {
                             text: value.as_str(),
                         })?,
+                        // In `structuredContent` only.
+                        ToolOutput::Structured { .. } => {}
                         other => seq.serialize_element(other)?,
                     }
                 }

@@ -1119,3 +1119,98 @@ async fn url_elicitation_required_without_a_handler_names_the_url() {
     );
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
+
+/// A server that sends each result twice, as the spec asks for old
+/// clients: content blocks, and the same as `structuredContent`
+/// (server-filesystem's shape: a file's text, then `{"content": text}`; an
+/// image, then its base64 again in JSON).
+#[derive(Clone)]
+struct TwiceServer;
+
+impl toolstack::mcp::rmcp::ServerHandler for TwiceServer {
+    fn get_info(&self) -> toolstack::mcp::rmcp::model::ServerConfig {
+        use toolstack::mcp::rmcp::model::{ServerCapabilities, ServerConfig};
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _: Option<toolstack::mcp::rmcp::model::PaginatedRequestParams>,
+        _: toolstack::mcp::rmcp::service::RequestContext<toolstack::mcp::rmcp::RoleServer>,
+    ) -> Result<toolstack::mcp::rmcp::model::ListToolsResult, toolstack::mcp::rmcp::ErrorData> {
+        let schema = serde_json::Map::from_iter([("type".to_owned(), json!("object"))]);
+        let tools = ["read_text_file", "read_media_file", "sum"].map(|name| {
+            toolstack::mcp::rmcp::model::Tool::new_with_raw(name, None, schema.clone())
+        });
+        Ok(toolstack::mcp::rmcp::model::ListToolsResult::with_all_items(tools.to_vec()))
+    }
+
+    async fn call_tool(
+        &self,
+        params: CallToolRequestParams,
+        _: toolstack::mcp::rmcp::service::RequestContext<toolstack::mcp::rmcp::RoleServer>,
+    ) -> Result<toolstack::mcp::rmcp::model::CallToolResponse, toolstack::mcp::rmcp::ErrorData>
+    {
+        use toolstack::mcp::rmcp::model::{CallToolResult, ContentBlock};
+        let text = "line one\nline two\n".repeat(100);
+        let (content, structured) = match &*params.name {
+            "read_text_file" => (
+                vec![ContentBlock::text(text.clone())],
+                json!({"content": text}),
+            ),
+            "read_media_file" => (
+                vec![ContentBlock::image("iVBORw0KGgo=", "image/png")],
+                json!({"content": [{"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}]}),
+            ),
+            // The text block is the JSON itself: one item, the JSON.
+            _ => (vec![ContentBlock::text(r#"{"sum":5}"#)], json!({"sum": 5})),
+        };
+        let mut result = CallToolResult::success(content);
+        result.structured_content = Some(structured);
+        Ok(result.into())
+    }
+}
+
+#[tokio::test]
+async fn the_model_reads_a_result_once_and_programs_get_its_structured_form() {
+    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        let running = TwiceServer.serve(server_io).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    let client = McpClient::connect(client_io).await.unwrap();
+    let result = |name: &'static str| {
+        let client = client.clone();
+        async move {
+            let items = items(&client, name, "{}").await;
+            let mut result = ToolResult::default();
+            for item in items {
+                result.push(item.unwrap());
+            }
+            result
+        }
+    };
+    let file = "line one\nline two\n".repeat(100);
+
+    let text = result("read_text_file").await;
+    assert_eq!(text.text(), file, "the model reads the file once");
+    assert_eq!(text.structured_content(), Some(json!({"content": file})));
+
+    let image = result("read_media_file").await;
+    assert_eq!(image.text(), "image/png", "not the base64 again");
+    assert_eq!(
+        image.structured_content().unwrap()["content"][0]["data"],
+        "iVBORw0KGgo="
+    );
+
+    // A text block that is the JSON itself stays the one JSON item.
+    let sum = result("sum").await;
+    assert_eq!(sum.text(), r#"{"sum":5}"#);
+    assert_eq!(sum.content.len(), 1);
+    assert_eq!(sum.structured_content(), Some(json!({"sum": 5})));
+
+    // Served again by a toolstack server, the result keeps its shape.
+    let served = serde_json::to_value(&text).unwrap();
+    assert_eq!(served["content"].as_array().unwrap().len(), 1);
+    assert_eq!(served["structuredContent"], json!({"content": file}));
+}

@@ -69,7 +69,8 @@ pub fn content_block(output: &ToolOutput) -> Option<ContentBlock> {
             ContentBlock::audio(data.as_str(), mime_type.as_str())
         }
         ToolOutput::Resource(resource) => ContentBlock::resource(resource_contents(resource)),
-        ToolOutput::Progress(_) => return None,
+        // In `structuredContent` only (see `call_result`).
+        ToolOutput::Progress(_) | ToolOutput::Structured { .. } => return None,
     })
 }
 
@@ -109,7 +110,9 @@ pub fn call_result(result: ToolResult) -> CallToolResult {
 /// An MCP `CallToolResult` as the items of a local tool's stream.
 ///
 /// Content blocks become items in order; `structuredContent` becomes a JSON
-/// item (replacing the text block that merely copies it); `isError` ends
+/// item when the content is only its text copy (or empty), and otherwise a
+/// [`Structured`](ToolOutput::Structured) item — for programs, not the
+/// model, which reads the content blocks: each result once; `isError` ends
 /// the stream with a [`ToolError`] read back from the model-facing JSON
 /// when the server is toolstack, or `failed` with the text otherwise.
 pub fn result_items(result: CallToolResult) -> Vec<ToolItem> {
@@ -168,7 +171,13 @@ pub fn result_items(result: CallToolResult) -> Vec<ToolItem> {
         items.push(Ok(output));
     }
     if let Some(value) = structured {
-        items.push(Ok(ToolOutput::json(value)));
+        // The content blocks say it already, for the model (a file's text
+        // and `{"content": text}`, an image and its base64 in JSON).
+        let said = items.iter().any(|item| item.is_ok());
+        items.push(Ok(match said {
+            true => ToolOutput::structured(value),
+            false => ToolOutput::json(value),
+        }));
     }
     if is_error {
         let err = error_from_items(&mut items);
