@@ -1,0 +1,345 @@
+//! toolstack's MCP client against the official servers, installed from npm
+//! by `interop/` (`npm ci` there; `.ci/run` does it):
+//! `@modelcontextprotocol/server-filesystem` and
+//! `@modelcontextprotocol/server-everything` 2026.8.31 (TypeScript SDK
+//! 1.32.2, revision 2025-11-25), over stdio and streamable HTTP.
+//!
+//! Without `interop/node_modules` the tests say SKIPPED loudly (on stderr,
+//! where `cargo test` shows it) and pass, unless `TOOLSTACK_REQUIRE_INTEROP`
+//! is set, as in CI. Each check prints one line; the bytes the model reads
+//! of a file, before and after the client gave it each result once, are
+//! printed too (`cargo test --features mcp --test mcp_interop --
+//! --nocapture` shows them; docs/mcp.md has the figures).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::json;
+use toolstack::mcp::rmcp::model::{
+    ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
+    ElicitationCapability, FormElicitationCapability, Implementation, UrlElicitationCapability,
+};
+use toolstack::mcp::rmcp::service::RequestContext;
+use toolstack::mcp::rmcp::{ClientHandler, ErrorData, RoleClient};
+use toolstack::mcp::McpClient;
+use toolstack::{ToolRequest, ToolResult, Toolbox};
+use tower::ServiceExt;
+
+fn say(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// The installed package's entry point, or `None` (SKIPPED) when
+/// `interop/` is not installed.
+fn package(name: &str) -> Option<PathBuf> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("interop/node_modules/@modelcontextprotocol");
+    let entry = root.join(name).join("dist/index.js");
+    if entry.exists() {
+        return Some(entry);
+    }
+    let why = format!("{} is missing (run `npm ci` in interop/)", entry.display());
+    assert!(
+        std::env::var_os("TOOLSTACK_REQUIRE_INTEROP").is_none(),
+        "TOOLSTACK_REQUIRE_INTEROP is set but {why}"
+    );
+    say(&format!(
+        "!! SKIPPED: the MCP interop test did NOT run: {why}"
+    ));
+    None
+}
+
+fn node(entry: &PathBuf) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new("node");
+    command.arg(entry).stderr(std::process::Stdio::null());
+    command
+}
+
+/// A user who opens every URL and accepts every form, remembering what
+/// was asked.
+#[derive(Clone, Default)]
+struct Accepts(Arc<Mutex<Vec<String>>>);
+
+impl ClientHandler for Accepts {
+    fn get_info(&self) -> ClientConfig {
+        let mut caps = ClientCapabilities::default();
+        caps.elicitation = Some(
+            ElicitationCapability::new()
+                .with_form(FormElicitationCapability::default())
+                .with_url(UrlElicitationCapability::new()),
+        );
+        ClientConfig::new(caps, Implementation::new("toolstack-interop", "1.0"))
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        _: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let asked = match &params {
+            ElicitRequestParams::UrlElicitationParams { url, .. } => format!("url {url}"),
+            ElicitRequestParams::FormElicitationParams { message, .. } => format!("form {message}"),
+            other => format!("other {other:?}"),
+        };
+        self.0.lock().unwrap().push(asked);
+        Ok(ElicitResult::new(ElicitationAction::Accept))
+    }
+}
+
+async fn call(toolbox: &Toolbox, name: &str, arguments: serde_json::Value) -> (ToolResult, usize) {
+    let request = ToolRequest::new(name.to_owned(), arguments.to_string());
+    let stream = tokio::time::timeout(Duration::from_secs(30), toolbox.clone().oneshot(request))
+        .await
+        .expect("the call did not open in 30 s")
+        .unwrap_or_else(|err| panic!("{name}: {err}"));
+    let items: Vec<_> = tokio::time::timeout(Duration::from_secs(30), stream.collect::<Vec<_>>())
+        .await
+        .expect("the call did not end in 30 s");
+    let progress = items
+        .iter()
+        .filter(|i| i.as_ref().is_ok_and(|o| o.is_progress()))
+        .count();
+    let mut result = ToolResult::default();
+    for item in items {
+        match item {
+            Ok(output) if output.is_progress() => {}
+            Ok(output) => result.push(output),
+            Err(err) => result.push_error(err),
+        }
+    }
+    (result, progress)
+}
+
+/// What the model read of a result before the client gave it once: every
+/// content block's text, and `structuredContent` as JSON text too.
+fn read_before(result: &ToolResult) -> usize {
+    let structured = result
+        .content
+        .iter()
+        .filter(|o| matches!(o, toolstack::ToolOutput::Structured { .. }))
+        .filter_map(|o| o.as_json())
+        .map(|json| json.as_str().len() + 1)
+        .sum::<usize>();
+    result.text().len() + structured
+}
+
+#[tokio::test]
+async fn server_filesystem_over_stdio_each_file_read_once() {
+    let Some(entry) = package("server-filesystem") else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("toolstack-interop-fs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir = dir.canonicalize().unwrap();
+    // 21,250 bytes of text, and a 1×1 PNG.
+    let text: String = (0..850)
+        .map(|n| format!("line {n:>6} of the file.\n"))
+        .collect();
+    assert_eq!(text.len(), 21_250);
+    std::fs::write(dir.join("notes.txt"), &text).unwrap();
+    let png = [
+        0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 0x0d, 0x49, 0x48, 0x44, 0x52, 0,
+        0, 0, 1, 0, 0, 0, 1, 8, 6, 0, 0, 0, 0x1f, 0x15, 0xc4, 0x89, 0, 0, 0, 0x0d, 0x49, 0x44,
+        0x41, 0x54, 0x78, 0x9c, 0x63, 0xf8, 0xcf, 0xc0, 0xf0, 0x1f, 0, 0x05, 0, 0x01, 0xff, 0x89,
+        0x99, 0x3d, 0x1d, 0, 0, 0, 0, 0x49, 0x45, 0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+    ];
+    std::fs::write(dir.join("dot.png"), png).unwrap();
+
+    let mut command = node(&entry);
+    command.arg(&dir);
+    let client = McpClient::connect_stdio(command).await.unwrap();
+    let toolbox = client.toolbox().await.unwrap();
+    say(&format!(
+        "ok: server-filesystem lists {} tools",
+        toolbox.len()
+    ));
+
+    let path = dir.join("notes.txt").display().to_string();
+    let (file, _) = call(&toolbox, "read_text_file", json!({"path": path})).await;
+    assert!(!file.is_error, "{file:?}");
+    assert_eq!(file.text(), text, "the model reads the file, once");
+    assert_eq!(
+        file.structured_content().unwrap()["content"],
+        json!(text),
+        "programs still get structuredContent"
+    );
+    say(&format!(
+        "ok: read_text_file of a {}-byte file: the model reads {} bytes (it read {} before)",
+        text.len(),
+        file.text().len(),
+        read_before(&file)
+    ));
+
+    let path = dir.join("dot.png").display().to_string();
+    let (image, _) = call(&toolbox, "read_media_file", json!({"path": path})).await;
+    assert!(!image.is_error, "{image:?}");
+    assert_eq!(
+        image.text(),
+        "image/png",
+        "the image, not its base64 as text"
+    );
+    say(&format!(
+        "ok: read_media_file of a {}-byte PNG: the model reads {} bytes of text beside the image (it read {} before)",
+        png.len(),
+        image.text().len(),
+        read_before(&image)
+    ));
+
+    // Bad input: a path outside the allowed directory.
+    let (outside, _) = call(&toolbox, "read_text_file", json!({"path": "/etc/passwd"})).await;
+    assert!(outside.is_error, "{outside:?}");
+    say("ok: a path outside the allowed directory is an error result");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+async fn everything_checks(client: McpClient, how: &str, asked: &Accepts) {
+    let toolbox = client.toolbox().await.unwrap();
+    let names: Vec<&str> = toolbox.infos().map(|t| t.name()).collect();
+    for name in [
+        "echo",
+        "get-structured-content",
+        "trigger-long-running-operation",
+        "trigger-url-elicitation",
+    ] {
+        assert!(names.contains(&name), "{how}: no `{name}` in {names:?}");
+    }
+    say(&format!(
+        "ok: server-everything ({how}) lists {} tools",
+        names.len()
+    ));
+
+    let (echo, _) = call(&toolbox, "echo", json!({"message": "hello"})).await;
+    assert!(echo.text().contains("hello"), "{echo:?}");
+    say(&format!("ok: server-everything ({how}) echo"));
+
+    let (weather, _) = call(
+        &toolbox,
+        "get-structured-content",
+        json!({"location": "New York"}),
+    )
+    .await;
+    assert!(!weather.is_error, "{weather:?}");
+    let structured = weather.structured_content().unwrap();
+    assert!(structured.get("temperature").is_some(), "{structured}");
+    assert_eq!(
+        weather.text().matches("temperature").count(),
+        1,
+        "the model reads it once: {}",
+        weather.text()
+    );
+    say(&format!(
+        "ok: server-everything ({how}) structured content, read once"
+    ));
+
+    let (long, progress) = call(
+        &toolbox,
+        "trigger-long-running-operation",
+        json!({"duration": 1, "steps": 3}),
+    )
+    .await;
+    assert!(!long.is_error, "{long:?}");
+    assert_eq!(progress, 3, "a progress item per step");
+    say(&format!("ok: server-everything ({how}) progress, 3 steps"));
+
+    // The error path: -32042 first, the URL opened, the call made again.
+    let (url, _) = call(
+        &toolbox,
+        "trigger-url-elicitation",
+        json!({"url": "https://example.com/authorize", "errorPath": true}),
+    )
+    .await;
+    assert!(!url.is_error, "{url:?}");
+    let asked = asked.0.lock().unwrap().clone();
+    assert!(
+        asked.contains(&"url https://modelcontextprotocol.io".to_owned())
+            && asked.contains(&"url https://example.com/authorize".to_owned()),
+        "{asked:?}"
+    );
+    say(&format!(
+        "ok: server-everything ({how}) URL elicitation required (-32042): opened, then called again"
+    ));
+
+    // Bad input and an unknown tool: errors, and the server goes on.
+    let (bad, _) = call(&toolbox, "echo", json!({"message": 7})).await;
+    assert!(bad.is_error, "{bad:?}");
+    let unknown = toolbox
+        .clone()
+        .oneshot(ToolRequest::new("no-such-tool", "{}"))
+        .await;
+    assert!(unknown.is_err());
+    let (echo, _) = call(&toolbox, "echo", json!({"message": "still here"})).await;
+    assert!(echo.text().contains("still here"));
+    say(&format!(
+        "ok: server-everything ({how}) bad arguments and an unknown tool, then goes on"
+    ));
+}
+
+#[tokio::test]
+async fn server_everything_over_stdio() {
+    let Some(entry) = package("server-everything") else {
+        return;
+    };
+    let mut command = node(&entry);
+    command.arg("stdio");
+    let asked = Accepts::default();
+    let client = McpClient::builder()
+        .handler(asked.clone())
+        .connect_stdio(command)
+        .await
+        .unwrap();
+    everything_checks(client, "stdio", &asked).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_everything_over_streamable_http_with_a_session_and_stateless() {
+    let Some(entry) = package("server-everything") else {
+        return;
+    };
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let mut server = node(&entry);
+    server
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let _server = server.spawn().unwrap();
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    // Until it listens.
+    let mut ready = false;
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ready, "server-everything did not listen on {port}");
+
+    let asked = Accepts::default();
+    let client = McpClient::builder()
+        .handler(asked.clone())
+        .connect_http(&url)
+        .await
+        .unwrap();
+    everything_checks(client, "streamable HTTP, a session", &asked).await;
+
+    // Stateless: its server/discover refused (revision 2025-11-25), the
+    // client connects with initialize.
+    let asked = Accepts::default();
+    let client = McpClient::builder()
+        .handler(asked.clone())
+        .stateless()
+        .connect_http(&url)
+        .await
+        .unwrap();
+    everything_checks(client, "streamable HTTP, stateless falling back", &asked).await;
+}
