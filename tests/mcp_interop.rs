@@ -32,16 +32,16 @@ fn say(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
-/// The installed package's entry point, or `None` (SKIPPED) when
+/// The installed package's directory, or `None` (SKIPPED) when
 /// `interop/` is not installed.
 fn package(name: &str) -> Option<PathBuf> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("interop/node_modules/@modelcontextprotocol");
-    let entry = root.join(name).join("dist/index.js");
-    if entry.exists() {
-        return Some(entry);
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("interop/node_modules/@modelcontextprotocol")
+        .join(name);
+    if dir.join("package.json").exists() {
+        return Some(dir);
     }
-    let why = format!("{} is missing (run `npm ci` in interop/)", entry.display());
+    let why = format!("{} is missing (run `npm ci` in interop/)", dir.display());
     assert!(
         std::env::var_os("TOOLSTACK_REQUIRE_INTEROP").is_none(),
         "TOOLSTACK_REQUIRE_INTEROP is set but {why}"
@@ -52,9 +52,12 @@ fn package(name: &str) -> Option<PathBuf> {
     None
 }
 
-fn node(entry: &PathBuf) -> tokio::process::Command {
+/// `node` running a server package's `dist/index.js`.
+fn node(package: &std::path::Path) -> tokio::process::Command {
     let mut command = tokio::process::Command::new("node");
-    command.arg(entry).stderr(std::process::Stdio::null());
+    command
+        .arg(package.join("dist/index.js"))
+        .stderr(std::process::Stdio::null());
     command
 }
 
@@ -342,4 +345,76 @@ async fn server_everything_over_streamable_http_with_a_session_and_stateless() {
         .await
         .unwrap();
     everything_checks(client, "streamable HTTP, stateless falling back", &asked).await;
+}
+
+/// The official TypeScript client, 1.x (`@modelcontextprotocol/sdk`
+/// 1.32.2) and 2.x (`@modelcontextprotocol/client` 2.4.0), driving
+/// toolstack's server (the `mcp_server` example) over streamable HTTP:
+/// `interop/ts-client.mjs` prints a line per check — tools per caller,
+/// a call, progress, cancellation, bad arguments, an unknown tool, a
+/// hidden tool — and fails on any.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_typescript_clients_drive_toolstacks_server() {
+    if package("sdk").is_none() || package("client").is_none() {
+        return;
+    }
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("interop/ts-client.mjs");
+    // `cargo test` builds the examples next to the test binaries.
+    let exe = std::env::current_exe().unwrap();
+    let server = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join(format!("mcp_server{}", std::env::consts::EXE_SUFFIX));
+    assert!(server.exists(), "{} is missing", server.display());
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let _server = tokio::process::Command::new(&server)
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut ready = false;
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ready, "the mcp_server example did not listen on {port}");
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    for sdk in ["v1", "v2"] {
+        let run = tokio::process::Command::new("node")
+            .arg(&script)
+            .arg(sdk)
+            .arg(&url)
+            .output();
+        let out = tokio::time::timeout(Duration::from_secs(120), run)
+            .await
+            .expect("the TypeScript client did not end in 120 s")
+            .unwrap();
+        let printed = String::from_utf8_lossy(&out.stdout);
+        for line in printed.lines() {
+            say(line);
+        }
+        assert!(
+            out.status.success(),
+            "the TypeScript client ({sdk}) failed:\n{printed}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            printed.lines().filter(|l| l.starts_with("ok: ")).count() >= 8,
+            "{printed}"
+        );
+    }
 }
