@@ -255,14 +255,42 @@ async fn everything_checks(client: McpClient, how: &str, asked: &Accepts) {
     )
     .await;
     assert!(!url.is_error, "{url:?}");
-    let asked = asked.0.lock().unwrap().clone();
+    let opened = asked.0.lock().unwrap().clone();
     assert!(
-        asked.contains(&"url https://modelcontextprotocol.io".to_owned())
-            && asked.contains(&"url https://example.com/authorize".to_owned()),
-        "{asked:?}"
+        opened.contains(&"url https://modelcontextprotocol.io".to_owned())
+            && opened.contains(&"url https://example.com/authorize".to_owned()),
+        "{opened:?}"
     );
     say(&format!(
         "ok: server-everything ({how}) URL elicitation required (-32042): opened, then called again"
+    ));
+
+    // A tool that runs only as a task (2025-11-25 scheme): its status as
+    // progress, a clarification asked of the user on the way, its report.
+    let (research, progress) = call(
+        &toolbox,
+        "simulate-research-query",
+        json!({"topic": "rust", "ambiguous": true}),
+    )
+    .await;
+    assert!(!research.is_error, "{research:?}");
+    assert!(
+        research.text().contains("# Research Report: rust"),
+        "{}",
+        research.text()
+    );
+    assert!(progress >= 2, "status messages as progress: {progress}");
+    assert!(
+        asked
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|a| a.starts_with("form ")),
+        "the clarification was asked"
+    );
+    say(&format!(
+        "ok: server-everything ({how}) a task-required tool (2025-11-25 tasks): {progress} status reports, a clarification, the report"
     ));
 
     // Bad input and an unknown tool: errors, and the server goes on.

@@ -120,6 +120,7 @@ impl Service<ToolRequest> for McpTool {
                 spec,
                 rounds: 0,
                 task: None,
+                legacy: None,
                 operation,
             };
             Ok(ToolStream::new(stream::unfold(call, RemoteCall::next)))
@@ -256,6 +257,8 @@ pub(super) struct RemoteCall {
     pub(super) spec: CallSpec,
     pub(super) rounds: usize,
     pub(super) task: Option<RemoteTask>,
+    /// A task of the 2025-11-25 scheme (`tasks/get`, then `tasks/result`).
+    pub(super) legacy: Option<RemoteTask>,
     // The client span and duration, ended with the call's outcome.
     pub(super) operation: Operation,
 }
@@ -287,6 +290,43 @@ pub(super) fn progress_item(param: ProgressNotificationParam) -> ToolItem {
     Ok(ToolOutput::progress(progress))
 }
 
+/// How long a task of the 2025-11-25 scheme is asked to be kept: 5 min.
+const LEGACY_TASK_TTL_MS: u64 = 300_000;
+
+/// A request rmcp has no type for (the 2025-11-25 task methods), its
+/// result as JSON.
+async fn legacy_request(
+    client: &McpClient,
+    method: &str,
+    params: serde_json::Value,
+) -> Result<serde_json::Value, ToolError> {
+    let request =
+        ClientRequest::CustomRequest(rmcp::model::CustomRequest::new(method, Some(params)));
+    match client.running.peer().send_request(request).await {
+        Ok(ServerResult::CustomResult(rmcp::model::CustomResult(value))) => Ok(value),
+        Ok(other) => serde_json::to_value(&other).map_err(|err| {
+            ToolError::failed(format!("the MCP server's answer to {method}: {err}"))
+        }),
+        Err(ServiceError::McpError(data)) => Err(protocol_error(data)),
+        Err(err) => Err(service_error(err)),
+    }
+}
+
+/// Whether an error result says the tool runs only as a task (the
+/// TypeScript SDK 1.x: "Tool x requires task augmentation (taskSupport:
+/// 'required')").
+fn needs_task(result: &CallToolResult) -> bool {
+    result.content.iter().any(|block| match block {
+        rmcp::model::ContentBlock::Text(text) => text.text.contains("requires task augmentation"),
+        _ => false,
+    })
+}
+
+/// A JSON value as a message quotes it: at most 200 characters.
+fn quoted_json(value: &serde_json::Value) -> String {
+    value.to_string().chars().take(200).collect()
+}
+
 /// A `CallToolResult` the server sent as JSON (a task's result).
 pub(super) fn result_from_json(result: rmcp::model::JsonObject) -> Vec<ToolItem> {
     match serde_json::from_value::<CallToolResult>(serde_json::Value::Object(result)) {
@@ -307,6 +347,10 @@ impl RemoteCall {
                 self.poll_task().await;
                 continue;
             }
+            if self.legacy.is_some() {
+                self.poll_legacy_task().await;
+                continue;
+            }
             let response = self.response.as_mut()?;
             let outcome = tokio::select! {
                 biased;
@@ -324,6 +368,19 @@ impl RemoteCall {
                     ErrorKind::Unavailable,
                     "the MCP connection closed before the tool answered",
                 )),
+                // A tool that runs only as a task, on a server of the
+                // 2025-11-25 scheme (the TypeScript SDK 1.x's words): the
+                // call made again, task-augmented.
+                Ok(Err(ServiceError::McpError(data)))
+                    if data.code == rmcp::model::ErrorCode::METHOD_NOT_FOUND
+                        && data.message.contains("task augmentation")
+                        && self.rounds == 0 =>
+                {
+                    self.rounds += 1;
+                    if let Err(err) = self.start_legacy_task().await {
+                        self.fail(err);
+                    }
+                }
                 Ok(Err(ServiceError::McpError(data)))
                     if data.code.0 == URL_ELICITATION_REQUIRED =>
                 {
@@ -346,6 +403,15 @@ impl RemoteCall {
                     self.pending.push_back(Err(protocol_error(data)));
                 }
                 Ok(Err(err)) => self.fail(service_error(err)),
+                // The TypeScript SDK 1.x says it in an error result.
+                Ok(Ok(ServerResult::CallToolResult(result)))
+                    if result.is_error == Some(true) && self.rounds == 0 && needs_task(&result) =>
+                {
+                    self.rounds += 1;
+                    if let Err(err) = self.start_legacy_task().await {
+                        self.fail(err);
+                    }
+                }
                 Ok(Ok(ServerResult::CallToolResult(result))) => {
                     self.operation.end(if result.is_error == Some(true) {
                         Outcome::ToolError
@@ -470,6 +536,83 @@ impl RemoteCall {
         self.guard.id = Some(sent.id);
         self.response = Some(sent.rx);
         Ok(())
+    }
+
+    /// The call as a task of the 2025-11-25 scheme: `tools/call` with a
+    /// `task` field, answered with the task (`{"task": {"taskId", …}}`).
+    async fn start_legacy_task(&mut self) -> Result<(), ToolError> {
+        let client = self.guard.client.clone();
+        let mut params = serde_json::to_value(self.spec.params()?)
+            .map_err(|err| ToolError::failed(format!("the call could not be encoded: {err}")))?;
+        params["task"] = serde_json::json!({ "ttl": LEGACY_TASK_TTL_MS });
+        let created = legacy_request(&client, "tools/call", params).await?;
+        let task = created.get("task").unwrap_or(&created);
+        let Some(id) = task.get("taskId").and_then(|id| id.as_str()) else {
+            return Err(ToolError::failed(format!(
+                "the MCP server answered a task-augmented tools/call without a task: {}",
+                quoted_json(&created)
+            )));
+        };
+        let interval = task
+            .get("pollInterval")
+            .and_then(|ms| ms.as_u64())
+            .unwrap_or(500)
+            .clamp(20, 5_000);
+        self.guard.task = Some(id.to_owned());
+        self.legacy = Some(RemoteTask {
+            id: id.to_owned(),
+            interval: Duration::from_millis(interval),
+            status: None,
+            reports: 0,
+        });
+        Ok(())
+    }
+
+    /// One look at a 2025-11-25 task: its status message as progress;
+    /// once it is no longer `working`, `tasks/result` — which waits for
+    /// its end, the server's requests for input (elicitation) answered by
+    /// the client's handler on the way — and its result as the stream's
+    /// last items.
+    async fn poll_legacy_task(&mut self) {
+        let Some(task) = &mut self.legacy else { return };
+        tokio::time::sleep(task.interval).await;
+        let client = self.guard.client.clone();
+        let id = serde_json::json!({ "taskId": task.id });
+        let got = match legacy_request(&client, "tasks/get", id.clone()).await {
+            Ok(got) => got,
+            Err(err) => return self.end_legacy_task(vec![Err(err)], false),
+        };
+        let message = got
+            .get("statusMessage")
+            .and_then(|m| m.as_str())
+            .map(str::to_owned);
+        if message.is_some() && message != task.status {
+            task.status = message.clone();
+            task.reports += 1;
+            let progress =
+                Progress::new(f64::from(task.reports)).message(message.unwrap_or_default());
+            self.pending.push_back(Ok(ToolOutput::progress(progress)));
+        }
+        if got.get("status").and_then(|s| s.as_str()) == Some("working") {
+            return;
+        }
+        let items = match legacy_request(&client, "tasks/result", id).await {
+            Ok(result) => match serde_json::from_value::<rmcp::model::JsonObject>(result) {
+                Ok(result) => result_from_json(result),
+                Err(err) => vec![Err(ToolError::failed(format!(
+                    "the MCP server's task result is malformed: {err}"
+                )))],
+            },
+            Err(err) => vec![Err(err)],
+        };
+        self.end_legacy_task(items, true);
+    }
+
+    fn end_legacy_task(&mut self, items: Vec<ToolItem>, ended: bool) {
+        self.legacy = None;
+        // `end_task` tells the operation how it ended and keeps the items.
+        self.task = None;
+        self.end_task(items, ended);
     }
 
     /// Answers an input-required result and sends the call again.
