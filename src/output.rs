@@ -142,15 +142,11 @@ impl ToolOutput {
     }
 
     /// The item's size in bytes (text, data, JSON text), for output limits
-    /// and logs; a field read for every variant. A
-    /// [`Structured`](ToolOutput::Structured) item, which no model reads,
-    /// counts 0.
+    /// and logs; a field read for every variant.
     pub fn byte_len(&self) -> usize {
         match self {
             ToolOutput::Text { text } => text.len(),
-            ToolOutput::Json { value } => value.as_str().len(),
-            // Not the model's to read: nothing of a budget's.
-            ToolOutput::Structured { .. } => 0,
+            ToolOutput::Json { value } | ToolOutput::Structured { value } => value.as_str().len(),
             ToolOutput::Image(m) | ToolOutput::Audio(m) => m.data.len(),
             ToolOutput::Resource(r) => {
                 r.uri.len()

@@ -428,3 +428,58 @@ async fn a_sessions_next_run_shows_the_tools_its_first_loaded() {
         ["lookup", "slack_post_message", SEARCH_TOOLS]
     );
 }
+
+#[tokio::test]
+async fn no_name_reaches_a_deferred_tool_before_it_is_loaded_nor_names_it() {
+    let created = Arc::new(AtomicUsize::new(0));
+    // Near-miss names repaired, and an alias: still not loaded.
+    let toolbox = toolbox(Arc::clone(&created))
+        .repair_names()
+        .alias("file_bug", "jira_create_issue");
+    let model = ScriptedModel::new([
+        Turn::new()
+            .tool_call("Jira_Create_Issue", r#"{"project": "WEB", "summary": "x"}"#)
+            .tool_call("file_bug", r#"{"project": "WEB", "summary": "x"}"#)
+            .tool_call("create_ticket", "{}"),
+        Turn::new().text("ok"),
+    ]);
+    let events = to_the_end(Agent::new(model, toolbox).run(vec![Message::user("x")])).await;
+    for id in ["call_0_0", "call_0_1"] {
+        let text = result(&events, id);
+        assert!(text.contains("is not loaded yet"), "{id}: {text}");
+    }
+    assert_eq!(created.load(Ordering::SeqCst), 0);
+    // An unknown name is answered with the tools shown, not the deferred.
+    let unknown = result(&events, "call_0_2");
+    assert!(
+        unknown.contains("unknown tool `create_ticket`; the tools you may call: lookup; `search_tools` finds more"),
+        "{unknown}"
+    );
+    assert!(!unknown.contains("jira"), "{unknown}");
+}
+
+#[tokio::test]
+async fn a_toolbox_with_its_own_search_tools_keeps_it_and_steps_may_name_the_agents() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let own = tool::from_fn(SEARCH_TOOLS, |_: Text| async { Ok::<_, ToolError>("mine") });
+    let model = ScriptedModel::new([Turn::new().text("ok")]);
+    let agent = Agent::new(
+        recording(model, Arc::clone(&seen)),
+        toolbox(Arc::default()).tool(own),
+    );
+    to_the_end(agent.run(vec![Message::user("x")])).await;
+    let shown = names(&seen.lock().unwrap()[0])
+        .iter()
+        .filter(|n| **n == SEARCH_TOOLS)
+        .count();
+    assert_eq!(shown, 1, "one tool of that name, the toolbox's");
+
+    // A step narrowed to the agent's own search is valid.
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let model = ScriptedModel::new([Turn::new().text("ok")]);
+    let agent = Agent::new(recording(model, Arc::clone(&seen)), toolbox(Arc::default()))
+        .prepare_step(|_| StepSettings::new().active_tools([SEARCH_TOOLS]));
+    let events = to_the_end(agent.run(vec![Message::user("x")])).await;
+    assert_eq!(done(&events).stop, StopReason::Finished);
+    assert_eq!(names(&seen.lock().unwrap()[0]), [SEARCH_TOOLS]);
+}

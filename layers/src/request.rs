@@ -157,6 +157,14 @@ pub trait Output {
         true
     }
 
+    /// Whether the item is output for programs only, which no model reads
+    /// (a tool's [`ToolOutput::Structured`]): a budget lets it pass
+    /// uncounted; a guardrail checks it, and drops it where it would
+    /// redact it.
+    fn is_for_programs(&self) -> bool {
+        false
+    }
+
     /// A text item (what a [`budget`](crate::budget) says when it cuts).
     fn from_text(text: String) -> Self
     where
@@ -228,7 +236,9 @@ impl Output for ToolOutput {
     fn write_output(&self, out: &mut impl io::Write) -> io::Result<()> {
         match self {
             ToolOutput::Text { text } => out.write_all(text.as_bytes()),
-            ToolOutput::Json { value } => out.write_all(value.as_str().as_bytes()),
+            ToolOutput::Json { value } | ToolOutput::Structured { value } => {
+                out.write_all(value.as_str().as_bytes())
+            }
             _ => Ok(()),
         }
     }
@@ -249,6 +259,11 @@ impl Output for ToolOutput {
     #[inline]
     fn is_output(&self) -> bool {
         !matches!(self, ToolOutput::Progress(_))
+    }
+
+    #[inline]
+    fn is_for_programs(&self) -> bool {
+        matches!(self, ToolOutput::Structured { .. })
     }
 
     fn from_text(text: String) -> Self {

@@ -238,3 +238,22 @@ async fn under_the_agent_the_model_reads_the_budgeted_result() {
     );
     assert!(text.ends_with("row 1000"), "{text}");
 }
+
+#[tokio::test]
+async fn output_for_programs_only_passes_uncounted_and_uncut() {
+    // A file's text the model reads, and the same as structured content
+    // for programs (an MCP server's `structuredContent`), much larger than
+    // the budget: the budget is the model's, and the model never reads it.
+    let big = serde_json::json!({"content": "x".repeat(10_000)});
+    let items = vec![
+        Ok(ToolOutput::text("the file")),
+        Ok(ToolOutput::structured(big.clone())),
+    ];
+    let out = run(BudgetLayer::new().max_bytes(100), items, request()).await;
+    assert_eq!(out.len(), 2, "{out:?}");
+    assert_eq!(out[0].as_ref().unwrap().as_text(), Some("the file"));
+    assert!(matches!(
+        out[1].as_ref().unwrap(),
+        ToolOutput::Structured { value } if value.value() == big
+    ));
+}

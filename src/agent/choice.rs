@@ -94,10 +94,14 @@ impl Step {
         let (tools, active): (Arc<[ToolInfo]>, _) = match settings.active_tools {
             None => (Arc::clone(visible), None),
             Some(names) => {
-                if let Some(unknown) = names
-                    .iter()
-                    .find(|name| !visible.iter().any(|t| t.name() == name.as_str()))
-                {
+                // The agent's own tools (the search, the final answer) may
+                // be named too.
+                if let Some(unknown) = names.iter().find(|name| {
+                    !visible
+                        .iter()
+                        .chain(extra)
+                        .any(|t| t.name() == name.as_str())
+                }) {
                     return Err(invalid(format!(
                         "the step's active tools name `{}`, which is not a tool the caller may use: {}",
                         quoted(unknown),

@@ -589,7 +589,7 @@ where
             .map(|record| {
                 let name = &record.call.name;
                 let refused = self.current.refuses(name).or_else(|| self.not_loaded(name));
-                let search = match name == SEARCH_TOOLS {
+                let search = match name == SEARCH_TOOLS && self.searches() {
                     true => self.agent.tool_search().map(|search| SearchCall {
                         search: Arc::clone(search),
                         limit: self.agent.search_limit,
@@ -637,6 +637,12 @@ where
         self.tools_loaded();
     }
 
+    /// Whether the agent offers its search: the toolbox has deferred tools,
+    /// and no tool of its own by the search's name (which it then keeps).
+    fn searches(&self) -> bool {
+        self.loaded.is_some() && !self.visible.iter().any(|t| t.name() == SEARCH_TOOLS)
+    }
+
     /// The tools a search loaded in the step just run join those the
     /// model is shown.
     fn tools_loaded(&mut self) {
@@ -651,22 +657,41 @@ where
         }
     }
 
-    /// Why a call of `name` is not run: a deferred tool the caller may
-    /// see, not loaded by a search yet.
+    /// Why a call of `name` is not run, when the toolbox has deferred
+    /// tools: a deferred tool the caller may see, not loaded by a search
+    /// yet — whatever name reaches it (a near-miss the toolbox would
+    /// repair, an alias) —, or a name of no tool shown, answered with the
+    /// tools shown (never the deferred ones, which the model finds by
+    /// searching).
     fn not_loaded(&self, name: &str) -> Option<ToolError> {
         self.loaded.as_ref()?;
-        let hidden = self.agent.toolbox.is_deferred(name)
-            && !self.tools.iter().any(|t| t.name() == name)
-            && self.visible.iter().any(|t| t.name() == name);
-        hidden.then(|| {
-            ToolError::new(
+        let shown =
+            |name: &str| name == SEARCH_TOOLS || self.tools.iter().any(|t| t.name() == name);
+        if shown(name) {
+            return None;
+        }
+        let repaired = self.agent.toolbox.repaired_name(name, &self.extensions);
+        let target = repaired.as_deref().unwrap_or(name);
+        if shown(target) {
+            return None;
+        }
+        let quoted: String = name.chars().take(64).collect();
+        if self.visible.iter().any(|t| t.name() == target) {
+            return Some(ToolError::new(
                 ErrorKind::NotFound,
                 format!(
-                    "not run: the tool `{}` is not loaded yet; call `{SEARCH_TOOLS}` with what you need it for, then call the tool it finds",
-                    name.chars().take(64).collect::<String>()
+                    "not run: the tool `{quoted}` is not loaded yet; call `{SEARCH_TOOLS}` with what you need it for, then call the tool it finds"
                 ),
-            )
-        })
+            ));
+        }
+        let names: Vec<&str> = self.tools.iter().map(|t| t.name()).collect();
+        Some(ToolError::new(
+            ErrorKind::NotFound,
+            format!(
+                "unknown tool `{quoted}`; the tools you may call: {}; `{SEARCH_TOOLS}` finds more",
+                names.join(", ")
+            ),
+        ))
     }
 
     /// This step's tools and choice: the hook's settings over the tools
@@ -691,7 +716,7 @@ where
             .into_iter()
             .collect();
         let unloaded = self.visible.len() - self.tools.len();
-        if self.loaded.is_some() && unloaded > 0 {
+        if self.searches() && unloaded > 0 {
             extra.push(search_tool_info(unloaded));
         }
         self.current = Step::settle(&self.tools, settings, &self.agent.tool_choice, &extra)?;

@@ -77,7 +77,7 @@ impl Toolbox {
     }
 
     /// The visible tool `wanted` nearly names, if name repair is on.
-    pub(super) fn repaired_name(&self, wanted: &str, extensions: &Extensions) -> Option<String> {
+    pub(crate) fn repaired_name(&self, wanted: &str, extensions: &Extensions) -> Option<String> {
         let names = self.inner.names.as_ref()?;
         if is_longer_than(wanted, MAX_NAME_CHARS) {
             return None;

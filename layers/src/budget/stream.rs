@@ -142,7 +142,8 @@ where
             if let Some(tap) = this.tap {
                 tap.see(&item);
             }
-            if !item.is_output() {
+            // Progress, and output for programs (no model reads it).
+            if !item.is_output() || item.is_for_programs() {
                 return Poll::Ready(Some(Ok(item)));
             }
             // Where the item starts in the whole output, when it is kept.

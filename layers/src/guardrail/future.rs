@@ -133,6 +133,9 @@ where
                         let max = this.call.as_ref().map_or(0, |call| call.settings.lookback);
                         match replaced {
                             None => remember(this.lookback, &text, max),
+                            // Output for programs has no text to redact in
+                            // place: it is not passed on at all.
+                            Some(_) if item.is_for_programs() => continue,
                             Some(text) => {
                                 remember(this.lookback, &text, max);
                                 match item.text_mut() {

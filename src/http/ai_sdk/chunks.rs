@@ -612,7 +612,17 @@ pub(super) fn item_value(output: &ToolOutput) -> Value {
 
 /// A result as the final output: its structured content, else its text.
 pub(super) fn result_value(result: &ToolResult) -> Value {
-    result
-        .structured_content()
-        .unwrap_or_else(|| Value::String(result.text()))
+    // What the model reads: its JSON items (not output for programs only,
+    // which a client-kept history would turn into what the model reads).
+    let mut json = result.content.iter().filter_map(|item| match item {
+        crate::ToolOutput::Json { value } => Some(value.value()),
+        _ => None,
+    });
+    match (json.next(), json.next()) {
+        (None, _) => Value::String(result.text()),
+        (Some(one), None) => one,
+        (Some(first), Some(second)) => {
+            Value::Array([first, second].into_iter().chain(json).collect())
+        }
+    }
 }

@@ -47,13 +47,44 @@ pub struct McpClient {
     answers: Option<Arc<dyn Answer>>,
     max_input_rounds: usize,
     telemetry: Arc<Telemetry>,
+    /// The handler declares URL elicitation: it can open a URL.
+    opens_urls: bool,
 }
 
 /// A child's stdout, owning the child: the transport holds it, so the
-/// process lives as long as the connection (and is killed with it).
+/// process lives as long as the connection.
 struct ChildOut {
     stdout: tokio::process::ChildStdout,
-    _child: tokio::process::Child,
+    child: Option<tokio::process::Child>,
+}
+
+/// How long a stdio server has to exit once its stdin closed.
+const CHILD_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
+impl Drop for ChildOut {
+    /// The connection is gone (its stdin closes with it): the process is
+    /// given [`CHILD_GRACE`] to exit on its own, then killed; at once
+    /// when there is no runtime to wait on.
+    fn drop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if tokio::time::timeout(CHILD_GRACE, child.wait())
+                        .await
+                        .is_err()
+                    {
+                        let _ = child.kill().await;
+                    }
+                });
+            }
+            Err(_) => {
+                let _ = child.start_kill();
+            }
+        }
+    }
 }
 
 impl tokio::io::AsyncRead for ChildOut {
@@ -189,6 +220,13 @@ impl McpClientBuilder {
         E: std::error::Error + Send + Sync + 'static,
     {
         let progress = ProgressRouter::default();
+        let opens_urls = self.answers.is_some()
+            && self
+                .info
+                .capabilities
+                .elicitation
+                .as_ref()
+                .is_some_and(|elicitation| elicitation.url.is_some());
         let mut info = self.info;
         // Calls that become tasks still look like streams (see McpTool).
         info.capabilities
@@ -255,21 +293,22 @@ impl McpClientBuilder {
             answers: self.answers,
             max_input_rounds: self.max_input_rounds,
             telemetry: Arc::new(telemetry),
+            opens_urls,
         })
     }
 
     /// Starts `command` as a child process and talks MCP over its stdin
     /// and stdout. Its stderr is where the `Command` says (`.stderr(..)`:
-    /// a file, `Stdio::null()`, a pipe; the host's stderr if unset); the
-    /// process is killed when the client's last clone is dropped.
+    /// a file, `Stdio::null()`, a pipe; the host's stderr if unset). When
+    /// the client's last clone is dropped, the process's stdin closes; a
+    /// process still running 3 s later is killed.
     pub async fn connect_stdio(
         self,
         mut command: tokio::process::Command,
     ) -> Result<McpClient, ToolError> {
         command
             .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true);
+            .stdout(std::process::Stdio::piped());
         let spawned = command.spawn().and_then(|mut child| {
             let missing = || std::io::Error::other("the child's stdio was not piped");
             let stdout = child.stdout.take().ok_or_else(missing)?;
@@ -277,7 +316,7 @@ impl McpClientBuilder {
             Ok((
                 ChildOut {
                     stdout,
-                    _child: child,
+                    child: Some(child),
                 },
                 stdin,
             ))

@@ -505,9 +505,9 @@ impl RemoteCall {
         self.count_round()
             .map_err(|err| refused(err.message().to_owned()))?;
         let client = self.guard.client.clone();
-        let Some(answers) = client.answers.clone() else {
+        let Some(answers) = client.answers.clone().filter(|_| client.opens_urls) else {
             return Err(refused(
-                "this client has no handler to open it (McpClient::builder().handler(..)); open it, then call again".into(),
+                "this client has no handler that opens URLs (McpClient::builder().handler(..), declaring URL elicitation); open it, then call again".into(),
             ));
         };
         let peer = client.running.peer().clone();
