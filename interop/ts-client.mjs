@@ -1,10 +1,12 @@
 // The official TypeScript MCP client driving toolstack's MCP server (the
-// `mcp_server` example, over streamable HTTP): `node ts-client.mjs v1|v2 URL`.
+// `mcp_server` example, over streamable HTTP): `node ts-client.mjs v1|v2 URL
+// [ELICITATION_URL]`; with the third, the client also answers a server's
+// elicitation (the conformance harness's `test_elicitation` tool there).
 // v1 is @modelcontextprotocol/sdk 1.32.2 (revision 2025-11-25), v2
 // @modelcontextprotocol/client 2.4.0 (which speaks 2026-07-28). One line
 // per check; exits 1 on the first failure. `tests/mcp_interop.rs` runs it.
 
-const [, , sdk, url] = process.argv;
+const [, , sdk, url, elicitationUrl] = process.argv;
 if (!["v1", "v2"].includes(sdk) || !url) {
   console.error("usage: node ts-client.mjs v1|v2 URL");
   process.exit(2);
@@ -161,4 +163,33 @@ await check("an admin sees and calls the admin's tool", async () => {
 });
 
 await guest.close();
+
+if (elicitationUrl) {
+  await check("answers the server's elicitation", async () => {
+    const client = new Client(
+      { name: "toolstack-interop", version: "1.0.0" },
+      { capabilities: { elicitation: { form: {} } } },
+    );
+    const answer = async () => ({
+      action: "accept",
+      content: { username: "ada", email: "ada@example.com" },
+    });
+    if (sdk === "v1") {
+      const { ElicitRequestSchema } = await import("@modelcontextprotocol/sdk/types.js");
+      client.setRequestHandler(ElicitRequestSchema, answer);
+    } else {
+      client.setRequestHandler("elicitation/create", answer);
+    }
+    await client.connect(new StreamableHTTPClientTransport(new URL(elicitationUrl)));
+    const result = await call(client, {
+      name: "test_elicitation",
+      arguments: { message: "Who are you?" },
+    });
+    assert(!result.isError, text(result));
+    assert(text(result).includes("ada@example.com"), text(result));
+    await client.close();
+    return text(result);
+  });
+}
+
 process.exit(failed ? 1 : 0);

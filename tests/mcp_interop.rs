@@ -380,52 +380,22 @@ async fn server_everything_over_streamable_http_with_a_session_and_stateless() {
 /// toolstack's server (the `mcp_server` example) over streamable HTTP:
 /// `interop/ts-client.mjs` prints a line per check — tools per caller,
 /// a call, progress, cancellation, bad arguments, an unknown tool, a
-/// hidden tool — and fails on any.
+/// hidden tool; and, against the conformance harness's server, the
+/// client's answer to an elicitation — and fails on any.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_typescript_clients_drive_toolstacks_server() {
     if package("sdk").is_none() || package("client").is_none() {
         return;
     }
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("interop/ts-client.mjs");
-    // `cargo test` builds the examples next to the test binaries.
-    let exe = std::env::current_exe().unwrap();
-    let server = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join(format!("mcp_server{}", std::env::consts::EXE_SUFFIX));
-    assert!(server.exists(), "{} is missing", server.display());
-    let port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-    };
-    let _server = tokio::process::Command::new(&server)
-        .env("PORT", port.to_string())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut ready = false;
-    for _ in 0..100 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(ready, "the mcp_server example did not listen on {port}");
-    let url = format!("http://127.0.0.1:{port}/mcp");
+    let (_server, url) = serve_example("mcp_server").await;
+    let (_harness, elicitation_url) = serve_example("mcp_conformance").await;
     for sdk in ["v1", "v2"] {
         let run = tokio::process::Command::new("node")
             .arg(&script)
             .arg(sdk)
             .arg(&url)
+            .arg(&elicitation_url)
             .output();
         let out = tokio::time::timeout(Duration::from_secs(120), run)
             .await
@@ -441,8 +411,44 @@ async fn the_official_typescript_clients_drive_toolstacks_server() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(
-            printed.lines().filter(|l| l.starts_with("ok: ")).count() >= 8,
+            printed.lines().filter(|l| l.starts_with("ok: ")).count() >= 9,
             "{printed}"
         );
     }
+}
+
+/// An example's MCP server on a free port (`cargo test` builds the
+/// examples next to the test binaries): the process, killed when dropped,
+/// and its URL once it listens.
+async fn serve_example(name: &str) -> (tokio::process::Child, String) {
+    let exe = std::env::current_exe().unwrap();
+    let binary = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(binary.exists(), "{} is missing", binary.display());
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let child = tokio::process::Command::new(&binary)
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return (child, format!("http://127.0.0.1:{port}/mcp"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the {name} example did not listen on {port}");
 }
