@@ -444,3 +444,36 @@ async fn a_paused_turn_is_sent_back_and_its_continuation_extends_the_same_answer
         ]
     );
 }
+
+#[derive(Debug, PartialEq, serde::Deserialize, schemars::JsonSchema)]
+struct Forecast {
+    city: String,
+    days: u32,
+}
+
+#[tokio::test]
+async fn a_typed_answer_over_the_anthropic_client_asks_for_its_json_schema_format() {
+    let answered = answer(&[
+        &text(0, r#"{"city": "Lisbon", "days": 3}"#),
+        &stop("end_turn", 12),
+    ]);
+    let (url, mut seen) = server(vec![answered]).await;
+    let agent =
+        Agent::new(AnthropicModel::new("m").base_url(url), Toolbox::new()).output::<Forecast>();
+    let forecast: Forecast = agent
+        .run(vec![Message::user("where, how long?")])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        forecast,
+        Forecast {
+            city: "Lisbon".into(),
+            days: 3
+        }
+    );
+    let body = seen.recv().await.unwrap().body;
+    let format = &body["output_config"]["format"];
+    assert_eq!(format["type"], "json_schema");
+    assert_eq!(format["schema"]["required"], json!(["city", "days"]));
+}

@@ -702,3 +702,51 @@ async fn a_recorded_openai_run_replays_through_the_agent_without_the_server() {
     assert!(done.usage.is_some(), "the recorded usage is replayed");
     let _ = std::fs::remove_file(&file);
 }
+
+#[derive(Debug, PartialEq, serde::Deserialize, schemars::JsonSchema)]
+struct Forecast {
+    city: String,
+    days: u32,
+}
+
+#[tokio::test]
+async fn a_typed_answer_over_the_openai_client_asks_for_json_schema_and_is_corrected_once() {
+    // The first answer misses a field; the second is right.
+    let first = sse(
+        &[text_chunk(r#"{"city": "Lisbon"}"#), finish_chunk("stop")],
+        true,
+    );
+    let second = sse(
+        &[
+            text_chunk(r#"{"city": "Lisbon", "days": 3}"#),
+            finish_chunk("stop"),
+        ],
+        true,
+    );
+    let (url, mut bodies) = server(vec![first, second]).await;
+    let agent = Agent::new(OpenAiModel::new(url, "m"), Toolbox::new()).output::<Forecast>();
+    let forecast: Forecast = agent
+        .run(vec![Message::user("where, how long?")])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        forecast,
+        Forecast {
+            city: "Lisbon".into(),
+            days: 3
+        }
+    );
+    let body = bodies.recv().await.unwrap();
+    let format = &body["response_format"];
+    assert_eq!(format["type"], "json_schema");
+    assert_eq!(format["json_schema"]["strict"], true);
+    assert_eq!(
+        format["json_schema"]["schema"]["required"],
+        json!(["city", "days"])
+    );
+    // The correction names the missing field.
+    let second_body = bodies.recv().await.unwrap();
+    let said = second_body["messages"].to_string();
+    assert!(said.contains("days"), "{said}");
+}
