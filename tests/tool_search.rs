@@ -483,3 +483,86 @@ async fn a_toolbox_with_its_own_search_tools_keeps_it_and_steps_may_name_the_age
     assert_eq!(done(&events).stop, StopReason::Finished);
     assert_eq!(names(&seen.lock().unwrap()[0]), [SEARCH_TOOLS]);
 }
+
+#[tokio::test]
+async fn two_searches_in_one_step_report_each_tool_loaded_once() {
+    let model = ScriptedModel::new([
+        Turn::new()
+            .tool_call(SEARCH_TOOLS, r#"{"query": "jira issue"}"#)
+            .tool_call(SEARCH_TOOLS, r#"{"query": "create an issue in jira"}"#),
+        Turn::new().text("ok"),
+    ]);
+    // Appends that take a moment: both searches have found their tools
+    // before either is recorded.
+    let agent = Agent::new(model, toolbox(Arc::default()))
+        .parallel_tools(2)
+        .store(Slow(MemoryStore::new()));
+    let events = to_the_end(agent.run(vec![Message::user("x")])).await;
+    let reported: Vec<&String> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolsLoaded { names, .. } => Some(names),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    let jira = reported
+        .iter()
+        .filter(|n| n.as_str() == "jira_create_issue")
+        .count();
+    assert_eq!(jira, 1, "{reported:?}");
+}
+
+/// A memory store whose appends take 20 ms.
+struct Slow(MemoryStore);
+
+impl toolstack::agent::store::RunStore for Slow {
+    fn load<'a>(
+        &'a self,
+        run_id: &'a str,
+    ) -> futures_util::future::BoxFuture<
+        'a,
+        Result<Option<toolstack::agent::store::Stored>, toolstack::agent::store::StoreError>,
+    > {
+        self.0.load(run_id)
+    }
+    fn append<'a>(
+        &'a self,
+        append: toolstack::agent::store::Append<'a>,
+    ) -> futures_util::future::BoxFuture<
+        'a,
+        Result<toolstack::agent::store::Version, toolstack::agent::store::StoreError>,
+    > {
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            self.0.append(append).await
+        })
+    }
+    fn waiting_count(
+        &self,
+    ) -> futures_util::future::BoxFuture<'_, Result<usize, toolstack::agent::store::StoreError>>
+    {
+        self.0.waiting_count()
+    }
+    fn expire_waiting(
+        &self,
+        before: u64,
+    ) -> futures_util::future::BoxFuture<'_, Result<usize, toolstack::agent::store::StoreError>>
+    {
+        self.0.expire_waiting(before)
+    }
+    fn waiting(
+        &self,
+        limit: usize,
+    ) -> futures_util::future::BoxFuture<'_, Result<Vec<String>, toolstack::agent::store::StoreError>>
+    {
+        self.0.waiting(limit)
+    }
+    fn delete<'a>(
+        &'a self,
+        run_id: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<bool, toolstack::agent::store::StoreError>>
+    {
+        self.0.delete(run_id)
+    }
+}

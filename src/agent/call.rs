@@ -190,10 +190,15 @@ impl Call {
         )
         .await;
         let loaded = self.journal.loaded_tools();
-        let names: Vec<String> = found
-            .into_iter()
-            .filter(|name| !loaded.contains(name))
-            .collect();
+        let names: Vec<String> = {
+            // Claimed under the step's lock: a search running beside this
+            // one does not report the same tool.
+            let mut step = self.step.lock().unwrap_or_else(|p| p.into_inner());
+            found
+                .into_iter()
+                .filter(|name| !loaded.contains(name) && step.loading.insert(name.clone()))
+                .collect()
+        };
         if !names.is_empty() {
             if let Err(err) = self.journal.tools_loaded(names.clone()).await {
                 fail(&self.failed, run_error(err));

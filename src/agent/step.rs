@@ -43,6 +43,9 @@ pub(super) struct StepState {
     pub(super) told: bool,
     /// Whether a guardrail raised: the run ends at the next boundary.
     pub(super) raised: bool,
+    /// The tools the run's searches have loaded or are loading: two
+    /// searches of one step never both report the same tool.
+    pub(super) loading: std::collections::HashSet<String>,
 }
 
 impl StepState {
