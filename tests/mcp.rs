@@ -1214,3 +1214,56 @@ async fn the_model_reads_a_result_once_and_programs_get_its_structured_form() {
     assert_eq!(served["content"].as_array().unwrap().len(), 1);
     assert_eq!(served["structuredContent"], json!({"content": file}));
 }
+
+/// A handler that accepts every elicitation but declares forms only.
+#[derive(Clone)]
+struct FormsOnly;
+
+impl toolstack::mcp::rmcp::ClientHandler for FormsOnly {
+    fn get_info(&self) -> toolstack::mcp::rmcp::model::ClientConfig {
+        use toolstack::mcp::rmcp::model::{
+            ClientCapabilities, ClientConfig, ElicitationCapability, FormElicitationCapability,
+            Implementation,
+        };
+        let mut caps = ClientCapabilities::default();
+        caps.elicitation =
+            Some(ElicitationCapability::new().with_form(FormElicitationCapability::default()));
+        ClientConfig::new(caps, Implementation::new("forms", "1.0"))
+    }
+
+    async fn create_elicitation(
+        &self,
+        _: toolstack::mcp::rmcp::model::ElicitRequestParams,
+        _: toolstack::mcp::rmcp::service::RequestContext<toolstack::mcp::rmcp::RoleClient>,
+    ) -> Result<toolstack::mcp::rmcp::model::ElicitResult, toolstack::mcp::rmcp::ErrorData> {
+        use toolstack::mcp::rmcp::model::{ElicitResult, ElicitationAction};
+        Ok(ElicitResult::new(ElicitationAction::Accept))
+    }
+}
+
+#[tokio::test]
+async fn url_elicitation_required_is_not_put_to_a_handler_that_opens_no_urls() {
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let client = McpClient::builder()
+        .handler(FormsOnly)
+        .connect(sign_in_server(Arc::clone(&calls)).await)
+        .await
+        .unwrap();
+    let out = items(&client, "inbox", "{}").await;
+    let err = out
+        .into_iter()
+        .find_map(Result::err)
+        .expect("the call fails");
+    assert_eq!(err.kind(), ErrorKind::Denied);
+    assert!(
+        err.message()
+            .contains("https://auth.example/sign-in?state=1"),
+        "{}",
+        err.message()
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "not called again for nothing"
+    );
+}

@@ -567,3 +567,33 @@ async fn each_check_is_an_apply_guardrail_span_with_its_decision() {
     let parent = event.parent.map(|i| spans[i].name);
     assert_eq!(parent, Some("apply_guardrail"));
 }
+
+#[tokio::test]
+async fn output_for_programs_is_checked_and_dropped_where_it_would_be_redacted() {
+    // The text the model reads, and the same for programs (an MCP server's
+    // `structuredContent`): a secret in both.
+    let file = tool::from_stream("file", |_: serde_json::Value| {
+        stream::iter([
+            Ok::<_, ToolError>(ToolOutput::text("a secret\n")),
+            Ok(ToolOutput::structured(
+                serde_json::json!({"content": "a secret"}),
+            )),
+            Ok(ToolOutput::structured(
+                serde_json::json!({"content": "plain"}),
+            )),
+        ])
+    });
+    let tools = Toolbox::new().layered(file, GuardrailLayer::new().output(words()));
+    let stream = tools.oneshot(ToolRequest::new("file", "{}")).await.unwrap();
+    let items: Vec<Result<ToolOutput, ToolError>> = stream.collect().await;
+    assert_eq!(items.len(), 2, "{items:?}");
+    assert_eq!(
+        items[0].as_ref().unwrap(),
+        &ToolOutput::text("a [redacted]\n")
+    );
+    // The secret's structured copy never passes; a clean one does.
+    assert_eq!(
+        items[1].as_ref().unwrap(),
+        &ToolOutput::structured(serde_json::json!({"content": "plain"}))
+    );
+}

@@ -626,3 +626,22 @@ pub(super) fn result_value(result: &ToolResult) -> Value {
         }
     }
 }
+
+#[cfg(test)]
+mod result_value_tests {
+    use super::*;
+    use crate::ToolOutput;
+
+    #[test]
+    fn the_tool_output_a_front_end_keeps_is_what_the_model_read() {
+        // Text for the model, its structured copy for programs: the text.
+        let mut read_once = ToolResult::default();
+        read_once.push(ToolOutput::text("the file"));
+        read_once.push(ToolOutput::structured(json!({"content": "the file"})));
+        assert_eq!(result_value(&read_once), json!("the file"));
+        // A JSON item the model reads: the JSON.
+        let mut json_item = ToolResult::default();
+        json_item.push(ToolOutput::json(json!({"sum": 5})));
+        assert_eq!(result_value(&json_item), json!({"sum": 5}));
+    }
+}
