@@ -220,8 +220,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .and_then(|at| args.get(at + 1))
             .cloned()
     };
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        print!("{USAGE}");
+    if toolstack_demo::help(USAGE) {
         return Ok(());
     }
     // Spans to an OpenTelemetry collector when the standard variables name

@@ -109,18 +109,9 @@ change it) behind a bearer token (guest-token, admin-token), or stdio.
   -h, --help   this text
 ";
 
-/// `--help`: the usage, and nothing run.
-fn help(usage: &str) -> bool {
-    let asked = std::env::args().any(|a| a == "--help" || a == "-h");
-    if asked {
-        print!("{usage}");
-    }
-    asked
-}
-
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    if help(USAGE) {
+    if toolstack_demo::help(USAGE) {
         return Ok(());
     }
     let server = McpServer::new(toolbox()).with_server_info("toolstack-example", "0.1.0");

@@ -718,6 +718,22 @@ async fn an_unknown_tool_error_carries_its_kind_in_data() {
     }
 }
 
+/// A stub server's settings: tools, and nothing else.
+fn tools_only() -> toolstack::mcp::rmcp::model::ServerConfig {
+    use toolstack::mcp::rmcp::model::{ServerCapabilities, ServerConfig};
+    ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+}
+
+/// A stub server's tools: these names, each taking any object.
+fn listing(names: &[&'static str]) -> toolstack::mcp::rmcp::model::ListToolsResult {
+    let schema = serde_json::Map::from_iter([("type".to_owned(), json!("object"))]);
+    let tools = names
+        .iter()
+        .map(|name| toolstack::mcp::rmcp::model::Tool::new_with_raw(*name, None, schema.clone()))
+        .collect();
+    toolstack::mcp::rmcp::model::ListToolsResult::with_all_items(tools)
+}
+
 /// A server of someone else's: one tool, `odd`, whose every call is the
 /// protocol error given.
 #[derive(Clone)]
@@ -725,8 +741,7 @@ struct ErrorServer(toolstack::mcp::rmcp::ErrorData);
 
 impl toolstack::mcp::rmcp::ServerHandler for ErrorServer {
     fn get_info(&self) -> toolstack::mcp::rmcp::model::ServerConfig {
-        use toolstack::mcp::rmcp::model::{ServerCapabilities, ServerConfig};
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        tools_only()
     }
 
     async fn list_tools(
@@ -734,9 +749,7 @@ impl toolstack::mcp::rmcp::ServerHandler for ErrorServer {
         _: Option<toolstack::mcp::rmcp::model::PaginatedRequestParams>,
         _: toolstack::mcp::rmcp::service::RequestContext<toolstack::mcp::rmcp::RoleServer>,
     ) -> Result<toolstack::mcp::rmcp::model::ListToolsResult, toolstack::mcp::rmcp::ErrorData> {
-        let schema = serde_json::Map::from_iter([("type".to_owned(), json!("object"))]);
-        let tool = toolstack::mcp::rmcp::model::Tool::new_with_raw("odd", None, schema);
-        Ok(toolstack::mcp::rmcp::model::ListToolsResult::with_all_items(vec![tool]))
+        Ok(listing(&["odd"]))
     }
 
     async fn call_tool(
@@ -1001,8 +1014,7 @@ struct SignInServer(Arc<std::sync::atomic::AtomicUsize>);
 
 impl toolstack::mcp::rmcp::ServerHandler for SignInServer {
     fn get_info(&self) -> toolstack::mcp::rmcp::model::ServerConfig {
-        use toolstack::mcp::rmcp::model::{ServerCapabilities, ServerConfig};
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        tools_only()
     }
 
     async fn list_tools(
@@ -1010,9 +1022,7 @@ impl toolstack::mcp::rmcp::ServerHandler for SignInServer {
         _: Option<toolstack::mcp::rmcp::model::PaginatedRequestParams>,
         _: toolstack::mcp::rmcp::service::RequestContext<toolstack::mcp::rmcp::RoleServer>,
     ) -> Result<toolstack::mcp::rmcp::model::ListToolsResult, toolstack::mcp::rmcp::ErrorData> {
-        let schema = serde_json::Map::from_iter([("type".to_owned(), json!("object"))]);
-        let tool = toolstack::mcp::rmcp::model::Tool::new_with_raw("inbox", None, schema);
-        Ok(toolstack::mcp::rmcp::model::ListToolsResult::with_all_items(vec![tool]))
+        Ok(listing(&["inbox"]))
     }
 
     async fn call_tool(
@@ -1129,8 +1139,7 @@ struct TwiceServer;
 
 impl toolstack::mcp::rmcp::ServerHandler for TwiceServer {
     fn get_info(&self) -> toolstack::mcp::rmcp::model::ServerConfig {
-        use toolstack::mcp::rmcp::model::{ServerCapabilities, ServerConfig};
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        tools_only()
     }
 
     async fn list_tools(
@@ -1138,11 +1147,7 @@ impl toolstack::mcp::rmcp::ServerHandler for TwiceServer {
         _: Option<toolstack::mcp::rmcp::model::PaginatedRequestParams>,
         _: toolstack::mcp::rmcp::service::RequestContext<toolstack::mcp::rmcp::RoleServer>,
     ) -> Result<toolstack::mcp::rmcp::model::ListToolsResult, toolstack::mcp::rmcp::ErrorData> {
-        let schema = serde_json::Map::from_iter([("type".to_owned(), json!("object"))]);
-        let tools = ["read_text_file", "read_media_file", "sum"].map(|name| {
-            toolstack::mcp::rmcp::model::Tool::new_with_raw(name, None, schema.clone())
-        });
-        Ok(toolstack::mcp::rmcp::model::ListToolsResult::with_all_items(tools.to_vec()))
+        Ok(listing(&["read_text_file", "read_media_file", "sum"]))
     }
 
     async fn call_tool(

@@ -279,7 +279,8 @@ async fn everything_checks(client: McpClient, how: &str, asked: &Accepts) {
         "{}",
         research.text()
     );
-    assert!(progress >= 2, "status messages as progress: {progress}");
+    // How many status messages a poll sees depends on the server's pace.
+    assert!(progress >= 1, "status messages as progress: {progress}");
     assert!(
         asked
             .0

@@ -484,7 +484,7 @@ async fn a_toolbox_with_its_own_search_tools_keeps_it_and_steps_may_name_the_age
     assert_eq!(names(&seen.lock().unwrap()[0]), [SEARCH_TOOLS]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn two_searches_in_one_step_report_each_tool_loaded_once() {
     let model = ScriptedModel::new([
         Turn::new()

@@ -28,3 +28,13 @@ pub mod catalogue;
 pub mod http;
 pub mod redis_server;
 pub mod tools;
+
+/// `--help` (or `-h`) among the process's arguments: prints `usage` and
+/// says so, for an example to return without running anything.
+pub fn help(usage: &str) -> bool {
+    let asked = std::env::args().any(|a| a == "--help" || a == "-h");
+    if asked {
+        print!("{usage}");
+    }
+    asked
+}

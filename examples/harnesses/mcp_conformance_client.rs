@@ -206,18 +206,9 @@ MCP_CONFORMANCE_SCENARIO against the mock server at URL.
   -h, --help   this text
 ";
 
-/// `--help`: the usage, and nothing run.
-fn help(usage: &str) -> bool {
-    let asked = std::env::args().any(|a| a == "--help" || a == "-h");
-    if asked {
-        print!("{usage}");
-    }
-    asked
-}
-
 #[tokio::main]
 async fn main() {
-    if help(USAGE) {
+    if toolstack_demo::help(USAGE) {
         return;
     }
     let scenario =

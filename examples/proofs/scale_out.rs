@@ -83,18 +83,9 @@ restarted; no call may run twice.
   -h, --help         this text
 ";
 
-/// `--help`: the usage, and nothing run.
-fn help(usage: &str) -> bool {
-    let asked = std::env::args().any(|a| a == "--help" || a == "-h");
-    if asked {
-        print!("{usage}");
-    }
-    asked
-}
-
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    if help(USAGE) {
+    if toolstack_demo::help(USAGE) {
         return Ok(());
     }
     let args: Vec<String> = std::env::args().collect();

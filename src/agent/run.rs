@@ -974,11 +974,10 @@ fn shown<M>(
     let Some(loaded) = loaded else {
         return Arc::clone(visible);
     };
+    let loaded: std::collections::HashSet<&str> = loaded.iter().map(String::as_str).collect();
     visible
         .iter()
-        .filter(|info| {
-            !agent.toolbox.is_deferred(info.name()) || loaded.iter().any(|l| l == info.name())
-        })
+        .filter(|info| !agent.toolbox.is_deferred(info.name()) || loaded.contains(info.name()))
         .cloned()
         .collect()
 }

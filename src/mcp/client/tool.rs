@@ -529,13 +529,7 @@ impl RemoteCall {
             }
         }
         let params = self.spec.params()?;
-        let sent = client.send(params).await?;
-        self.guard.router.unsubscribe(&self.guard.token);
-        self.progress = self.guard.router.subscribe(sent.token.clone());
-        self.guard.token = sent.token;
-        self.guard.id = Some(sent.id);
-        self.response = Some(sent.rx);
-        Ok(())
+        self.resend(params).await
     }
 
     /// The call as a task of the 2025-11-25 scheme: `tools/call` with a
@@ -610,8 +604,6 @@ impl RemoteCall {
 
     fn end_legacy_task(&mut self, items: Vec<ToolItem>, ended: bool) {
         self.legacy = None;
-        // `end_task` tells the operation how it ended and keeps the items.
-        self.task = None;
         self.end_task(items, ended);
     }
 
@@ -629,8 +621,13 @@ impl RemoteCall {
         let mut params = self.spec.params()?;
         params.input_responses = answers;
         params.request_state = asked.request_state;
-        let sent = client.send(params).await?;
-        // The new request has its own id and progress token.
+        self.resend(params).await
+    }
+
+    /// Sends the call again with `params`: the new request has its own id
+    /// and progress token.
+    async fn resend(&mut self, params: CallToolRequestParams) -> Result<(), ToolError> {
+        let sent = self.guard.client.send(params).await?;
         self.guard.router.unsubscribe(&self.guard.token);
         self.progress = self.guard.router.subscribe(sent.token.clone());
         self.guard.token = sent.token;
