@@ -224,6 +224,38 @@ pub(super) struct Tasks {
     pub(super) ttl: Duration,
     pub(super) poll_interval: Duration,
     pub(super) max_running: usize,
+    /// The tasks of the 2025-11-25 scheme, by id: their session, and their
+    /// end as `tasks/result` answers it.
+    legacy: Mutex<HashMap<String, LegacyTask>>,
+}
+
+/// A task of the 2025-11-25 scheme.
+#[derive(Clone)]
+pub(super) struct LegacyTask {
+    /// The session that made it; no other sees it.
+    pub(super) session: Arc<str>,
+    pub(super) input: Arc<InputState>,
+    pub(super) end: tokio::sync::watch::Receiver<Option<TaskEnd>>,
+}
+
+/// How a task ended, as `tasks/result` answers it.
+#[derive(Clone, Debug)]
+pub(super) enum TaskEnd {
+    /// The call's result (`isError` for a tool error).
+    Result(rmcp::model::CallToolResult),
+    /// A failure of the server (a panic): a JSON-RPC error.
+    Failed(ErrorData),
+    Cancelled,
+}
+
+impl TaskEnd {
+    fn of(outcome: &Result<rmcp::model::CallToolResult, TaskExit>) -> Self {
+        match outcome {
+            Ok(result) => TaskEnd::Result(result.clone()),
+            Err(TaskExit::Cancelled) => TaskEnd::Cancelled,
+            Err(TaskExit::Error(error)) => TaskEnd::Failed(error.clone()),
+        }
+    }
 }
 
 impl Tasks {
@@ -233,24 +265,114 @@ impl Tasks {
             ttl: Duration::from_secs(300),
             poll_interval: Duration::from_millis(500),
             max_running: 1024,
+            legacy: Mutex::new(HashMap::new()),
         }
     }
 
-    fn options(&self) -> TaskOptions {
+    /// The 2025-11-25 task `id`, when `session` made it and rmcp still
+    /// keeps it.
+    pub(super) fn legacy(&self, id: &str, session: &str) -> Option<LegacyTask> {
+        let task = self
+            .legacy
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .cloned()?;
+        (&*task.session == session && self.manager.get_task(id).is_ok()).then_some(task)
+    }
+
+    /// Runs the rest of `call` as a task of the 2025-11-25 scheme for
+    /// `session`: its input goes on the session, `watcher` hears its
+    /// progress (not the extension's status notifications), and its end is
+    /// kept for `tasks/result`. `None` when too many run already.
+    pub(super) fn spawn_legacy(
+        &self,
+        call: Call,
+        watcher: Option<Watcher>,
+        session: Arc<str>,
+        ttl: Option<Duration>,
+    ) -> Option<Task> {
+        let (sender, end) = tokio::sync::watch::channel(None);
+        let input = call.input.clone();
+        let task = self.run(call, watcher, Some(sender), ttl)?;
+        self.keep_legacy(&task, session, input, end);
+        Some(task)
+    }
+
+    /// A 2025-11-25 task that has its result already.
+    pub(super) fn finished_legacy(
+        &self,
+        input: Arc<InputState>,
+        result: ToolResult,
+        session: Arc<str>,
+        ttl: Option<Duration>,
+    ) -> Option<Task> {
+        if self.manager.running_task_count() >= self.max_running {
+            return None;
+        }
+        let outcome = task_outcome(result);
+        let (_, end) = tokio::sync::watch::channel(Some(TaskEnd::of(&outcome)));
+        let task = self
+            .manager
+            .spawn(self.options(ttl), move |_| Box::pin(future::ready(outcome)));
+        self.keep_legacy(&task, session, input, end);
+        Some(task)
+    }
+
+    fn keep_legacy(
+        &self,
+        task: &Task,
+        session: Arc<str>,
+        input: Arc<InputState>,
+        end: tokio::sync::watch::Receiver<Option<TaskEnd>>,
+    ) {
+        let mut legacy = self.legacy.lock().unwrap_or_else(|e| e.into_inner());
+        // Those rmcp no longer keeps (past their time to live) go.
+        legacy.retain(|id, _| self.manager.get_task(id).is_ok());
+        legacy.insert(
+            task.task_id.clone(),
+            LegacyTask {
+                session,
+                input,
+                end,
+            },
+        );
+    }
+
+    /// The options of a task kept for `ttl` (at most the server's), or the
+    /// server's.
+    fn options(&self, ttl: Option<Duration>) -> TaskOptions {
+        let ttl = ttl.map_or(self.ttl, |asked| asked.min(self.ttl));
         TaskOptions::new()
-            .with_ttl_ms(self.ttl.as_millis() as u64)
+            .with_ttl_ms(ttl.as_millis() as u64)
             .with_poll_interval_ms(self.poll_interval.as_millis() as u64)
     }
 
     /// Runs the rest of `call` as a task; `None` when too many run already.
     /// On a session, `watcher` gets the task's progress and status as
     /// notifications while it runs (a stateless client polls `tasks/get`).
-    pub(super) fn spawn(&self, mut call: Call, watcher: Option<Watcher>) -> Option<Task> {
+    pub(super) fn spawn(&self, call: Call, watcher: Option<Watcher>) -> Option<Task> {
+        self.run(call, watcher, None, None)
+    }
+
+    /// Runs `call` as a task: of the extension (its input through the
+    /// task), or, with `legacy`, of the 2025-11-25 scheme (its input on the
+    /// session, its end sent to `legacy`).
+    fn run(
+        &self,
+        mut call: Call,
+        watcher: Option<Watcher>,
+        legacy: Option<tokio::sync::watch::Sender<Option<TaskEnd>>>,
+        ttl: Option<Duration>,
+    ) -> Option<Task> {
         if self.manager.running_task_count() >= self.max_running {
             return None;
         }
-        Some(self.manager.spawn(self.options(), move |task| {
-            call.input.set_backend(Backend::Task(task.clone()));
+        Some(self.manager.spawn(self.options(ttl), move |task| {
+            if legacy.is_none() {
+                call.input.set_backend(Backend::Task(task.clone()));
+            }
+            let statuses = legacy.is_none();
             Box::pin(async move {
                 let status = task.clone();
                 let watching = watcher.clone();
@@ -261,8 +383,10 @@ impl Tasks {
                                 status.set_status_message(describe(&progress));
                                 if let Some(watcher) = &watching {
                                     watcher.progress(&progress).await;
-                                    let now = watcher.manager.get_task(status.task_id()).ok();
-                                    watcher.status(now).await;
+                                    if statuses {
+                                        let now = watcher.manager.get_task(status.task_id()).ok();
+                                        watcher.status(now).await;
+                                    }
                                 }
                             }
                             Step::Done(result) => break result,
@@ -286,7 +410,9 @@ impl Tasks {
                     )),
                     Either::Left((Ok(result), _)) => task_outcome(result),
                 };
-                if let Some(watcher) = &watcher {
+                if let Some(sender) = legacy {
+                    sender.send_replace(Some(TaskEnd::of(&outcome)));
+                } else if let Some(watcher) = &watcher {
                     // The end, as `tasks/get` will show it once rmcp
                     // records it.
                     let task = watcher.manager.get_task(task.task_id()).ok();
@@ -303,10 +429,9 @@ impl Tasks {
             return None;
         }
         let outcome = task_outcome(result);
-        Some(
-            self.manager
-                .spawn(self.options(), move |_| Box::pin(future::ready(outcome))),
-        )
+        Some(self.manager.spawn(self.options(None), move |_| {
+            Box::pin(future::ready(outcome))
+        }))
     }
 }
 
@@ -382,11 +507,20 @@ pub(super) fn progress_param(
 /// failures of the server rather than the tool.
 fn task_outcome(result: ToolResult) -> Result<rmcp::model::CallToolResult, TaskExit> {
     match &result.error {
-        Some(err) if err.kind() == ErrorKind::Panicked => Err(TaskExit::Error(
+        Some(err) if task_outcome_is_failure(&result) => Err(TaskExit::Error(
             ErrorData::internal_error(err.message().to_owned(), None),
         )),
         _ => Ok(convert::call_result(result)),
     }
+}
+
+/// Whether `result` ends its task `failed` rather than `completed`.
+pub(super) fn task_failed(result: &ToolResult) -> bool {
+    task_outcome_is_failure(result)
+}
+
+fn task_outcome_is_failure(result: &ToolResult) -> bool {
+    matches!(&result.error, Some(err) if err.kind() == ErrorKind::Panicked)
 }
 
 /// A progress report as a task's status message.

@@ -158,6 +158,24 @@ pub(super) struct Pending {
 /// drives the call.
 pub(super) struct InputState {
     inner: Mutex<Inner>,
+    /// Requests on the session the client has not answered yet.
+    asking: std::sync::atomic::AtomicUsize,
+}
+
+/// Counts a request on the session while it waits for its answer.
+struct Asking<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> Asking<'a> {
+    fn start(count: &'a std::sync::atomic::AtomicUsize) -> Self {
+        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Asking(count)
+    }
+}
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 struct Inner {
@@ -194,7 +212,14 @@ impl InputState {
                 missing: None,
                 early: BTreeMap::new(),
             }),
+            asking: Default::default(),
         })
+    }
+
+    /// Whether the tool waits for the client's answer to a request on the
+    /// session (a task of 2025-11-25 then shows `input_required`).
+    pub(super) fn waits_for_client(&self) -> bool {
+        self.asking.load(std::sync::atomic::Ordering::Relaxed) > 0
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -328,6 +353,7 @@ impl ClientInput {
                 return self.ask(Kind::Elicitation, request).await;
             }
         };
+        let _asking = Asking::start(&self.state.asking);
         peer.create_elicitation(params)
             .await
             .map_err(|e| client_failed(Kind::Elicitation, e))
@@ -370,6 +396,7 @@ impl ClientInput {
                 return self.ask(Kind::Sampling, request).await;
             }
         };
+        let _asking = Asking::start(&self.state.asking);
         peer.create_message(params)
             .await
             .map_err(|e| client_failed(Kind::Sampling, e))
@@ -385,6 +412,7 @@ impl ClientInput {
                 return self.ask(Kind::Roots, request).await;
             }
         };
+        let _asking = Asking::start(&self.state.asking);
         peer.list_roots()
             .await
             .map_err(|e| client_failed(Kind::Roots, e))

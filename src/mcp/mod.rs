@@ -87,5 +87,5 @@ pub use client::{
 pub use input::ClientInput;
 pub use log::ClientLog;
 pub use rmcp;
-pub use server::{McpServer, ToolsOnly};
+pub use server::{McpHttpResponse, McpHttpService, McpServer, ToolsOnly};
 pub use telemetry::OPERATION_DURATION_BUCKETS;

@@ -91,6 +91,22 @@ impl<H: ServerHandler + Clone> McpServer<H> {
             _ => {
                 let support = self.task_support_of(&params.name);
                 if support == TaskSupport::Required && !client_tasks {
+                    if context
+                        .protocol_version()
+                        .is_some_and(|v| super::legacy::speaks_legacy_tasks(&v))
+                    {
+                        // A 2025-11-25 client asks for a task in the call
+                        // itself (the TypeScript SDK 1.x's words).
+                        return Err(ErrorData::new(
+                            ErrorCode::METHOD_NOT_FOUND,
+                            format!(
+                                "Tool {} requires task augmentation (taskSupport: 'required'): \
+                                 call it with `task`",
+                                params.name
+                            ),
+                            None,
+                        ));
+                    }
                     let required = ClientCapabilities::builder().enable_tasks().build();
                     return Err(ErrorData::missing_required_client_capability(required));
                 }

@@ -289,6 +289,12 @@ impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
         request: CustomRequest,
         context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
+        // The task scheme of 2025-11-25, which rmcp reads as custom
+        // requests (see `legacy`).
+        let (request, context) = match self.serve_legacy(request, context).await {
+            Ok(answer) => return answer,
+            Err(not_ours) => not_ours,
+        };
         // The method is the client's, any name: no operation (its span's
         // name and its metric's attributes would take any value).
         self.handler.on_custom_request(request, context).await
@@ -317,7 +323,7 @@ impl<H: ServerHandler + Clone> McpServer<H> {
     /// Serves the request `context` for `method` (on `target`) with
     /// `answer`, inside its operation's span, which ends with it: a result,
     /// an error response, or, when the client gave up, cancelled.
-    async fn serve<T, F>(
+    pub(super) async fn serve<T, F>(
         &self,
         method: &'static str,
         target: Target,

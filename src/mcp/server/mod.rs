@@ -6,9 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{CacheScope, Implementation, ServerConfig, Tool};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use rmcp::{ServerHandler, ServiceExt};
+use rmcp::ServerHandler;
 
 use crate::arguments::DEFAULT_MAX_ARGUMENT_BYTES;
 use crate::mcp::call::{TaskSupport, Tasks, Waiting};
@@ -19,6 +18,10 @@ use crate::Toolbox;
 
 mod dispatch;
 mod handler;
+mod http;
+mod legacy;
+
+pub use http::{McpHttpResponse, McpHttpService};
 
 use dispatch::with_tasks;
 
@@ -270,12 +273,7 @@ impl<H: ServerHandler + Clone> McpServer<H> {
 
     /// Serves one client over stdin/stdout until it disconnects.
     pub async fn serve_stdio(self) -> Result<(), rmcp::RmcpError> {
-        let running = self
-            .serve(rmcp::transport::stdio())
-            .await
-            .map_err(rmcp::RmcpError::from)?;
-        running.waiting().await.map_err(rmcp::RmcpError::from)?;
-        Ok(())
+        self.serve_io(tokio::io::stdin(), tokio::io::stdout()).await
     }
 
     /// The streamable HTTP transport as a tower service, to mount in an
@@ -288,15 +286,12 @@ impl<H: ServerHandler + Clone> McpServer<H> {
     /// shares its tools, waiting calls and tasks. The HTTP request's
     /// extensions (what an auth layer put there) reach the toolbox's
     /// resolver and the tools.
-    pub fn into_http_service(
-        self,
-        config: StreamableHttpServerConfig,
-    ) -> StreamableHttpService<McpServer<H>, LocalSessionManager> {
-        StreamableHttpService::new(
-            move || Ok(self.session()),
-            Arc::new(LocalSessionManager::default()),
-            config,
-        )
+    pub fn into_http_service(self, config: StreamableHttpServerConfig) -> McpHttpService<H> {
+        let max_body = config.max_request_body_bytes;
+        let tasks = self.has_task_tools();
+        let sessions = Arc::new(self.task_sessions());
+        let inner = StreamableHttpService::new(move || Ok(self.session()), sessions, config);
+        McpHttpService::new(inner, max_body, tasks)
     }
 }
 
