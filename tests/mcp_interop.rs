@@ -418,6 +418,46 @@ async fn the_official_typescript_clients_drive_toolstacks_server() {
     }
 }
 
+/// The official TypeScript clients calling toolstack's tools as tasks, in
+/// both task schemes, against the conformance harness's server:
+/// `interop/ts-tasks.mjs` — the 1.x SDK's own task API on a 2025-11-25
+/// session; the 2.x client with `@modelcontextprotocol/ext-tasks` in the
+/// 2026-07-28 era (the tasks extension) and on a 2025-11-25 session. Each
+/// makes, polls, reads, cancels, and answers a task's questions; a line per
+/// check, failing on any.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_typescript_clients_run_tasks_of_both_schemes() {
+    if package("sdk").is_none() || package("client").is_none() || package("ext-tasks").is_none() {
+        return;
+    }
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("interop/ts-tasks.mjs");
+    let (_harness, url) = serve_example("mcp_conformance").await;
+    for mode in ["v1", "v2", "v2-legacy"] {
+        let run = tokio::process::Command::new("node")
+            .arg(&script)
+            .arg(mode)
+            .arg(&url)
+            .output();
+        let out = tokio::time::timeout(Duration::from_secs(120), run)
+            .await
+            .expect("the TypeScript client did not end in 120 s")
+            .unwrap();
+        let printed = String::from_utf8_lossy(&out.stdout);
+        for line in printed.lines() {
+            say(line);
+        }
+        assert!(
+            out.status.success(),
+            "the TypeScript client ({mode}) failed:\n{printed}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            printed.lines().filter(|l| l.starts_with("ok: ")).count() >= 7,
+            "{printed}"
+        );
+    }
+}
+
 /// An example's MCP server on a free port (`cargo test` builds the
 /// examples next to the test binaries): the process, killed when dropped,
 /// and its URL once it listens.
