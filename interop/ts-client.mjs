@@ -7,8 +7,8 @@
 // per check; exits 1 on the first failure. `tests/mcp_interop.rs` runs it.
 
 const [, , sdk, url, elicitationUrl] = process.argv;
-if (!["v1", "v2"].includes(sdk) || !url) {
-  console.error("usage: node ts-client.mjs v1|v2 URL");
+if (!["v1", "v2", "v2-stateless"].includes(sdk) || !url) {
+  console.error("usage: node ts-client.mjs v1|v2|v2-stateless URL [ELICITATION_URL]");
   process.exit(2);
 }
 
@@ -23,6 +23,8 @@ const { Client, StreamableHTTPClientTransport } =
     : await import("@modelcontextprotocol/client");
 
 const name = `ts-sdk-${sdk}`;
+// The 2026-07-28 era, pinned: a client that cannot have it fails.
+const era = sdk === "v2-stateless" ? { versionNegotiation: { mode: { pin: "2026-07-28" } } } : {};
 let failed = false;
 async function check(what, run) {
   try {
@@ -51,7 +53,7 @@ function text(result) {
 }
 
 async function connect(token) {
-  const client = new Client({ name: "toolstack-interop", version: "1.0.0" });
+  const client = new Client({ name: "toolstack-interop", version: "1.0.0" }, era);
   const transport = new StreamableHTTPClientTransport(new URL(url), {
     requestInit: { headers: { Authorization: `Bearer ${token}` } },
   });
@@ -65,7 +67,11 @@ await check("lists the tools a guest may see", async () => {
   const { tools } = await guest.listTools();
   const names = tools.map((tool) => tool.name).sort();
   assert(JSON.stringify(names) === JSON.stringify(["add", "count"]), `got ${names}`);
-  return names.join(", ");
+  const revision = guest.getNegotiatedProtocolVersion?.();
+  if (sdk === "v2-stateless") {
+    assert(revision === "2026-07-28", `negotiated ${revision}`);
+  }
+  return `${names.join(", ")}${revision ? ` (revision ${revision})` : ""}`;
 });
 
 await check("calls add, with structured content", async () => {
@@ -168,7 +174,7 @@ if (elicitationUrl) {
   await check("answers the server's elicitation", async () => {
     const client = new Client(
       { name: "toolstack-interop", version: "1.0.0" },
-      { capabilities: { elicitation: { form: {} } } },
+      { capabilities: { elicitation: { form: {} } }, ...era },
     );
     const answer = async () => ({
       action: "accept",

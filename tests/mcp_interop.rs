@@ -377,8 +377,9 @@ async fn server_everything_over_streamable_http_with_a_session_and_stateless() {
 }
 
 /// The official TypeScript client, 1.x (`@modelcontextprotocol/sdk`
-/// 1.32.2) and 2.x (`@modelcontextprotocol/client` 2.4.0), driving
-/// toolstack's server (the `mcp_server` example) over streamable HTTP:
+/// 1.32.2) and 2.x (`@modelcontextprotocol/client` 2.4.0, on a session and
+/// in the stateless 2026-07-28 era), driving toolstack's server (the
+/// `mcp_server` example) over streamable HTTP:
 /// `interop/ts-client.mjs` prints a line per check — tools per caller,
 /// a call, progress, cancellation, bad arguments, an unknown tool, a
 /// hidden tool; and, against the conformance harness's server, the
@@ -391,7 +392,7 @@ async fn the_official_typescript_clients_drive_toolstacks_server() {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("interop/ts-client.mjs");
     let (_server, url) = serve_example("mcp_server").await;
     let (_harness, elicitation_url) = serve_example("mcp_conformance").await;
-    for sdk in ["v1", "v2"] {
+    for sdk in ["v1", "v2", "v2-stateless"] {
         let run = tokio::process::Command::new("node")
             .arg(&script)
             .arg(sdk)

@@ -158,7 +158,9 @@ fn toolbox() -> Toolbox {
             tool::from_fn_with_context(
                 "test_elicitation",
                 |args: Ask, ctx: ToolContext| async move {
-                    let peer = client_peer(&ctx)?;
+                    // A request on the session, or, for a 2026-07-28
+                    // client, an input-required round.
+                    let input = input(&ctx)?;
                     let params = serde_json::from_value(json!({
                         "mode": "form",
                         "message": args.message,
@@ -172,10 +174,7 @@ fn toolbox() -> Toolbox {
                         }
                     }))
                     .map_err(|e| ToolError::failed(format!("bad elicitation request: {e}")))?;
-                    let answer = peer
-                        .create_elicitation(params)
-                        .await
-                        .map_err(|e| ToolError::failed(format!("elicitation failed: {e}")))?;
+                    let answer = input.elicit(params).await?;
                     Ok::<_, ToolError>(format!(
                         "User response: action={:?}, content={}",
                         answer.action,
