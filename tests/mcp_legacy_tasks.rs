@@ -52,11 +52,19 @@ fn server(dropped: Arc<AtomicUsize>) -> McpServer {
         .tool(tool::from_fn("broken", |_: NoArgs| async {
             tokio::time::sleep(Duration::from_millis(20)).await;
             Err::<String, _>(ToolError::failed("it broke"))
+        }))
+        .tool(tool::from_fn("panics", |_: NoArgs| async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if true {
+                panic!("the tool panics on purpose");
+            }
+            Ok::<_, ToolError>("unreachable")
         }));
     McpServer::new(toolbox)
         .task_support("job", TaskSupport::Required)
         .task_support("forever", TaskSupport::Optional)
         .task_support("broken", TaskSupport::Optional)
+        .task_support("panics", TaskSupport::Optional)
         .task_poll_interval(Duration::from_millis(100))
 }
 
@@ -249,6 +257,31 @@ async fn a_task_is_made_polled_and_its_result_read() {
         .as_str()
         .unwrap()
         .contains("it broke"));
+
+    // A panic is a failure of the server: the task `failed`, saying why,
+    // and its result the JSON-RPC error.
+    let created = session
+        .request("tools/call", json!({"name": "panics", "task": {}}))
+        .await;
+    let id = result(&created)["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let answer = session.request("tasks/result", json!({"taskId": id})).await;
+    assert_eq!(error(&answer)["code"], -32603, "{answer}");
+    let mut got = status(&mut session, &id).await;
+    for _ in 0..50 {
+        if got["status"] == "failed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        got = status(&mut session, &id).await;
+    }
+    assert_eq!(got["status"], "failed", "{got}");
+    assert!(
+        got["statusMessage"].as_str().unwrap().contains("panic"),
+        "{got}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -322,7 +355,12 @@ async fn a_cancelled_task_drops_its_tool_and_only_its_session_sees_it() {
         1,
         "the tool was not dropped"
     );
-    assert_eq!(status(&mut session, &id).await["status"], "cancelled");
+    let got = status(&mut session, &id).await;
+    assert_eq!(got["status"], "cancelled");
+    assert!(
+        got["statusMessage"].as_str().unwrap().contains("cancelled"),
+        "{got}"
+    );
     let again = session.request("tasks/cancel", json!({"taskId": id})).await;
     assert_eq!(error(&again)["code"], -32602, "{again}");
     assert!(error(&again)["message"]

@@ -410,6 +410,15 @@ impl Tasks {
                     )),
                     Either::Left((Ok(result), _)) => task_outcome(result),
                 };
+                // A task that failed or was cancelled says why (the
+                // specification's SHOULD).
+                match &outcome {
+                    Err(TaskExit::Error(error)) => task.set_status_message(error.message.clone()),
+                    Err(TaskExit::Cancelled) => {
+                        task.set_status_message("cancelled by the client (tasks/cancel)")
+                    }
+                    Ok(_) => {}
+                }
                 if let Some(sender) = legacy {
                     sender.send_replace(Some(TaskEnd::of(&outcome)));
                 } else if let Some(watcher) = &watcher {
