@@ -2,7 +2,10 @@
 //! by `interop/` (`npm ci` there; `.ci/run` does it):
 //! `@modelcontextprotocol/server-filesystem` and
 //! `@modelcontextprotocol/server-everything` 2026.8.31 (TypeScript SDK
-//! 1.32.2, revision 2025-11-25), over stdio and streamable HTTP.
+//! 1.32.2, revision 2025-11-25), over stdio and streamable HTTP; a server
+//! built with the v2 server SDK (`@modelcontextprotocol/server` 2.4.0,
+//! `interop/ts-server.mjs`), with sessions and stateless (2026-07-28); and
+//! the official TypeScript clients against toolstack's server.
 //!
 //! Without `interop/node_modules` the tests say SKIPPED loudly (on stderr,
 //! where `cargo test` shows it) and pass, unless `TOOLSTACK_REQUIRE_INTEROP`
@@ -374,6 +377,182 @@ async fn server_everything_over_streamable_http_with_a_session_and_stateless() {
         .await
         .unwrap();
     everything_checks(client, "streamable HTTP, stateless falling back", &asked).await;
+}
+
+/// A user who answers every form with "Ada" in each field.
+#[derive(Clone, Default)]
+struct Ada(Arc<Mutex<Vec<String>>>);
+
+impl ClientHandler for Ada {
+    fn get_info(&self) -> ClientConfig {
+        let mut caps = ClientCapabilities::default();
+        caps.elicitation =
+            Some(ElicitationCapability::new().with_form(FormElicitationCapability::default()));
+        ClientConfig::new(caps, Implementation::new("toolstack-interop", "1.0"))
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        _: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let ElicitRequestParams::FormElicitationParams {
+            message,
+            requested_schema,
+            ..
+        } = params
+        else {
+            return Ok(ElicitResult::new(ElicitationAction::Decline));
+        };
+        self.0.lock().unwrap().push(message);
+        let schema = serde_json::to_value(&requested_schema).unwrap();
+        let content: serde_json::Map<String, serde_json::Value> = schema["properties"]
+            .as_object()
+            .map(|fields| fields.keys().map(|k| (k.clone(), json!("Ada"))).collect())
+            .unwrap_or_default();
+        Ok(ElicitResult::new(ElicitationAction::Accept)
+            .with_content(serde_json::Value::Object(content)))
+    }
+}
+
+/// toolstack's client against a server of the v2 TypeScript server SDK
+/// (`interop/ts-server.mjs`): with a session (it negotiates 2025-11-25)
+/// and stateless (2026-07-28: `server/discover`, the elicitation an
+/// input-required round) — tools listed, structured content read once,
+/// progress, cancellation reaching the server, an elicitation answered,
+/// a tool error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn toolstacks_client_against_a_server_of_the_v2_typescript_sdk() {
+    if package("server").is_none() || package("node").is_none() {
+        return;
+    }
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("interop/ts-server.mjs");
+    for mode in ["stateful", "stateless"] {
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().port()
+        };
+        let mut server = tokio::process::Command::new("node")
+            .arg(&script)
+            .arg(mode)
+            .arg(port.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        // What the server says on stderr: "listening on …", and a
+        // cancelled count.
+        let said = Arc::new(Mutex::new(String::new()));
+        let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(
+            server.stderr.take().unwrap(),
+        ));
+        let heard = said.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                heard.lock().unwrap().push_str(&format!("{line}\n"));
+            }
+        });
+        let mut ready = false;
+        for _ in 0..100 {
+            if said.lock().unwrap().contains("listening on") {
+                ready = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            ready,
+            "ts-server.mjs {mode} did not listen: {}",
+            said.lock().unwrap()
+        );
+        let url = format!("http://127.0.0.1:{port}/mcp");
+        let how = format!("ts-sdk-v2 server ({mode})");
+
+        let asked = Ada::default();
+        let builder = McpClient::builder().handler(asked.clone());
+        let builder = if mode == "stateless" {
+            builder.stateless()
+        } else {
+            builder
+        };
+        let client = builder.connect_http(&url).await.unwrap();
+        let revision = client
+            .peer()
+            .peer_info()
+            .map(|info| info.protocol_version.as_str().to_owned())
+            .unwrap_or_default();
+        let expected = if mode == "stateless" {
+            "2026-07-28"
+        } else {
+            "2025-11-25"
+        };
+        assert_eq!(revision, expected, "{how}");
+        let toolbox = client.toolbox().await.unwrap();
+        let mut names: Vec<&str> = toolbox.infos().map(|t| t.name()).collect();
+        names.sort();
+        assert_eq!(names, ["ask_name", "count", "echo", "fail"], "{how}");
+        say(&format!("ok: {how} revision {revision}, lists {names:?}"));
+
+        let (echo, _) = call(&toolbox, "echo", json!({"text": "hi"})).await;
+        assert_eq!(echo.text(), "echo: hi", "{how}: {echo:?}");
+        assert_eq!(echo.structured_content(), Some(json!({"echoed": "hi"})));
+        say(&format!("ok: {how} echo, its structured content apart"));
+
+        let (count, progress) = call(&toolbox, "count", json!({"to": 4})).await;
+        assert_eq!(count.text(), "counted to 4", "{how}: {count:?}");
+        assert_eq!(progress, 4, "{how}: a progress item per step");
+        say(&format!("ok: {how} progress, 4 steps"));
+
+        // Dropped after two reports: the server hears of it.
+        let stream = toolbox
+            .clone()
+            .oneshot(ToolRequest::new("count", json!({"to": 200}).to_string()))
+            .await
+            .unwrap();
+        let mut stream = Box::pin(stream);
+        let mut reports = 0;
+        while let Some(item) = stream.next().await {
+            if item.unwrap().is_progress() {
+                reports += 1;
+                if reports == 2 {
+                    break;
+                }
+            }
+        }
+        drop(stream);
+        let mut heard = false;
+        for _ in 0..100 {
+            if said.lock().unwrap().contains("count cancelled") {
+                heard = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(heard, "{how}: the server went on: {}", said.lock().unwrap());
+        say(&format!(
+            "ok: {how} a dropped call is cancelled at the server"
+        ));
+
+        let (hello, _) = call(&toolbox, "ask_name", json!({})).await;
+        assert_eq!(hello.text(), "Hello, Ada", "{how}: {hello:?}");
+        assert_eq!(asked.0.lock().unwrap().len(), 1);
+        say(&format!(
+            "ok: {how} an elicitation answered: {}",
+            hello.text()
+        ));
+
+        let (fail, _) = call(&toolbox, "fail", json!({})).await;
+        assert!(fail.is_error, "{how}: {fail:?}");
+        assert!(
+            fail.text().contains("it failed on purpose"),
+            "{how}: {fail:?}"
+        );
+        let (echo, _) = call(&toolbox, "echo", json!({"text": "still here"})).await;
+        assert_eq!(echo.text(), "echo: still here");
+        say(&format!("ok: {how} a tool error, then goes on"));
+        drop(server);
+    }
 }
 
 /// The official TypeScript client, 1.x (`@modelcontextprotocol/sdk`

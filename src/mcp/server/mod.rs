@@ -39,7 +39,8 @@ use dispatch::with_tasks;
 /// revision and the client's capabilities in `_meta`). A tool that asks the
 /// client for input ([`ClientInput`](super::ClientInput)) does so with
 /// requests on the session, or with 2026-07-28's input-required results;
-/// a tool can run as an MCP task ([`task_support`](Self::task_support)).
+/// a tool can run as an MCP task ([`task_support`](Self::task_support)),
+/// in the tasks extension or in the task scheme of 2025-11-25.
 ///
 /// **Not only tools.** Resources, prompts and completion are not
 /// toolstack's; [`with_handler`](Self::with_handler) serves them from any
@@ -196,6 +197,13 @@ impl<H: ServerHandler + Clone> McpServer<H> {
     /// tool's stream, and the tool's [`ClientInput`](super::ClientInput)
     /// requests go through the task. Declaring one task tool declares the
     /// extension.
+    ///
+    /// A session of revision 2025-11-25 gets the same in that revision's
+    /// task scheme: `capabilities.tasks`, the tool's
+    /// `execution.taskSupport`, a `task` in `tools/call`, `tasks/result`
+    /// (served by [`serve_stdio`](Self::serve_stdio),
+    /// [`serve_io`](Self::serve_io) and
+    /// [`into_http_service`](Self::into_http_service)).
     pub fn task_support(mut self, name: impl Into<String>, support: TaskSupport) -> Self {
         Arc::make_mut(&mut self.task_support).insert(name.into(), support);
         let any = self
