@@ -69,12 +69,22 @@ where
     ().serve(client_io).await.expect("client connects")
 }
 
-async fn ours(server: McpServer) -> McpClient {
+/// toolstack's server on a pipe the way `serve_stdio` serves stdin and
+/// stdout: `serve_io`, each line read under its bound and looked at for a
+/// 2025-11-25 task before rmcp reads it.
+fn serve_ours(server: McpServer) -> tokio::io::DuplexStream {
     let (server_io, client_io) = tokio::io::duplex(64 * 1024);
-    tokio::spawn(async move {
-        let running = server.serve(server_io).await.expect("server starts");
-        let _ = running.waiting().await;
-    });
+    let (read, write) = tokio::io::split(server_io);
+    tokio::spawn(server.serve_io(read, write));
+    client_io
+}
+
+async fn our_server_raw_client(server: McpServer) -> RunningService<RoleClient, ()> {
+    ().serve(serve_ours(server)).await.expect("client connects")
+}
+
+async fn ours(server: McpServer) -> McpClient {
+    let client_io = serve_ours(server);
     McpClient::connect(client_io)
         .await
         .expect("client connects")
@@ -95,7 +105,7 @@ fn setup() -> Setup {
         .expect("runtime");
     let (baseline, our_server, remote) = runtime.block_on(async {
         let baseline = raw_client(HandWritten).await;
-        let our_server = raw_client(McpServer::new(toolbox())).await;
+        let our_server = our_server_raw_client(McpServer::new(toolbox())).await;
         let remote = ours(McpServer::new(toolbox()))
             .await
             .toolbox()
@@ -173,7 +183,10 @@ fn summary() {
     println!("|---|---|---|");
     for (name, t) in [
         ("hand-written rmcp server, rmcp client", base),
-        ("toolstack McpServer, rmcp client", server),
+        (
+            "toolstack McpServer (serve_io, as on stdio), rmcp client",
+            server,
+        ),
         ("toolstack McpServer, toolstack McpClient tool", both),
     ] {
         println!("| {name} | {:.1} | {:.2}× |", t * 1e6, t / base);

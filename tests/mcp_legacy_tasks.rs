@@ -222,9 +222,10 @@ async fn a_task_is_made_polled_and_its_result_read() {
     let task = &result(&created)["task"];
     let id = task["taskId"].as_str().unwrap().to_owned();
     assert_eq!(task["status"], "working", "{created}");
-    // The revision's own shape: `ttl` (as asked, within the server's
-    // bound), `pollInterval`, no `resultType`.
-    assert_eq!(task["ttl"], 60000);
+    // The revision's own shape: `ttl` (the server's: it keeps a task that
+    // long, and would end a tool at a shorter one), `pollInterval`, no
+    // `resultType`.
+    assert_eq!(task["ttl"], 300_000);
     assert_eq!(task["pollInterval"], 100);
     assert!(task.get("ttlMs").is_none() && result(&created).get("resultType").is_none());
 
@@ -243,7 +244,9 @@ async fn a_task_is_made_polled_and_its_result_read() {
     assert!(answer.get("resultType").is_none());
     assert_eq!(status(&mut session, &id).await["status"], "completed");
 
-    // A tool's error ends the task `completed`, its result an error.
+    // A tool's error fails the task (2025-11-25: "this includes cases
+    // where the tool call result has `isError` set to true"), saying what
+    // the tool said; its result is the error result.
     let created = session
         .request("tools/call", json!({"name": "broken", "task": {}}))
         .await;
@@ -257,6 +260,27 @@ async fn a_task_is_made_polled_and_its_result_read() {
         .as_str()
         .unwrap()
         .contains("it broke"));
+    let got = status(&mut session, &id).await;
+    assert_eq!(got["status"], "failed", "{got}");
+    assert!(
+        got["statusMessage"].as_str().unwrap().contains("it broke"),
+        "{got}"
+    );
+
+    // A `ttl` of 0 does not end the tool: the server keeps its own.
+    let created = session
+        .request("tools/call", json!({"name": "job", "task": {"ttl": 0}}))
+        .await;
+    let id = result(&created)["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let answer = session.request("tasks/result", json!({"taskId": id})).await;
+    assert_eq!(
+        result(&answer)["content"][0]["text"],
+        "job done",
+        "{answer}"
+    );
 
     // A panic is a failure of the server: the task `failed`, saying why,
     // and its result the JSON-RPC error.
@@ -430,7 +454,7 @@ async fn a_task_over_a_byte_stream() {
             "params": {"name": "job", "task": {"ttl": 1000}}}))
         .await;
     let id = result(&created)["task"]["taskId"].clone();
-    assert_eq!(result(&created)["task"]["ttl"], 1000);
+    assert_eq!(result(&created)["task"]["ttl"], 300_000);
     let answer = wire
         .ask(json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/result",
             "params": {"taskId": id}}))
@@ -481,4 +505,90 @@ async fn a_tasks_progress_reaches_its_session() {
     .await;
     assert!(found.is_ok(), "no progress: {seen}");
     assert!(seen.contains("started"), "{seen}");
+}
+
+/// A 2026-07-28 request, stateless: its revision, the client and its
+/// capabilities (the tasks extension) in `_meta`, and the headers rmcp
+/// checks.
+async fn modern(addr: SocketAddr, method: &str, name: &str, mut params: Value) -> Value {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities":
+            {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+    });
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let text = reqwest::Client::new()
+        .post(format!("http://{addr}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method)
+        .header("mcp-name", name)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    message(&text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_extension_does_not_show_a_2025_11_25_task_and_ignores_a_task_member() {
+    let addr = http_server(Arc::default()).await;
+    let mut session = Session::open(addr, "2025-11-25").await;
+    let created = session
+        .request("tools/call", json!({"name": "forever", "task": {}}))
+        .await;
+    let id = result(&created)["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for method in ["tasks/get", "tasks/cancel"] {
+        let refused = modern(addr, method, &id, json!({"taskId": id})).await;
+        assert_eq!(error(&refused)["code"], -32602, "{method}: {refused}");
+    }
+    assert_eq!(status(&mut session, &id).await["status"], "working");
+
+    // A 2026-07-28 call with a `task` member: ignored, an ordinary call.
+    let plain = modern(
+        addr,
+        "tools/call",
+        "plain",
+        json!({"name": "plain", "arguments": {}, "task": {"ttl": 1}}),
+    )
+    .await;
+    assert_eq!(
+        result(&plain)["content"][0]["text"],
+        "plain answer",
+        "{plain}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_session_cancels_its_tasks() {
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let addr = http_server(dropped.clone()).await;
+    let mut session = Session::open(addr, "2025-11-25").await;
+    let created = session
+        .request("tools/call", json!({"name": "forever", "task": {}}))
+        .await;
+    assert!(result(&created)["task"]["taskId"].is_string());
+    let closed = session
+        .http
+        .delete(&session.url)
+        .header("mcp-session-id", &session.id)
+        .header("mcp-protocol-version", session.revision)
+        .send()
+        .await
+        .unwrap();
+    assert!(closed.status().is_success(), "{}", closed.status());
+    for _ in 0..100 {
+        if dropped.load(Ordering::SeqCst) == 1 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the closed session's task still runs");
 }

@@ -236,6 +236,7 @@ pub(super) struct LegacyTask {
     pub(super) session: Arc<str>,
     pub(super) input: Arc<InputState>,
     pub(super) end: tokio::sync::watch::Receiver<Option<TaskEnd>>,
+    kept_until: Instant,
 }
 
 /// How a task ended, as `tasks/result` answers it.
@@ -269,33 +270,43 @@ impl Tasks {
         }
     }
 
-    /// The 2025-11-25 task `id`, when `session` made it and rmcp still
-    /// keeps it.
+    /// The 2025-11-25 task `id`, when `session` made it and it is kept.
     pub(super) fn legacy(&self, id: &str, session: &str) -> Option<LegacyTask> {
-        let task = self
-            .legacy
+        let legacy = self.legacy.lock().unwrap_or_else(|e| e.into_inner());
+        let task = legacy.get(id)?;
+        (&*task.session == session && task.kept_until > Instant::now()).then(|| task.clone())
+    }
+
+    /// Whether `id` is a task of the 2025-11-25 scheme (which the
+    /// extension's methods do not show).
+    pub(super) fn is_legacy(&self, id: &str) -> bool {
+        self.legacy
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(id)
-            .cloned()?;
-        (&*task.session == session && self.manager.get_task(id).is_ok()).then_some(task)
+            .contains_key(id)
+    }
+
+    /// At most this many tasks of the 2025-11-25 scheme are kept, running
+    /// or ended: eight times the running bound.
+    fn max_legacy(&self) -> usize {
+        self.max_running.saturating_mul(8)
     }
 
     /// Runs the rest of `call` as a task of the 2025-11-25 scheme for
     /// `session`: its input goes on the session, `watcher` hears its
     /// progress (not the extension's status notifications), and its end is
-    /// kept for `tasks/result`. `None` when too many run already.
+    /// kept for `tasks/result`. `None` when too many run, or are kept.
     pub(super) fn spawn_legacy(
         &self,
         call: Call,
         watcher: Option<Watcher>,
         session: Arc<str>,
-        ttl: Option<Duration>,
     ) -> Option<Task> {
+        let mut legacy = self.legacy_room()?;
         let (sender, end) = tokio::sync::watch::channel(None);
         let input = call.input.clone();
-        let task = self.run(call, watcher, Some(sender), ttl)?;
-        self.keep_legacy(&task, session, input, end);
+        let task = self.run(call, watcher, Some(sender))?;
+        legacy.insert(task.task_id.clone(), self.kept(session, input, end));
         Some(task)
     }
 
@@ -305,46 +316,70 @@ impl Tasks {
         input: Arc<InputState>,
         result: ToolResult,
         session: Arc<str>,
-        ttl: Option<Duration>,
     ) -> Option<Task> {
-        if self.manager.running_task_count() >= self.max_running {
-            return None;
-        }
+        let mut legacy = self.legacy_room()?;
         let outcome = task_outcome(result);
         let (_, end) = tokio::sync::watch::channel(Some(TaskEnd::of(&outcome)));
-        let task = self
-            .manager
-            .spawn(self.options(ttl), move |_| Box::pin(future::ready(outcome)));
-        self.keep_legacy(&task, session, input, end);
+        let task = self.manager.spawn(self.options(), move |task| {
+            say_why(&task, &outcome, true);
+            Box::pin(future::ready(outcome))
+        });
+        legacy.insert(task.task_id.clone(), self.kept(session, input, end));
         Some(task)
     }
 
-    fn keep_legacy(
+    /// The kept tasks, those past their time dropped, when there is room
+    /// for one more (and for one more running).
+    fn legacy_room(&self) -> Option<std::sync::MutexGuard<'_, HashMap<String, LegacyTask>>> {
+        if self.manager.running_task_count() >= self.max_running {
+            return None;
+        }
+        let mut legacy = self.legacy.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        legacy.retain(|_, task| task.kept_until > now);
+        (legacy.len() < self.max_legacy()).then_some(legacy)
+    }
+
+    fn kept(
         &self,
-        task: &Task,
         session: Arc<str>,
         input: Arc<InputState>,
         end: tokio::sync::watch::Receiver<Option<TaskEnd>>,
-    ) {
-        let mut legacy = self.legacy.lock().unwrap_or_else(|e| e.into_inner());
-        // Those rmcp no longer keeps (past their time to live) go.
-        legacy.retain(|id, _| self.manager.get_task(id).is_ok());
-        legacy.insert(
-            task.task_id.clone(),
-            LegacyTask {
-                session,
-                input,
-                end,
-            },
-        );
+    ) -> LegacyTask {
+        LegacyTask {
+            session,
+            input,
+            end,
+            // rmcp keeps a task its time to live, and as long again once
+            // it has ended.
+            kept_until: Instant::now() + self.ttl.saturating_mul(2),
+        }
     }
 
-    /// The options of a task kept for `ttl` (at most the server's), or the
-    /// server's.
-    fn options(&self, ttl: Option<Duration>) -> TaskOptions {
-        let ttl = ttl.map_or(self.ttl, |asked| asked.min(self.ttl));
+    /// Forgets the 2025-11-25 tasks of a session that has closed, and
+    /// cancels those still running: nobody can reach them any more.
+    pub(super) fn end_session(&self, session: &str) {
+        let ended: Vec<String> = {
+            let mut legacy = self.legacy.lock().unwrap_or_else(|e| e.into_inner());
+            let ids: Vec<String> = legacy
+                .iter()
+                .filter(|(_, task)| &*task.session == session)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in &ids {
+                legacy.remove(id);
+            }
+            ids
+        };
+        for id in ended {
+            let _ = self.manager.cancel_task(&id);
+        }
+    }
+
+    /// The options of a task: kept for the server's time to live.
+    fn options(&self) -> TaskOptions {
         TaskOptions::new()
-            .with_ttl_ms(ttl.as_millis() as u64)
+            .with_ttl_ms(self.ttl.as_millis() as u64)
             .with_poll_interval_ms(self.poll_interval.as_millis() as u64)
     }
 
@@ -352,7 +387,7 @@ impl Tasks {
     /// On a session, `watcher` gets the task's progress and status as
     /// notifications while it runs (a stateless client polls `tasks/get`).
     pub(super) fn spawn(&self, call: Call, watcher: Option<Watcher>) -> Option<Task> {
-        self.run(call, watcher, None, None)
+        self.run(call, watcher, None)
     }
 
     /// Runs `call` as a task: of the extension (its input through the
@@ -363,12 +398,11 @@ impl Tasks {
         mut call: Call,
         watcher: Option<Watcher>,
         legacy: Option<tokio::sync::watch::Sender<Option<TaskEnd>>>,
-        ttl: Option<Duration>,
     ) -> Option<Task> {
         if self.manager.running_task_count() >= self.max_running {
             return None;
         }
-        Some(self.manager.spawn(self.options(ttl), move |task| {
+        Some(self.manager.spawn(self.options(), move |task| {
             if legacy.is_none() {
                 call.input.set_backend(Backend::Task(task.clone()));
             }
@@ -410,15 +444,7 @@ impl Tasks {
                     )),
                     Either::Left((Ok(result), _)) => task_outcome(result),
                 };
-                // A task that failed or was cancelled says why (the
-                // specification's SHOULD).
-                match &outcome {
-                    Err(TaskExit::Error(error)) => task.set_status_message(error.message.clone()),
-                    Err(TaskExit::Cancelled) => {
-                        task.set_status_message("cancelled by the client (tasks/cancel)")
-                    }
-                    Ok(_) => {}
-                }
+                say_why(&task, &outcome, legacy.is_some());
                 if let Some(sender) = legacy {
                     sender.send_replace(Some(TaskEnd::of(&outcome)));
                 } else if let Some(watcher) = &watcher {
@@ -438,9 +464,10 @@ impl Tasks {
             return None;
         }
         let outcome = task_outcome(result);
-        Some(self.manager.spawn(self.options(None), move |_| {
-            Box::pin(future::ready(outcome))
-        }))
+        Some(
+            self.manager
+                .spawn(self.options(), move |_| Box::pin(future::ready(outcome))),
+        )
     }
 }
 
@@ -523,9 +550,33 @@ fn task_outcome(result: ToolResult) -> Result<rmcp::model::CallToolResult, TaskE
     }
 }
 
-/// Whether `result` ends its task `failed` rather than `completed`.
-pub(super) fn task_failed(result: &ToolResult) -> bool {
-    task_outcome_is_failure(result)
+/// A task that failed or was cancelled says why in its status message
+/// (the specifications' SHOULD); in the 2025-11-25 scheme a tool's error
+/// fails its task too, and says what the tool said.
+fn say_why(
+    task: &rmcp::task_manager::TaskContext,
+    outcome: &Result<rmcp::model::CallToolResult, TaskExit>,
+    legacy: bool,
+) {
+    match outcome {
+        Err(TaskExit::Error(error)) => task.set_status_message(error.message.clone()),
+        Err(TaskExit::Cancelled) => {
+            task.set_status_message("cancelled by the client (tasks/cancel)")
+        }
+        Ok(result) if legacy && result.is_error == Some(true) => {
+            let text: String = result
+                .content
+                .iter()
+                .filter_map(|block| block.as_text().map(|t| t.text.as_str()))
+                .collect::<Vec<_>>()
+                .join("\n")
+                .chars()
+                .take(1000)
+                .collect();
+            task.set_status_message(text)
+        }
+        Ok(_) => {}
+    }
 }
 
 fn task_outcome_is_failure(result: &ToolResult) -> bool {

@@ -128,6 +128,7 @@ impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
         self.serve("tasks/get", Target::None, context, |_| async move {
+            self.extension_task(&request.task_id)?;
             Ok(GetTaskResult::new(
                 self.tasks.manager.get_task(&request.task_id)?,
             ))
@@ -141,6 +142,7 @@ impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         self.serve("tasks/update", Target::None, context, |_| async move {
+            self.extension_task(&request.task_id)?;
             self.tasks
                 .manager
                 .update_task(&request.task_id, request.input_responses)
@@ -154,6 +156,7 @@ impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         self.serve("tasks/cancel", Target::None, context, |_| async move {
+            self.extension_task(&request.task_id)?;
             self.tasks.manager.cancel_task(&request.task_id)
         })
         .await
@@ -320,6 +323,18 @@ impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
 }
 
 impl<H: ServerHandler + Clone> McpServer<H> {
+    /// Refuses, as unknown, a task of the 2025-11-25 scheme: only its own
+    /// session sees it, in that scheme.
+    fn extension_task(&self, id: &str) -> Result<(), ErrorData> {
+        if self.tasks.is_legacy(id) {
+            return Err(ErrorData::invalid_params(
+                format!("task {id} not found"),
+                None,
+            ));
+        }
+        Ok(())
+    }
+
     /// Serves the request `context` for `method` (on `target`) with
     /// `answer`, inside its operation's span, which ends with it: a result,
     /// an error response, or, when the client gave up, cancelled.
@@ -346,7 +361,7 @@ impl<H: ServerHandler + Clone> McpServer<H> {
 
 /// How a request that failed with `err` ended: no answer goes out for a
 /// request the client cancelled.
-fn error_outcome(err: &ErrorData, cancelled: bool) -> Outcome<'_> {
+pub(super) fn error_outcome(err: &ErrorData, cancelled: bool) -> Outcome<'_> {
     if cancelled {
         Outcome::Failed {
             kind: "cancelled",

@@ -22,9 +22,9 @@ use rmcp::transport::streamable_http_server::{
 use rmcp::ServerHandler;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
 
-use super::legacy::{lift, Tap};
+use super::legacy::{lift, Tap, LIFT_GROWTH};
 use super::McpServer;
-use crate::mcp::call::TaskSupport;
+use crate::mcp::call::{TaskSupport, Tasks};
 
 /// The response of [`McpHttpService`]: rmcp's.
 pub type McpHttpResponse = http::Response<BoxBody<Bytes, Infallible>>;
@@ -34,6 +34,7 @@ pub type McpHttpResponse = http::Response<BoxBody<Bytes, Infallible>>;
 pub(super) struct TaskSessions {
     inner: LocalSessionManager,
     support: Arc<HashMap<String, TaskSupport>>,
+    tasks: Arc<Tasks>,
 }
 
 impl SessionManager for TaskSessions {
@@ -42,7 +43,10 @@ impl SessionManager for TaskSessions {
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
         let (id, transport) = self.inner.create_session().await?;
-        Ok((id, Tap::new(transport, self.support.clone())))
+        Ok((
+            id,
+            Tap::new(transport, self.support.clone(), self.tasks.clone()),
+        ))
     }
 
     fn initialize_session(
@@ -109,9 +113,11 @@ impl SessionManager for TaskSessions {
         id: SessionId,
     ) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
         Ok(match self.inner.restore_session(id).await? {
-            RestoreOutcome::Restored(transport) => {
-                RestoreOutcome::Restored(Tap::new(transport, self.support.clone()))
-            }
+            RestoreOutcome::Restored(transport) => RestoreOutcome::Restored(Tap::new(
+                transport,
+                self.support.clone(),
+                self.tasks.clone(),
+            )),
             RestoreOutcome::AlreadyPresent => RestoreOutcome::AlreadyPresent,
             _ => RestoreOutcome::NotSupported,
         })
@@ -171,7 +177,7 @@ where
     H: ServerHandler + Clone + Send + Sync + 'static,
     B: http_body::Body + Send + 'static,
     B::Data: Send + 'static,
-    B::Error: Display + Send + Sync + std::error::Error + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Display,
 {
     type Response = McpHttpResponse;
     type Error = Infallible;
@@ -182,7 +188,14 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        if !self.tasks || request.method() != http::Method::POST {
+        // A 2026-07-28 request's `task` is ignored, as the tasks
+        // extension says: nothing to look for.
+        let modern = request
+            .headers()
+            .get("mcp-protocol-version")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28.as_str());
+        if !self.tasks || modern || request.method() != http::Method::POST {
             return self.inner.call(request);
         }
         // A POST carries one message: read here (under rmcp's bound), so
@@ -234,6 +247,7 @@ impl<H: ServerHandler + Clone> McpServer<H> {
         TaskSessions {
             inner: LocalSessionManager::default(),
             support: self.task_support.clone(),
+            tasks: self.tasks.clone(),
         }
     }
 
@@ -255,6 +269,7 @@ impl<H: ServerHandler + Clone> McpServer<H> {
     {
         use rmcp::ServiceExt;
         let support = self.task_support.clone();
+        let tasks = self.tasks.clone();
         let lines = Lines {
             read: BufReader::new(read),
             line: Vec::new(),
@@ -266,10 +281,12 @@ impl<H: ServerHandler + Clone> McpServer<H> {
                 Some((line, lines))
             },
         )));
+        // A renamed message may be longer than the bound by the new name.
         let transport =
-            rmcp::transport::async_rw::AsyncRwTransport::<rmcp::RoleServer, _, _>::new(read, write);
+            rmcp::transport::async_rw::AsyncRwTransport::<rmcp::RoleServer, _, _>::new(read, write)
+                .with_max_line_length(MAX_LINE + LIFT_GROWTH);
         let running = self
-            .serve(Tap::new(transport, support))
+            .serve(Tap::new(transport, support, tasks))
             .await
             .map_err(rmcp::RmcpError::from)?;
         running.waiting().await.map_err(rmcp::RmcpError::from)?;

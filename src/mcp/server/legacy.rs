@@ -31,19 +31,21 @@ use std::time::Duration;
 use rmcp::model::{
     CallToolRequestParams, ClientRequest, CustomRequest, CustomResult, DetailedTask, ErrorCode,
     GetExtensions, JsonRpcMessage, JsonRpcRequest, JsonRpcResponse, ProtocolVersion, ServerResult,
-    TaskPayload, TASKS_EXTENSION_ID,
+    TaskPayload,
 };
 use rmcp::service::{RequestContext, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
+use super::dispatch;
+use super::handler::error_outcome;
 use super::McpServer;
-use crate::mcp::call::{
-    progress_param, task_failed, LegacyTask, Step, TaskEnd, TaskSupport, Watcher,
-};
+use crate::mcp::call::{progress_param, LegacyTask, Step, TaskEnd, TaskSupport, Tasks, Watcher};
 use crate::mcp::input::{Backend, InputState};
-use crate::mcp::telemetry::Target;
+use crate::mcp::telemetry::{Operation, Outcome, Target};
+use tracing::Instrument as _;
 
 /// The method a `tools/call` that asks for a 2025-11-25 task is renamed to
 /// before rmcp reads it.
@@ -57,25 +59,58 @@ pub(super) const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Session(pub(super) Arc<str>);
 
+/// How much longer [`lift`] makes a message: the method's new name.
+pub(super) const LIFT_GROWTH: usize = TASK_CALL.len() - "tools/call".len();
+
 /// The raw text of a message, changed when it is a `tools/call` that asks
-/// for a task (a `task` object in its params): its method renamed to
-/// [`TASK_CALL`]. Any other message, or text that is not JSON, is left as
-/// it is (`None`), for rmcp to read or refuse.
+/// for a task (a `task` object in its params) and is not a 2026-07-28
+/// request (whose `task` member is ignored, as the tasks extension says):
+/// its method renamed to [`TASK_CALL`], every other member kept as it was
+/// written, so it grows by at most [`LIFT_GROWTH`] bytes. Any other
+/// message, or text that is not JSON, is left as it is (`None`), for rmcp
+/// to read or refuse.
 pub(super) fn lift(text: &[u8]) -> Option<Vec<u8>> {
     // Most messages never mention a task: no parse for them.
     memchr::memmem::find(text, b"\"task\"")?;
-    let mut message: Value = serde_json::from_slice(text).ok()?;
-    let object = message.as_object_mut()?;
-    let asks = object.get("method").and_then(Value::as_str) == Some("tools/call")
-        && object
-            .get("params")
-            .and_then(|params| params.get("task"))
-            .is_some_and(Value::is_object);
-    if !asks {
+    let message: HashMap<&str, &RawValue> = serde_json::from_slice(text).ok()?;
+    if message.get("method")?.get() != "\"tools/call\"" {
         return None;
     }
-    object.insert("method".into(), Value::from(TASK_CALL));
-    serde_json::to_vec(&message).ok()
+    let params: HashMap<&str, &RawValue> =
+        serde_json::from_str(message.get("params")?.get()).ok()?;
+    if !params.get("task")?.get().starts_with('{') {
+        return None;
+    }
+    let revision = params
+        .get("_meta")
+        .and_then(|meta| serde_json::from_str::<HashMap<&str, &RawValue>>(meta.get()).ok())
+        .and_then(|meta| {
+            meta.get("io.modelcontextprotocol/protocolVersion")
+                .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
+        });
+    if revision.is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str()) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(text.len() + LIFT_GROWTH);
+    out.push(b'{');
+    for (i, (key, value)) in message.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        // A key borrowed from the text has no escapes: written back as is.
+        out.push(b'"');
+        out.extend_from_slice(key.as_bytes());
+        out.extend_from_slice(b"\":");
+        if *key == "method" {
+            out.push(b'"');
+            out.extend_from_slice(TASK_CALL.as_bytes());
+            out.push(b'"');
+        } else {
+            out.extend_from_slice(value.get().as_bytes());
+        }
+    }
+    out.push(b'}');
+    Some(out)
 }
 
 /// Whether a session of `version` speaks the 2025-11-25 task scheme: the
@@ -88,18 +123,26 @@ pub(super) fn speaks_legacy_tasks(version: &ProtocolVersion) -> bool {
 /// A session's transport, with the 2025-11-25 task scheme's shapes made at
 /// its edge (see the [module docs](self)).
 pub(super) struct Tap<T> {
-    pub(super) inner: T,
-    pub(super) support: Arc<HashMap<String, TaskSupport>>,
-    pub(super) session: Session,
-    /// Set once the session has negotiated 2025-11-25.
-    pub(super) legacy: bool,
+    inner: T,
+    support: Arc<HashMap<String, TaskSupport>>,
+    /// The server's tasks: a session's are cancelled when it closes.
+    tasks: Arc<Tasks>,
+    session: Session,
+    /// Set once the session has negotiated 2025-11-25, when a tool runs as
+    /// a task.
+    legacy: bool,
 }
 
 impl<T> Tap<T> {
-    pub(super) fn new(inner: T, support: Arc<HashMap<String, TaskSupport>>) -> Self {
+    pub(super) fn new(
+        inner: T,
+        support: Arc<HashMap<String, TaskSupport>>,
+        tasks: Arc<Tasks>,
+    ) -> Self {
         Tap {
             inner,
             support,
+            tasks,
             session: Session(uuid::Uuid::new_v4().simple().to_string().into()),
             legacy: false,
         }
@@ -115,7 +158,10 @@ impl<T> Tap<T> {
             return message;
         };
         let result = match result {
-            ServerResult::InitializeResult(init) if speaks_legacy_tasks(&init.protocol_version) => {
+            ServerResult::InitializeResult(init)
+                if speaks_legacy_tasks(&init.protocol_version)
+                    && self.support.values().any(|s| *s != TaskSupport::Forbidden) =>
+            {
                 self.legacy = true;
                 with_capability(serde_json::to_value(&init))
                     .map(|v| ServerResult::CustomResult(CustomResult(v)))
@@ -158,6 +204,14 @@ impl<T> Tap<T> {
             }
         }
         request.extensions_mut().insert(self.session.clone());
+    }
+}
+
+impl<T> Drop for Tap<T> {
+    fn drop(&mut self) {
+        if self.legacy {
+            self.tasks.end_session(&self.session.0);
+        }
     }
 }
 
@@ -282,11 +336,16 @@ impl<H: ServerHandler + Clone> McpServer<H> {
         Ok(match (method, session) {
             (TASK_CALL, session) => {
                 let name = params.get("name").and_then(Value::as_str).unwrap_or("");
-                let target = Target::tool(name);
-                self.serve("tools/call", target, context, |context| {
-                    self.task_call(params.clone(), context, session)
-                })
-                .await
+                let mut operation = self.operation("tools/call", Target::tool(name), &context);
+                let answer = self
+                    .task_call(params.clone(), &context, session, &operation)
+                    .instrument(operation.span())
+                    .await;
+                operation.end(match &answer {
+                    Ok(_) => Outcome::Ok,
+                    Err(err) => error_outcome(err, context.ct.is_cancelled()),
+                });
+                answer
             }
             ("tasks/get", Some(session)) => {
                 self.serve("tasks/get", Target::None, context, |_| async move {
@@ -327,20 +386,25 @@ impl<H: ServerHandler + Clone> McpServer<H> {
             ("tasks/cancel", Some(session)) => {
                 self.serve("tasks/cancel", Target::None, context, |_| async move {
                     let (id, task) = self.find_legacy(&params, &session)?;
-                    if let Some(end) = &*task.end.borrow() {
+                    let ended = |task: &LegacyTask| -> Result<Option<&'static str>, ErrorData> {
+                        if let Some(end) = &*task.end.borrow() {
+                            return Ok(Some(end_status(end)));
+                        }
+                        // Ended at rmcp's hand (past its time to live).
+                        let detailed = self.tasks.manager.get_task(&id)?;
+                        Ok(detailed.task.status.is_terminal().then(|| status_of(&detailed, false)))
+                    };
+                    if let Some(status) = ended(&task)? {
                         return Err(ErrorData::invalid_params(
-                            format!("cannot cancel task {id}: it is already {}", end_status(end)),
+                            format!("cannot cancel task {id}: it is already {status}"),
                             None,
                         ));
                     }
                     self.tasks.manager.cancel_task(&id)?;
                     let mut end = task.end.clone();
                     let _ = tokio::time::timeout(CANCEL_WAIT, end.wait_for(Option::is_some)).await;
+                    let status = ended(&task)?.unwrap_or("cancelled");
                     let detailed = self.tasks.manager.get_task(&id)?;
-                    let status = match &*task.end.borrow() {
-                        Some(end) => end_status(end),
-                        None => "working",
-                    };
                     Ok(CustomResult(Value::Object(task_json(&detailed.task, status))))
                 })
                 .await
@@ -368,35 +432,35 @@ impl<H: ServerHandler + Clone> McpServer<H> {
     }
 
     /// A `tools/call` that asks for a 2025-11-25 task: `{"task": {...}}`.
+    /// A session of another revision has no such tasks: the `task` is
+    /// ignored and the call served as any other.
     async fn task_call(
         &self,
         mut params: Value,
-        context: RequestContext<RoleServer>,
+        context: &RequestContext<RoleServer>,
         session: Option<Arc<str>>,
+        operation: &Operation,
     ) -> Result<CustomResult, ErrorData> {
-        let Some(session) = session else {
-            let version = context
-                .protocol_version()
-                .map_or_else(|| "none".to_owned(), |v| v.as_str().to_owned());
-            return Err(ErrorData::invalid_request(
-                format!(
-                    "a `task` in tools/call is the task scheme of revision 2025-11-25, and this \
-                     session speaks {version}: declare the tasks extension \
-                     ({TASKS_EXTENSION_ID}) and call the tool without `task`"
-                ),
-                None,
-            ));
-        };
-        let ttl = params
-            .as_object_mut()
-            .and_then(|p| p.remove("task"))
-            .and_then(|task| task.get("ttl").and_then(Value::as_u64))
-            .map(Duration::from_millis);
+        // The client's `ttl` is not taken: rmcp would end the tool at it.
+        // The server keeps a task its own time to live, and says so.
+        if let Some(params) = params.as_object_mut() {
+            params.remove("task");
+        }
         let params: CallToolRequestParams = serde_json::from_value(params)
             .map_err(|e| ErrorData::invalid_params(format!("tools/call: {e}"), None))?;
+        let Some(session) = session else {
+            let answer = self.serve_call(params, context, operation).await?;
+            let mut answer = ServerResult::from(answer);
+            if !dispatch::is_stateless_revision(context) {
+                answer.strip_result_type_for_legacy_peer();
+                answer.strip_non_object_output_for_legacy_peer();
+            }
+            let answer = serde_json::to_value(&answer)
+                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+            return Ok(CustomResult(answer));
+        };
         let name = params.name.to_string();
-        let operation = self.operation("tools/call", Target::tool(&name), &context);
-        let call = match self.open_call(params, &context, false, &operation)? {
+        let call = match self.open_call(params, context, false, operation)? {
             Ok(call) => call,
             Err(result) => {
                 // Refused before the tool ran (arguments too large): a task
@@ -404,9 +468,9 @@ impl<H: ServerHandler + Clone> McpServer<H> {
                 let input = InputState::new(Backend::Rounds, None);
                 let task = self
                     .tasks
-                    .finished_legacy(input, result, session, ttl)
+                    .finished_legacy(input, result, session)
                     .ok_or_else(too_many)?;
-                return Ok(created(&task, "completed"));
+                return Ok(created(&task, "failed"));
             }
         };
         if self.task_support_of(&name) == TaskSupport::Forbidden {
@@ -429,14 +493,14 @@ impl<H: ServerHandler + Clone> McpServer<H> {
                     }
                 }
                 Some(Step::Done(result)) => {
-                    let status = if task_failed(&result) {
+                    let status = if result.is_error {
                         "failed"
                     } else {
                         "completed"
                     };
                     let task = self
                         .tasks
-                        .finished_legacy(call.input.clone(), result, session, ttl)
+                        .finished_legacy(call.input.clone(), result, session)
                         .ok_or_else(too_many)?;
                     return Ok(created(&task, status));
                 }
@@ -449,7 +513,7 @@ impl<H: ServerHandler + Clone> McpServer<H> {
                     };
                     let task = self
                         .tasks
-                        .spawn_legacy(call, Some(watcher), session, ttl)
+                        .spawn_legacy(call, Some(watcher), session)
                         .ok_or_else(too_many)?;
                     return Ok(created(&task, "working"));
                 }
@@ -471,8 +535,12 @@ fn created(task: &rmcp::model::Task, status: &str) -> CustomResult {
     CustomResult(json!({ "task": Value::Object(task_json(task, status)) }))
 }
 
+/// The status a task's end shows: in 2025-11-25, a tool's error fails
+/// the task ("For tool calls specifically, this includes cases where the
+/// tool call result has `isError` set to true").
 fn end_status(end: &TaskEnd) -> &'static str {
     match end {
+        TaskEnd::Result(result) if result.is_error == Some(true) => "failed",
         TaskEnd::Result(_) => "completed",
         TaskEnd::Failed(_) => "failed",
         TaskEnd::Cancelled => "cancelled",
@@ -516,5 +584,21 @@ mod tests {
         assert!(lift(other).is_none());
         assert!(lift(b"not json \"task\"").is_none());
         assert!(lift(br#"{"method":"tools/call","params":{"task":1}}"#).is_none());
+        // A 2026-07-28 request's `task` is ignored: not renamed.
+        let modern = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","task":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        assert!(lift(modern).is_none());
+    }
+
+    #[test]
+    fn a_lifted_message_keeps_its_members_as_written_and_grows_by_the_name() {
+        let asks = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":{"f":1e2,"s":"\u00e9"},"task":{}}}"#;
+        let lifted = lift(asks).unwrap();
+        assert_eq!(lifted.len(), asks.len() + LIFT_GROWTH);
+        let text = String::from_utf8(lifted).unwrap();
+        // Numbers and escapes as the client wrote them.
+        assert!(text.contains(r#"{"f":1e2,"s":"\u00e9"}"#), "{text}");
+        let value: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(value["id"], 7);
+        assert_eq!(value["method"], TASK_CALL);
     }
 }

@@ -298,6 +298,12 @@ impl<H: ServerHandler + Clone> McpServer<H> {
         let max_body = config.max_request_body_bytes;
         let tasks = self.has_task_tools();
         let sessions = Arc::new(self.task_sessions());
+        // The service bounds a body it reads first by `max_body`; rmcp then
+        // reads it, perhaps longer by a 2025-11-25 task call's new name.
+        let mut config = config;
+        if tasks {
+            config.max_request_body_bytes = max_body.saturating_add(legacy::LIFT_GROWTH);
+        }
         let inner = StreamableHttpService::new(move || Ok(self.session()), sessions, config);
         McpHttpService::new(inner, max_body, tasks)
     }
