@@ -53,6 +53,18 @@ fn server(dropped: Arc<AtomicUsize>) -> McpServer {
             tokio::time::sleep(Duration::from_millis(20)).await;
             Err::<String, _>(ToolError::failed("it broke"))
         }))
+        .tool(tool::from_fn_with_context(
+            "ask",
+            |_: NoArgs, ctx: ToolContext| async move {
+                let input = ctx
+                    .extensions()
+                    .get::<toolstack::mcp::ClientInput>()
+                    .cloned()
+                    .ok_or_else(|| ToolError::failed("no client input"))?;
+                let sure = input.confirm("Go on?").await?;
+                Ok::<_, ToolError>(if sure { "went on" } else { "stopped" })
+            },
+        ))
         .tool(tool::from_fn("panics", |_: NoArgs| async {
             tokio::time::sleep(Duration::from_millis(20)).await;
             if true {
@@ -65,6 +77,7 @@ fn server(dropped: Arc<AtomicUsize>) -> McpServer {
         .task_support("forever", TaskSupport::Optional)
         .task_support("broken", TaskSupport::Optional)
         .task_support("panics", TaskSupport::Optional)
+        .task_support("ask", TaskSupport::Optional)
         .task_poll_interval(Duration::from_millis(100))
 }
 
@@ -91,10 +104,14 @@ struct Session {
 
 impl Session {
     async fn open(addr: SocketAddr, revision: &'static str) -> Session {
+        Session::open_with(addr, revision, json!({})).await
+    }
+
+    async fn open_with(addr: SocketAddr, revision: &'static str, capabilities: Value) -> Session {
         let http = reqwest::Client::new();
         let url = format!("http://{addr}/mcp");
         let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": revision, "capabilities": {},
+            "protocolVersion": revision, "capabilities": capabilities,
             "clientInfo": {"name": "raw", "version": "1"}}});
         let response = http
             .post(&url)
@@ -505,6 +522,72 @@ async fn a_tasks_progress_reaches_its_session() {
     .await;
     assert!(found.is_ok(), "no progress: {seen}");
     assert!(seen.contains("started"), "{seen}");
+    // Tied to its task (2025-11-25: MUST).
+    assert!(
+        seen.contains("io.modelcontextprotocol/related-task"),
+        "{seen}"
+    );
+}
+
+/// A task whose tool asks the client: `input_required` while the question
+/// waits, the elicitation on the session tied to the task, the answer
+/// reaching the tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_asks_shows_input_required_and_ties_its_question_to_itself() {
+    use futures_util::StreamExt;
+    let addr = http_server(Arc::default()).await;
+    let mut session =
+        Session::open_with(addr, "2025-11-25", json!({"elicitation": {"form": {}}})).await;
+    let listen = session
+        .http
+        .get(&session.url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &session.id)
+        .header("mcp-protocol-version", session.revision)
+        .send()
+        .await
+        .unwrap();
+    let mut events = listen.bytes_stream();
+    session.next += 1;
+    let call = json!({"jsonrpc": "2.0", "id": session.next, "method": "tools/call",
+        "params": {"name": "ask", "task": {}}});
+    let raw = session.send(call).await;
+    let created = message(&raw);
+    let id = result(&created)["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The question: on the call's own stream if it was still open, else on
+    // the session's.
+    let mut seen = raw.clone();
+    let question = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Some(event) = seen
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+                .find(|m| m["method"] == "elicitation/create")
+            {
+                return event;
+            }
+            let chunk = events.next().await.expect("the stream is open").unwrap();
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the question came: {seen}"));
+    assert_eq!(
+        question["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        id.as_str(),
+        "{question}"
+    );
+    assert_eq!(status(&mut session, &id).await["status"], "input_required");
+    // The answer.
+    let answer = json!({"jsonrpc": "2.0", "id": question["id"],
+        "result": {"action": "accept", "content": {"confirm": true}}});
+    session.send(answer).await;
+    let done = session.request("tasks/result", json!({"taskId": id})).await;
+    assert_eq!(result(&done)["content"][0]["text"], "went on", "{done}");
 }
 
 /// A 2026-07-28 request, stateless: its revision, the client and its

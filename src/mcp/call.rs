@@ -405,6 +405,8 @@ impl Tasks {
         Some(self.manager.spawn(self.options(), move |task| {
             if legacy.is_none() {
                 call.input.set_backend(Backend::Task(task.clone()));
+            } else {
+                call.input.set_related_task(task.task_id());
             }
             let statuses = legacy.is_none();
             Box::pin(async move {
@@ -416,7 +418,8 @@ impl Tasks {
                             Step::Progress(progress) => {
                                 status.set_status_message(describe(&progress));
                                 if let Some(watcher) = &watching {
-                                    watcher.progress(&progress).await;
+                                    let related = (!statuses).then(|| status.task_id());
+                                    watcher.progress(&progress, related).await;
                                     if statuses {
                                         let now = watcher.manager.get_task(status.task_id()).ok();
                                         watcher.status(now).await;
@@ -480,12 +483,28 @@ pub(super) struct Watcher {
 }
 
 impl Watcher {
-    async fn progress(&self, progress: &Progress) {
-        if let Some(token) = &self.progress_token {
-            let param = progress_param(token.clone(), progress.clone());
-            if let Err(err) = self.peer.notify_progress(param).await {
-                tracing::debug!(%err, "task progress not sent");
-            }
+    /// Sends `progress`; of a 2025-11-25 task (`related`), tied to it in
+    /// its `_meta`.
+    async fn progress(&self, progress: &Progress, related: Option<&str>) {
+        let Some(token) = &self.progress_token else {
+            return;
+        };
+        let param = progress_param(token.clone(), progress.clone());
+        let mut notification = rmcp::model::ProgressNotification::new(param);
+        if let Some(id) = related {
+            let mut meta = rmcp::model::NotificationMetaObject::new();
+            meta.0.insert(
+                crate::mcp::RELATED_TASK_META.into(),
+                serde_json::json!({ "taskId": id }),
+            );
+            notification.extensions.insert(meta);
+        }
+        let sent = self
+            .peer
+            .send_notification(ServerNotification::ProgressNotification(notification))
+            .await;
+        if let Err(err) = sent {
+            tracing::debug!(%err, "task progress not sent");
         }
     }
 

@@ -160,6 +160,9 @@ pub(super) struct InputState {
     inner: Mutex<Inner>,
     /// Requests on the session the client has not answered yet.
     asking: std::sync::atomic::AtomicUsize,
+    /// The 2025-11-25 task the call runs as: its requests on the session
+    /// say so in their `_meta`.
+    related_task: std::sync::OnceLock<serde_json::Value>,
 }
 
 /// Counts a request on the session while it waits for its answer.
@@ -213,7 +216,23 @@ impl InputState {
                 early: BTreeMap::new(),
             }),
             asking: Default::default(),
+            related_task: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Ties the call's requests on the session to its 2025-11-25 task.
+    pub(super) fn set_related_task(&self, task_id: &str) {
+        let _ = self
+            .related_task
+            .set(serde_json::json!({ "taskId": task_id }));
+    }
+
+    /// `meta` with the call's task in it, if it runs as a 2025-11-25 task.
+    fn tie(&self, meta: &mut Option<rmcp::model::RequestMetaObject>) {
+        if let Some(task) = self.related_task.get() {
+            meta.get_or_insert_default()
+                .insert(crate::mcp::RELATED_TASK_META.into(), task.clone());
+        }
     }
 
     /// Whether the tool waits for the client's answer to a request on the
@@ -353,6 +372,12 @@ impl ClientInput {
                 return self.ask(Kind::Elicitation, request).await;
             }
         };
+        let mut params = params;
+        match &mut params {
+            ElicitRequestParams::FormElicitationParams { meta, .. }
+            | ElicitRequestParams::UrlElicitationParams { meta, .. } => self.state.tie(meta),
+            _ => {}
+        }
         let _asking = Asking::start(&self.state.asking);
         peer.create_elicitation(params)
             .await
@@ -396,6 +421,8 @@ impl ClientInput {
                 return self.ask(Kind::Sampling, request).await;
             }
         };
+        let mut params = params;
+        self.state.tie(&mut params.meta);
         let _asking = Asking::start(&self.state.asking);
         peer.create_message(params)
             .await

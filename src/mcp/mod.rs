@@ -81,6 +81,9 @@ mod server;
 mod telemetry;
 
 pub use call::TaskSupport;
+
+/// The `_meta` key that ties a message to its task (MCP 2025-11-25).
+pub(crate) const RELATED_TASK_META: &str = "io.modelcontextprotocol/related-task";
 pub use client::{
     McpClient, McpClientBuilder, McpTool, DEFAULT_MAX_INPUT_ROUNDS, MAX_INPUT_REQUESTS,
 };

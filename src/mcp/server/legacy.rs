@@ -42,7 +42,7 @@ use serde_json::{json, Map, Value};
 use super::dispatch;
 use super::handler::error_outcome;
 use super::McpServer;
-use crate::mcp::call::{progress_param, LegacyTask, Step, TaskEnd, TaskSupport, Tasks, Watcher};
+use crate::mcp::call::{LegacyTask, TaskEnd, TaskSupport, Tasks, Watcher};
 use crate::mcp::input::{Backend, InputState};
 use crate::mcp::telemetry::{Operation, Outcome, Target};
 use tracing::Instrument as _;
@@ -50,9 +50,6 @@ use tracing::Instrument as _;
 /// The method a `tools/call` that asks for a 2025-11-25 task is renamed to
 /// before rmcp reads it.
 pub(super) const TASK_CALL: &str = "toolstack/tools/call-as-task";
-
-/// The `_meta` key that ties a result to its task (2025-11-25).
-pub(super) const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 
 /// The session a request came on: a random name per session, put in the
 /// request's extensions by the [`Tap`].
@@ -480,45 +477,18 @@ impl<H: ServerHandler + Clone> McpServer<H> {
                 None,
             ));
         }
-        let mut call = call;
-        let progress_token = context.meta.get_progress_token();
-        loop {
-            match call.look().await {
-                Some(Step::Progress(progress)) => {
-                    if let Some(token) = &progress_token {
-                        let param = progress_param(token.clone(), progress);
-                        if let Err(err) = context.peer.notify_progress(param).await {
-                            tracing::debug!(%err, "progress notification not sent");
-                        }
-                    }
-                }
-                Some(Step::Done(result)) => {
-                    let status = if result.is_error {
-                        "failed"
-                    } else {
-                        "completed"
-                    };
-                    let task = self
-                        .tasks
-                        .finished_legacy(call.input.clone(), result, session)
-                        .ok_or_else(too_many)?;
-                    return Ok(created(&task, status));
-                }
-                // Input goes on the session: a call never waits for a round.
-                Some(Step::NeedsInput) | None => {
-                    let watcher = Watcher {
-                        peer: context.peer.clone(),
-                        progress_token,
-                        manager: self.tasks.manager.clone(),
-                    };
-                    let task = self
-                        .tasks
-                        .spawn_legacy(call, Some(watcher), session)
-                        .ok_or_else(too_many)?;
-                    return Ok(created(&task, "working"));
-                }
-            }
-        }
+        // A task from the start, even for a tool that would answer at
+        // once: its questions and progress are then all tied to it.
+        let watcher = Watcher {
+            peer: context.peer.clone(),
+            progress_token: context.meta.get_progress_token(),
+            manager: self.tasks.manager.clone(),
+        };
+        let task = self
+            .tasks
+            .spawn_legacy(call, Some(watcher), session)
+            .ok_or_else(too_many)?;
+        Ok(created(&task, "working"))
     }
 }
 
@@ -559,7 +529,10 @@ fn result_json(result: rmcp::model::CallToolResult, id: &str) -> Value {
             .entry("_meta")
             .or_insert_with(|| Value::Object(Map::new()));
         if let Some(meta) = meta.as_object_mut() {
-            meta.insert(RELATED_TASK.into(), json!({ "taskId": id }));
+            meta.insert(
+                crate::mcp::RELATED_TASK_META.into(),
+                json!({ "taskId": id }),
+            );
         }
     }
     value
