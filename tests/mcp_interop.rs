@@ -522,7 +522,7 @@ async fn toolstacks_client_against_a_server_of_the_v2_typescript_sdk() {
         }
         drop(stream);
         let mut heard = false;
-        for _ in 0..100 {
+        for _ in 0..400 {
             if said.lock().unwrap().contains("count cancelled") {
                 heard = true;
                 break;
@@ -572,29 +572,7 @@ async fn the_official_typescript_clients_drive_toolstacks_server() {
     let (_server, url) = serve_example("mcp_server").await;
     let (_harness, elicitation_url) = serve_example("mcp_conformance").await;
     for sdk in ["v1", "v2", "v2-stateless"] {
-        let run = tokio::process::Command::new("node")
-            .arg(&script)
-            .arg(sdk)
-            .arg(&url)
-            .arg(&elicitation_url)
-            .output();
-        let out = tokio::time::timeout(Duration::from_secs(120), run)
-            .await
-            .expect("the TypeScript client did not end in 120 s")
-            .unwrap();
-        let printed = String::from_utf8_lossy(&out.stdout);
-        for line in printed.lines() {
-            say(line);
-        }
-        assert!(
-            out.status.success(),
-            "the TypeScript client ({sdk}) failed:\n{printed}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            printed.lines().filter(|l| l.starts_with("ok: ")).count() >= 9,
-            "{printed}"
-        );
+        run_node(&script, &[sdk, &url, &elicitation_url], 9).await;
     }
 }
 
@@ -613,29 +591,34 @@ async fn the_official_typescript_clients_run_tasks_of_both_schemes() {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("interop/ts-tasks.mjs");
     let (_harness, url) = serve_example("mcp_conformance").await;
     for mode in ["v1", "v2", "v2-legacy"] {
-        let run = tokio::process::Command::new("node")
-            .arg(&script)
-            .arg(mode)
-            .arg(&url)
-            .output();
-        let out = tokio::time::timeout(Duration::from_secs(120), run)
-            .await
-            .expect("the TypeScript client did not end in 120 s")
-            .unwrap();
-        let printed = String::from_utf8_lossy(&out.stdout);
-        for line in printed.lines() {
-            say(line);
-        }
-        assert!(
-            out.status.success(),
-            "the TypeScript client ({mode}) failed:\n{printed}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            printed.lines().filter(|l| l.starts_with("ok: ")).count() >= 7,
-            "{printed}"
-        );
+        run_node(&script, &[mode, &url], 7).await;
     }
+}
+
+/// Runs `node script args…` (at most 120 s), prints what it printed, and
+/// fails unless it succeeded with at least `checks` `ok:` lines.
+async fn run_node(script: &std::path::Path, args: &[&str], checks: usize) {
+    let run = tokio::process::Command::new("node")
+        .arg(script)
+        .args(args)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("the TypeScript client did not end in 120 s")
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    for line in printed.lines() {
+        say(line);
+    }
+    assert!(
+        out.status.success(),
+        "the TypeScript client ({args:?}) failed:\n{printed}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        printed.lines().filter(|l| l.starts_with("ok: ")).count() >= checks,
+        "{printed}"
+    );
 }
 
 /// An example's MCP server on a free port (`cargo test` builds the

@@ -226,7 +226,35 @@ pub(super) struct Tasks {
     pub(super) max_running: usize,
     /// The tasks of the 2025-11-25 scheme, by id: their session, and their
     /// end as `tasks/result` answers it.
-    legacy: Mutex<HashMap<String, LegacyTask>>,
+    legacy: Mutex<Kept>,
+}
+
+/// The tasks of the 2025-11-25 scheme, and their ids in the order they
+/// expire (every task is kept as long), so that dropping the expired ones
+/// costs what they are, not what is kept.
+#[derive(Default)]
+struct Kept {
+    tasks: HashMap<String, LegacyTask>,
+    expiry: std::collections::VecDeque<(Instant, String)>,
+}
+
+impl Kept {
+    fn insert(&mut self, id: String, task: LegacyTask) {
+        self.expiry.push_back((task.kept_until, id.clone()));
+        self.tasks.insert(id, task);
+    }
+
+    /// Drops the tasks kept past their time.
+    fn expire(&mut self, now: Instant) {
+        while let Some((until, _)) = self.expiry.front() {
+            if *until > now {
+                break;
+            }
+            if let Some((_, id)) = self.expiry.pop_front() {
+                self.tasks.remove(&id);
+            }
+        }
+    }
 }
 
 /// A task of the 2025-11-25 scheme.
@@ -266,14 +294,14 @@ impl Tasks {
             ttl: Duration::from_secs(300),
             poll_interval: Duration::from_millis(500),
             max_running: 1024,
-            legacy: Mutex::new(HashMap::new()),
+            legacy: Mutex::default(),
         }
     }
 
     /// The 2025-11-25 task `id`, when `session` made it and it is kept.
     pub(super) fn legacy(&self, id: &str, session: &str) -> Option<LegacyTask> {
         let legacy = self.legacy.lock().unwrap_or_else(|e| e.into_inner());
-        let task = legacy.get(id)?;
+        let task = legacy.tasks.get(id)?;
         (&*task.session == session && task.kept_until > Instant::now()).then(|| task.clone())
     }
 
@@ -283,6 +311,7 @@ impl Tasks {
         self.legacy
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+            .tasks
             .contains_key(id)
     }
 
@@ -329,15 +358,15 @@ impl Tasks {
     }
 
     /// The kept tasks, those past their time dropped, when there is room
-    /// for one more (and for one more running).
-    fn legacy_room(&self) -> Option<std::sync::MutexGuard<'_, HashMap<String, LegacyTask>>> {
+    /// for one more (and for one more running). The ids of a closed
+    /// session's tasks count until they expire: what is kept stays bounded.
+    fn legacy_room(&self) -> Option<std::sync::MutexGuard<'_, Kept>> {
         if self.manager.running_task_count() >= self.max_running {
             return None;
         }
         let mut legacy = self.legacy.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        legacy.retain(|_, task| task.kept_until > now);
-        (legacy.len() < self.max_legacy()).then_some(legacy)
+        legacy.expire(Instant::now());
+        (legacy.expiry.len() < self.max_legacy()).then_some(legacy)
     }
 
     fn kept(
@@ -359,18 +388,18 @@ impl Tasks {
     /// Forgets the 2025-11-25 tasks of a session that has closed, and
     /// cancels those still running: nobody can reach them any more.
     pub(super) fn end_session(&self, session: &str) {
-        let ended: Vec<String> = {
-            let mut legacy = self.legacy.lock().unwrap_or_else(|e| e.into_inner());
-            let ids: Vec<String> = legacy
-                .iter()
-                .filter(|(_, task)| &*task.session == session)
-                .map(|(id, _)| id.clone())
-                .collect();
-            for id in &ids {
-                legacy.remove(id);
-            }
-            ids
-        };
+        let mut ended = Vec::new();
+        self.legacy
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .tasks
+            .retain(|id, task| {
+                let theirs = &*task.session == session;
+                if theirs {
+                    ended.push(id.clone());
+                }
+                !theirs
+            });
         for id in ended {
             let _ = self.manager.cancel_task(&id);
         }
@@ -562,7 +591,7 @@ pub(super) fn progress_param(
 /// failures of the server rather than the tool.
 fn task_outcome(result: ToolResult) -> Result<rmcp::model::CallToolResult, TaskExit> {
     match &result.error {
-        Some(err) if task_outcome_is_failure(&result) => Err(TaskExit::Error(
+        Some(err) if err.kind() == ErrorKind::Panicked => Err(TaskExit::Error(
             ErrorData::internal_error(err.message().to_owned(), None),
         )),
         _ => Ok(convert::call_result(result)),
@@ -596,10 +625,6 @@ fn say_why(
         }
         Ok(_) => {}
     }
-}
-
-fn task_outcome_is_failure(result: &ToolResult) -> bool {
-    matches!(&result.error, Some(err) if err.kind() == ErrorKind::Panicked)
 }
 
 /// A progress report as a task's status message.
@@ -648,6 +673,37 @@ mod tests {
             tool.call_shared(ToolRequest::new("ask", "{}")),
             input,
         )
+    }
+
+    /// The kept 2025-11-25 tasks are bounded (8 × the running bound), and
+    /// those past their time go, making room, without a scan of the rest.
+    #[tokio::test(start_paused = true)]
+    async fn kept_legacy_tasks_are_bounded_and_expire_in_order() {
+        let mut tasks = Tasks::new();
+        tasks.max_running = 2;
+        tasks.ttl = Duration::from_millis(50);
+        let session: Arc<str> = "s".into();
+        let finished = |tasks: &Tasks| {
+            let input = InputState::new(Backend::Rounds, None);
+            let result = ToolResult::from_error(ToolError::failed("done"));
+            tasks.finished_legacy(input, result, session.clone())
+        };
+        let mut ids = Vec::new();
+        for _ in 0..16 {
+            ids.push(finished(&tasks).expect("room").task_id);
+            // The finished tasks end: only the kept bound is left.
+            tokio::task::yield_now().await;
+        }
+        assert!(finished(&tasks).is_none(), "over 8 × 2 kept");
+        assert!(tasks.legacy(&ids[0], "s").is_some());
+        assert!(
+            tasks.legacy(&ids[0], "other").is_none(),
+            "another session's"
+        );
+        tokio::time::advance(Duration::from_millis(101)).await;
+        assert!(tasks.legacy(&ids[0], "s").is_none(), "past its time");
+        assert!(finished(&tasks).is_some(), "room again");
+        assert_eq!(tasks.legacy.lock().unwrap().tasks.len(), 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -302,11 +302,6 @@ pub(super) fn status_of(task: &DetailedTask, waits_for_input: bool) -> &'static 
     }
 }
 
-/// The extensions of a request: the session it came on.
-pub(super) fn session_of(extensions: &rmcp::model::Extensions) -> Option<&Session> {
-    extensions.get::<Session>()
-}
-
 /// How long `tasks/cancel` waits for the task to end before it answers.
 const CANCEL_WAIT: Duration = Duration::from_secs(2);
 
@@ -317,7 +312,7 @@ impl<H: ServerHandler + Clone> McpServer<H> {
         if !speaks_legacy_tasks(&version) {
             return None;
         }
-        session_of(&context.extensions).map(|s| s.0.clone())
+        context.extensions.get::<Session>().map(|s| s.0.clone())
     }
 
     /// A request of the 2025-11-25 task scheme, answered; `Err` gives back
