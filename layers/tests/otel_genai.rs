@@ -21,6 +21,8 @@ use tower::util::BoxCloneService;
 use tower::{Layer as _, ServiceBuilder, ServiceExt as _};
 use tracing_subscriber::layer::SubscriberExt;
 
+#[path = "support/logs.rs"]
+mod logs;
 #[path = "support/otlp.rs"]
 mod otlp;
 use otlp::{pairs, Collector, Metrics};
@@ -112,7 +114,7 @@ impl Exported {
             .with_simple_exporter(exporter.clone())
             .build();
         let subscriber = tracing_subscriber::registry().with(otel::layer(&provider));
-        let _default = tracing::subscriber::set_default(subscriber);
+        let _default = logs::set_default(subscriber);
         Exported {
             exporter,
             provider,
@@ -441,7 +443,7 @@ async fn without_an_opentelemetry_layer_the_finish_reason_is_a_string_field() {
     let _serial = serial().await;
     let records = ChatRecords::default();
     let _default =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(records.clone()));
+        logs::set_default(tracing_subscriber::registry().with(records.clone()));
     let model = traced_model([Turn::new().text("Hello.")]);
     let answer = model
         .oneshot(ChatRequest::new(vec![Message::user("hi")]))
@@ -468,7 +470,7 @@ async fn cache_writes_are_an_attribute_of_the_chat_span_when_reported() {
     let _serial = serial().await;
     let records = ChatRecords::default();
     let _default =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(records.clone()));
+        logs::set_default(tracing_subscriber::registry().with(records.clone()));
     let usage = toolstack::model::Usage::new(1_300, 2)
         .cached(1_000)
         .cache_creation(200);

@@ -145,7 +145,7 @@ fn captured_logs() -> (
         .with_writer(move || sink.clone())
         .with_ansi(false)
         .finish();
-    (logs, tracing::subscriber::set_default(subscriber))
+    (logs, support::logs::set_default(subscriber))
 }
 
 #[tokio::test(start_paused = true)]

@@ -380,7 +380,7 @@ async fn a_call_passes_through_untouched_when_nothing_listens() {
     // Nothing listens on this thread. (A subscriber, even one that never
     // enables anything, is needed: with none, the interest that other
     // tests' subscribers register would let the span through.)
-    let _guard = tracing::subscriber::set_default(tracing::subscriber::NoSubscriber::default());
+    let _guard = support::logs::set_default(tracing::subscriber::NoSubscriber::default());
     let quiet = Quiet::default();
     let layer = TraceLayer::new()
         .on_open(())

@@ -4,6 +4,9 @@
 //! child, carrying the MCP attributes of the OpenTelemetry conventions —
 //! checked on the spans an OpenTelemetry SDK exports.
 
+#[path = "support/logs.rs"]
+mod logs;
+
 use opentelemetry::trace::{SpanId, SpanKind, Status, TracerProvider as _};
 use opentelemetry::Value;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
@@ -37,7 +40,7 @@ async fn the_trace_goes_from_the_client_span_to_the_server_span_to_the_tool() {
     let subscriber = tracing_subscriber::registry()
         .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
     // The current-thread runtime runs client and server on this thread.
-    let _default = tracing::subscriber::set_default(subscriber);
+    let _default = logs::set_default(subscriber);
 
     let toolbox = Toolbox::new()
         .tool(tool::from_fn("add", |Add { a, b }| async move {
@@ -151,7 +154,7 @@ async fn a_call_dropped_before_its_result_ends_both_spans_as_cancelled() {
         .build();
     let subscriber = tracing_subscriber::registry()
         .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
-    let _default = tracing::subscriber::set_default(subscriber);
+    let _default = logs::set_default(subscriber);
 
     let (started, mut running) = tokio::sync::mpsc::unbounded_channel::<()>();
     let toolbox = Toolbox::new().tool(tool::from_fn("hang", move |_: Add| {

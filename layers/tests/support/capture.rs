@@ -7,8 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
-use tracing::subscriber::Interest;
-use tracing::{Event, Metadata, Subscriber};
+use tracing::{Event, Subscriber};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 
@@ -64,13 +63,6 @@ impl<S> tracing_subscriber::Layer<S> for Capture
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
-    // `sometimes`, so that the callsite cache, which is process-wide, never
-    // settles on "never" for a callsite first hit on a thread that captures
-    // nothing: each event is then asked about on the thread that emits it.
-    fn register_callsite(&self, _: &'static Metadata<'static>) -> Interest {
-        Interest::sometimes()
-    }
-
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         let mut fields = Fields::new();
         attrs.record(&mut Visitor(&mut fields));
@@ -104,22 +96,10 @@ where
 }
 
 impl Capture {
-    /// Installs the capture on this thread. Tests run in parallel, each with
-    /// its own thread-local subscriber, while the callsite interest cache is
-    /// shared by the process: it is rebuilt here, so that no callsite stays
-    /// cached as "never" from a thread that captured nothing.
+    /// Installs the capture on this thread, through [`super::logs`] (whose
+    /// docs say why no test installs a subscriber any other way).
     pub fn install(&self) -> tracing::subscriber::DefaultGuard {
-        // A process-wide baseline, so that the global maximum level is
-        // never computed from one thread's "nothing listens" subscriber
-        // alone (it would be `OFF` for every thread until the next rebuild).
-        static BASELINE: std::sync::Once = std::sync::Once::new();
-        BASELINE.call_once(|| {
-            let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry());
-        });
-        let guard =
-            tracing::subscriber::set_default(tracing_subscriber::registry().with(self.clone()));
-        tracing::callsite::rebuild_interest_cache();
-        guard
+        super::logs::set_default(tracing_subscriber::registry().with(self.clone()))
     }
 
     pub fn spans(&self) -> Vec<SpanRecord> {

@@ -4,6 +4,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod capture;
+pub mod logs;
 pub mod output_store;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
