@@ -1084,9 +1084,10 @@ fn held_tool() -> impl toolstack::Describe
        + Send
        + Sync
        + 'static {
-    // A streaming tool that has sent nothing yet and waits.
+    // A streaming tool that has begun answering (its call opens at its
+    // first item) and waits.
     tool::from_stream("held", |_: serde_json::Value| {
-        stream::pending::<Result<String, ToolError>>()
+        stream::iter([Ok::<_, ToolError>(String::from("begun"))]).chain(stream::pending())
     })
     .with_annotations(ToolAnnotations::new().read_only())
 }
@@ -1107,6 +1108,7 @@ fn heap_per_held_call(toolbox: &Toolbox) -> f64 {
                 .await
                 .expect("opened");
             std::future::poll_fn(|cx| {
+                assert!(matches!(stream.poll_next_unpin(cx), Poll::Ready(Some(Ok(_)))));
                 assert!(stream.poll_next_unpin(cx).is_pending());
                 Poll::Ready(())
             })

@@ -33,8 +33,9 @@ pub type BoxError = Box<dyn StdError + Send + Sync>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum TimeoutPhase {
-    /// Opening the call (the response future) took too long — what tower's
-    /// stock `Timeout` bounds.
+    /// The call did not open in time: its response future, which for a
+    /// tool resolves when it has begun answering (its first item, or a
+    /// failure before it) — what tower's stock `Timeout` bounds.
     Open,
     /// The total deadline, counted from `call`, passed.
     Deadline,
@@ -404,7 +405,7 @@ impl ToolError {
             Err(err) => err,
         };
         if err.is::<tower::timeout::error::Elapsed>() {
-            return ToolError::timeout(TimeoutPhase::Open, "the tool did not answer in time")
+            return ToolError::timeout(TimeoutPhase::Open, "the tool did not begin answering in time")
                 .with_source(err);
         }
         if err.is::<tower::load_shed::error::Overloaded>() {

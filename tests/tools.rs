@@ -1,4 +1,5 @@
-//! Tools from functions: laziness, cancellation, context, codecs, raw tools.
+//! Tools from functions: when a call opens (its first item), cancellation,
+//! context, codecs, raw tools.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use toolstack::tool::{self, ToolContext};
 use toolstack::{
     ErrorKind, Progress, Resource, ToolError, ToolInfo, ToolOutput, ToolRequest, ToolResult,
 };
-use tower::ServiceExt;
+use tower::{Service, ServiceExt};
 
 #[derive(Deserialize, JsonSchema)]
 struct N {
@@ -31,7 +32,7 @@ impl Drop for DropFlag {
 }
 
 #[tokio::test]
-async fn items_are_encoded_only_when_polled() {
+async fn items_after_the_first_are_encoded_only_when_polled() {
     let encoded = Arc::new(AtomicUsize::new(0));
     let counter = encoded.clone();
     let t = tool::from_stream("rows", |N { n }| {
@@ -47,8 +48,8 @@ async fn items_are_encoded_only_when_polled() {
         .unwrap();
     assert_eq!(
         encoded.load(Ordering::SeqCst),
-        0,
-        "nothing before the first poll"
+        1,
+        "the call opened with its first item, and no further"
     );
     s.next().await.unwrap().unwrap();
     s.next().await.unwrap().unwrap();
@@ -62,22 +63,65 @@ async fn items_are_encoded_only_when_polled() {
 }
 
 #[tokio::test]
-async fn function_does_not_run_until_the_stream_is_polled() {
+async fn the_function_runs_when_the_call_is_polled_and_has_returned_when_it_opens() {
     let ran = Arc::new(AtomicBool::new(false));
     let flag = ran.clone();
-    let t = tool::from_fn("f", move |_: serde_json::Value| {
+    let mut t = tool::from_fn("f", move |_: serde_json::Value| {
         let flag = flag.clone();
         async move {
             flag.store(true, Ordering::SeqCst);
             Ok::<_, ToolError>("done")
         }
     });
-    let s = t.oneshot(ToolRequest::new("f", "{}")).await.unwrap();
+    let call = t.call(ToolRequest::new("f", "{}"));
     tokio::task::yield_now().await;
-    assert!(!ran.load(Ordering::SeqCst));
+    assert!(!ran.load(Ordering::SeqCst), "a future does nothing unpolled");
+    let s = call.await.unwrap();
+    assert!(ran.load(Ordering::SeqCst), "opened: the function returned");
     let r = ToolResult::collect(s).await;
-    assert!(ran.load(Ordering::SeqCst));
     assert_eq!(r.text(), "done");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streaming_tool_opens_at_its_first_item_and_streams_the_rest() {
+    let t = tool::from_stream("ticker", |_: serde_json::Value| {
+        stream::iter(0..3).then(|i| async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Ok::<_, ToolError>(i)
+        })
+    });
+    let start = tokio::time::Instant::now();
+    let s = t.oneshot(ToolRequest::new("ticker", "{}")).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(1), "opened at item 0");
+    let r = ToolResult::collect(s).await;
+    assert_eq!(start.elapsed(), Duration::from_secs(3));
+    assert_eq!(r.text(), "0\n1\n2");
+}
+
+#[tokio::test(start_paused = true)]
+async fn progress_opens_a_call_whose_function_is_still_working() {
+    let t = tool::from_fn_with_context("slow", |_: serde_json::Value, cx: ToolContext| async move {
+        cx.report(Progress::new(1.0).total(2.0));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        Ok::<_, ToolError>("done")
+    });
+    let start = tokio::time::Instant::now();
+    let mut s = Box::pin(t.oneshot(ToolRequest::new("slow", "{}")).await.unwrap());
+    assert_eq!(start.elapsed(), Duration::ZERO, "opened by its progress");
+    let first = s.next().await.unwrap().unwrap();
+    assert!(first.as_progress().is_some(), "{first:?}");
+    let r = ToolResult::collect(s).await;
+    assert_eq!(start.elapsed(), Duration::from_secs(5));
+    assert_eq!(r.text(), "done");
+}
+
+#[tokio::test]
+async fn a_stream_that_ends_with_no_item_opens_empty() {
+    let t = tool::from_stream("none", |_: serde_json::Value| {
+        stream::empty::<Result<u32, ToolError>>()
+    });
+    let mut s = Box::pin(t.oneshot(ToolRequest::new("none", "{}")).await.unwrap());
+    assert!(s.next().await.is_none());
 }
 
 #[tokio::test(start_paused = true)]
@@ -110,7 +154,7 @@ async fn dropping_the_stream_cancels_the_function_stream() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn dropping_the_stream_cancels_an_async_function() {
+async fn dropping_the_call_cancels_an_async_function() {
     let dropped = Arc::new(AtomicBool::new(false));
     let flag = dropped.clone();
     let t = tool::from_fn("slow", move |_: serde_json::Value| {
@@ -121,15 +165,16 @@ async fn dropping_the_stream_cancels_an_async_function() {
             Ok::<_, ToolError>("never")
         }
     });
-    let s = t.oneshot(ToolRequest::new("slow", "{}")).await.unwrap();
-    let mut s = Box::pin(s);
+    let call = t.oneshot(ToolRequest::new("slow", "{}"));
+    let mut call = Box::pin(call);
     assert!(
-        tokio::time::timeout(Duration::from_secs(1), s.next())
+        tokio::time::timeout(Duration::from_secs(1), call.as_mut())
             .await
             .is_err(),
         "still running"
     );
-    drop(s);
+    assert!(!dropped.load(Ordering::SeqCst));
+    drop(call);
     assert!(dropped.load(Ordering::SeqCst));
 }
 
@@ -332,10 +377,21 @@ async fn errors_from_the_function_keep_their_kind() {
     let t = tool::from_fn("deny", |_: serde_json::Value| async {
         Err::<String, _>(ToolError::new(ErrorKind::Denied, "not allowed"))
     });
-    let r = ToolResult::collect(t.oneshot(ToolRequest::new("deny", "{}")).await.unwrap()).await;
+    // Failed before answering anything: the call's future fails.
+    let err = t.oneshot(ToolRequest::new("deny", "{}")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Denied);
+    let r = ToolResult::from_error(err);
+    assert_eq!(r.text(), r#"{"error":"not allowed","kind":"denied"}"#);
+}
+
+#[tokio::test]
+async fn an_error_after_an_item_is_the_streams_last_item() {
+    let t = tool::from_stream("half", |_: serde_json::Value| {
+        stream::iter([Ok(1), Err(ToolError::new(ErrorKind::Denied, "no more"))])
+    });
+    let r = ToolResult::collect(t.oneshot(ToolRequest::new("half", "{}")).await.unwrap()).await;
     assert!(r.is_error);
     assert_eq!(r.error.as_ref().unwrap().kind(), ErrorKind::Denied);
-    assert_eq!(r.text(), r#"{"error":"not allowed","kind":"denied"}"#);
 }
 
 #[tokio::test]
@@ -343,8 +399,7 @@ async fn string_errors_become_failures() {
     let t = tool::from_fn("s", |_: serde_json::Value| async {
         Err::<String, String>("it went wrong".into())
     });
-    let r = ToolResult::collect(t.oneshot(ToolRequest::new("s", "{}")).await.unwrap()).await;
-    let err = r.error.unwrap();
+    let err = t.oneshot(ToolRequest::new("s", "{}")).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Failed);
     assert_eq!(err.message(), "it went wrong");
 }

@@ -8,7 +8,6 @@
 //! stream yields the error as its last item, then ends.
 //!
 //! ```
-//! use futures_util::StreamExt;
 //! use tower::{ServiceBuilder, ServiceExt};
 //! use toolstack::{tool, ErrorKind, ToolError, ToolRequest};
 //! use toolstack_layers::catch_panic::CatchPanicLayer;
@@ -21,13 +20,11 @@
 //!     Ok::<_, ToolError>("unreachable")
 //! });
 //! let tool = ServiceBuilder::new().layer(CatchPanicLayer::new()).service(boom);
-//! let mut stream = Box::pin(tool.oneshot(ToolRequest::new("boom", "{}")).await?);
-//! let err = stream.next().await.unwrap().unwrap_err();
+//! // The function runs in the call's future: the panic fails the call.
+//! let err = tool.oneshot(ToolRequest::new("boom", "{}")).await.map(|_| ()).unwrap_err();
 //! assert_eq!(err.kind(), ErrorKind::Panicked);
 //! assert_eq!(err.message(), "the tool panicked: out of cheese");
-//! assert!(stream.next().await.is_none());
-//! # Ok::<_, ToolError>(())
-//! # }).unwrap().unwrap();
+//! # }).unwrap();
 //! ```
 //!
 //! The default panic hook still prints the panic; install a quieter hook

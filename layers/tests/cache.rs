@@ -68,12 +68,15 @@ async fn items<S>(service: &S, args: &str) -> Vec<ToolItem>
 where
     S: tower::Service<ToolRequest, Response = toolstack::ToolStream, Error = ToolError> + Clone,
 {
-    let stream = service
+    // A call that failed before its first item: its error is its one item.
+    match service
         .clone()
         .oneshot(ToolRequest::new("lookup", args.to_owned()))
         .await
-        .unwrap();
-    stream.collect().await
+    {
+        Ok(stream) => stream.collect().await,
+        Err(err) => vec![Err(err)],
+    }
 }
 
 fn text(items: &[ToolItem]) -> String {

@@ -625,7 +625,11 @@ async fn the_trace_layer_records_the_conventions_metrics_on_its_meter() {
         .clone()
         .oneshot(ToolRequest::new("boom", "{}"))
         .await;
-    let _ = ToolResult::collect(result.unwrap()).await;
+    assert_eq!(
+        result.map(|_| ()).unwrap_err().kind(),
+        ErrorKind::Unavailable,
+        "failed before answering: the call's future fails"
+    );
     provider.force_flush().unwrap();
 
     let exported = exporter.get_finished_metrics().unwrap();

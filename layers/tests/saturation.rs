@@ -631,11 +631,13 @@ async fn a_permit_granted_as_the_deadline_passes_never_reaches_the_tool() {
         futures_util::poll!(&mut flaky).is_pending(),
         "its first run failed; it backs off"
     );
-    let held = tools
-        .clone()
-        .oneshot(ToolRequest::new("busy", r#"{"ms":1000}"#))
-        .await
-        .unwrap();
+    // busy works toward its first item, holding the permit.
+    let mut held = Box::pin(
+        tools
+            .clone()
+            .oneshot(ToolRequest::new("busy", r#"{"ms":1000}"#)),
+    );
+    assert!(futures_util::poll!(&mut held).is_pending(), "busy works");
     tokio::time::advance(Duration::from_millis(10)).await;
     assert!(
         futures_util::poll!(&mut flaky).is_pending(),

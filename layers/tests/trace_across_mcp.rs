@@ -175,12 +175,13 @@ async fn a_call_dropped_before_its_result_ends_both_spans_as_cancelled() {
         .toolbox()
         .await
         .unwrap();
-    let stream = remote
-        .oneshot(ToolRequest::new("hang", r#"{"a":2,"b":3}"#))
-        .await
-        .unwrap();
-    running.recv().await.unwrap();
-    drop(stream);
+    // The call opens only when the tool answers, which it never does: it
+    // is dropped while it opens, once the tool is running.
+    let call = remote.oneshot(ToolRequest::new("hang", r#"{"a":2,"b":3}"#));
+    tokio::select! {
+        opened = call => panic!("the hanging tool answered: {:?}", opened.map(|_| ())),
+        _ = running.recv() => {}
+    }
 
     // The server hears of the cancellation on this thread's runtime: give
     // it turns, no time, until its span is exported.

@@ -14,12 +14,12 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use futures_core::Stream;
-use futures_util::future::{ready as ready_future, Ready};
 use tower_service::Service;
 
 use super::{Agent, AgentEvent, AgentStream, StopReason};
 use crate::model::Message;
 use crate::model::ModelService;
+use crate::tool::{self, AsIs, ResponseFuture, ResponseStream, Unpinned};
 use crate::{Describe, Progress, ToolError, ToolInfo, ToolItem, ToolOutput, ToolRequest};
 
 /// An [`Agent`] wrapped as a tool: a supervisor agent can delegate to it.
@@ -92,9 +92,11 @@ impl<M> Service<ToolRequest> for AgentTool<M>
 where
     M: ModelService,
 {
-    type Response = AgentToolStream;
+    type Response = ResponseStream<Unpinned<AgentToolStream>, AsIs, ToolOutput>;
     type Error = ToolError;
-    type Future = Ready<Result<AgentToolStream, ToolError>>;
+    /// Runs the agent until it reports anything (its first progress, its
+    /// answer) or fails, as every tool opens.
+    type Future = ResponseFuture<Unpinned<AgentToolStream>, AsIs, ToolOutput>;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
         Poll::Ready(Ok(()))
@@ -106,25 +108,25 @@ where
             self.info.name(),
             crate::arguments::DEFAULT_MAX_ARGUMENT_BYTES,
         ) {
-            return ready_future(Err(err));
+            return ResponseFuture::failed(err);
         }
         let message = match message_of(&request) {
             Ok(message) => message,
-            Err(err) => return ready_future(Err(err)),
+            Err(err) => return ResponseFuture::failed(err),
         };
         if message.trim().is_empty() {
-            return ready_future(Err(ToolError::invalid_arguments(
+            return ResponseFuture::failed(ToolError::invalid_arguments(
                 "`message` is required: what to ask the agent",
-            )));
+            ));
         }
-        ready_future(Ok(AgentToolStream {
+        tool::open_at_first_item(AgentToolStream {
             // The caller's extensions reach the sub-agent's model and tools.
             events: self
                 .agent
                 .run_with(vec![Message::user(message)], request.extensions().clone()),
             reports: 0,
             done: false,
-        }))
+        })
     }
 }
 

@@ -19,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_core::Stream;
+use futures_util::future::Either;
 use futures_util::{stream, StreamExt};
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
@@ -209,8 +210,8 @@ async fn call_tool(
     };
     let mut response = match name {
         Err(rejection) => Rejection::Path(rejection).into_response(),
-        Ok(Path(name)) => match tools.open(name, id, parts.extensions, body).await {
-            Ok(stream) => tools.event_stream(stream),
+        Ok(Path(name)) => match tools.prepare(name, id, parts.extensions, body).await {
+            Ok(request) => tools.answer(request).await,
             Err(rejection) => rejection.into_response(),
         },
     };
@@ -219,15 +220,14 @@ async fn call_tool(
 }
 
 impl HttpTools {
-    /// Reads the arguments and opens the call; everything that can make a
-    /// call fail before its first event.
-    async fn open(
+    /// Reads the arguments into the call's request.
+    async fn prepare(
         &self,
         name: String,
         id: String,
         extensions: Extensions,
         body: Body,
-    ) -> Result<ToolStream, Rejection> {
+    ) -> Result<ToolRequest, Rejection> {
         let arguments = read_arguments(body, self.body_limit).await?;
         let mut request = ToolRequest::new(name, arguments).with_id(id);
         // Syntax only, without building a value: the tool decodes the text
@@ -235,10 +235,36 @@ impl HttpTools {
         // the request, so a layer that asks again does not parse again.
         arguments::checked(&request).map_err(Rejection::Tool)?;
         *request.extensions_mut() = extensions;
-        self.toolbox
-            .dispatch(request)
-            .await
-            .map_err(Rejection::Tool)
+        Ok(request)
+    }
+
+    /// Makes the call and answers it. The status waits for the tool to
+    /// begin answering (its call's future: its first item, or a failure
+    /// before it), so a call refused or failed before answering anything
+    /// is an HTTP error — but it waits no longer than one keep-alive
+    /// interval: then `200` goes out, keep-alive comments hold the
+    /// connection while the tool works, and a failure before its first
+    /// item arrives as the `error` event.
+    async fn answer(&self, request: ToolRequest) -> Response {
+        let opening = self.toolbox.dispatch(request);
+        let Some(interval) = self.keep_alive else {
+            return match opening.await {
+                Ok(tool) => self.event_stream(call_events(tool)),
+                Err(err) => Rejection::Tool(err).into_response(),
+            };
+        };
+        let waited = Box::pin(tokio::time::sleep(interval));
+        match futures_util::future::select(opening, waited).await {
+            Either::Left((Ok(tool), _)) => self.event_stream(call_events(tool)),
+            Either::Left((Err(err), _)) => Rejection::Tool(err).into_response(),
+            Either::Right(((), opening)) => {
+                let events = stream::once(opening).flat_map(|opened| match opened {
+                    Ok(tool) => Either::Left(call_events(tool)),
+                    Err(err) => Either::Right(stream::iter([Ok(error_event(&err))])),
+                });
+                self.event_stream(events)
+            }
+        }
     }
 }
 
@@ -380,10 +406,12 @@ impl IntoResponse for Rejection {
 }
 
 impl HttpTools {
-    /// The call's answer once its stream is open: `200`, the events, and
-    /// keep-alive comments if configured.
-    fn event_stream(&self, tool: ToolStream) -> Response {
-        let events = Sse::new(call_events(tool));
+    /// `200`, the call's events, and keep-alive comments if configured.
+    fn event_stream<S>(&self, events: S) -> Response
+    where
+        S: Stream<Item = Result<Event, Infallible>> + Send + 'static,
+    {
+        let events = Sse::new(events);
         match self.keep_alive {
             Some(interval) => events
                 .keep_alive(KeepAlive::new().interval(interval))

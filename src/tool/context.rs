@@ -100,6 +100,16 @@ pub(crate) struct ProgressQueue {
 }
 
 impl ProgressQueue {
+    /// Whether a report waits, listening with `cx` for the next one.
+    pub(crate) fn has_items(&self, cx: &mut Context<'_>) -> bool {
+        self.waker.register(cx.waker());
+        !self
+            .items
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .is_empty()
+    }
+
     pub(crate) fn pop(&self, cx: &mut Context<'_>) -> Option<Progress> {
         self.waker.register(cx.waker());
         self.items

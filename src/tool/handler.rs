@@ -21,13 +21,33 @@ use crate::ToolError;
 pub trait Handler<Args> {
     /// The type of one output item, before encoding.
     type Item;
-    /// The stream of output items.
-    type Stream: Stream<Item = Result<Self::Item, ToolError>>;
+    /// The stream of output items: polled in place by the tool's response
+    /// future until it begins answering, then what is left of it
+    /// ([`Running::Rest`]) moves into the response stream.
+    type Stream: Running<Item = Result<Self::Item, ToolError>>;
     /// Whether the function reads its context (which then carries a live
     /// progress reporter).
     const WANTS_CONTEXT: bool;
     /// Starts the function. Nothing runs until the stream is polled.
     fn call(&self, args: Args, context: ToolContext) -> Self::Stream;
+}
+
+/// A handler's stream, polled in place (pinned) by the tool's response
+/// future until the call begins answering — its first item, its end, or
+/// (for a function that reads its context) its first progress report —
+/// and then handed on as [`rest`](Running::rest), which the response
+/// stream owns and moves freely.
+///
+/// A stream whose work may still be under way when it is handed on keeps
+/// that work on the heap ([`Movable`]); [`OnceStream`] of a function that
+/// reports no progress is handed on only after its one item, so nothing of
+/// it is left to move.
+pub trait Running: Stream {
+    /// What is left of the stream once it has begun answering.
+    type Rest: Stream<Item = Self::Item>;
+    /// Takes what is left of the stream. Called once, after the stream
+    /// yielded an item or ended, or after its call reported progress.
+    fn rest(self: Pin<&mut Self>) -> Self::Rest;
 }
 
 macro_rules! wrapper {
@@ -77,11 +97,13 @@ where
     E: Into<ToolError>,
 {
     type Item = T;
-    type Stream = OnceStream<Fut, E>;
+    // Progress may be reported before the function returns: the response
+    // stream then takes the function's future with it.
+    type Stream = Movable<OnceStream<Fut, E>>;
     const WANTS_CONTEXT: bool = true;
 
     fn call(&self, args: Args, context: ToolContext) -> Self::Stream {
-        OnceStream::new((self.0)(args, context))
+        Movable::new(OnceStream::new((self.0)(args, context)))
     }
 }
 
@@ -92,13 +114,13 @@ where
     E: Into<ToolError>,
 {
     type Item = T;
-    type Stream = ErrInto<S>;
+    type Stream = Movable<ErrInto<S>>;
     const WANTS_CONTEXT: bool = false;
 
     fn call(&self, args: Args, _context: ToolContext) -> Self::Stream {
-        ErrInto {
+        Movable::new(ErrInto {
             stream: (self.0)(args),
-        }
+        })
     }
 }
 
@@ -109,13 +131,13 @@ where
     E: Into<ToolError>,
 {
     type Item = T;
-    type Stream = ErrInto<S>;
+    type Stream = Movable<ErrInto<S>>;
     const WANTS_CONTEXT: bool = true;
 
     fn call(&self, args: Args, context: ToolContext) -> Self::Stream {
-        ErrInto {
+        Movable::new(ErrInto {
             stream: (self.0)(args, context),
-        }
+        })
     }
 }
 
@@ -157,6 +179,113 @@ where
     fn size_hint(&self) -> (usize, Option<usize>) {
         let n = usize::from(self.future.is_some());
         (n, Some(n))
+    }
+}
+
+impl<Fut, T, E> Running for OnceStream<Fut, E>
+where
+    Fut: Future<Output = Result<T, E>>,
+    E: Into<ToolError>,
+{
+    type Rest = futures_util::stream::Empty<Result<T, ToolError>>;
+
+    /// Nothing: a function that reports no progress is handed on only
+    /// once it has returned its one item. Were it asked before, its
+    /// future would be dropped here, unfinished — which is why a function
+    /// that reads its context runs in a [`Movable`].
+    fn rest(self: Pin<&mut Self>) -> Self::Rest {
+        debug_assert!(self.future.is_none(), "a OnceStream handed on unfinished");
+        futures_util::stream::empty()
+    }
+}
+
+/// A stream kept on the heap, so that it can be polled, then moved on with
+/// its work under way: what a streaming tool's response stream continues
+/// with after its first item (one allocation per call).
+pub struct Movable<S> {
+    stream: Option<Pin<Box<S>>>,
+}
+
+impl<S> Movable<S> {
+    pub(super) fn new(stream: S) -> Self {
+        Movable {
+            stream: Some(Box::pin(stream)),
+        }
+    }
+}
+
+impl<S: Stream> Stream for Movable<S> {
+    type Item = S::Item;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        match self.stream.as_mut() {
+            Some(stream) => stream.as_mut().poll_next(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.stream.as_ref().map_or((0, Some(0)), |s| s.size_hint())
+    }
+}
+
+impl<S: Stream> Running for Movable<S> {
+    type Rest = Movable<S>;
+
+    fn rest(mut self: Pin<&mut Self>) -> Movable<S> {
+        Movable {
+            stream: self.stream.take(),
+        }
+    }
+}
+
+/// A stream that moves freely (`Unpin`), handed on as it is: how a
+/// hand-written tool whose stream is `Unpin` (a [`ToolStream`](crate::ToolStream), a boxed
+/// stream) opens at its first item, with no allocation (see
+/// [`open_at_first_item`](super::open_at_first_item)).
+#[derive(Debug)]
+pub struct Unpinned<S> {
+    stream: Option<S>,
+}
+
+impl<S> Unpinned<S> {
+    pub(super) fn new(stream: S) -> Self {
+        Unpinned {
+            stream: Some(stream),
+        }
+    }
+}
+
+impl<S: Stream + Unpin> Stream for Unpinned<S> {
+    type Item = S::Item;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        match self.stream.as_mut() {
+            Some(stream) => Pin::new(stream).poll_next(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.stream.as_ref().map_or((0, Some(0)), |s| s.size_hint())
+    }
+}
+
+impl<S: Stream + Unpin> Running for Unpinned<S> {
+    type Rest = Unpinned<S>;
+
+    fn rest(mut self: Pin<&mut Self>) -> Unpinned<S> {
+        Unpinned {
+            stream: self.stream.take(),
+        }
+    }
+}
+
+impl<S> std::fmt::Debug for Movable<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Movable")
+            .field("taken", &self.stream.is_none())
+            .finish_non_exhaustive()
     }
 }
 

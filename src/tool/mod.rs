@@ -47,10 +47,10 @@
 
 mod codec;
 mod context;
+mod future;
 mod handler;
 mod stream;
 
-use std::future::{ready, Ready};
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -61,12 +61,14 @@ use tower_service::Service;
 
 pub use codec::{Decode, Encode, JsonDecoder, JsonEncoder};
 pub use context::{ProgressReporter, ToolContext, PROGRESS_BACKLOG};
+pub use future::ResponseFuture;
 pub use handler::{
-    AsyncFn, AsyncFnWithContext, ErrInto, Handler, OnceStream, StreamFn, StreamFnWithContext,
+    AsyncFn, AsyncFnWithContext, ErrInto, Handler, Movable, OnceStream, Running, StreamFn,
+    StreamFnWithContext, Unpinned,
 };
 pub use stream::ResponseStream;
 
-use crate::{Describe, ToolAnnotations, ToolError, ToolInfo, ToolItem, ToolRequest};
+use crate::{Describe, ToolAnnotations, ToolError, ToolInfo, ToolItem, ToolOutput, ToolRequest};
 
 use crate::arguments::DEFAULT_MAX_ARGUMENT_BYTES;
 
@@ -245,16 +247,23 @@ where
     D: Decode<Args>,
     E: Encode<H::Item> + Clone,
 {
-    type Response = ResponseStream<H::Stream, E, H::Item>;
+    type Response = ResponseStream<<H::Stream as Running>::Rest, E, H::Item>;
     type Error = ToolError;
-    type Future = Ready<Result<Self::Response, ToolError>>;
+    type Future = ResponseFuture<H::Stream, E, H::Item>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
         Poll::Ready(Ok(()))
     }
 
+    /// Decodes the arguments and starts the function; the future runs it
+    /// until it begins answering (see [`ResponseFuture`]).
     fn call(&mut self, request: ToolRequest) -> Self::Future {
-        ready(self.start(request))
+        match self.start(request) {
+            Ok((stream, progress)) => {
+                ResponseFuture::running(stream, self.encoder.clone(), progress)
+            }
+            Err(err) => ResponseFuture::failed(err),
+        }
     }
 }
 
@@ -264,10 +273,11 @@ where
     D: Decode<Args>,
     E: Encode<H::Item> + Clone,
 {
+    #[allow(clippy::type_complexity)]
     fn start(
         &self,
         request: ToolRequest,
-    ) -> Result<ResponseStream<H::Stream, E, H::Item>, ToolError> {
+    ) -> Result<(H::Stream, Option<Arc<context::ProgressQueue>>), ToolError> {
         crate::arguments::check_size(
             request.arguments(),
             self.info.name(),
@@ -282,8 +292,7 @@ where
         };
         let (call, extensions) = request.into_parts();
         let context = ToolContext::new(call, extensions, reporter);
-        let stream = self.handler.call(args, context);
-        Ok(ResponseStream::new(stream, self.encoder.clone(), queue))
+        Ok((self.handler.call(args, context), queue))
     }
 }
 
@@ -319,16 +328,54 @@ where
     F: Fn(ToolRequest) -> S,
     S: Stream<Item = ToolItem>,
 {
-    type Response = S;
+    type Response = ResponseStream<Movable<S>, AsIs, ToolOutput>;
     type Error = ToolError;
-    type Future = Ready<Result<S, ToolError>>;
+    /// Like a typed tool's: resolves at the stream's first item (failing
+    /// with it when it is an error) or its end.
+    type Future = ResponseFuture<Movable<S>, AsIs, ToolOutput>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: ToolRequest) -> Self::Future {
-        ready(Ok((self.f)(request)))
+        ResponseFuture::running(Movable::new((self.f)(request)), AsIs, None)
+    }
+}
+
+/// The response future of a hand-written tool whose work happens in its
+/// stream: it resolves when `stream` yields its first item (failing with
+/// it when it is an error) or ends, and hands the rest on — the same
+/// opening as every tool of this module, so tower's own layers
+/// (`Timeout`, `ConcurrencyLimit`, `Retry`, `balance`) bound the tool's
+/// work, not only the making of its stream.
+///
+/// ```
+/// use futures_util::StreamExt;
+/// use toolstack::{tool, ToolOutput, ToolStream};
+///
+/// # futures_util::FutureExt::now_or_never(async {
+/// let stream = ToolStream::new(futures_util::stream::iter([Ok(ToolOutput::text("hi"))]));
+/// // Resolves once "hi" is there; the stream starts with it.
+/// let mut items = tool::open_at_first_item(stream).await.unwrap();
+/// assert_eq!(items.next().await.unwrap().unwrap().as_text(), Some("hi"));
+/// # }).unwrap();
+/// ```
+pub fn open_at_first_item<S>(stream: S) -> ResponseFuture<Unpinned<S>, AsIs, ToolOutput>
+where
+    S: Stream<Item = ToolItem> + Unpin,
+{
+    ResponseFuture::running(Unpinned::new(stream), AsIs, None)
+}
+
+/// The encoder of a [`raw`] tool: its items are output already.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AsIs;
+
+impl Encode<ToolOutput> for AsIs {
+    #[inline]
+    fn encode(&self, item: ToolOutput) -> Result<ToolOutput, ToolError> {
+        Ok(item)
     }
 }
 

@@ -13,7 +13,9 @@ use super::Encode;
 use crate::{ToolError, ToolItem, ToolOutput};
 
 pin_project! {
-    /// The response stream of a [`FnTool`](super::FnTool).
+    /// The response stream of a [`FnTool`](super::FnTool), handed out by
+    /// its [`ResponseFuture`](super::ResponseFuture) once the call has begun
+    /// answering: it starts with the item (or progress) that opened it.
     ///
     /// Each item of the function's stream is encoded only when the consumer
     /// polls for it. Progress reported through the call's
@@ -34,13 +36,22 @@ pin_project! {
 }
 
 impl<St, Enc, T> ResponseStream<St, Enc, T> {
-    pub(crate) fn new(inner: St, encoder: Enc, progress: Option<Arc<ProgressQueue>>) -> Self {
+    /// The stream of a call that has begun answering: `first` is the item
+    /// the call produced first (it comes after any progress reported
+    /// before it), `inner_done` whether the function's stream had ended.
+    pub(super) fn opened(
+        inner: St,
+        encoder: Enc,
+        progress: Option<Arc<ProgressQueue>>,
+        first: Option<ToolItem>,
+        inner_done: bool,
+    ) -> Self {
         ResponseStream {
             inner,
             encoder,
             progress,
-            held: None,
-            inner_done: false,
+            held: first,
+            inner_done,
             done: false,
             _item: PhantomData,
         }

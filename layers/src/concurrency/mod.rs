@@ -1,8 +1,9 @@
 //! A concurrency limit whose permit lives as long as the response stream.
 //!
 //! tower's `ConcurrencyLimit` releases its permit when the response future
-//! resolves; for a tool that is when the stream *opens*, while the work goes
-//! on until the stream ends — and a model is still writing its answer.
+//! resolves; for a tool that is when it has begun answering (its first
+//! item), while the work goes on until the stream ends — and a model is
+//! still writing its answer.
 //! [`ConcurrencyLimit`] reserves a permit in `poll_ready`, moves it into the
 //! future and then into the stream, and releases it only when the stream
 //! ends, yields its (terminal) error, or is dropped.
@@ -43,8 +44,9 @@
 //! compare-and-swap to take one, one add to give it back, where tokio's
 //! semaphore (tower's) takes its waiter-list lock on every release — and a
 //! semaphore only queues the calls that find none free, in FIFO order. tower's
-//! releases it when the response future resolves — for a stream, when it
-//! *opens* — so a limit of 4 lets any number of streams run; this one holds
+//! releases it when the response future resolves — for a tool, at its first
+//! item — so a limit of 4 bounds the tools working toward their first item,
+//! and any number of streams go on after it; this one holds
 //! it until the stream ends, fails or is dropped, and answers `poll_ready`
 //! errors as [`ToolError`](toolstack::ToolError)s rather than `BoxError`.
 

@@ -92,9 +92,10 @@
 //!
 //! # Differences from tower's `Retry`
 //!
-//! tower's `Retry` asks a `Policy` about the response future's result: a
-//! stream that opens and then fails is a success to it, and it has no
-//! backoff or idempotency of its own. [`Retry`] also retries a stream that
+//! tower's `Retry` asks a `Policy` about the response future's result —
+//! for a tool, whether it failed before its first item — and so retries
+//! what this one retries, given a policy; but it has no backoff, deadline
+//! or idempotency of its own. [`Retry`] also retries a stream that
 //! fails before its first item, never one that has emitted an item, backs
 //! off with jitter, honours a rate limit's retry-after, asks whether the
 //! call is idempotent ([`Idempotency`]) before repeating a call that may

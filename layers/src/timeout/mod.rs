@@ -12,7 +12,8 @@
 //!   wait for the first item is the first-item bound's business, not this
 //!   one's.
 //!
-//! On expiry while the stream opens, the future fails with a timeout error.
+//! On expiry while the call opens (for a tool of `toolstack::tool`: until
+//! its first item), the future fails with a timeout error.
 //! On expiry later, the stream yields exactly one terminal
 //! [`ToolError`](toolstack::ToolError) of kind timeout naming the phase and
 //! then ends; the inner stream is dropped at once, which cancels the tool
@@ -28,7 +29,6 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use futures_util::StreamExt;
 //! use toolstack::{tool, ErrorKind, TimeoutPhase, ToolError, ToolRequest};
 //! use toolstack_layers::timeout::TimeoutLayer;
 //! use tower::{Service, ServiceBuilder, ServiceExt};
@@ -48,10 +48,9 @@
 //!     .layer(TimeoutLayer::new().first_item(Duration::from_secs(5)))
 //!     .service(slow);
 //!
-//! let stream = tool.ready().await.unwrap().call(ToolRequest::new("slow", "{}")).await.unwrap();
-//! let items: Vec<_> = stream.collect().await;
-//! assert_eq!(items.len(), 1);
-//! let err = items[0].as_ref().unwrap_err();
+//! // A typed tool's call opens with its first item: the bound fails it.
+//! let call = tool.ready().await.unwrap().call(ToolRequest::new("slow", "{}"));
+//! let err = call.await.map(|_| ()).unwrap_err();
 //! assert_eq!(err.kind(), ErrorKind::Timeout { phase: TimeoutPhase::FirstItem });
 //! # }
 //! ```

@@ -123,7 +123,13 @@ impl Service<ToolRequest> for McpTool {
                 legacy: None,
                 operation,
             };
-            Ok(ToolStream::new(stream::unfold(call, RemoteCall::next)))
+            // Open as every tool opens: at the server's first progress
+            // report or its result, so tower's own layers over a remote
+            // tool bound the remote work, not only the sending.
+            let stream = ToolStream::new(stream::unfold(call, RemoteCall::next));
+            crate::tool::open_at_first_item(stream)
+                .await
+                .map(ToolStream::new)
         })
     }
 }
