@@ -1108,7 +1108,10 @@ fn heap_per_held_call(toolbox: &Toolbox) -> f64 {
                 .await
                 .expect("opened");
             std::future::poll_fn(|cx| {
-                assert!(matches!(stream.poll_next_unpin(cx), Poll::Ready(Some(Ok(_)))));
+                assert!(matches!(
+                    stream.poll_next_unpin(cx),
+                    Poll::Ready(Some(Ok(_)))
+                ));
                 assert!(stream.poll_next_unpin(cx).is_pending());
                 Poll::Ready(())
             })

@@ -405,8 +405,11 @@ impl ToolError {
             Err(err) => err,
         };
         if err.is::<tower::timeout::error::Elapsed>() {
-            return ToolError::timeout(TimeoutPhase::Open, "the tool did not begin answering in time")
-                .with_source(err);
+            return ToolError::timeout(
+                TimeoutPhase::Open,
+                "the tool did not begin answering in time",
+            )
+            .with_source(err);
         }
         if err.is::<tower::load_shed::error::Overloaded>() {
             return ToolError::new(ErrorKind::Overloaded, "the tool is overloaded; try later")

@@ -983,3 +983,74 @@ async fn retry_after_is_rounded_up_in_the_header_and_the_body() {
         );
     }
 }
+
+/// `think`: works `ms` before its first item — or fails then, with `fail`.
+fn thinker() -> Toolbox {
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Think {
+        ms: u64,
+        fail: bool,
+    }
+    Toolbox::new().tool(tool::from_fn("think", |Think { ms, fail }| async move {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        if fail {
+            return Err(ToolError::new(
+                ErrorKind::Unavailable,
+                "the backend is down",
+            ));
+        }
+        Ok::<_, ToolError>("thought")
+    }))
+}
+
+async fn call_thinker(ms: u64, fail: bool) -> axum::response::Response {
+    let tools = HttpTools::new(thinker()).keep_alive(Duration::from_secs(1));
+    let app = Router::new().nest("/tools", tools.into_router());
+    let body = format!(r#"{{"ms":{ms},"fail":{fail}}}"#);
+    let call = Request::post("/tools/think")
+        .body(Body::from(body))
+        .unwrap();
+    app.oneshot(call).await.unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_that_fails_before_answering_within_a_keep_alive_interval_is_an_http_error() {
+    let started = Instant::now();
+    let response = call_thinker(500, true).await;
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_millis(500),
+        "the status waited"
+    );
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_still_working_after_a_keep_alive_interval_gets_200_keep_alives_then_its_events() {
+    let started = Instant::now();
+    let response = call_thinker(2_500, true).await;
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(1),
+        "200 after one interval"
+    );
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body().into_data_stream();
+    assert_eq!(next_frame(&mut body).await, ":\n\n");
+    assert_eq!(started.elapsed(), Duration::from_secs(2));
+    let last = next_frame(&mut body).await;
+    assert_eq!(started.elapsed(), Duration::from_millis(2_500));
+    assert!(
+        last == "event: error\ndata: {\"error\":\"the backend is down\",\"kind\":\"unavailable\"}\n\n",
+        "{last:?}"
+    );
+
+    // Working, then answering: the answer's events follow the comments.
+    let response = call_thinker(1_500, false).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body().into_data_stream();
+    assert_eq!(
+        next_frame(&mut body).await,
+        "event: output\ndata: {\"type\":\"text\",\"text\":\"thought\"}\n\n"
+    );
+}

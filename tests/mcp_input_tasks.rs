@@ -137,11 +137,14 @@ async fn stateless(addr: SocketAddr, person: Option<Person>) -> McpClient {
 
 async fn call(client: &McpClient, name: &str, args: &str) -> ToolResult {
     let toolbox = client.toolbox().await.unwrap();
-    let stream = toolbox
+    match toolbox
         .oneshot(ToolRequest::new(name.to_owned(), args.to_owned()))
         .await
-        .unwrap();
-    ToolResult::collect(stream).await
+    {
+        Ok(stream) => ToolResult::collect(stream).await,
+        // Failed before answering anything.
+        Err(err) => ToolResult::from_error(err),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -323,12 +326,13 @@ async fn a_long_call_runs_as_a_task_and_still_looks_like_a_stream() {
     // client polls it, and each of the tool's progress messages comes as a
     // progress item — the next step goes only once the last was seen —
     // then the result.
+    // The call opens with the first step's progress.
     let toolbox = client.toolbox().await.unwrap();
+    steps.add_permits(1);
     let mut stream = toolbox
         .oneshot(ToolRequest::new("report", "{}"))
         .await
         .unwrap();
-    steps.add_permits(1);
     let mut messages = Vec::new();
     let mut rest = Vec::new();
     while let Some(item) = tokio::time::timeout(Duration::from_secs(10), stream.next())

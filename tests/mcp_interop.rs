@@ -97,10 +97,14 @@ impl ClientHandler for Accepts {
 
 async fn call(toolbox: &Toolbox, name: &str, arguments: serde_json::Value) -> (ToolResult, usize) {
     let request = ToolRequest::new(name.to_owned(), arguments.to_string());
-    let stream = tokio::time::timeout(Duration::from_secs(30), toolbox.clone().oneshot(request))
+    let opened = tokio::time::timeout(Duration::from_secs(30), toolbox.clone().oneshot(request))
         .await
-        .expect("the call did not open in 30 s")
-        .unwrap_or_else(|err| panic!("{name}: {err}"));
+        .expect("the call did not open in 30 s");
+    // A call that failed before answering anything: its error is its result.
+    let stream = match opened {
+        Ok(stream) => stream,
+        Err(err) => return (ToolResult::from_error(err), 0),
+    };
     let items: Vec<_> = tokio::time::timeout(Duration::from_secs(30), stream.collect::<Vec<_>>())
         .await
         .expect("the call did not end in 30 s");

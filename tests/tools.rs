@@ -75,7 +75,10 @@ async fn the_function_runs_when_the_call_is_polled_and_has_returned_when_it_open
     });
     let call = t.call(ToolRequest::new("f", "{}"));
     tokio::task::yield_now().await;
-    assert!(!ran.load(Ordering::SeqCst), "a future does nothing unpolled");
+    assert!(
+        !ran.load(Ordering::SeqCst),
+        "a future does nothing unpolled"
+    );
     let s = call.await.unwrap();
     assert!(ran.load(Ordering::SeqCst), "opened: the function returned");
     let r = ToolResult::collect(s).await;
@@ -100,11 +103,12 @@ async fn a_streaming_tool_opens_at_its_first_item_and_streams_the_rest() {
 
 #[tokio::test(start_paused = true)]
 async fn progress_opens_a_call_whose_function_is_still_working() {
-    let t = tool::from_fn_with_context("slow", |_: serde_json::Value, cx: ToolContext| async move {
-        cx.report(Progress::new(1.0).total(2.0));
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        Ok::<_, ToolError>("done")
-    });
+    let t =
+        tool::from_fn_with_context("slow", |_: serde_json::Value, cx: ToolContext| async move {
+            cx.report(Progress::new(1.0).total(2.0));
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok::<_, ToolError>("done")
+        });
     let start = tokio::time::Instant::now();
     let mut s = Box::pin(t.oneshot(ToolRequest::new("slow", "{}")).await.unwrap());
     assert_eq!(start.elapsed(), Duration::ZERO, "opened by its progress");

@@ -22,10 +22,10 @@ use futures_util::stream::{self, StreamExt};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::time::{sleep, Instant};
-use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 use toolstack::{
     tool, BoxTool, ErrorKind, TimeoutPhase, ToolError, ToolInfo, ToolItem, ToolRequest, Toolbox,
 };
+use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 
 #[derive(Deserialize, JsonSchema)]
 struct Work {
@@ -107,7 +107,9 @@ fn work_tool(kind: Kind, log: &Log, fails: usize) -> BoxTool {
                 }
             });
             match kind {
-                Kind::Toolbox => BoxTool::with_info(ToolInfo::new("work"), Toolbox::new().tool(typed)),
+                Kind::Toolbox => {
+                    BoxTool::with_info(ToolInfo::new("work"), Toolbox::new().tool(typed))
+                }
                 _ => BoxTool::new(typed),
             }
         }
@@ -170,11 +172,20 @@ async fn tower_timeout_fails_a_tool_that_has_not_begun_answering_in_time() {
         let started = Instant::now();
         let err = texts(svc.clone(), request(300)).await.unwrap_err();
         assert!(
-            matches!(err.kind(), ErrorKind::Timeout { phase: TimeoutPhase::Open }),
+            matches!(
+                err.kind(),
+                ErrorKind::Timeout {
+                    phase: TimeoutPhase::Open
+                }
+            ),
             "{kind:?}: {err}"
         );
         assert_eq!(started.elapsed(), Duration::from_millis(100), "{kind:?}");
-        assert_eq!(log.running.load(Ordering::SeqCst), 0, "{kind:?}: the work was dropped");
+        assert_eq!(
+            log.running.load(Ordering::SeqCst),
+            0,
+            "{kind:?}: the work was dropped"
+        );
 
         // In time, the whole answer comes through: the timeout bounds the
         // opening, the rest is the stream's.
@@ -249,7 +260,11 @@ async fn tower_retry_with_a_users_policy_runs_a_failed_call_again() {
             .service(boxed_errors(work_tool(kind, &log, 1)));
         let answer = texts(svc, request(20)).await.unwrap();
         assert_eq!(answer[0], first_text(kind), "{kind:?}");
-        assert_eq!(log.starts().len(), 2, "{kind:?}: failed once, then ran again");
+        assert_eq!(
+            log.starts().len(),
+            2,
+            "{kind:?}: failed once, then ran again"
+        );
 
         // Out of attempts, the last error is the call's.
         let log = Log::default();
@@ -272,7 +287,10 @@ async fn tower_retry_never_runs_a_call_again_once_an_item_reached_the_caller() {
         counted.fetch_add(1, Ordering::SeqCst);
         stream::iter([
             Ok("first"),
-            Err(ToolError::new(ErrorKind::Unavailable, "broke after answering")),
+            Err(ToolError::new(
+                ErrorKind::Unavailable,
+                "broke after answering",
+            )),
         ])
         .then(move |item| async move {
             sleep(Duration::from_millis(ms)).await;
@@ -286,7 +304,10 @@ async fn tower_retry_never_runs_a_call_again_once_an_item_reached_the_caller() {
     let items: Vec<ToolItem> = stream.collect().await;
     assert_eq!(items.len(), 2);
     assert_eq!(items[0].as_ref().unwrap().as_text(), Some("first"));
-    assert_eq!(items[1].as_ref().unwrap_err().kind(), ErrorKind::Unavailable);
+    assert_eq!(
+        items[1].as_ref().unwrap_err().kind(),
+        ErrorKind::Unavailable
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 

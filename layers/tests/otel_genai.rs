@@ -442,8 +442,7 @@ where
 async fn without_an_opentelemetry_layer_the_finish_reason_is_a_string_field() {
     let _serial = serial().await;
     let records = ChatRecords::default();
-    let _default =
-        logs::set_default(tracing_subscriber::registry().with(records.clone()));
+    let _default = logs::set_default(tracing_subscriber::registry().with(records.clone()));
     let model = traced_model([Turn::new().text("Hello.")]);
     let answer = model
         .oneshot(ChatRequest::new(vec![Message::user("hi")]))
@@ -469,8 +468,7 @@ async fn without_an_opentelemetry_layer_the_finish_reason_is_a_string_field() {
 async fn cache_writes_are_an_attribute_of_the_chat_span_when_reported() {
     let _serial = serial().await;
     let records = ChatRecords::default();
-    let _default =
-        logs::set_default(tracing_subscriber::registry().with(records.clone()));
+    let _default = logs::set_default(tracing_subscriber::registry().with(records.clone()));
     let usage = toolstack::model::Usage::new(1_300, 2)
         .cached(1_000)
         .cache_creation(200);
