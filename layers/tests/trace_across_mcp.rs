@@ -66,11 +66,14 @@ async fn the_trace_goes_from_the_client_span_to_the_server_span_to_the_tool() {
     let call = |name: &'static str| {
         let remote = remote.clone();
         async move {
-            let stream = remote
+            match remote
                 .oneshot(ToolRequest::new(name, r#"{"a":2,"b":3}"#))
                 .await
-                .unwrap();
-            ToolResult::collect(stream).await
+            {
+                Ok(stream) => ToolResult::collect(stream).await,
+                // Failed before answering anything.
+                Err(err) => ToolResult::from_error(err),
+            }
         }
     };
     let (sum, failed) = async { (call("add").await, call("fail").await) }
