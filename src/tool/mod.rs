@@ -1,7 +1,7 @@
 //! Building tools from functions.
 //!
 //! Each constructor turns a plain function into a [`FnTool`], a
-//! `Service<ToolRequest>` whose response is a stream of [`ToolOutput`](crate::ToolOutput)s:
+//! `Service<ToolRequest>` whose response is a stream of [`ToolOutput`]s:
 //!
 //! | constructor | function |
 //! |---|---|
@@ -12,7 +12,7 @@
 //! | [`raw`] | `fn(ToolRequest) -> impl Stream<Item = ToolItem>` — arguments untouched |
 //!
 //! `Args: DeserializeOwned + JsonSchema` gives the input schema; `T:
-//! Serialize` gives the items (a `String` becomes text, a [`ToolOutput`](crate::ToolOutput)
+//! Serialize` gives the items (a `String` becomes text, a [`ToolOutput`]
 //! passes through, anything else becomes structured JSON); `E:
 //! Into<ToolError>` gives the failure. Bad arguments never reach the
 //! function: decoding happens in `call`, and its failure — naming the field
