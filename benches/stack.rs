@@ -1266,6 +1266,11 @@ fn main() {
         sizes();
         return;
     }
+    // `-- --calls`: the per-call tables only (a quick look while working).
+    if args.iter().any(|a| a == "--calls") {
+        per_call_summary();
+        return;
+    }
     let summary_only = args.iter().any(|a| a == "--summary");
     if !summary_only {
         let mut c = Criterion::default().configure_from_args();
