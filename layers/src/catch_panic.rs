@@ -172,10 +172,17 @@ where
         let (mut state, kind) = (this.state, *this.kind);
         let result = match state.as_mut().project() {
             KindProj::Calling { future } => {
-                match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
-                    Ok(Poll::Pending) => return Poll::Pending,
-                    Ok(Poll::Ready(Ok(stream))) => Ok(ResponseStream::new(stream, kind)),
-                    Ok(Poll::Ready(Err(err))) => Err(err.into()),
+                // The stream is wrapped inside the closure: what crosses
+                // `catch_unwind` (by copy) is then the result itself, not
+                // the inner poll's result and then the wrapped one.
+                let polled = catch_unwind(AssertUnwindSafe(|| match future.poll(cx) {
+                    Poll::Pending => None,
+                    Poll::Ready(Ok(stream)) => Some(Ok(ResponseStream::new(stream, kind))),
+                    Poll::Ready(Err(err)) => Some(Err(err.into())),
+                }));
+                match polled {
+                    Ok(None) => return Poll::Pending,
+                    Ok(Some(result)) => result,
                     Err(payload) => Err(panicked(kind, payload)),
                 }
             }

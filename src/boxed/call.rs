@@ -55,7 +55,12 @@ where
                     }
                 }
                 CallStateProj::Opening { future } => match ready!(future.poll(cx)) {
-                    Ok(stream) => CallState::Open { stream },
+                    Ok(stream) => {
+                        // Set here, not through `next`: the stream (a
+                        // whole stack's) is written into place once.
+                        self.set(CallState::Open { stream });
+                        return Poll::Ready(Ok(()));
+                    }
                     Err(err) => {
                         self.set(CallState::Done);
                         return Poll::Ready(Err(err.into()));
