@@ -117,6 +117,7 @@ mod request;
 pub mod retry;
 mod shared_store;
 pub mod spend;
+mod text;
 pub mod timeout;
 pub mod trace;
 #[cfg(feature = "validate")]

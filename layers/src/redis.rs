@@ -149,13 +149,3 @@ pub(crate) fn micros_ceil(d: Duration) -> u64 {
     let micros = d.as_nanos().div_ceil(1_000);
     u64::try_from(micros).unwrap_or(u64::MAX)
 }
-
-/// `bytes` in lowercase hex, after `out`'s text.
-#[cfg(any(feature = "cache", feature = "rate-limit"))]
-pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for &b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
-    }
-}

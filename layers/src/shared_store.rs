@@ -89,7 +89,18 @@ impl<K: Hash> StableHash for K {
 pub(crate) fn push_caller(key: &mut String, caller: &dyn StableHash) {
     let mut hasher = StableHasher::default();
     caller.stable_hash(&mut hasher);
-    crate::redis::push_hex(key, &hasher.0.finalize()[..16]);
+    push_hex(key, &hasher.0.finalize()[..16]);
+}
+
+/// `bytes` in lowercase hex, after `out`'s text: how a shared store's key
+/// carries a hash.
+#[cfg(feature = "redis")]
+pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for &b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
 }
 
 /// SHA-256 of what a key's `Hash` writes, with every integer written

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::read::{DEFAULT_PAGE_BYTES, READ_TOOL_NAME};
 use super::BYTES_PER_TOKEN;
+use crate::text::{duration_words, thousands};
 
 /// What a [`Budget`](super::Budget) cut from one call's output.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -123,47 +124,5 @@ pub(super) fn default_notice(cut: &Cut) -> String {
                 thousands(DEFAULT_PAGE_BYTES),
             )
         }
-    }
-}
-
-/// `2811` as `2,811`.
-pub(super) fn thousands(n: usize) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// A time to live in words: `1h`, `1h 30m`, `10m`, `45s`.
-pub(super) fn duration_words(d: Duration) -> String {
-    let secs = d.as_secs();
-    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
-    let parts: Vec<String> = [(h, "h"), (m, "m"), (s, "s")]
-        .into_iter()
-        .filter(|(n, _)| *n > 0)
-        .map(|(n, unit)| format!("{n}{unit}"))
-        .collect();
-    if parts.is_empty() {
-        format!("{}ms", d.as_millis())
-    } else {
-        parts.join(" ")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_read_as_words() {
-        assert_eq!(duration_words(Duration::from_secs(3600)), "1h");
-        assert_eq!(duration_words(Duration::from_secs(5400)), "1h 30m");
-        assert_eq!(duration_words(Duration::from_secs(45)), "45s");
-        assert_eq!(duration_words(Duration::from_millis(20)), "20ms");
     }
 }

@@ -8,8 +8,8 @@ use futures_util::future::BoxFuture;
 use toolstack::agent::compaction::{CompactionError, KeepElided};
 use toolstack::{ErrorKind, ToolError};
 
-use super::keep::STORE_TIMEOUT;
 use super::read::READ_TOOL_NAME;
+use super::store::STORE_TIMEOUT;
 use super::store::{OutputStore, WholeOutput};
 
 /// Keeps the results an agent's compaction elides
@@ -64,7 +64,7 @@ impl KeepElided for ElidedOutputs {
         Box::pin(async move {
             let handle = toolstack::id::new_token();
             let cap = self.store.max_output_bytes();
-            let kept = &text[..super::stream::floor_boundary(text, cap)];
+            let kept = &text[..crate::text::floor_boundary(text, cap)];
             let put = self
                 .store
                 .put(&handle, WholeOutput::new(kept.to_owned(), text.len()));

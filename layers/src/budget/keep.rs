@@ -7,21 +7,14 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use tokio::time::Sleep;
 
 use super::cut::{Kept, KeptOutput};
-use super::store::{OutputStore, StoreError, WholeOutput};
-use super::stream::floor_boundary;
+use super::store::{OutputStore, StoreError, WholeOutput, STORE_TIMEOUT};
+use crate::text::floor_boundary;
 use crate::Output;
-
-/// How long a store has to keep an output, or to read a page, before the
-/// budget (or [`read_tool_result`](super::read_tool_result)) gives up on
-/// it. The stores' own bounds (Redis's 250 ms command timeout) are
-/// shorter; this one bounds a store that hangs.
-pub const STORE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The text of a call's output as a model reads it, gathered while it
 /// streams: at most the store's cap of it, and the length of all of it.

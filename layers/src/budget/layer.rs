@@ -5,6 +5,7 @@ use tower_layer::Layer;
 
 use super::cut::{default_notice, Cut};
 use super::store::OutputStore;
+use super::stream::Limits;
 use super::{Budget, BYTES_PER_TOKEN};
 
 type Notice = Arc<dyn Fn(&Cut) -> String + Send + Sync>;
@@ -95,14 +96,6 @@ impl BudgetLayer {
             tail_bytes,
         }
     }
-}
-
-/// A budget's limits, split between the head and the tail.
-pub(super) struct Limits {
-    pub(super) head_items: usize,
-    pub(super) head_bytes: usize,
-    pub(super) tail_items: usize,
-    pub(super) tail_bytes: usize,
 }
 
 impl Default for BudgetLayer {

@@ -134,7 +134,6 @@ use std::sync::Arc;
 pub use self::cut::{Cut, Kept, KeptOutput};
 pub use self::elided::ElidedOutputs;
 pub use self::future::ResponseFuture;
-pub use self::keep::STORE_TIMEOUT;
 pub use self::layer::BudgetLayer;
 pub use self::read::{read_tool_result, DEFAULT_PAGE_BYTES, MAX_PAGE_BYTES, READ_TOOL_NAME};
 pub use self::service::Budget;
@@ -144,6 +143,7 @@ pub use self::store::RedisStore;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use self::store::SqliteStore;
+pub use self::store::STORE_TIMEOUT;
 pub use self::store::{
     Chunk, MemoryStore, OutputStore, StoreError, WholeOutput, DEFAULT_MAX_OUTPUT_BYTES,
 };

@@ -7,9 +7,8 @@ use futures_util::{stream, FutureExt, StreamExt};
 use serde::Deserialize;
 use toolstack::{tool, BoxTool, ErrorKind, ToolAnnotations, ToolError, ToolOutput};
 
-use super::cut::{duration_words, thousands};
-use super::keep::STORE_TIMEOUT;
-use super::store::{is_handle, Chunk, OutputStore};
+use super::store::{is_handle, Chunk, OutputStore, STORE_TIMEOUT};
+use crate::text::{duration_words, thousands};
 
 /// The name of the tool [`read_tool_result`] makes (the default notice
 /// names it).

@@ -9,8 +9,8 @@ use toolstack::ToolError;
 
 use super::cut::{Cut, Kept};
 use super::keep::{Keeper, Putting};
-use super::layer::Limits;
 use super::{BudgetLayer, Tap};
+use crate::text::floor_boundary;
 use crate::Output;
 
 /// Where a budgeted stream is.
@@ -21,6 +21,14 @@ enum Phase {
     Tail,
     /// The inner stream ended (or failed): the notice and the tail go out.
     Ending,
+}
+
+/// A budget's limits, split between the head and the tail.
+pub(super) struct Limits {
+    pub(super) head_items: usize,
+    pub(super) head_bytes: usize,
+    pub(super) tail_items: usize,
+    pub(super) tail_bytes: usize,
 }
 
 pin_project! {
@@ -69,15 +77,6 @@ impl<St, T: Output> Budgeted<St, T> {
             putting: None,
         }
     }
-}
-
-/// The largest index `<= at` that is a character boundary of `text`.
-pub(crate) fn floor_boundary(text: &str, at: usize) -> usize {
-    let mut at = at.min(text.len());
-    while !text.is_char_boundary(at) {
-        at -= 1;
-    }
-    at
 }
 
 impl<St, T> Stream for Budgeted<St, T>

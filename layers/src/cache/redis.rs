@@ -11,7 +11,8 @@ use sha2::{Digest, Sha256};
 
 use super::encoding::{decode, encode};
 use super::{CacheStore, Cached};
-use crate::redis::{push_hex, Health, RedisSettings};
+use crate::redis::{Health, RedisSettings};
+use crate::shared_store::push_hex;
 
 /// A [`CacheStore`] in Redis: every process whose [`CacheLayer`] uses the
 /// same Redis and key prefix replays the results any of them stored.

@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures_util::future::{poll_fn, BoxFuture};
 use futures_util::FutureExt;
 use toolstack::guardrail::{Action, GuardrailEvents, GuardrailTriggered, Target};
-use toolstack::BoxError;
+use toolstack::{BoxError, ErrorKind, ToolError};
 use tower_service::Service;
 use tracing::Span;
 
@@ -366,4 +366,45 @@ fn bounded(mut reason: String) -> String {
         reason.push('…');
     }
     reason
+}
+
+/// What a guardrail layer checks with: its guardrails, their bounds.
+#[derive(Clone, Debug)]
+pub(super) struct Settings {
+    pub(super) input: Vec<Guardrail>,
+    pub(super) output: Vec<Guardrail>,
+    pub(super) timeout: Duration,
+    pub(super) on_error: OnCheckError,
+    pub(super) lookback: usize,
+}
+
+/// What one call's checks share: the layer's settings, who is called, where
+/// triggers are told, and the output guardrails' spans.
+pub(super) struct Call {
+    pub(super) settings: Arc<Settings>,
+    pub(super) name: Arc<str>,
+    pub(super) call_id: Option<Arc<str>>,
+    pub(super) events: Option<GuardrailEvents>,
+    pub(super) output_spans: Vec<Span>,
+    pub(super) output: Target,
+}
+
+impl Call {
+    pub(super) fn run(&self) -> Run<'_> {
+        Run {
+            timeout: self.settings.timeout,
+            on_error: self.settings.on_error,
+            name: &self.name,
+            call_id: &self.call_id,
+            events: self.events.as_ref(),
+        }
+    }
+}
+
+/// The error of a raise.
+pub(super) fn raised(guardrail: &str, reason: &str) -> ToolError {
+    ToolError::new(
+        ErrorKind::Guardrail,
+        format!("guardrail `{guardrail}` raised: {reason}"),
+    )
 }

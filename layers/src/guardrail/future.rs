@@ -9,8 +9,7 @@ use pin_project_lite::pin_project;
 use toolstack::guardrail::Action;
 use toolstack::ToolError;
 
-use super::check::{run_chain, Outcome};
-use super::service::{raised, Call};
+use super::check::{raised, run_chain, Call, Outcome};
 use crate::Output;
 
 pin_project! {

@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use tower_layer::Layer;
 
-use super::check::{Guardrail, OnCheckError};
+use super::check::{Guardrail, OnCheckError, Settings};
 use super::service::Guarded;
 
 /// Checks a call's input before it is made and its output as it streams.
@@ -11,15 +11,6 @@ use super::service::Guarded;
 #[derive(Clone, Debug)]
 pub struct GuardrailLayer {
     pub(super) settings: Arc<Settings>,
-}
-
-#[derive(Clone, Debug)]
-pub(super) struct Settings {
-    pub(super) input: Vec<Guardrail>,
-    pub(super) output: Vec<Guardrail>,
-    pub(super) timeout: Duration,
-    pub(super) on_error: OnCheckError,
-    pub(super) lookback: usize,
 }
 
 /// How long a check may take by default.
@@ -88,6 +79,16 @@ impl GuardrailLayer {
     pub fn lookback(mut self, bytes: usize) -> Self {
         Arc::make_mut(&mut self.settings).lookback = bytes;
         self
+    }
+}
+
+impl<S> Guarded<S> {
+    /// Checks the calls of `inner` as `layer` says.
+    pub fn new(inner: S, layer: GuardrailLayer) -> Self {
+        Guarded {
+            inner,
+            settings: layer.settings,
+        }
     }
 }
 

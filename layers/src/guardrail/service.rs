@@ -6,26 +6,19 @@ use toolstack::guardrail::{GuardrailEvents, Target};
 use toolstack::model::{ChatRequest, Message};
 use toolstack::{ErrorKind, ToolError, ToolRequest};
 use tower_service::Service;
-use tracing::Span;
 
-use super::check::{check_span, run_chain, Outcome, Run};
+use super::check::{check_span, raised, run_chain, Call, Outcome, Settings};
 use super::future::{GuardedStream, ResponseFuture};
-use super::layer::{GuardrailLayer, Settings};
 use crate::{Output, Request};
 
 /// Checks the calls of the service it wraps. See the [module docs](super).
 #[derive(Clone, Debug)]
 pub struct Guarded<S> {
-    inner: S,
-    layer: GuardrailLayer,
+    pub(super) inner: S,
+    pub(super) settings: Arc<Settings>,
 }
 
 impl<S> Guarded<S> {
-    /// Checks the calls of `inner` as `layer` says.
-    pub fn new(inner: S, layer: GuardrailLayer) -> Self {
-        Guarded { inner, layer }
-    }
-
     /// The wrapped service.
     pub fn get_ref(&self) -> &S {
         &self.inner
@@ -139,37 +132,6 @@ impl GuardedRequest for ChatRequest {
     }
 }
 
-/// What one call's checks share: the layer's settings, who is called, where
-/// triggers are told, and the output guardrails' spans.
-pub(super) struct Call {
-    pub(super) settings: Arc<Settings>,
-    pub(super) name: Arc<str>,
-    pub(super) call_id: Option<Arc<str>>,
-    pub(super) events: Option<GuardrailEvents>,
-    pub(super) output_spans: Vec<Span>,
-    pub(super) output: Target,
-}
-
-impl Call {
-    pub(super) fn run(&self) -> Run<'_> {
-        Run {
-            timeout: self.settings.timeout,
-            on_error: self.settings.on_error,
-            name: &self.name,
-            call_id: &self.call_id,
-            events: self.events.as_ref(),
-        }
-    }
-}
-
-/// The error of a raise.
-pub(super) fn raised(guardrail: &str, reason: &str) -> ToolError {
-    ToolError::new(
-        ErrorKind::Guardrail,
-        format!("guardrail `{guardrail}` raised: {reason}"),
-    )
-}
-
 impl<S, R, St, T> Service<R> for Guarded<S>
 where
     R: GuardedRequest,
@@ -188,7 +150,7 @@ where
     }
 
     fn call(&mut self, mut request: R) -> Self::Future {
-        let settings = &self.layer.settings;
+        let settings = &self.settings;
         if settings.input.is_empty() && settings.output.is_empty() {
             return ResponseFuture::direct(self.inner.call(request), None);
         }

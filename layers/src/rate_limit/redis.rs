@@ -13,8 +13,8 @@ use sha2::{Digest, Sha256};
 
 use super::limiter::BucketKey;
 use super::shared::{Fallback, SharedStore, StoreError, Verdict};
-use crate::redis::{ask, micros_ceil, push_hex, Health, RedisSettings};
-use crate::shared_store::push_caller;
+use crate::redis::{ask, micros_ceil, Health, RedisSettings};
+use crate::shared_store::{push_caller, push_hex};
 
 /// GCRA, as redis-cell and the Redis rate-limiting guides do it: one key
 /// per bucket holding its theoretical arrival time (TAT), on the server's

@@ -20,7 +20,7 @@ use crate::mcp::log::ClientLog;
 use crate::mcp::telemetry::{self, Operation, Request, Side, Target, Transport};
 use crate::{ErrorKind, McpAttributes, ToolError, ToolRequest, ToolResult, TraceContext};
 
-use super::McpServer;
+use super::{revision, McpServer};
 
 impl<H: ServerHandler + Clone> McpServer<H> {
     /// The caller's extensions: those of the HTTP request that carried the
@@ -93,7 +93,7 @@ impl<H: ServerHandler + Clone> McpServer<H> {
                 if support == TaskSupport::Required && !client_tasks {
                     if context
                         .protocol_version()
-                        .is_some_and(|v| super::legacy::speaks_legacy_tasks(&v))
+                        .is_some_and(|v| revision::speaks_legacy_tasks(v.as_str()))
                     {
                         // A 2025-11-25 client asks for a task in the call
                         // itself (the TypeScript SDK 1.x's words).
@@ -327,7 +327,7 @@ fn caller_trace(context: &RequestContext<RoleServer>) -> Option<TraceContext> {
 pub(super) fn is_stateless_revision(context: &RequestContext<RoleServer>) -> bool {
     context
         .protocol_version()
-        .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
+        .is_some_and(|v| revision::is_stateless(v.as_str()))
 }
 
 pub(super) fn with_tasks(

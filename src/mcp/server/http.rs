@@ -194,7 +194,7 @@ where
             .headers()
             .get("mcp-protocol-version")
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28.as_str());
+            .is_some_and(super::revision::is_stateless);
         if !self.tasks || modern || request.method() != http::Method::POST {
             return self.inner.call(request);
         }

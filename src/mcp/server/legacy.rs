@@ -30,8 +30,7 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, ClientRequest, CustomRequest, CustomResult, DetailedTask, ErrorCode,
-    GetExtensions, JsonRpcMessage, JsonRpcRequest, JsonRpcResponse, ProtocolVersion, ServerResult,
-    TaskPayload,
+    GetExtensions, JsonRpcMessage, JsonRpcRequest, JsonRpcResponse, ServerResult, TaskPayload,
 };
 use rmcp::service::{RequestContext, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -39,8 +38,8 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
-use super::dispatch;
 use super::handler::error_outcome;
+use super::revision;
 use super::McpServer;
 use crate::mcp::call::{LegacyTask, TaskEnd, TaskSupport, Tasks, Watcher};
 use crate::mcp::input::{Backend, InputState};
@@ -78,14 +77,14 @@ pub(super) fn lift(text: &[u8]) -> Option<Vec<u8>> {
     if !params.get("task")?.get().starts_with('{') {
         return None;
     }
-    let revision = params
+    let asked = params
         .get("_meta")
         .and_then(|meta| serde_json::from_str::<HashMap<&str, &RawValue>>(meta.get()).ok())
         .and_then(|meta| {
             meta.get("io.modelcontextprotocol/protocolVersion")
                 .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
         });
-    if revision.is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str()) {
+    if asked.is_some_and(|v| revision::is_stateless(&v)) {
         return None;
     }
     let mut out = Vec::with_capacity(text.len() + LIFT_GROWTH);
@@ -108,13 +107,6 @@ pub(super) fn lift(text: &[u8]) -> Option<Vec<u8>> {
     }
     out.push(b'}');
     Some(out)
-}
-
-/// Whether a session of `version` speaks the 2025-11-25 task scheme: the
-/// one revision that has it in its core.
-pub(super) fn speaks_legacy_tasks(version: &ProtocolVersion) -> bool {
-    let v = version.as_str();
-    v >= ProtocolVersion::V_2025_11_25.as_str() && v < ProtocolVersion::V_2026_07_28.as_str()
 }
 
 /// A session's transport, with the 2025-11-25 task scheme's shapes made at
@@ -156,7 +148,7 @@ impl<T> Tap<T> {
         };
         let result = match result {
             ServerResult::InitializeResult(init)
-                if speaks_legacy_tasks(&init.protocol_version)
+                if revision::speaks_legacy_tasks(init.protocol_version.as_str())
                     && self.support.values().any(|s| *s != TaskSupport::Forbidden) =>
             {
                 self.legacy = true;
@@ -309,7 +301,7 @@ impl<H: ServerHandler + Clone> McpServer<H> {
     /// The session of `context` when it speaks the 2025-11-25 task scheme.
     pub(super) fn legacy_session(context: &RequestContext<RoleServer>) -> Option<Arc<str>> {
         let version = context.protocol_version()?;
-        if !speaks_legacy_tasks(&version) {
+        if !revision::speaks_legacy_tasks(version.as_str()) {
             return None;
         }
         context.extensions.get::<Session>().map(|s| s.0.clone())
@@ -443,7 +435,10 @@ impl<H: ServerHandler + Clone> McpServer<H> {
         let Some(session) = session else {
             let answer = self.serve_call(params, context, operation).await?;
             let mut answer = ServerResult::from(answer);
-            if !dispatch::is_stateless_revision(context) {
+            if !context
+                .protocol_version()
+                .is_some_and(|v| revision::is_stateless(v.as_str()))
+            {
                 answer.strip_result_type_for_legacy_peer();
                 answer.strip_non_object_output_for_legacy_peer();
             }

@@ -20,6 +20,7 @@ mod dispatch;
 mod handler;
 mod http;
 mod legacy;
+mod revision;
 
 pub use http::{McpHttpResponse, McpHttpService};
 

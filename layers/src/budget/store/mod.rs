@@ -21,6 +21,12 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use toolstack::BoxError;
 
+/// How long a store has to keep an output, or to read a page, before the
+/// budget (or [`read_tool_result`](super::read_tool_result)) gives up on
+/// it. The stores' own bounds (Redis's 250 ms command timeout) are
+/// shorter; this one bounds a store that hangs.
+pub const STORE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The most a store keeps of one output unless told otherwise: 1 MiB.
 pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 1 << 20;
 
@@ -105,7 +111,7 @@ impl WholeOutput {
     /// a store holds a caller that gathered more to its cap.
     pub(crate) fn capped(self, cap: usize) -> Vec<u8> {
         let mut text = self.text;
-        text.truncate(super::stream::floor_boundary(&text, cap));
+        text.truncate(crate::text::floor_boundary(&text, cap));
         text.into_bytes()
     }
 }

@@ -1,0 +1,56 @@
+//! Small rules about text that several layers follow, each in one place.
+
+use std::time::Duration;
+
+/// The largest index `<= at` that is a character boundary of `text`: where
+/// a byte budget may cut it.
+pub(crate) fn floor_boundary(text: &str, at: usize) -> usize {
+    let mut at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
+}
+
+/// `2811` as `2,811` (as the spend limit's messages write counts too).
+pub(crate) fn thousands(n: usize) -> String {
+    toolstack::model::thousands(u64::try_from(n).unwrap_or(u64::MAX))
+}
+
+/// A time to live in words: `1h`, `1h 30m`, `10m`, `45s`.
+pub(crate) fn duration_words(d: Duration) -> String {
+    let secs = d.as_secs();
+    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    let parts: Vec<String> = [(h, "h"), (m, "m"), (s, "s")]
+        .into_iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, unit)| format!("{n}{unit}"))
+        .collect();
+    if parts.is_empty() {
+        format!("{}ms", d.as_millis())
+    } else {
+        parts.join(" ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cut_never_splits_a_character() {
+        assert_eq!(floor_boundary("héllo", 2), 1);
+        assert_eq!(floor_boundary("héllo", 3), 3);
+        assert_eq!(floor_boundary("hi", 10), 2);
+    }
+
+    #[test]
+    fn counts_and_durations_read_as_words() {
+        assert_eq!(thousands(2811), "2,811");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(duration_words(Duration::from_secs(3600)), "1h");
+        assert_eq!(duration_words(Duration::from_secs(5400)), "1h 30m");
+        assert_eq!(duration_words(Duration::from_secs(45)), "45s");
+        assert_eq!(duration_words(Duration::from_millis(20)), "20ms");
+    }
+}
