@@ -6,7 +6,6 @@
 //! a resumed run (and a session's next run) shows the model the same
 //! tools.
 
-use std::sync::Arc;
 
 use http::Extensions;
 use tracing::Instrument;
@@ -27,11 +26,7 @@ pub const MAX_SEARCH_LIMIT: usize = 20;
 /// The longest description a search result quotes, in characters.
 const QUOTED_DESCRIPTION_CHARS: usize = 300;
 
-/// The deferred tools loaded so far in a run, in each model request's
-/// extensions when the agent's toolbox has deferred tools: a trace layer
-/// records them on the `chat` span (`toolstack.request.tools_loaded`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LoadedTools(pub Arc<[String]>);
+pub use crate::model::LoadedTools;
 
 /// The search tool's arguments.
 #[derive(serde::Deserialize, schemars::JsonSchema)]

@@ -282,3 +282,10 @@ impl RunId {
         &self.0
     }
 }
+
+/// The deferred tools loaded so far in a run, in each model request's
+/// extensions when the agent's toolbox has deferred tools: a trace layer
+/// records them on the `chat` span (`toolstack.request.tools_loaded`).
+/// (Also at `toolstack::agent::LoadedTools`, where the agent puts it.)
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadedTools(pub std::sync::Arc<[String]>);

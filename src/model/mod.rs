@@ -60,7 +60,7 @@ pub use self::delta::{
     ContextExceeded, FinishReason, ModelDelta, Reasoning, ReasoningDelta, ToolCall, ToolCallDelta,
     Usage,
 };
-pub use self::message::{ChatRequest, Message, OutputSchema, RunId, ToolChoice};
+pub use self::message::{ChatRequest, LoadedTools, Message, OutputSchema, RunId, ToolChoice};
 #[cfg(feature = "openai")]
 #[doc(hidden)]
 pub use self::openai::fuzzing;

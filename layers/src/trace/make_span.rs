@@ -178,7 +178,7 @@ impl MakeSpan<ChatRequest> for DefaultMakeSpan {
             toolstack.request.tools = %ToolNames(&request.tools),
             toolstack.request.tools_loaded = request
                 .extensions
-                .get::<toolstack::agent::LoadedTools>()
+                .get::<toolstack::model::LoadedTools>()
                 .map(|loaded| tracing::field::display(loaded.0.join(","))),
             gen_ai.response.model = tracing::field::Empty,
             gen_ai.response.finish_reasons = tracing::field::Empty,
