@@ -436,7 +436,7 @@ impl ToolError {
 
 /// `d` in whole milliseconds, rounded up.
 fn ceil_millis(d: Duration) -> u64 {
-    let millis = d.as_millis() + u128::from(d.subsec_nanos() % 1_000_000 != 0);
+    let millis = d.as_millis() + u128::from(!d.subsec_nanos().is_multiple_of(1_000_000));
     u64::try_from(millis).unwrap_or(u64::MAX)
 }
 

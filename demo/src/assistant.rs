@@ -319,11 +319,11 @@ fn execute_sql(
                     return Ok(n); // the consumer walked away
                 }
                 n += 1;
-                if n % PROGRESS_EVERY == 0 {
+                if n.is_multiple_of(PROGRESS_EVERY) {
                     report(n);
                 }
             }
-            if n % PROGRESS_EVERY != 0 && total.is_some() {
+            if !n.is_multiple_of(PROGRESS_EVERY) && total.is_some() {
                 report(n);
             }
             Ok(n)

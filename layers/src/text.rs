@@ -1,16 +1,8 @@
 //! Small rules about text that several layers follow, each in one place.
+//! (Text is cut at a character boundary by `str::floor_char_boundary` and
+//! `ceil_char_boundary`, std's, everywhere.)
 
 use std::time::Duration;
-
-/// The largest index `<= at` that is a character boundary of `text`: where
-/// a byte budget may cut it.
-pub(crate) fn floor_boundary(text: &str, at: usize) -> usize {
-    let mut at = at.min(text.len());
-    while !text.is_char_boundary(at) {
-        at -= 1;
-    }
-    at
-}
 
 /// `2811` as `2,811` (as the spend limit's messages write counts too).
 pub(crate) fn thousands(n: usize) -> String {
@@ -36,13 +28,6 @@ pub(crate) fn duration_words(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_cut_never_splits_a_character() {
-        assert_eq!(floor_boundary("héllo", 2), 1);
-        assert_eq!(floor_boundary("héllo", 3), 3);
-        assert_eq!(floor_boundary("hi", 10), 2);
-    }
 
     #[test]
     fn counts_and_durations_read_as_words() {

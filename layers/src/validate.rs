@@ -609,11 +609,7 @@ fn bounded(value: &impl fmt::Display, limit: usize) -> String {
                 self.out.push_str(s);
                 return Ok(());
             }
-            let mut cut = room;
-            while !s.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            self.out.push_str(&s[..cut]);
+            self.out.push_str(&s[..s.floor_char_boundary(room)]);
             // Stops the formatting: the rest would be thrown away.
             Err(fmt::Error)
         }
@@ -641,11 +637,7 @@ fn model_message(violations: &[Violation], unlisted: usize) -> String {
         // Writing to a `String` cannot fail.
         let _ = write!(out, "{violation}");
         if out.len() - start > MAX_LINE {
-            let mut cut = start + MAX_LINE;
-            while !out.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            out.truncate(cut);
+            out.truncate(out.floor_char_boundary(start + MAX_LINE));
             out.push('…');
         }
     }

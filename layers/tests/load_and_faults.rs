@@ -157,7 +157,7 @@ fn plan(id: u64) -> (String, Fault, bool) {
         Fault::MidStream => "mid_stream",
         Fault::FailOnce => "fail_once",
     };
-    let arguments = if id % 23 == 0 {
+    let arguments = if id.is_multiple_of(23) {
         format!(r#"{{"id":{id},"fault":"sometimes"}}"#) // not a fault the tool knows
     } else {
         format!(r#"{{"id":{id},"fault":"{fault_name}"}}"#)

@@ -109,12 +109,12 @@ fn toolbox(runs: &Runs) -> Toolbox {
 fn plan(id: u64) -> (&'static str, u64, bool) {
     let tool = TOOLS[(id % 3) as usize].0;
     // A few calls are slower than the deadline: those are the tool's fault.
-    let ms = if id % 97 == 0 {
+    let ms = if id.is_multiple_of(97) {
         600
     } else {
         10 + id * 37 % 240
     };
-    (tool, ms, id % 5 == 0)
+    (tool, ms, id.is_multiple_of(5))
 }
 
 #[derive(Debug)]

@@ -279,7 +279,7 @@ async fn a_retry_after_longer_than_the_policy_waits_for_is_handed_back_at_once()
         tool::from_fn("quota", move |_: serde_json::Value| {
             let n = calls.fetch_add(1, Ordering::SeqCst);
             async move {
-                if n % 2 == 0 {
+                if n.is_multiple_of(2) {
                     Err(ToolError::rate_limited(Some(after)))
                 } else {
                     Ok("served")

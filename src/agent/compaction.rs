@@ -785,10 +785,7 @@ fn head(text: &str) -> Cow<'_, str> {
     if text.len() <= TRANSCRIPT_PART_BYTES {
         return Cow::Borrowed(text);
     }
-    let mut end = TRANSCRIPT_PART_BYTES;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = text.floor_char_boundary(TRANSCRIPT_PART_BYTES);
     Cow::Owned(format!(
         "{} … [{} more bytes]",
         &text[..end],

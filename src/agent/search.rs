@@ -6,7 +6,6 @@
 //! a resumed run (and a session's next run) shows the model the same
 //! tools.
 
-
 use http::Extensions;
 use tracing::Instrument;
 

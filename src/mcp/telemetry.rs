@@ -230,11 +230,7 @@ fn bounded(text: &str) -> Arc<str> {
     if text.len() <= MAX_TARGET_BYTES {
         return Arc::from(text);
     }
-    let mut end = MAX_TARGET_BYTES;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    Arc::from(&text[..end])
+    Arc::from(&text[..text.floor_char_boundary(MAX_TARGET_BYTES)])
 }
 
 /// `{mcp.method.name} {target}`, the target a tool's or a prompt's name.

@@ -64,7 +64,7 @@ impl KeepElided for ElidedOutputs {
         Box::pin(async move {
             let handle = toolstack::id::new_token();
             let cap = self.store.max_output_bytes();
-            let kept = &text[..crate::text::floor_boundary(text, cap)];
+            let kept = &text[..text.floor_char_boundary(cap)];
             let put = self
                 .store
                 .put(&handle, WholeOutput::new(kept.to_owned(), text.len()));

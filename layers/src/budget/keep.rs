@@ -13,7 +13,6 @@ use tokio::time::Sleep;
 
 use super::cut::{Kept, KeptOutput};
 use super::store::{OutputStore, StoreError, WholeOutput, STORE_TIMEOUT};
-use crate::text::floor_boundary;
 use crate::Output;
 
 /// The text of a call's output as a model reads it, gathered while it
@@ -60,7 +59,8 @@ impl Keeper {
         // Once a piece did not fit, nothing after it is kept either.
         if self.len == self.text.len() {
             let room = self.cap.saturating_sub(self.text.len());
-            self.text.push_str(&piece[..floor_boundary(piece, room)]);
+            self.text
+                .push_str(&piece[..piece.floor_char_boundary(room)]);
         }
         self.len += piece.len();
     }

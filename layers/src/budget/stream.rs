@@ -10,7 +10,6 @@ use toolstack::ToolError;
 use super::cut::{Cut, Kept};
 use super::keep::{Keeper, Putting};
 use super::{BudgetLayer, Tap};
-use crate::text::floor_boundary;
 use crate::Output;
 
 /// Where a budgeted stream is.
@@ -162,7 +161,7 @@ where
                 // Text that does not fit keeps its beginning in the head.
                 if *this.head_items < head_items && *this.head_bytes < head_bytes {
                     if let Some(text) = item.text_mut() {
-                        let at = floor_boundary(text, head_bytes - *this.head_bytes);
+                        let at = text.floor_char_boundary(head_bytes - *this.head_bytes);
                         if at > 0 {
                             let rest = text.split_off(at);
                             *this.head_items += 1;
@@ -220,10 +219,7 @@ impl<T: Output> Tail<'_, T> {
                 return self.cut(len);
             };
             // Keep the last `tail_bytes` bytes, from a character boundary.
-            let mut from = len - limits.tail_bytes;
-            while !text.is_char_boundary(from) {
-                from += 1;
-            }
+            let from = text.ceil_char_boundary(len - limits.tail_bytes);
             let kept = text.split_off(from);
             *text = kept;
             // Its beginning is cut, and everything held before it.

@@ -358,11 +358,7 @@ async fn check(
 /// `reason`, cut at a character boundary to at most [`MAX_REASON`] bytes.
 fn bounded(mut reason: String) -> String {
     if reason.len() > MAX_REASON {
-        let mut at = MAX_REASON;
-        while !reason.is_char_boundary(at) {
-            at -= 1;
-        }
-        reason.truncate(at);
+        reason.truncate(reason.floor_char_boundary(MAX_REASON));
         reason.push('…');
     }
     reason

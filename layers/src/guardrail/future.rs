@@ -230,10 +230,7 @@ fn remember(lookback: &mut String, passed: &str, max: usize) {
     }
     lookback.push_str(passed);
     if lookback.len() > max {
-        let mut cut = lookback.len() - max;
-        while !lookback.is_char_boundary(cut) {
-            cut += 1;
-        }
+        let cut = lookback.ceil_char_boundary(lookback.len() - max);
         lookback.drain(..cut);
     }
 }

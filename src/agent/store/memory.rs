@@ -7,10 +7,8 @@ use std::time::Duration;
 use futures_util::future::{ready, BoxFuture};
 
 use super::checkpoint::now_ms;
-use super::{Append, Journal, RunStatus, RunStore, StoreError, Stored, Version, MAX_RECORD_BYTES};
+use super::{Append, DEFAULT_FINISHED_TTL, Journal, RunStatus, RunStore, StoreError, Stored, Version, MAX_RECORD_BYTES};
 
-/// The default time a finished run is kept: a day.
-const DEFAULT_FINISHED_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Runs' journals in memory, encoded as every store encodes them (so the
 /// bounds and errors are the same): for tests, and for one process that

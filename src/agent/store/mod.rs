@@ -75,6 +75,10 @@ pub use self::checkpoint::{
 pub use self::memory::MemoryStore;
 pub use self::record::{Head, Journal, Record, JOURNAL_FORMAT, MAX_RECORD_BYTES};
 
+/// The default time a store keeps a finished run: a day (every store's
+/// `finished_ttl` setting starts here).
+pub const DEFAULT_FINISHED_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 60 * 60);
+
 /// The fewest records after a run's snapshot (or from its start) for the
 /// agent to fold a new snapshot in: it folds one when the records after
 /// the last are this many and as many as it folds in — sooner when they

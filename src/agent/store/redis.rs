@@ -46,8 +46,7 @@ use redis::{AsyncCommands, RedisError, Script};
 
 use super::{Append, Journal, RunStatus, RunStore, StoreError, Stored, Version, MAX_RECORD_BYTES};
 
-/// The default time a finished run is kept: a day.
-pub const DEFAULT_FINISHED_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+pub use super::DEFAULT_FINISHED_TTL;
 
 /// The default bound on one command: 2 s.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);

@@ -57,8 +57,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row, Transaction, Transact
 use super::checkpoint::now_ms;
 use super::{Append, Journal, RunStatus, RunStore, StoreError, Stored, Version, MAX_RECORD_BYTES};
 
-/// The default time a finished run is kept: a day.
-pub const DEFAULT_FINISHED_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+pub use super::DEFAULT_FINISHED_TTL;
 
 /// The most waiting runs one transaction of
 /// [`expire_waiting`](RunStore::expire_waiting) forgets: a long backlog

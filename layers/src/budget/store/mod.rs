@@ -111,7 +111,7 @@ impl WholeOutput {
     /// a store holds a caller that gathered more to its cap.
     pub(crate) fn capped(self, cap: usize) -> Vec<u8> {
         let mut text = self.text;
-        text.truncate(crate::text::floor_boundary(&text, cap));
+        text.truncate(text.floor_char_boundary(cap));
         text.into_bytes()
     }
 }
