@@ -114,4 +114,6 @@ mod guides {
     struct ScaleOut;
     #[doc = include_str!("../docs/observability.md")]
     struct Observability;
+    #[doc = include_str!("../docs/features.md")]
+    struct Features;
 }
