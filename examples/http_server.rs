@@ -1,7 +1,7 @@
 //! A toolbox served over HTTP, nested under `/api` in an app that has a
 //! route of its own, behind a bearer-token check: the app of
 //! [`toolstack_demo::http`] (`demo/src/http.rs`, where the bearer check, the
-//! per-caller resolver and the tools are; `tests/http.rs` pins the same app).
+//! per-caller resolver and the tools are; `tests/it/http.rs` pins the same app).
 //!
 //! Run with `cargo run --example http_server --features http` (the port is
 //! `PORT`, 3000 by default); it prints curl commands to try.

@@ -4,7 +4,7 @@
 // elicitation (the conformance harness's `test_elicitation` tool there).
 // v1 is @modelcontextprotocol/sdk 1.32.2 (revision 2025-11-25), v2
 // @modelcontextprotocol/client 2.4.0 (which speaks 2026-07-28). One line
-// per check; exits 1 on the first failure. `tests/mcp_interop.rs` runs it.
+// per check; exits 1 on the first failure. `tests/it/mcp_interop.rs` runs it.
 
 const [, , sdk, url, elicitationUrl] = process.argv;
 if (!["v1", "v2", "v2-stateless"].includes(sdk) || !url) {

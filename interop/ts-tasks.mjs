@@ -15,7 +15,7 @@
 // fails), protocol_error_job (required; the tool panics, the task fails),
 // test_tool_with_task (required; asks a name first), confirm_delete
 // (optional; asks for a confirmation while it runs). One line per check;
-// exits 1 if any failed. `tests/mcp_interop.rs` runs it.
+// exits 1 if any failed. `tests/it/mcp_interop.rs` runs it.
 
 const [, , mode, url] = process.argv;
 if (!["v1", "v2", "v2-legacy"].includes(mode) || !url) {
@@ -173,7 +173,7 @@ if (mode === "v1") {
 
   await check("a required tool called without a task is refused", async () => {
     // The SDK refuses before sending (it read `execution`); the server's
-    // own refusal is in tests/mcp_legacy_tasks.rs.
+    // own refusal is in tests/it/mcp_legacy_tasks.rs.
     let message;
     try {
       await client.callTool({ name: "failing_job", arguments: {} });

@@ -1,6 +1,6 @@
 // Drives toolstack's AI SDK chat endpoint with the `ai` package's own
 // client, and prints what that client assembled, as JSON, for
-// tests/ai_sdk_client.rs to check. Nothing here parses the protocol: the
+// tests/it/ai_sdk_client.rs to check. Nothing here parses the protocol: the
 // transport, the stream reader and the chat state machine are the SDK's.
 //
 //   node check-chat.mjs BASE_URL

@@ -4,7 +4,7 @@
 // given the server's pid and command — kills the server with SIGKILL and
 // starts it again while the write waits for approval; then approves the
 // write, waits for the answer, and prints what the page shows, as JSON,
-// for tests/assistant_web.rs to check. It also saves a screenshot.
+// for tests/it/assistant_web.rs to check. It also saves a screenshot.
 //
 //   node check-page.mjs URL SCREENSHOT.png [CHROMIUM [PID COMMAND ARGS...]]
 import { spawn } from 'node:child_process';

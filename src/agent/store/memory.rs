@@ -7,8 +7,10 @@ use std::time::Duration;
 use futures_util::future::{ready, BoxFuture};
 
 use super::checkpoint::now_ms;
-use super::{Append, DEFAULT_FINISHED_TTL, Journal, RunStatus, RunStore, StoreError, Stored, Version, MAX_RECORD_BYTES};
-
+use super::{
+    Append, Journal, RunStatus, RunStore, StoreError, Stored, Version, DEFAULT_FINISHED_TTL,
+    MAX_RECORD_BYTES,
+};
 
 /// Runs' journals in memory, encoded as every store encodes them (so the
 /// bounds and errors are the same): for tests, and for one process that
