@@ -1,0 +1,420 @@
+//! One run of the agent loop: its state, turn by turn.
+//!
+//! A run alternates a *model turn* — one model call, its deltas streamed
+//! as events and folded into text and complete tool calls — and a *tool
+//! step* — the calls run through the toolbox, at most
+//! [`parallel_tools`](Agent::parallel_tools) at once, their items streamed
+//! as events and their results added to the conversation in call order.
+//! Every run ends with exactly one [`AgentEvent::Done`].
+//!
+//! A model turn that breaks off mid-stream with a retryable error may be
+//! asked again ([`Agent::retry_model_turns`], off by default); the consumer
+//! is told with [`AgentEvent::TurnDiscarded`]. An answer cut off at the
+//! token limit or by a content filter ends the run with
+//! [`StopReason::Length`] / [`StopReason::ContentFilter`], so a truncated
+//! answer is never mistaken for a finished one.
+
+use std::sync::Arc;
+
+use http::Extensions;
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+use crate::model::{FinishReason, Message, Reasoning, RunId, ToolCall, Usage};
+use crate::model::{ModelService, ToolChoice};
+use crate::{ErrorKind, ToolError, ToolInfo};
+
+use super::choice::Step;
+use super::cost::ToolCosts;
+use super::event::{AgentDone, AgentEvent, StopReason};
+use super::journal::{run_error, Counts, Journal};
+use super::output::{OutputMode, FINAL_ANSWER_TOOL};
+use super::resume::Resumed;
+use super::settings::Agent;
+use super::step::{approval_events, fail, guardrail_events, Failed, StepState};
+use super::store::RunStatus;
+use super::stream::AgentStream;
+
+mod compact;
+mod tools;
+mod turn;
+mod typed;
+
+use self::tools::shown;
+use self::typed::{text_of_last, Typed};
+
+/// One run in progress: its journal (the conversation so far, the step in
+/// flight) and what it has used.
+pub(super) struct Run<M> {
+    agent: Agent<M>,
+    /// The run's state, and its one writer.
+    journal: Arc<Journal>,
+    /// The tools this caller may see, deferred ones included.
+    visible: Arc<[ToolInfo]>,
+    /// The tools the model is shown: those visible, but the deferred ones
+    /// a search has not loaded.
+    tools: Arc<[ToolInfo]>,
+    /// The deferred tools loaded so far, when the toolbox has any.
+    loaded: Option<Arc<[String]>>,
+    extensions: Extensions,
+    tx: mpsc::Sender<AgentEvent>,
+    /// The step's calls in flight and those waiting for approval.
+    step: Arc<std::sync::Mutex<StepState>>,
+    usage: Option<Usage>,
+    steps: usize,
+    tool_calls: usize,
+    /// The first record that failed: the run ends at the next boundary.
+    failed: Failed,
+    /// What each tool result cost, as the model calls that read them say.
+    costs: ToolCosts,
+    /// The last answer was paused by the provider: the next one goes on
+    /// with it.
+    paused: bool,
+    /// The prompt tokens the last model call reported, and how many
+    /// messages its request carried: what the next request's size is
+    /// estimated from.
+    reported: Option<(u64, usize)>,
+    /// The estimated tokens of the history but its last message, and how
+    /// many messages that is: kept as the history grows (the last one may
+    /// still grow: a paused answer's continuation), so a check costs what
+    /// was added, not the whole history.
+    estimated: (u64, usize),
+    /// The history could not be compacted, and the agent is set to stop.
+    compaction_failed: Option<ToolError>,
+    /// This step's tools, choice and active set.
+    current: Step,
+    /// The typed answer, once decoded.
+    output: Option<serde_json::Value>,
+    /// Typed answers that did not decode so far.
+    output_failures: usize,
+}
+
+/// One model answer, complete.
+pub(super) struct Answer {
+    pub(super) text: String,
+    /// The model's reasoning blocks, kept for the next request.
+    pub(super) reasoning: Vec<Reasoning>,
+    pub(super) calls: Vec<ToolCall>,
+    /// The last finish reason the model sent, if any.
+    pub(super) finish: Option<FinishReason>,
+}
+
+/// A model turn that failed, and whether any delta had arrived before.
+pub(super) struct TurnError {
+    pub(super) error: ToolError,
+    pub(super) streamed: bool,
+}
+
+impl<M> Run<M>
+where
+    M: ModelService,
+{
+    /// The one way a run begins, fresh or resumed: its journal (new, or
+    /// taken from the store), the caller's extensions — with the run's
+    /// id and the sinks its approval and guardrail layers tell — and its
+    /// driver, which runs inside the returned stream's polls (nothing is
+    /// spawned, so dropping the stream drops the model call and tools).
+    /// A resumed run (`resumed`) first goes on with its stored step.
+    pub(super) fn start(
+        agent: Agent<M>,
+        journal: Journal,
+        extensions: Extensions,
+        resumed: Option<Resumed>,
+    ) -> AgentStream {
+        let (tx, events) = mpsc::channel(32);
+        let journal = Arc::new(journal);
+        let run_id = journal.run_id();
+        // The run's span is the parent of its model and tool calls' spans
+        // (the driver runs inside it); a disabled span costs a branch.
+        let span = agent.span(journal.is_durable().then_some(&**run_id));
+        let mut extensions = extensions;
+        extensions.insert(RunId::new(Arc::clone(run_id)));
+        // A binding decision is the run's to give, per call: none comes in
+        // with the caller (an agent run as a tool would pass its own on).
+        extensions.remove::<crate::approval::BindingDecision>();
+        let visible: Arc<[ToolInfo]> = agent.toolbox.infos_for(&extensions).cloned().collect();
+        let loaded = agent
+            .tool_search()
+            .map(|_| Arc::from(journal.loaded_tools()));
+        let tools = shown(&agent, &visible, loaded.as_deref());
+        let step = Arc::new(std::sync::Mutex::new(StepState::default()));
+        let failed = Failed::default();
+        // An approval layer below the tools tells the run what it asks and
+        // what was decided (each event names its call), a guardrail layer
+        // what it did; set once, every call's extensions carry them.
+        extensions.insert(approval_events(
+            tx.clone(),
+            Arc::clone(&step),
+            Arc::clone(&journal),
+            Arc::clone(&failed),
+        ));
+        extensions.insert(guardrail_events(tx.clone(), Arc::clone(&step)));
+        let Counts {
+            steps,
+            tool_calls,
+            usage,
+        } = journal.counts();
+        // A stored run whose last answer called no tool and did not end it
+        // was paused by the provider.
+        let paused = resumed.is_some()
+            && matches!(journal.messages().last(),
+                Some(Message::Assistant { tool_calls, .. }) if tool_calls.is_empty());
+        let run = Run {
+            agent,
+            journal: Arc::clone(&journal),
+            visible,
+            tools: Arc::clone(&tools),
+            loaded,
+            extensions,
+            tx,
+            step,
+            usage,
+            steps,
+            tool_calls,
+            failed,
+            costs: ToolCosts::default(),
+            paused,
+            reported: None,
+            estimated: (0, 0),
+            compaction_failed: None,
+            current: Step {
+                tools: Arc::clone(&tools),
+                choice: ToolChoice::Auto,
+                active: None,
+            },
+            output: None,
+            output_failures: 0,
+        };
+        AgentStream {
+            driver: Some(Box::pin(run.finish(resumed).instrument(span))),
+            events,
+            journal,
+        }
+    }
+}
+
+impl<M> Run<M>
+where
+    M: ModelService,
+{
+    /// Model turns and tool steps until the model stops calling tools or a
+    /// guard stops the run.
+    pub(super) async fn steps(&mut self) -> StopReason {
+        loop {
+            if let Some(stop) = self.store_failed().await {
+                return stop;
+            }
+            if self.guardrail_raised() {
+                return StopReason::Guardrail;
+            }
+            if self.steps >= self.agent.max_steps {
+                return StopReason::MaxSteps;
+            }
+            // A new run is first stored while the model gives its first
+            // answer (a tool waits for its own start to be stored); later
+            // steps have nothing to store before the answer.
+            self.compact(false).await;
+            if let Some(error) = self.compaction_failed.take() {
+                let _ = self.tx.send(AgentEvent::Error(error)).await;
+                return StopReason::CompactionFailed;
+            }
+            if let Err(error) = self.settle_step() {
+                let _ = self.tx.send(AgentEvent::Error(error)).await;
+                return StopReason::InvalidToolChoice;
+            }
+            let journal = Arc::clone(&self.journal);
+            let begin = async move { journal.begin().await };
+            self.steps += 1;
+            let (answer, begun) = futures_util::future::join(self.answer(), begin).await;
+            if let Err(err) = begun {
+                fail(&self.failed, run_error(err));
+            }
+            let Answer {
+                text,
+                reasoning,
+                mut calls,
+                finish,
+            } = match answer {
+                Ok(answer) => answer,
+                Err(err) => {
+                    let stop = match err.kind() {
+                        ErrorKind::SpendLimited => StopReason::SpendLimit,
+                        ErrorKind::Guardrail => StopReason::Guardrail,
+                        _ if self.guardrail_raised() => StopReason::Guardrail,
+                        _ => StopReason::ModelError,
+                    };
+                    let _ = self.tx.send(AgentEvent::Error(err)).await;
+                    return stop;
+                }
+            };
+            let model = self.agent.model_name.as_deref();
+            self.costs.answered(self.agent.prices.as_ref(), model);
+            let message = Message::Assistant {
+                content: (!text.is_empty()).then_some(text),
+                tool_calls: calls.clone(),
+                reasoning,
+            };
+            let cut_off = match finish {
+                Some(FinishReason::Length) => Some((
+                    StopReason::Length,
+                    "the model's answer was cut off at its token limit",
+                )),
+                Some(FinishReason::ContentFilter) => Some((
+                    StopReason::ContentFilter,
+                    "the model's answer was stopped by a content filter",
+                )),
+                _ => None,
+            };
+            // A call of the final-answer tool ends the run (or is asked
+            // again): no step is planned for the answer that makes one.
+            let gives_answer = self.agent.output.as_ref().is_some_and(|o| {
+                o.mode == OutputMode::Tool && calls.iter().any(|c| c.name == FINAL_ANSWER_TOOL)
+            });
+            let over_limit = self.tool_calls + calls.len() > self.agent.max_tool_calls;
+            let runs_tools = !calls.is_empty() && cut_off.is_none() && !over_limit && !gives_answer;
+            if runs_tools {
+                self.tool_calls += calls.len();
+            }
+            // The answer and the step it plans are stored before any of
+            // its calls starts.
+            let planned = if runs_tools {
+                calls.clone()
+            } else {
+                Vec::new()
+            };
+            // An answer after a paused one goes on with it: one message.
+            let continues = std::mem::replace(
+                &mut self.paused,
+                calls.is_empty() && finish == Some(FinishReason::Paused),
+            );
+            let answered = self
+                .journal
+                .answered(message, continues, self.counts(), planned);
+            if let Err(err) = answered.await {
+                fail(&self.failed, run_error(err));
+            }
+            if let Some((stop, why)) = cut_off {
+                let err = ToolError::cancelled(format!("not run: {why}"));
+                self.refuse(calls, err).await;
+                return stop;
+            }
+            if calls.is_empty() && finish == Some(FinishReason::Paused) {
+                // The provider paused a long turn: the answer so far is in
+                // the history, and asking again lets the model go on.
+                continue;
+            }
+            if let Some(output) = self.agent.output.clone() {
+                match self
+                    .typed_answer(&output, text_of_last(&self.journal), calls)
+                    .await
+                {
+                    Typed::Done(stop) => return stop,
+                    Typed::Again => continue,
+                    Typed::Calls(rest) => calls = rest,
+                }
+            }
+            if calls.is_empty() {
+                return StopReason::Finished;
+            }
+            if over_limit && !gives_answer {
+                let limit = self.agent.max_tool_calls;
+                let err = ToolError::new(
+                    ErrorKind::Denied,
+                    format!("not run: this run's limit of {limit} tool calls was reached"),
+                );
+                self.refuse(calls, err).await;
+                return StopReason::MaxToolCalls;
+            }
+            if let Some(stop) = self.store_failed().await {
+                return stop;
+            }
+            self.run_tools(None).await;
+        }
+    }
+
+    /// The whole run from where it stands: a resumed step first, then
+    /// turns and steps to the end; the last record and
+    /// [`AgentEvent::Done`].
+    async fn finish(mut self, resumed: Option<Resumed>) {
+        let stop = match resumed {
+            Some(resumed) if !self.journal.step().is_empty() => {
+                self.run_tools(Some(resumed)).await;
+                self.steps().await
+            }
+            _ => self.steps().await,
+        };
+        let span = tracing::Span::current();
+        // As integers: OpenTelemetry has no unsigned type, and
+        // tracing-opentelemetry exports a `u64` as text.
+        let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        if let Some(usage) = &self.usage {
+            usage.record_on(&span);
+        }
+        span.record("toolstack.agent.steps", int(self.steps as u64));
+        span.record("toolstack.agent.stop", stop.as_str());
+        if matches!(
+            stop,
+            StopReason::ModelError
+                | StopReason::StoreFailed
+                | StopReason::Guardrail
+                | StopReason::CompactionFailed
+                | StopReason::OutputInvalid
+                | StopReason::InvalidToolChoice
+        ) {
+            span.record("error.type", stop.as_str());
+            span.record("otel.status_code", "ERROR");
+        }
+        if stop != StopReason::StoreFailed {
+            let ended = RunStatus::Done { stop };
+            if let Err(err) = self.journal.end(ended, self.counts()).await {
+                // The run has ended anyway; a resume will find it mid-way.
+                tracing::warn!(error = %err, "the end of the run was not stored");
+            }
+        }
+        let messages = self.journal.take_messages();
+        let Run {
+            usage,
+            steps,
+            tx,
+            costs,
+            journal,
+            output,
+            ..
+        } = self;
+        drop(journal);
+        let done = AgentDone {
+            messages: Arc::try_unwrap(messages).unwrap_or_else(|shared| (*shared).clone()),
+            usage,
+            steps,
+            stop,
+            tool_costs: costs.into_costs(),
+            output,
+        };
+        let _ = tx.send(AgentEvent::Done(done)).await;
+    }
+
+    /// What the run has counted so far.
+    fn counts(&self) -> Counts {
+        Counts {
+            steps: self.steps,
+            tool_calls: self.tool_calls,
+            usage: self.usage,
+        }
+    }
+
+    /// If a record failed to save: the error event, and the stop.
+    async fn store_failed(&mut self) -> Option<StopReason> {
+        let err = self
+            .failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()?;
+        let _ = self.tx.send(AgentEvent::Error(err)).await;
+        Some(StopReason::StoreFailed)
+    }
+
+    /// Whether a guardrail raised on a call of this run.
+    fn guardrail_raised(&self) -> bool {
+        self.step.lock().unwrap_or_else(|p| p.into_inner()).raised
+    }
+}

@@ -1,0 +1,231 @@
+//! A tool step: the calls run through the toolbox, and the deferred tools a search loads.
+
+use std::sync::Arc;
+
+use futures_util::{stream, StreamExt};
+
+use crate::model::ModelService;
+use crate::model::{Message, ToolCall};
+use crate::{ErrorKind, ToolError, ToolInfo, ToolResult};
+
+use crate::agent::call::{Call, SearchCall};
+use crate::agent::choice::{Step, StepContext, StepSettings};
+use crate::agent::event::AgentEvent;
+use crate::agent::journal::run_error;
+use crate::agent::output::Output;
+use crate::agent::resume::Resumed;
+use crate::agent::search::{search_tool_info, SEARCH_TOOLS};
+use crate::agent::settings::Agent;
+use crate::agent::step::fail;
+use crate::agent::store::CallState;
+
+use super::Run;
+
+impl<M> Run<M>
+where
+    M: ModelService,
+{
+    /// Runs the step's tool calls (up to the agent's bound at once) and
+    /// closes it: their results join the conversation, in the order of
+    /// the calls. A resumed step's calls go on from their stored states.
+    pub(super) async fn run_tools(&mut self, resumed: Option<Resumed>) {
+        let records = self.journal.step();
+        {
+            let mut step = self.step.lock().unwrap_or_else(|p| p.into_inner());
+            step.queued = records.len();
+            step.parallel = self.agent.parallel;
+        }
+        for record in &records {
+            if record.state == CallState::Planned {
+                let _ = self
+                    .tx
+                    .send(AgentEvent::ToolCall(record.call.clone()))
+                    .await;
+            }
+        }
+        let resumed = resumed.map(Arc::new);
+        let calls: Vec<ToolCall> = records.iter().map(|r| r.call.clone()).collect();
+        // A call that ends frees its slot at once (the results are put in
+        // call order after), so a call waiting for a person holds one
+        // slot, not the calls after it.
+        // Why each call may not run (outside the step's tools, or a
+        // deferred tool not loaded), and which are searches.
+        let records: Vec<_> = records
+            .into_iter()
+            .map(|record| {
+                let name = &record.call.name;
+                let refused = self.current.refuses(name).or_else(|| self.not_loaded(name));
+                let search = match name == SEARCH_TOOLS && self.searches() {
+                    true => self.agent.tool_search().map(|search| SearchCall {
+                        search: Arc::clone(search),
+                        limit: self.agent.search_limit,
+                    }),
+                    false => None,
+                };
+                (record, refused, search)
+            })
+            .collect();
+        let mut lengths: Vec<(usize, usize)> = stream::iter(records.into_iter().enumerate())
+            .map(|(at, (record, refused, search))| {
+                let call = Call {
+                    toolbox: self.agent.toolbox.clone(),
+                    tx: self.tx.clone(),
+                    extensions: self.extensions.clone(),
+                    step: Arc::clone(&self.step),
+                    journal: Arc::clone(&self.journal),
+                    failed: Arc::clone(&self.failed),
+                    idempotent: search.is_some()
+                        || self
+                            .visible
+                            .iter()
+                            .find(|info| info.name() == record.call.name)
+                            .is_some_and(|info| info.annotations().is_idempotent()),
+                    resumed: resumed.clone(),
+                    refused,
+                    search,
+                };
+                let run = call.run(record);
+                async move {
+                    let length = match run.await {
+                        Message::Tool { content, .. } => content.len(),
+                        _ => 0,
+                    };
+                    (at, length)
+                }
+            })
+            .buffer_unordered(self.agent.parallel)
+            .collect()
+            .await;
+        lengths.sort_unstable_by_key(|(at, _)| *at);
+        let lengths = lengths.into_iter().map(|(_, length)| length);
+        self.costs.step_ran(&calls, lengths);
+        self.journal.close_step().await;
+        self.tools_loaded();
+    }
+
+    /// Whether the agent offers its search: the toolbox has deferred tools,
+    /// and no tool of its own by the search's name (which it then keeps).
+    pub(super) fn searches(&self) -> bool {
+        self.loaded.is_some() && !self.visible.iter().any(|t| t.name() == SEARCH_TOOLS)
+    }
+
+    /// The tools a search loaded in the step just run join those the
+    /// model is shown.
+    pub(super) fn tools_loaded(&mut self) {
+        let Some(loaded) = &self.loaded else {
+            return;
+        };
+        let now = self.journal.loaded_tools();
+        if now.len() != loaded.len() {
+            let now: Arc<[String]> = Arc::from(now);
+            self.tools = shown(&self.agent, &self.visible, Some(&now));
+            self.loaded = Some(now);
+        }
+    }
+
+    /// Why a call of `name` is not run, when the toolbox has deferred
+    /// tools: a deferred tool the caller may see, not loaded by a search
+    /// yet — whatever name reaches it (a near-miss the toolbox would
+    /// repair, an alias) —, or a name of no tool shown, answered with the
+    /// tools shown (never the deferred ones, which the model finds by
+    /// searching).
+    pub(super) fn not_loaded(&self, name: &str) -> Option<ToolError> {
+        self.loaded.as_ref()?;
+        let shown =
+            |name: &str| name == SEARCH_TOOLS || self.tools.iter().any(|t| t.name() == name);
+        if shown(name) {
+            return None;
+        }
+        let repaired = self.agent.toolbox.repaired_name(name, &self.extensions);
+        let target = repaired.as_deref().unwrap_or(name);
+        if shown(target) {
+            return None;
+        }
+        let quoted: String = name.chars().take(64).collect();
+        if self.visible.iter().any(|t| t.name() == target) {
+            return Some(ToolError::new(
+                ErrorKind::NotFound,
+                format!(
+                    "not run: the tool `{quoted}` is not loaded yet; call `{SEARCH_TOOLS}` with what you need it for, then call the tool it finds"
+                ),
+            ));
+        }
+        let names: Vec<&str> = self.tools.iter().map(|t| t.name()).collect();
+        Some(ToolError::new(
+            ErrorKind::NotFound,
+            format!(
+                "unknown tool `{quoted}`; the tools you may call: {}; `{SEARCH_TOOLS}` finds more",
+                names.join(", ")
+            ),
+        ))
+    }
+
+    /// This step's tools and choice: the hook's settings over the tools
+    /// the caller may see, checked.
+    pub(super) fn settle_step(&mut self) -> Result<(), ToolError> {
+        let settings = match &self.agent.prepare_step {
+            Some(hook) => {
+                let messages = self.journal.messages();
+                (hook.0)(&StepContext {
+                    step: self.steps,
+                    messages: &messages,
+                    tools: &self.tools,
+                })
+            }
+            None => StepSettings::new(),
+        };
+        let mut extra: Vec<ToolInfo> = self
+            .agent
+            .output
+            .as_ref()
+            .and_then(Output::tool)
+            .into_iter()
+            .collect();
+        let unloaded = self.visible.len() - self.tools.len();
+        if self.searches() && unloaded > 0 {
+            extra.push(search_tool_info(unloaded));
+        }
+        self.current = Step::settle(&self.tools, settings, &self.agent.tool_choice, &extra)?;
+        Ok(())
+    }
+
+    /// Answers every call of a step that will not run with `err`, so the
+    /// history stays well-formed.
+    pub(super) async fn refuse(&mut self, calls: Vec<ToolCall>, err: ToolError) {
+        let mut results = Vec::with_capacity(calls.len());
+        for call in calls {
+            let result = ToolResult::from_error(err.clone());
+            results.push(Message::tool_error(call.id.clone(), result.text()));
+            let _ = self
+                .tx
+                .send(AgentEvent::ToolResult {
+                    call_id: call.id,
+                    name: call.name,
+                    result,
+                })
+                .await;
+        }
+        if let Err(err) = self.journal.messages_added(results).await {
+            fail(&self.failed, run_error(err));
+        }
+    }
+}
+
+/// The tools the model is shown: every one the caller may see, but the
+/// deferred ones not `loaded` (all of them, for an agent whose toolbox
+/// defers none).
+pub(super) fn shown<M>(
+    agent: &Agent<M>,
+    visible: &Arc<[ToolInfo]>,
+    loaded: Option<&[String]>,
+) -> Arc<[ToolInfo]> {
+    let Some(loaded) = loaded else {
+        return Arc::clone(visible);
+    };
+    let loaded: std::collections::HashSet<&str> = loaded.iter().map(String::as_str).collect();
+    visible
+        .iter()
+        .filter(|info| !agent.toolbox.is_deferred(info.name()) || loaded.contains(info.name()))
+        .cloned()
+        .collect()
+}

@@ -1,0 +1,169 @@
+//! A model turn: the model called, its deltas streamed as events and folded into an answer.
+
+use std::pin::pin;
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use tower::ServiceExt;
+
+use crate::model::ModelService;
+use crate::model::{
+    Accumulator, ChatRequest, ContextExceeded, ModelDelta, Pushed, ReasoningDelta, Usage,
+};
+use crate::ToolError;
+
+use crate::agent::event::AgentEvent;
+use crate::agent::output::OutputMode;
+use crate::agent::search::LoadedTools;
+
+use super::{Answer, Run, TurnError};
+
+impl<M> Run<M>
+where
+    M: ModelService,
+{
+    /// One model turn: asked again, as often as the agent allows, while it
+    /// breaks off with a retryable error after its first delta.
+    pub(super) async fn answer(&mut self) -> Result<Answer, ToolError> {
+        let mut retries = self.agent.turn_retries;
+        let mut compacted = false;
+        loop {
+            match self.model_turn().await {
+                Ok(answer) => return Ok(answer),
+                // Refused for its length: compacted, and asked once more.
+                Err(TurnError {
+                    error,
+                    streamed: false,
+                }) if !compacted && ContextExceeded::is(&error) => {
+                    compacted = true;
+                    if !self.compact(true).await {
+                        return Err(error);
+                    }
+                }
+                Err(TurnError { error, streamed })
+                    if streamed && retries > 0 && error.is_retryable() =>
+                {
+                    retries -= 1;
+                    let _ = self.tx.send(AgentEvent::TurnDiscarded { error }).await;
+                }
+                Err(TurnError { error, .. }) => return Err(error),
+            }
+        }
+    }
+
+    /// Asks the model once, streaming its text and tool-call input as
+    /// events; returns its text, its complete tool calls and why it
+    /// stopped.
+    pub(super) async fn model_turn(&mut self) -> Result<Answer, TurnError> {
+        let messages = self.journal.messages();
+        let sent = messages.len();
+        let mut request = ChatRequest::new(Vec::new())
+            .with_tool_choice(self.current.choice.clone())
+            .with_tools(Arc::clone(&self.current.tools));
+        request.messages = messages;
+        request.model = self.agent.model_name.clone();
+        request.extensions = self.extensions.clone();
+        if let Some(loaded) = &self.loaded {
+            request.extensions.insert(LoadedTools(Arc::clone(loaded)));
+        }
+        request.output = self
+            .agent
+            .output
+            .as_ref()
+            .filter(|o| o.mode == OutputMode::Native)
+            .map(|o| o.schema.clone());
+        self.costs.turn_started();
+        let answer = self
+            .agent
+            .model
+            .clone()
+            .oneshot(request)
+            .await
+            .map_err(|err| TurnError {
+                error: err.into(),
+                streamed: false,
+            })?;
+        let mut answer = pin!(answer);
+        let mut text = String::new();
+        let mut reasoning = Vec::new();
+        let mut calls = Accumulator::new();
+        let mut finish = None;
+        let mut streamed = false;
+        while let Some(delta) = answer.next().await {
+            let delta = delta.map_err(|error| TurnError { error, streamed })?;
+            streamed = true;
+            let event = match delta {
+                ModelDelta::Text(piece) => {
+                    text.push_str(&piece);
+                    AgentEvent::TextDelta(piece)
+                }
+                ModelDelta::ToolCall(fragment) => {
+                    // A refused fragment ends the turn here, dropping the
+                    // stream (and its connection) rather than reading on.
+                    let pushed = calls.push(&fragment).map_err(|err| TurnError {
+                        error: ToolError::failed(format!("the model's answer was refused: {err}"))
+                            .with_source(err),
+                        streamed,
+                    })?;
+                    if pushed == Pushed::Started {
+                        let (id, name) = calls.get(fragment.index).unwrap_or_default();
+                        let started = AgentEvent::ToolCallStarted {
+                            index: fragment.index,
+                            id: id.map(str::to_owned),
+                            name: name.to_owned(),
+                        };
+                        let _ = self.tx.send(started).await;
+                    }
+                    if fragment.arguments.is_empty() {
+                        continue;
+                    }
+                    AgentEvent::ToolCallInputDelta {
+                        index: fragment.index,
+                        arguments: fragment.arguments,
+                    }
+                }
+                ModelDelta::Reasoning(piece) => {
+                    let event = match &piece {
+                        ReasoningDelta::Text(thought) => {
+                            Some(AgentEvent::ReasoningDelta(thought.clone()))
+                        }
+                        _ => None,
+                    };
+                    piece.fold_into(&mut reasoning);
+                    match event {
+                        Some(event) => event,
+                        None => continue,
+                    }
+                }
+                ModelDelta::Usage(used) => {
+                    if used.prompt_tokens > 0 {
+                        self.reported = Some((used.prompt_tokens, sent));
+                    }
+                    *self.usage.get_or_insert_with(Usage::default) += used;
+                    self.costs.usage(used);
+                    continue;
+                }
+                ModelDelta::Finish(reason) => {
+                    finish = Some(reason);
+                    continue;
+                }
+                ModelDelta::Model(model) => {
+                    self.costs.model(&model);
+                    continue;
+                }
+            };
+            let _ = self.tx.send(event).await;
+        }
+        let calls = calls.finish().map_err(|err| TurnError {
+            error: ToolError::failed(format!("the model's answer was malformed: {err}"))
+                .with_source(err),
+            streamed,
+        })?;
+        Ok(Answer {
+            text,
+            reasoning,
+            calls,
+            finish,
+        })
+    }
+}
