@@ -145,3 +145,19 @@ pub(super) fn parse_approval_id(approval_id: &str) -> Option<(&str, &str)> {
     let hex = run_id.len() == 32 && run_id.bytes().all(|b| b.is_ascii_hexdigit());
     (hex && !call_id.is_empty()).then_some((run_id, call_id))
 }
+
+/// The run and the call an approval id names: a run's 128 random bits
+/// and the call's id — or, for a conversation kept on the server, the
+/// chat's id (`chat`; its run is the chat's session) and the call's.
+pub(super) fn split_approval_id<'a>(
+    approval_id: &'a str,
+    chat: Option<&str>,
+) -> Option<(&'a str, &'a str)> {
+    match chat {
+        None => parse_approval_id(approval_id),
+        Some(chat) => {
+            let call_id = approval_id.strip_prefix(chat)?.strip_prefix(':')?;
+            (!call_id.is_empty()).then(|| (&approval_id[..chat.len()], call_id))
+        }
+    }
+}
