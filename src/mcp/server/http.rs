@@ -22,7 +22,7 @@ use rmcp::transport::streamable_http_server::{
 use rmcp::ServerHandler;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
 
-use super::legacy::{lift, Tap, LIFT_GROWTH};
+use super::tasks_2025_11_25::{lift, Tap, LIFT_GROWTH};
 use super::McpServer;
 use crate::mcp::call::{TaskSupport, Tasks};
 

@@ -19,8 +19,8 @@ use crate::Toolbox;
 mod dispatch;
 mod handler;
 mod http;
-mod legacy;
 mod revision;
+mod tasks_2025_11_25;
 
 pub use http::{McpHttpResponse, McpHttpService};
 
@@ -303,7 +303,7 @@ impl<H: ServerHandler + Clone> McpServer<H> {
         // reads it, perhaps longer by a 2025-11-25 task call's new name.
         let mut config = config;
         if tasks {
-            config.max_request_body_bytes = max_body.saturating_add(legacy::LIFT_GROWTH);
+            config.max_request_body_bytes = max_body.saturating_add(tasks_2025_11_25::LIFT_GROWTH);
         }
         let inner = StreamableHttpService::new(move || Ok(self.session()), sessions, config);
         McpHttpService::new(inner, max_body, tasks)
