@@ -5,18 +5,14 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use futures_util::stream;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, CancelTaskParams, CancelledNotificationParam,
-    ClientRequest, ElicitRequestParams, ElicitationAction, GetTaskParams,
-    ProgressNotificationParam, ProgressToken, Request, RequestId, ServerResult, TaskPayload,
-    UpdateTaskParams,
+    ClientRequest, ProgressNotificationParam, ProgressToken, Request, RequestId, ServerResult,
 };
 use rmcp::service::{PeerRequestOptions, ServiceError};
-use rmcp::ErrorData;
 use tokio::sync::oneshot;
 use tower_service::Service;
 
@@ -28,11 +24,15 @@ use crate::{
 };
 
 use super::progress::{ProgressQueue, ProgressRouter};
-use super::{protocol_error, service_error, McpClient, MAX_INPUT_REQUESTS};
+use super::{protocol_error, service_error, McpClient};
 
-/// The JSON-RPC error of a request that needs the user to open a URL
-/// first (MCP 2025-11-25, "URL elicitation required").
-const URL_ELICITATION_REQUIRED: i32 = -32042;
+mod task;
+mod task_2025_11_25;
+mod url;
+
+use self::task::RemoteTask;
+use self::task_2025_11_25::needs_task;
+use self::url::URL_ELICITATION_REQUIRED;
 
 /// One tool of a remote MCP server as a local tool service.
 ///
@@ -269,63 +269,11 @@ pub(super) struct RemoteCall {
     pub(super) operation: Operation,
 }
 
-/// A call the server runs as a task: polled with `tasks/get`.
-pub(super) struct RemoteTask {
-    pub(super) id: String,
-    pub(super) interval: Duration,
-    pub(super) status: Option<String>,
-    pub(super) reports: u32,
-}
-
-impl RemoteTask {
-    pub(super) fn new(task: &rmcp::model::Task) -> Self {
-        let interval = task.poll_interval_ms.unwrap_or(500).clamp(20, 5_000);
-        RemoteTask {
-            id: task.task_id.clone(),
-            interval: Duration::from_millis(interval),
-            status: task.status_message.clone(),
-            reports: 0,
-        }
-    }
-}
-
 pub(super) fn progress_item(param: ProgressNotificationParam) -> ToolItem {
     let mut progress = Progress::new(param.progress);
     progress.total = param.total;
     progress.message = param.message;
     Ok(ToolOutput::progress(progress))
-}
-
-/// How long a task of the 2025-11-25 scheme is asked to be kept: 5 min.
-const LEGACY_TASK_TTL_MS: u64 = 300_000;
-
-/// A request rmcp has no type for (the 2025-11-25 task methods), its
-/// result as JSON.
-async fn legacy_request(
-    client: &McpClient,
-    method: &str,
-    params: serde_json::Value,
-) -> Result<serde_json::Value, ToolError> {
-    let request =
-        ClientRequest::CustomRequest(rmcp::model::CustomRequest::new(method, Some(params)));
-    match client.running.peer().send_request(request).await {
-        Ok(ServerResult::CustomResult(rmcp::model::CustomResult(value))) => Ok(value),
-        Ok(other) => serde_json::to_value(&other).map_err(|err| {
-            ToolError::failed(format!("the MCP server's answer to {method}: {err}"))
-        }),
-        Err(ServiceError::McpError(data)) => Err(protocol_error(data)),
-        Err(err) => Err(service_error(err)),
-    }
-}
-
-/// Whether an error result says the tool runs only as a task (the
-/// TypeScript SDK 1.x: "Tool x requires task augmentation (taskSupport:
-/// 'required')").
-fn needs_task(result: &CallToolResult) -> bool {
-    result.content.iter().any(|block| match block {
-        rmcp::model::ContentBlock::Text(text) => text.text.contains("requires task augmentation"),
-        _ => false,
-    })
 }
 
 /// A JSON value as a message quotes it: at most 200 characters.
@@ -461,158 +409,6 @@ impl RemoteCall {
         Ok(())
     }
 
-    /// A `-32042` error (URL elicitation required, 2025-11-25): each
-    /// elicitation in its data put to the client's handler, as a URL
-    /// elicitation; all accepted, the call is sent again. Without a
-    /// handler, or with one declined, the error names each URL, so that a
-    /// person can still open it.
-    async fn open_urls(&mut self, data: &ErrorData) -> Result<(), ToolError> {
-        let asked: Vec<ElicitRequestParams> = data
-            .data
-            .as_ref()
-            .and_then(|d| d.get("elicitations"))
-            .and_then(|e| e.as_array())
-            .map(|all| {
-                all.iter()
-                    .take(MAX_INPUT_REQUESTS + 1)
-                    .filter_map(|one| serde_json::from_value(one.clone()).ok())
-                    .collect()
-            })
-            .unwrap_or_default();
-        let urls: Vec<String> = asked
-            .iter()
-            .filter_map(|params| match params {
-                ElicitRequestParams::UrlElicitationParams { message, url, .. } => {
-                    Some(format!("{message} ({url})"))
-                }
-                _ => None,
-            })
-            .collect();
-        let refused = |why: String| {
-            let opened = match urls.is_empty() {
-                true => String::new(),
-                false => format!("; open: {}", urls.join("; ")),
-            };
-            ToolError::new(
-                ErrorKind::Denied,
-                format!("{}: {why}{opened}", data.message),
-            )
-        };
-        if urls.is_empty() || urls.len() != asked.len() {
-            return Err(refused(
-                "the server named no URL to open (its error's data has no URL elicitation)".into(),
-            ));
-        }
-        if asked.len() > MAX_INPUT_REQUESTS {
-            return Err(refused(format!(
-                "the server asked for more than {MAX_INPUT_REQUESTS} URLs at once"
-            )));
-        }
-        self.count_round()
-            .map_err(|err| refused(err.message().to_owned()))?;
-        let client = self.guard.client.clone();
-        let Some(answers) = client.answers.clone().filter(|_| client.opens_urls) else {
-            return Err(refused(
-                "this client has no handler that opens URLs (McpClient::builder().handler(..), declaring URL elicitation); open it, then call again".into(),
-            ));
-        };
-        let peer = client.running.peer().clone();
-        for (at, params) in asked.into_iter().enumerate() {
-            let context = rmcp::service::RequestContext::new(
-                rmcp::model::NumberOrString::Number(at as i64),
-                peer.clone(),
-            );
-            let answer = answers.elicit(params, context).await;
-            match answer {
-                Ok(result) if result.action == ElicitationAction::Accept => {}
-                Ok(result) => {
-                    return Err(refused(format!(
-                        "the user did not open it ({:?})",
-                        result.action
-                    )))
-                }
-                Err(err) => return Err(refused(format!("the handler failed: {}", err.message))),
-            }
-        }
-        let params = self.spec.params()?;
-        self.resend(params).await
-    }
-
-    /// The call as a task of the 2025-11-25 scheme: `tools/call` with a
-    /// `task` field, answered with the task (`{"task": {"taskId", …}}`).
-    async fn start_legacy_task(&mut self) -> Result<(), ToolError> {
-        let client = self.guard.client.clone();
-        let mut params = serde_json::to_value(self.spec.params()?)
-            .map_err(|err| ToolError::failed(format!("the call could not be encoded: {err}")))?;
-        params["task"] = serde_json::json!({ "ttl": LEGACY_TASK_TTL_MS });
-        let created = legacy_request(&client, "tools/call", params).await?;
-        let task = created.get("task").unwrap_or(&created);
-        let Some(id) = task.get("taskId").and_then(|id| id.as_str()) else {
-            return Err(ToolError::failed(format!(
-                "the MCP server answered a task-augmented tools/call without a task: {}",
-                quoted_json(&created)
-            )));
-        };
-        let interval = task
-            .get("pollInterval")
-            .and_then(|ms| ms.as_u64())
-            .unwrap_or(500)
-            .clamp(20, 5_000);
-        self.guard.task = Some(id.to_owned());
-        self.legacy = Some(RemoteTask {
-            id: id.to_owned(),
-            interval: Duration::from_millis(interval),
-            status: None,
-            reports: 0,
-        });
-        Ok(())
-    }
-
-    /// One look at a 2025-11-25 task: its status message as progress;
-    /// once it is no longer `working`, `tasks/result` — which waits for
-    /// its end, the server's requests for input (elicitation) answered by
-    /// the client's handler on the way — and its result as the stream's
-    /// last items.
-    async fn poll_legacy_task(&mut self) {
-        let Some(task) = &mut self.legacy else { return };
-        tokio::time::sleep(task.interval).await;
-        let client = self.guard.client.clone();
-        let id = serde_json::json!({ "taskId": task.id });
-        let got = match legacy_request(&client, "tasks/get", id.clone()).await {
-            Ok(got) => got,
-            Err(err) => return self.end_legacy_task(vec![Err(err)], false),
-        };
-        let message = got
-            .get("statusMessage")
-            .and_then(|m| m.as_str())
-            .map(str::to_owned);
-        if message.is_some() && message != task.status {
-            task.status = message.clone();
-            task.reports += 1;
-            let progress =
-                Progress::new(f64::from(task.reports)).message(message.unwrap_or_default());
-            self.pending.push_back(Ok(ToolOutput::progress(progress)));
-        }
-        if got.get("status").and_then(|s| s.as_str()) == Some("working") {
-            return;
-        }
-        let items = match legacy_request(&client, "tasks/result", id).await {
-            Ok(result) => match serde_json::from_value::<rmcp::model::JsonObject>(result) {
-                Ok(result) => result_from_json(result),
-                Err(err) => vec![Err(ToolError::failed(format!(
-                    "the MCP server's task result is malformed: {err}"
-                )))],
-            },
-            Err(err) => vec![Err(err)],
-        };
-        self.end_legacy_task(items, true);
-    }
-
-    fn end_legacy_task(&mut self, items: Vec<ToolItem>, ended: bool) {
-        self.legacy = None;
-        self.end_task(items, ended);
-    }
-
     /// Answers an input-required result and sends the call again.
     pub(super) async fn retry(
         &mut self,
@@ -640,94 +436,5 @@ impl RemoteCall {
         self.guard.id = Some(sent.id);
         self.response = Some(sent.rx);
         Ok(())
-    }
-
-    /// One look at the task: its status as progress, its input requests
-    /// answered, its end as the stream's last items.
-    pub(super) async fn poll_task(&mut self) {
-        let Some(task) = &mut self.task else { return };
-        tokio::time::sleep(task.interval).await;
-        let client = self.guard.client.clone();
-        let got = client
-            .running
-            .peer()
-            .get_task(GetTaskParams::new(task.id.clone()))
-            .await;
-        let detailed = match got {
-            Ok(got) => got.task,
-            Err(err) => return self.end_task(vec![Err(service_error(err))], false),
-        };
-        if detailed.task.status_message != task.status {
-            task.status = detailed.task.status_message.clone();
-            if let Some(message) = &task.status {
-                task.reports += 1;
-                let progress = Progress::new(f64::from(task.reports)).message(message.clone());
-                self.pending.push_back(Ok(ToolOutput::progress(progress)));
-            }
-        }
-        match detailed.payload {
-            TaskPayload::Completed { result } => {
-                if result.get("isError") == Some(&serde_json::Value::Bool(true)) {
-                    self.operation.end(Outcome::ToolError);
-                }
-                self.end_task(result_from_json(result), true)
-            }
-            TaskPayload::Failed { error } => {
-                let err = match serde_json::from_value::<ErrorData>(error.into()) {
-                    Ok(data) => {
-                        self.operation.end(Outcome::Rpc {
-                            code: data.code.0,
-                            message: &data.message,
-                        });
-                        protocol_error(data)
-                    }
-                    Err(e) => ToolError::failed(format!("the task failed: {e}")),
-                };
-                self.end_task(vec![Err(err)], true)
-            }
-            TaskPayload::Cancelled => self.end_task(
-                vec![Err(ToolError::cancelled(
-                    "the MCP server cancelled the task",
-                ))],
-                true,
-            ),
-            TaskPayload::InputRequired { input_requests } => {
-                let id = task.id.clone();
-                let answered = match self.count_round() {
-                    Ok(()) => client.answer(input_requests).await,
-                    Err(err) => Err(err),
-                };
-                let sent = match answered {
-                    Ok(responses) => client
-                        .running
-                        .peer()
-                        .update_task(UpdateTaskParams::new(id, responses))
-                        .await
-                        .map_err(service_error),
-                    Err(err) => Err(err),
-                };
-                if let Err(err) = sent {
-                    self.end_task(vec![Err(err)], false);
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// The task is over: `ended` when the server says so; otherwise the
-    /// client gave up on it (an error here), and dropping the stream
-    /// cancels it.
-    pub(super) fn end_task(&mut self, items: Vec<ToolItem>, ended: bool) {
-        if ended {
-            self.guard.task = None;
-        }
-        // Unless the call's end was told already (a result, a JSON-RPC
-        // error), its first error is how it ended.
-        match items.iter().find_map(|item| item.as_ref().err()) {
-            None => self.operation.end(Outcome::Ok),
-            Some(err) => self.operation.end(Outcome::failed(err)),
-        }
-        self.task = None;
-        self.pending.extend(items);
     }
 }
