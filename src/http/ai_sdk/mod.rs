@@ -146,9 +146,11 @@ use crate::agent::AgentEvent;
 use crate::approval::CallerApprover;
 
 mod approvals;
+mod capacity;
 mod chunks;
 mod ids;
 pub mod log;
+mod mapper;
 mod refusal;
 mod request;
 mod resume;

@@ -19,8 +19,9 @@ use crate::approval::Decision;
 use crate::model::ModelService;
 
 use super::approvals::{split_approval_id, Approvals};
-use super::chunks::{Live, Open, Out};
+use super::chunks::{Live, Open};
 use super::ids::new_id;
+use super::mapper::Out;
 use super::refusal::{bad_request, refused, resume_refused, session_refused};
 use super::request::{Answer, ChatBody};
 use super::resume;
