@@ -53,6 +53,7 @@ mod journal;
 mod output;
 mod resume;
 mod run;
+mod running;
 mod search;
 mod service;
 mod session;

@@ -22,8 +22,9 @@ use http::Extensions;
 
 use crate::model::{Message, ModelService};
 
-use super::journal::{Journal, SessionGuard};
+use super::journal::Journal;
 use super::run::Run;
+use super::running::SessionGuard;
 use super::settings::Agent;
 use super::store::checkpoint::now_ms;
 use super::store::{RunStatus, StoreError};
