@@ -10,7 +10,8 @@
 //! * `Retry` with a user's `Policy` runs a call that failed again — never
 //!   one whose first item reached the caller;
 //! * `RateLimit` behind `Buffer` spaces the tool's starts;
-//! * `balance`'s pending-request load counts a call that is working.
+//! * `balance`'s pending-request load counts a call that is working;
+//! * over a remote MCP tool, `Timeout` bounds the time to its answer.
 //!
 //! All on tokio's paused clock: no real sleeps.
 
@@ -369,4 +370,46 @@ async fn tower_balance_counts_a_working_call_as_load() {
             call.await.unwrap().unwrap();
         }
     }
+}
+
+#[cfg(feature = "mcp")]
+#[tokio::test(start_paused = true)]
+async fn tower_timeout_bounds_a_remote_mcp_tool_until_its_answer() {
+    use toolstack::mcp::rmcp::ServiceExt as _;
+    use toolstack::mcp::{McpClient, McpServer};
+
+    // The `from_fn` tool, served over MCP (in memory), called as a remote
+    // tool: its call opens at the server's first progress or its result.
+    let log = Log::default();
+    let served = Toolbox::new().boxed(work_tool(Kind::Fn, &log, 0));
+    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        let running = McpServer::new(served).serve(server_io).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    let remote = McpClient::connect(client_io)
+        .await
+        .unwrap()
+        .toolbox()
+        .await
+        .unwrap();
+    let svc = ServiceBuilder::new()
+        .timeout(Duration::from_millis(100))
+        .service(BoxTool::with_info(ToolInfo::new("work"), remote));
+
+    let started = Instant::now();
+    let err = texts(svc.clone(), request(300)).await.unwrap_err();
+    assert!(
+        matches!(
+            err.kind(),
+            ErrorKind::Timeout {
+                phase: TimeoutPhase::Open
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(started.elapsed(), Duration::from_millis(100));
+
+    let answer = texts(svc, request(50)).await.unwrap();
+    assert_eq!(answer, ["done"]);
 }
