@@ -67,6 +67,43 @@ impl<S: Clone> Erased<S> {
     }
 }
 
+impl<S> Erased<S>
+where
+    S: Service<ToolRequest> + Clone + Send + Sync + 'static,
+    S::Error: Into<ToolError>,
+    S::Future: Send + 'static,
+    S::Response: Stream<Item = ToolItem> + Send + 'static,
+{
+    /// Asked with a waker that does nothing: a tool that is not ready now
+    /// goes into the call, whose polls drive its readiness with the
+    /// caller's waker (keeping its place in any queue).
+    fn ready_now(service: &mut S) -> Poll<Result<(), S::Error>> {
+        service.poll_ready(&mut Context::from_waker(std::task::Waker::noop()))
+    }
+
+    fn opening(future: S::Future) -> Pin<Box<dyn ErasedCall>> {
+        Box::pin(CallState::<S, S::Future, S::Response>::Opening { future })
+    }
+
+    /// The call of a handle that was not ready (it drives its readiness)
+    /// or whose readiness failed (it reports the error).
+    fn unready(
+        polled: Poll<Result<(), S::Error>>,
+        service: S,
+        request: ToolRequest,
+    ) -> Pin<Box<dyn ErasedCall>> {
+        match polled {
+            Poll::Ready(Err(err)) => Box::pin(CallState::<S, S::Future, S::Response>::Refused {
+                error: Some(err.into()),
+            }),
+            _ => Box::pin(CallState::<S, S::Future, S::Response>::Ready {
+                service,
+                request: Some(request),
+            }),
+        }
+    }
+}
+
 impl<S> ErasedTool for Erased<S>
 where
     S: Service<ToolRequest> + Clone + Send + Sync + 'static,
@@ -76,33 +113,44 @@ where
 {
     fn call(&self, request: ToolRequest) -> Pin<Box<dyn ErasedCall>> {
         let slot = &self.spare[thread_slot() & (self.spare.len() - 1)].0;
-        let mut service = slot
-            .try_lock()
-            .ok()
-            .and_then(|mut spare| spare.take())
-            .unwrap_or_else(|| Box::new(self.template.clone()));
-        // Asked with a waker that does nothing: a tool that is not ready
-        // now goes into the call, whose polls drive its readiness with the
-        // caller's waker (keeping its place in any queue).
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        match service.poll_ready(&mut cx) {
-            Poll::Ready(Ok(())) => {
-                let future = service.call(request);
-                // Called, so unready again and holding nothing: a spare.
-                if let Ok(mut spare) = slot.try_lock() {
-                    if spare.is_none() {
-                        *spare = Some(service);
+        // The spare is used where it lies, under one lock taken for the
+        // whole call: ready at once (the common case), it is called and
+        // stays the spare. A slot in use (another call on this thread
+        // slot, or a tool that calls itself) lends a clone instead.
+        let spare = match slot.try_lock() {
+            Ok(spare) => Some(spare),
+            // A call that panicked while it held the slot may have left its
+            // handle half-used: it is dropped, never lent again.
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => {
+                let mut spare = poisoned.into_inner();
+                *spare = None;
+                slot.clear_poison();
+                Some(spare)
+            }
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        match spare {
+            Some(mut spare) => {
+                let service = spare.get_or_insert_with(|| Box::new(self.template.clone()));
+                match Self::ready_now(service) {
+                    Poll::Ready(Ok(())) => Self::opening(service.call(request)),
+                    // Not ready, or failed: the handle goes with the call
+                    // (which drives or reports its readiness), not back.
+                    polled => {
+                        let service = spare
+                            .take()
+                            .unwrap_or_else(|| Box::new(self.template.clone()));
+                        Self::unready(polled, *service, request)
                     }
                 }
-                Box::pin(CallState::<S, S::Future, S::Response>::Opening { future })
             }
-            Poll::Ready(Err(err)) => Box::pin(CallState::<S, S::Future, S::Response>::Refused {
-                error: Some(err.into()),
-            }),
-            Poll::Pending => Box::pin(CallState::<S, S::Future, S::Response>::Ready {
-                service: *service,
-                request: Some(request),
-            }),
+            None => {
+                let mut service = self.template.clone();
+                match Self::ready_now(&mut service) {
+                    Poll::Ready(Ok(())) => Self::opening(service.call(request)),
+                    polled => Self::unready(polled, service, request),
+                }
+            }
         }
     }
 }

@@ -142,3 +142,30 @@ async fn a_readiness_failure_is_the_calls_error_and_the_next_call_starts_afresh(
     fail.store(false, Ordering::SeqCst);
     assert_eq!(text(&tool, "{}").await.unwrap(), "{}");
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_handle_whose_call_panicked_is_never_lent_again() {
+    // A raw tool whose `call` panics on "boom" (no catch-panic layer): the
+    // panic reaches the caller; the handle it held is dropped, the next
+    // call makes one fresh handle, and the calls after reuse that one.
+    let panicky = tool::raw(ToolInfo::new("echo"), |req: ToolRequest| {
+        assert_ne!(req.arguments(), "boom", "the tool's call panics");
+        futures_util::stream::iter([Ok(ToolOutput::text(req.arguments().to_owned()))])
+    });
+    let (service, clones, _) = probe(panicky);
+    let tool = BoxTool::with_info(ToolInfo::new("echo"), service);
+    assert_eq!(text(&tool, "{}").await.unwrap(), "{}");
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        drop(tool.call_shared(ToolRequest::new("echo", "boom")));
+    }));
+    assert!(panicked.is_err());
+    let before = clones.load(Ordering::SeqCst);
+    for _ in 0..3 {
+        assert_eq!(text(&tool, "{}").await.unwrap(), "{}");
+    }
+    assert_eq!(
+        clones.load(Ordering::SeqCst) - before,
+        1,
+        "one fresh handle, then reused"
+    );
+}
