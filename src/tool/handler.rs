@@ -28,7 +28,8 @@ pub trait Handler<Args> {
     /// Whether the function reads its context (which then carries a live
     /// progress reporter).
     const WANTS_CONTEXT: bool;
-    /// Starts the function. Nothing runs until the stream is polled.
+    /// Starts the function. Nothing runs until the stream is polled (by
+    /// the tool's response future, until its first item).
     fn call(&self, args: Args, context: ToolContext) -> Self::Stream;
 }
 
@@ -103,7 +104,7 @@ where
     const WANTS_CONTEXT: bool = true;
 
     fn call(&self, args: Args, context: ToolContext) -> Self::Stream {
-        Movable::new(OnceStream::new((self.0)(args, context)))
+        movable(OnceStream::new((self.0)(args, context)))
     }
 }
 
@@ -118,7 +119,7 @@ where
     const WANTS_CONTEXT: bool = false;
 
     fn call(&self, args: Args, _context: ToolContext) -> Self::Stream {
-        Movable::new(ErrInto {
+        movable(ErrInto {
             stream: (self.0)(args),
         })
     }
@@ -135,7 +136,7 @@ where
     const WANTS_CONTEXT: bool = true;
 
     fn call(&self, args: Args, context: ToolContext) -> Self::Stream {
-        Movable::new(ErrInto {
+        movable(ErrInto {
             stream: (self.0)(args, context),
         })
     }
@@ -202,48 +203,17 @@ where
 /// A stream kept on the heap, so that it can be polled, then moved on with
 /// its work under way: what a streaming tool's response stream continues
 /// with after its first item (one allocation per call).
-pub struct Movable<S> {
-    stream: Option<Pin<Box<S>>>,
-}
+pub type Movable<S> = Unpinned<Pin<Box<S>>>;
 
-impl<S> Movable<S> {
-    pub(super) fn new(stream: S) -> Self {
-        Movable {
-            stream: Some(Box::pin(stream)),
-        }
-    }
-}
-
-impl<S: Stream> Stream for Movable<S> {
-    type Item = S::Item;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
-        match self.stream.as_mut() {
-            Some(stream) => stream.as_mut().poll_next(cx),
-            None => Poll::Ready(None),
-        }
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        self.stream.as_ref().map_or((0, Some(0)), |s| s.size_hint())
-    }
-}
-
-impl<S: Stream> Running for Movable<S> {
-    type Rest = Movable<S>;
-
-    fn rest(mut self: Pin<&mut Self>) -> Movable<S> {
-        Movable {
-            stream: self.stream.take(),
-        }
-    }
+/// `stream` on the heap, as a [`Movable`].
+pub(super) fn movable<S>(stream: S) -> Movable<S> {
+    Unpinned::new(Box::pin(stream))
 }
 
 /// A stream that moves freely (`Unpin`), handed on as it is: how a
 /// hand-written tool whose stream is `Unpin` (a [`ToolStream`](crate::ToolStream), a boxed
 /// stream) opens at its first item, with no allocation (see
 /// [`open_at_first_item`](super::open_at_first_item)).
-#[derive(Debug)]
 pub struct Unpinned<S> {
     stream: Option<S>,
 }
@@ -281,14 +251,6 @@ impl<S: Stream + Unpin> Running for Unpinned<S> {
     }
 }
 
-impl<S> std::fmt::Debug for Movable<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Movable")
-            .field("taken", &self.stream.is_none())
-            .finish_non_exhaustive()
-    }
-}
-
 pin_project! {
     /// A stream whose error type is converted into [`ToolError`].
     pub struct ErrInto<S> {
@@ -313,5 +275,13 @@ where
 
     fn size_hint(&self) -> (usize, Option<usize>) {
         self.stream.size_hint()
+    }
+}
+
+impl<S> std::fmt::Debug for Unpinned<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Unpinned")
+            .field("taken", &self.stream.is_none())
+            .finish_non_exhaustive()
     }
 }

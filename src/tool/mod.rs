@@ -339,7 +339,7 @@ where
     }
 
     fn call(&mut self, request: ToolRequest) -> Self::Future {
-        ResponseFuture::running(Movable::new((self.f)(request)), AsIs, None)
+        ResponseFuture::running(handler::movable((self.f)(request)), AsIs, None)
     }
 }
 

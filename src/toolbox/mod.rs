@@ -52,7 +52,7 @@
 //! ```
 //! use tower::ServiceExt;
 //! // toolstack-layers' limit, which holds its permit until a call's stream
-//! // ends (tower's own of the same name lets go when the stream opens).
+//! // ends (tower's own of the same name lets go at the first item).
 //! use toolstack_layers::concurrency::ConcurrencyLimitLayer;
 //! use toolstack::{tool, ToolError, ToolRequest, ToolResult, Toolbox};
 //!

@@ -84,7 +84,8 @@ fn toolbox() -> Toolbox {
 }
 
 /// Our server on one end of an in-memory pipe, our client on the other.
-async fn in_memory(toolbox: Toolbox) -> McpClient {
+/// A client of `toolbox` served over MCP, in memory.
+pub(crate) async fn in_memory(toolbox: Toolbox) -> McpClient {
     let (server_io, client_io) = tokio::io::duplex(64 * 1024);
     tokio::spawn(async move {
         let running = McpServer::new(toolbox).serve(server_io).await.unwrap();

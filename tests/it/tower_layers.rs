@@ -163,6 +163,19 @@ fn first_text(kind: Kind) -> &'static str {
     }
 }
 
+/// tower's `Elapsed`, classified: the call did not open in time.
+fn assert_timed_out_opening(err: &ToolError, what: impl std::fmt::Debug) {
+    assert!(
+        matches!(
+            err.kind(),
+            ErrorKind::Timeout {
+                phase: TimeoutPhase::Open
+            }
+        ),
+        "{what:?}: {err}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn tower_timeout_fails_a_tool_that_has_not_begun_answering_in_time() {
     for kind in KINDS {
@@ -172,15 +185,7 @@ async fn tower_timeout_fails_a_tool_that_has_not_begun_answering_in_time() {
             .service(work_tool(kind, &log, 0));
         let started = Instant::now();
         let err = texts(svc.clone(), request(300)).await.unwrap_err();
-        assert!(
-            matches!(
-                err.kind(),
-                ErrorKind::Timeout {
-                    phase: TimeoutPhase::Open
-                }
-            ),
-            "{kind:?}: {err}"
-        );
+        assert_timed_out_opening(&err, kind);
         assert_eq!(started.elapsed(), Duration::from_millis(100), "{kind:?}");
         assert_eq!(
             log.running.load(Ordering::SeqCst),
@@ -375,39 +380,18 @@ async fn tower_balance_counts_a_working_call_as_load() {
 #[cfg(feature = "mcp")]
 #[tokio::test(start_paused = true)]
 async fn tower_timeout_bounds_a_remote_mcp_tool_until_its_answer() {
-    use toolstack::mcp::rmcp::ServiceExt as _;
-    use toolstack::mcp::{McpClient, McpServer};
-
     // The `from_fn` tool, served over MCP (in memory), called as a remote
     // tool: its call opens at the server's first progress or its result.
     let log = Log::default();
     let served = Toolbox::new().boxed(work_tool(Kind::Fn, &log, 0));
-    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
-    tokio::spawn(async move {
-        let running = McpServer::new(served).serve(server_io).await.unwrap();
-        let _ = running.waiting().await;
-    });
-    let remote = McpClient::connect(client_io)
-        .await
-        .unwrap()
-        .toolbox()
-        .await
-        .unwrap();
+    let remote = crate::mcp::in_memory(served).await.toolbox().await.unwrap();
     let svc = ServiceBuilder::new()
         .timeout(Duration::from_millis(100))
         .service(BoxTool::with_info(ToolInfo::new("work"), remote));
 
     let started = Instant::now();
     let err = texts(svc.clone(), request(300)).await.unwrap_err();
-    assert!(
-        matches!(
-            err.kind(),
-            ErrorKind::Timeout {
-                phase: TimeoutPhase::Open
-            }
-        ),
-        "{err}"
-    );
+    assert_timed_out_opening(&err, "remote");
     assert_eq!(started.elapsed(), Duration::from_millis(100));
 
     let answer = texts(svc, request(50)).await.unwrap();

@@ -12,8 +12,9 @@ use super::ConcurrencyLimit;
 ///
 /// **Not tower's `ConcurrencyLimitLayer`**, though it has its name: tower's
 /// (`tower::limit::ConcurrencyLimitLayer`) releases its permit when the
-/// response future resolves — for a tool, when its stream *opens* — so it
-/// limits how many calls start, not how many run. This one holds the
+/// response future resolves — for a tool, at its first item — so it
+/// limits how many calls work toward their first item, not how many
+/// streams run. This one holds the
 /// permit until the stream ends, fails or is dropped. Over tools, use this
 /// one; see the [module docs](super).
 #[derive(Debug, Clone)]
