@@ -61,6 +61,7 @@ pub mod agent;
 pub mod approval;
 pub mod arguments;
 pub mod boxed;
+pub mod embed;
 pub mod error;
 pub mod guardrail;
 #[cfg(feature = "http")]

@@ -10,7 +10,7 @@ use http::Extensions;
 use tracing::Instrument;
 
 use crate::tool::{Decode, JsonDecoder};
-use crate::toolbox::{ToolSearch, MAX_QUERY_CHARS};
+use crate::toolbox::{Found, ToolSearch, MAX_QUERY_CHARS};
 use crate::{ErrorKind, ToolError, ToolInfo, ToolOutput, ToolResult};
 
 /// The name of the tool a model searches deferred tools with.
@@ -77,11 +77,12 @@ pub(super) async fn search(
         gen_ai.tool.call.id = %call_id,
         gen_ai.tool.type = "function",
         toolstack.search.found = tracing::field::Empty,
+        toolstack.search.ranking = tracing::field::Empty,
         error.type = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
     );
     let run = async {
-        let searched = run(search, arguments, extensions, default_limit);
+        let searched = run(search, arguments, extensions, default_limit).await;
         let span = tracing::Span::current();
         match &searched {
             Ok(searched) => {
@@ -100,7 +101,7 @@ pub(super) async fn search(
     run.instrument(span).await
 }
 
-fn run(
+async fn run(
     search: &ToolSearch,
     arguments: &str,
     extensions: &Extensions,
@@ -123,11 +124,24 @@ fn run(
             )))
         }
     };
-    let found = search.search(&query, extensions, limit);
+    let Found {
+        tools: found,
+        closest,
+        ranking,
+        ..
+    } = search.find(&query, extensions, limit).await;
+    tracing::Span::current().record("toolstack.search.ranking", ranking.as_str());
+    let quoted_query: String = query.chars().take(100).collect();
+    if found.is_empty() && !closest.is_empty() {
+        let message = format!(
+            "no tool fits `{quoted_query}` (the closest are {}, none loaded); search again with other words, or go on without a tool",
+            closest.join(", ")
+        );
+        return Err(ToolError::new(ErrorKind::NotFound, message));
+    }
     if found.is_empty() {
         let message = format!(
-            "no tool matches `{}`; search again with other words: what the tool does, or the name of the service",
-            query.chars().take(100).collect::<String>()
+            "no tool matches `{quoted_query}`; search again with other words: what the tool does, or the name of the service"
         );
         return Err(ToolError::new(ErrorKind::NotFound, message));
     }
@@ -138,6 +152,9 @@ fn run(
     for info in &found {
         text.push_str("\n- ");
         text.push_str(info.name());
+        text.push_str(" (");
+        text.push_str(effects(info));
+        text.push(')');
         if let Some(description) = info.description() {
             text.push_str(": ");
             let mut quoted: String = description.chars().take(QUOTED_DESCRIPTION_CHARS).collect();
@@ -153,4 +170,20 @@ fn run(
         found: found.iter().map(|info| info.name().to_owned()).collect(),
         result,
     })
+}
+
+/// What a tool does to the world, by its MCP annotations, as a search
+/// result says it: so that a model asked to read is not handed a tool that
+/// writes without knowing it. MCP's defaults apply to what is not said: a
+/// tool not marked read-only may write, and one that writes may destroy.
+fn effects(info: &ToolInfo) -> &'static str {
+    let annotations = info.annotations();
+    match (annotations.read_only_hint, annotations.destructive_hint) {
+        (Some(true), _) => "reads only",
+        (Some(false), Some(false)) => "writes, does not delete",
+        (Some(false), _) => "writes, may delete",
+        (None, Some(false)) => "may write, does not delete",
+        (None, Some(true)) => "may write and delete",
+        (None, None) => "effects not declared",
+    }
 }

@@ -115,8 +115,35 @@ impl<M> Agent<M> {
         self
     }
 
-    /// The search over the toolbox's deferred tools, if it has any.
-    pub(super) fn tool_search(&self) -> Option<&Arc<ToolSearch>> {
+    /// The search the model's `search_tools` calls go to: by default one
+    /// by words over the toolbox's deferred tools, built at the first run
+    /// that needs it. Give one built by meaning as well
+    /// ([`ToolSearch::hybrid`]) to rank by what a request means:
+    ///
+    /// ```no_run
+    /// # async fn f(model: impl toolstack::model::ModelService, toolbox: toolstack::Toolbox, embeddings: toolstack::embed::Embeddings) {
+    /// use toolstack::agent::Agent;
+    /// use toolstack::toolbox::ToolSearch;
+    ///
+    /// let search = ToolSearch::hybrid(&toolbox, &embeddings).await.min_similarity(0.2);
+    /// let agent = Agent::new(model, toolbox).tool_search(search);
+    /// # }
+    /// ```
+    ///
+    /// A search built over another toolbox finds tools this agent may not
+    /// have: build it over the agent's own.
+    pub fn tool_search(self, search: ToolSearch) -> Self {
+        let cell = OnceLock::new();
+        let _ = cell.set(Some(Arc::new(search)));
+        Agent {
+            search: Arc::new(cell),
+            ..self
+        }
+    }
+
+    /// The search over the toolbox's deferred tools, if it has any (or
+    /// the one given).
+    pub(super) fn deferred_search(&self) -> Option<&Arc<ToolSearch>> {
         self.search
             .get_or_init(|| {
                 self.toolbox

@@ -44,7 +44,7 @@ mod message;
 mod openai;
 mod price;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
-mod provider;
+pub(crate) mod provider;
 pub mod record;
 mod scripted;
 mod service;

@@ -113,7 +113,7 @@ use error::Clash;
 pub use error::{DuplicateTool, ToolboxError, ToolboxErrorKind};
 use names::NameRepair;
 pub use names::{MAX_NAME_CHARS, QUOTED_NAME_CHARS};
-pub use search::{ToolSearch, MAX_QUERY_CHARS};
+pub use search::{Found, Ranking, ToolSearch, MAX_QUERY_CHARS};
 
 const LINEAR_LOOKUP_MAX: usize = 16;
 

@@ -42,6 +42,10 @@ mod chunk_log;
 mod compaction;
 #[cfg(all(feature = "http", feature = "redis", feature = "sqlite"))]
 mod durable_runs;
+#[cfg(feature = "openai")]
+mod embed_http;
+#[cfg(feature = "local-embeddings")]
+mod embed_local;
 mod fuzz_regressions;
 #[cfg(feature = "http")]
 mod http;
@@ -63,6 +67,7 @@ mod schema;
 mod seed_tools;
 mod shared_quota;
 mod tool_search;
+mod tool_search_meaning;
 mod toolbox;
 #[cfg(feature = "mcp")]
 mod toolbox_mcp;

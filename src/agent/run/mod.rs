@@ -134,7 +134,7 @@ where
         extensions.remove::<crate::approval::BindingDecision>();
         let visible: Arc<[ToolInfo]> = agent.toolbox.infos_for(&extensions).cloned().collect();
         let loaded = agent
-            .tool_search()
+            .deferred_search()
             .map(|_| Arc::from(journal.loaded_tools()));
         let tools = shown(&agent, &visible, loaded.as_deref());
         let step = Arc::new(std::sync::Mutex::new(StepState::default()));

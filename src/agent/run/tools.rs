@@ -56,7 +56,7 @@ where
                 let name = &record.call.name;
                 let refused = self.current.refuses(name).or_else(|| self.not_loaded(name));
                 let search = match name == SEARCH_TOOLS && self.searches() {
-                    true => self.agent.tool_search().map(|search| SearchCall {
+                    true => self.agent.deferred_search().map(|search| SearchCall {
                         search: Arc::clone(search),
                         limit: self.agent.search_limit,
                     }),

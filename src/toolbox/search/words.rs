@@ -1,236 +1,51 @@
-//! Deferred tools, and the search that finds them.
-//!
-//! A toolbox merged from a few MCP servers easily holds hundreds of tools,
-//! and their definitions cost tens of thousands of tokens on every model
-//! call. [`Toolbox::deferred`] marks tools to keep out of the model's
-//! view; a [`ToolSearch`] ranks them for a query, and the agent shows the
-//! model a `search_tools` tool that loads what it finds for the rest of
-//! the run (see the agent's docs).
-//!
-//! The ranking is BM25 (the `bm25` crate's scorer) over each tool's name,
-//! description and parameters (names and descriptions), with our own
-//! small tokenizer: words
-//! split at punctuation, `snake_case` and `camelCase`, English stop words
-//! dropped, each word stemmed (Snowball's English stemmer), and a query's
-//! words widened by a table of the words tool descriptions and people use
-//! for the same thing (`delete` finds `remove`, `bug` finds `issue`,
-//! `rain` finds `forecast`).
+//! The ranking by words: BM25 (the `bm25` crate's scorer) over each
+//! tool's indexed text, with our own small tokenizer — words split at
+//! punctuation, `snake_case` and `camelCase`, English stop words dropped,
+//! each word stemmed (Snowball's English stemmer) — and a query's words
+//! widened by a table of the words tool descriptions and people use for
+//! the same thing (`delete` finds `remove`, `bug` finds `issue`, `rain`
+//! finds `forecast`).
 
 use std::collections::HashSet;
-use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use bm25::{
     Embedder, EmbedderBuilder, Embedding, Scorer, TokenEmbedder, TokenEmbedding, Tokenizer,
 };
-use http::Extensions;
 use rust_stemmers::{Algorithm, Stemmer};
-
-use crate::ToolInfo;
-
-use super::Toolbox;
-
-/// The longest query a search takes, in characters: a model writes it, so
-/// it is bounded.
-pub const MAX_QUERY_CHARS: usize = 1_000;
 
 /// The most distinct words of a query that are scored.
 const MAX_QUERY_WORDS: usize = 32;
 
-/// How much more a word of the tool's name counts than one of its
-/// description (the name is repeated in the indexed text).
-const NAME_WEIGHT: usize = 2;
-
-impl Toolbox {
-    /// Marks every tool now in this toolbox as *deferred*: listed and
-    /// callable as before (by [`infos`](Toolbox::infos), over HTTP and
-    /// MCP), but kept out of a model's view by an agent until a search
-    /// finds it.
-    ///
-    /// The mark goes with each tool through [`merge`](Toolbox::merge),
-    /// [`nest`](Toolbox::nest), renames and layers, so a large remote
-    /// toolbox is deferred as it is merged:
-    ///
-    /// ```
-    /// use toolstack::{tool, ToolError, Toolbox};
-    ///
-    /// # #[derive(serde::Deserialize, schemars::JsonSchema)] struct Q { q: String }
-    /// let always = Toolbox::new().tool(tool::from_fn("search_docs", |_: Q| async {
-    ///     Ok::<_, ToolError>("…")
-    /// }));
-    /// let many = Toolbox::new().tool(tool::from_fn("create_issue", |_: Q| async {
-    ///     Ok::<_, ToolError>("…")
-    /// }));
-    /// let toolbox = Toolbox::new().merge(always).nest_with("github", '_', many.deferred());
-    /// assert!(!toolbox.is_deferred("search_docs"));
-    /// assert!(toolbox.is_deferred("github_create_issue"));
-    /// ```
-    pub fn deferred(mut self) -> Self {
-        if self.inner.entries.iter().all(|e| e.deferred) {
-            return self;
-        }
-        for entry in &mut std::sync::Arc::make_mut(&mut self.inner).entries {
-            entry.deferred = true;
-        }
-        self
-    }
-
-    /// Whether the tool of that name is deferred (`false` for a name not
-    /// in the toolbox).
-    pub fn is_deferred(&self, name: &str) -> bool {
-        self.entry(name).is_some_and(|e| e.deferred)
-    }
-
-    /// Whether any tool in the toolbox is deferred.
-    pub fn has_deferred(&self) -> bool {
-        self.inner.entries.iter().any(|e| e.deferred)
-    }
+/// The BM25 index of a search's tools, by their position in the toolbox.
+pub(super) struct WordIndex {
+    scorer: Scorer<usize, u32>,
 }
 
-/// A search over a toolbox's deferred tools, ranked by BM25 over their
-/// names, descriptions and parameters.
-///
-/// Built once (it indexes every deferred tool, whoever may see it); each
-/// search returns only the tools the caller may see, by the toolbox's
-/// resolvers, so a caller never finds a tool it could not call.
-///
-/// ```
-/// use toolstack::toolbox::ToolSearch;
-/// use toolstack::{tool, ToolError, Toolbox};
-///
-/// # #[derive(serde::Deserialize, schemars::JsonSchema)] struct Args { id: String }
-/// fn tool_named(name: &'static str, description: &'static str) -> Toolbox {
-///     Toolbox::new().tool(
-///         tool::from_fn(name, |_: Args| async { Ok::<_, ToolError>("") }).with_description(description),
-///     )
-/// }
-/// let toolbox = Toolbox::new()
-///     .merge(tool_named("jira_create_issue", "Create a new issue in a Jira project."))
-///     .merge(tool_named("slack_post_message", "Post a message to a Slack channel."))
-///     .deferred();
-/// let search = ToolSearch::new(&toolbox);
-/// let found = search.search("file a bug in jira", &http::Extensions::new(), 1);
-/// assert_eq!(found[0].name(), "jira_create_issue");
-/// ```
-#[derive(Clone)]
-pub struct ToolSearch {
-    toolbox: Toolbox,
-    index: Arc<(Embedder<u32, Words>, Scorer<usize, u32>)>,
-    /// The entries indexed, by position in the toolbox.
-    indexed: usize,
-}
-
-impl ToolSearch {
-    /// A search over `toolbox`'s deferred tools.
-    pub fn new(toolbox: &Toolbox) -> Self {
-        Self::over(toolbox, |deferred| deferred)
-    }
-
-    /// A search over every tool of `toolbox`, deferred or not.
-    pub fn all(toolbox: &Toolbox) -> Self {
-        Self::over(toolbox, |_| true)
-    }
-
-    fn over(toolbox: &Toolbox, take: impl Fn(bool) -> bool) -> Self {
-        let documents: Vec<(usize, String)> = toolbox
-            .inner
-            .entries
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| take(e.deferred))
-            .map(|(at, e)| (at, document(e.tool.info())))
-            .collect();
+impl WordIndex {
+    /// An index of `documents` (a tool's position and indexed text).
+    pub(super) fn new(documents: &[(usize, String)]) -> Self {
         let corpus: Vec<&str> = documents.iter().map(|(_, text)| text.as_str()).collect();
         let embedder: Embedder<u32, Words> =
             EmbedderBuilder::with_tokenizer_and_fit_to_corpus(Words::new(), &corpus).build();
         let mut scorer = Scorer::new();
-        for (at, text) in &documents {
+        for (at, text) in documents {
             scorer.upsert(at, embedder.embed(text));
         }
-        ToolSearch {
-            toolbox: toolbox.clone(),
-            index: Arc::new((embedder, scorer)),
-            indexed: documents.len(),
-        }
+        WordIndex { scorer }
     }
 
-    /// The number of tools indexed.
-    pub fn len(&self) -> usize {
-        self.indexed
-    }
-
-    /// Whether no tool is indexed.
-    pub fn is_empty(&self) -> bool {
-        self.indexed == 0
-    }
-
-    /// The (at most `limit`) tools that best match `query` among those a
-    /// caller with these `extensions` may see, best first; none when no
-    /// word of the query (or a synonym of one) is in any tool's text. A query longer than [`MAX_QUERY_CHARS`] is cut there, and
-    /// at most its first 32 distinct words are scored.
-    pub fn search<'a>(
-        &'a self,
-        query: &str,
-        extensions: &Extensions,
-        limit: usize,
-    ) -> Vec<&'a ToolInfo> {
-        let query = match query.char_indices().nth(MAX_QUERY_CHARS) {
-            Some((cut, _)) => &query[..cut],
-            None => query,
-        };
+    /// The tools that share a word (or a synonym of one) with `query`, by
+    /// position, best first; equal scores in the toolbox's order.
+    pub(super) fn rank(&self, query: &str) -> Vec<(usize, f32)> {
         let embedding = Words::new().query(query);
-        if embedding.is_empty() || limit == 0 {
+        if embedding.is_empty() {
             return Vec::new();
         }
-        let entries = &self.toolbox.inner.entries;
-        let mut matches = self.index.1.matches(&embedding);
-        // Equal scores in the toolbox's order: the same answer every time.
+        let mut matches = self.scorer.matches(&embedding);
         matches.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
-        matches
-            .into_iter()
-            .filter_map(|m| entries.get(m.id))
-            .filter(|entry| self.toolbox.is_visible(entry, extensions))
-            .take(limit)
-            .map(|entry| entry.tool.info())
-            .collect()
+        matches.into_iter().map(|m| (m.id, m.score)).collect()
     }
-}
-
-impl fmt::Debug for ToolSearch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ToolSearch")
-            .field("tools", &self.indexed)
-            .finish()
-    }
-}
-
-/// What a tool is indexed by: its name (weighted), description, and its
-/// parameters' names and descriptions.
-fn document(info: &ToolInfo) -> String {
-    let mut text = String::new();
-    for _ in 0..NAME_WEIGHT {
-        text.push_str(info.name());
-        text.push(' ');
-    }
-    if let Some(description) = info.description() {
-        text.push_str(description);
-        text.push(' ');
-    }
-    if let Some(properties) = info
-        .input_schema()
-        .get("properties")
-        .and_then(|p| p.as_object())
-    {
-        for (name, property) in properties {
-            text.push_str(name);
-            text.push(' ');
-            if let Some(description) = property.get("description").and_then(|d| d.as_str()) {
-                text.push_str(description);
-                text.push(' ');
-            }
-        }
-    }
-    text
 }
 
 /// Our tokenizer: words split at punctuation, `snake_case` and

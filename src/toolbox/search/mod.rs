@@ -1,0 +1,502 @@
+//! Deferred tools, and the search that finds them.
+//!
+//! A toolbox merged from a few MCP servers easily holds hundreds of tools,
+//! and their definitions cost tens of thousands of tokens on every model
+//! call. [`Toolbox::deferred`] marks tools to keep out of the model's
+//! view; a [`ToolSearch`] ranks them for a query, and the agent shows the
+//! model a `search_tools` tool that loads what it finds for the rest of
+//! the run (see the agent's docs).
+//!
+//! A search ranks by words (BM25 over each tool's name, description and
+//! parameters, see `words.rs`) and, given [`Embeddings`], by meaning too:
+//! the cosine similarity of the query's vector to each tool's, the two
+//! rankings fused by reciprocal rank. A query that the embedder cannot
+//! embed in time is ranked by words alone, and the search says so.
+
+use std::fmt;
+use std::sync::Arc;
+
+use http::Extensions;
+
+use crate::embed::{cosine, EmbedError, Embeddings};
+use crate::ToolInfo;
+
+use super::Toolbox;
+
+mod words;
+
+use words::WordIndex;
+
+/// The longest query a search takes, in characters: a model writes it, so
+/// it is bounded.
+pub const MAX_QUERY_CHARS: usize = 1_000;
+
+/// How much more a word of the tool's name counts than one of its
+/// description (the name is repeated in the indexed text).
+const NAME_WEIGHT: usize = 2;
+
+/// Reciprocal-rank fusion's constant: a tool's fused score is the sum,
+/// over the rankings, of `1 / (RRF_K + its rank)`.
+const RRF_K: f32 = 60.0;
+
+impl Toolbox {
+    /// Marks every tool now in this toolbox as *deferred*: listed and
+    /// callable as before (by [`infos`](Toolbox::infos), over HTTP and
+    /// MCP), but kept out of a model's view by an agent until a search
+    /// finds it.
+    ///
+    /// The mark goes with each tool through [`merge`](Toolbox::merge),
+    /// [`nest`](Toolbox::nest), renames and layers, so a large remote
+    /// toolbox is deferred as it is merged:
+    ///
+    /// ```
+    /// use toolstack::{tool, ToolError, Toolbox};
+    ///
+    /// # #[derive(serde::Deserialize, schemars::JsonSchema)] struct Q { q: String }
+    /// let always = Toolbox::new().tool(tool::from_fn("search_docs", |_: Q| async {
+    ///     Ok::<_, ToolError>("…")
+    /// }));
+    /// let many = Toolbox::new().tool(tool::from_fn("create_issue", |_: Q| async {
+    ///     Ok::<_, ToolError>("…")
+    /// }));
+    /// let toolbox = Toolbox::new().merge(always).nest_with("github", '_', many.deferred());
+    /// assert!(!toolbox.is_deferred("search_docs"));
+    /// assert!(toolbox.is_deferred("github_create_issue"));
+    /// ```
+    pub fn deferred(mut self) -> Self {
+        if self.inner.entries.iter().all(|e| e.deferred) {
+            return self;
+        }
+        for entry in &mut std::sync::Arc::make_mut(&mut self.inner).entries {
+            entry.deferred = true;
+        }
+        self
+    }
+
+    /// Whether the tool of that name is deferred (`false` for a name not
+    /// in the toolbox).
+    pub fn is_deferred(&self, name: &str) -> bool {
+        self.entry(name).is_some_and(|e| e.deferred)
+    }
+
+    /// Whether any tool in the toolbox is deferred.
+    pub fn has_deferred(&self) -> bool {
+        self.inner.entries.iter().any(|e| e.deferred)
+    }
+}
+
+/// A search over a toolbox's deferred tools: ranked by words (BM25 over
+/// their names, descriptions and parameters) and, when built with
+/// [`Embeddings`], by meaning as well.
+///
+/// Built once (it indexes every deferred tool, whoever may see it); each
+/// search returns only the tools the caller may see, by the toolbox's
+/// resolvers, so a caller never finds a tool it could not call.
+///
+/// ```
+/// use toolstack::toolbox::ToolSearch;
+/// use toolstack::{tool, ToolError, Toolbox};
+///
+/// # #[derive(serde::Deserialize, schemars::JsonSchema)] struct Args { id: String }
+/// fn tool_named(name: &'static str, description: &'static str) -> Toolbox {
+///     Toolbox::new().tool(
+///         tool::from_fn(name, |_: Args| async { Ok::<_, ToolError>("") }).with_description(description),
+///     )
+/// }
+/// let toolbox = Toolbox::new()
+///     .merge(tool_named("jira_create_issue", "Create a new issue in a Jira project."))
+///     .merge(tool_named("slack_post_message", "Post a message to a Slack channel."))
+///     .deferred();
+/// let search = ToolSearch::new(&toolbox);
+/// let found = search.search("file a bug in jira", &http::Extensions::new(), 1);
+/// assert_eq!(found[0].name(), "jira_create_issue");
+/// ```
+#[derive(Clone)]
+pub struct ToolSearch {
+    toolbox: Toolbox,
+    index: Arc<Index>,
+    /// The least cosine similarity of the best tool to a query for a
+    /// search by meaning to find anything.
+    min_similarity: f32,
+}
+
+struct Index {
+    words: WordIndex,
+    meaning: Option<Meaning>,
+    /// The entries indexed, by position in the toolbox.
+    indexed: usize,
+    /// Why the tools could not be embedded, when they could not.
+    unembedded: Option<EmbedError>,
+}
+
+/// The tools' vectors, by position in the toolbox.
+struct Meaning {
+    embeddings: Embeddings,
+    vectors: Vec<(usize, Arc<[f32]>)>,
+}
+
+/// What a [`ToolSearch::find`] found.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Found<'a> {
+    /// The tools that fit the query, best first: empty when none does.
+    pub tools: Vec<&'a ToolInfo>,
+    /// When no tool fits well enough (below the search's
+    /// [`min_similarity`](ToolSearch::min_similarity)): the closest tools'
+    /// names, best first, none of them loaded.
+    pub closest: Vec<&'a str>,
+    /// How the tools were ranked.
+    pub ranking: Ranking,
+}
+
+/// How a search ranked the tools.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Ranking {
+    /// By words alone: the search has no embeddings.
+    Words,
+    /// By words and by meaning, fused.
+    Hybrid,
+    /// By words alone, because the embedder failed (on the query, or on
+    /// the tools when the search was built).
+    WordsAfter(EmbedError),
+}
+
+impl Ranking {
+    /// A short name for spans and logs: `words`, `hybrid`, or
+    /// `words (embedder failed)`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Ranking::Words => "words",
+            Ranking::Hybrid => "hybrid",
+            Ranking::WordsAfter(_) => "words (embedder failed)",
+        }
+    }
+}
+
+impl ToolSearch {
+    /// A search over `toolbox`'s deferred tools, by words.
+    pub fn new(toolbox: &Toolbox) -> Self {
+        Self::by_words(toolbox, |deferred| deferred)
+    }
+
+    /// A search over every tool of `toolbox`, deferred or not, by words.
+    pub fn all(toolbox: &Toolbox) -> Self {
+        Self::by_words(toolbox, |_| true)
+    }
+
+    /// A search over `toolbox`'s deferred tools by words and by meaning:
+    /// each tool's indexed text is embedded now, through `embeddings`'
+    /// cache (a tool whose text did not change since the cache saw it is
+    /// not embedded again). When the embedder fails, the search ranks by
+    /// words alone and [`find`](Self::find) says why; the error is logged.
+    pub async fn hybrid(toolbox: &Toolbox, embeddings: &Embeddings) -> Self {
+        Self::with_meaning(toolbox, embeddings, |deferred| deferred).await
+    }
+
+    /// [`hybrid`](Self::hybrid) over every tool of `toolbox`.
+    pub async fn hybrid_all(toolbox: &Toolbox, embeddings: &Embeddings) -> Self {
+        Self::with_meaning(toolbox, embeddings, |_| true).await
+    }
+
+    fn documents(toolbox: &Toolbox, take: impl Fn(bool) -> bool) -> Vec<(usize, String)> {
+        toolbox
+            .inner
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| take(e.deferred))
+            .map(|(at, e)| (at, document(e.tool.info())))
+            .collect()
+    }
+
+    fn by_words(toolbox: &Toolbox, take: impl Fn(bool) -> bool) -> Self {
+        let documents = Self::documents(toolbox, take);
+        Self::from_index(
+            toolbox,
+            Index {
+                words: WordIndex::new(&documents),
+                meaning: None,
+                indexed: documents.len(),
+                unembedded: None,
+            },
+        )
+    }
+
+    async fn with_meaning(
+        toolbox: &Toolbox,
+        embeddings: &Embeddings,
+        take: impl Fn(bool) -> bool,
+    ) -> Self {
+        let documents = Self::documents(toolbox, take);
+        let texts: Vec<String> = documents
+            .iter()
+            .map(|(at, _)| meaning_text(toolbox.inner.entries[*at].tool.info()))
+            .collect();
+        let (meaning, unembedded) = match embeddings.embed(&texts).await {
+            Ok(vectors) => (
+                Some(Meaning {
+                    embeddings: embeddings.clone(),
+                    vectors: documents.iter().map(|(at, _)| *at).zip(vectors).collect(),
+                }),
+                None,
+            ),
+            Err(err) => {
+                tracing::warn!(
+                    model = embeddings.model(),
+                    error = %err,
+                    "tool search: the tools could not be embedded; ranking by words alone"
+                );
+                (None, Some(err))
+            }
+        };
+        Self::from_index(
+            toolbox,
+            Index {
+                words: WordIndex::new(&documents),
+                meaning,
+                indexed: documents.len(),
+                unembedded,
+            },
+        )
+    }
+
+    fn from_index(toolbox: &Toolbox, index: Index) -> Self {
+        ToolSearch {
+            toolbox: toolbox.clone(),
+            index: Arc::new(index),
+            min_similarity: 0.0,
+        }
+    }
+
+    /// The least cosine similarity between a query and its best tool for a
+    /// search by meaning to find anything (0 by default: any). Below it,
+    /// [`find`](Self::find) answers that no tool fits and names the
+    /// closest. What fits depends on the model; measure it on queries that
+    /// have no right tool (docs/benchmarks.md has the figure for
+    /// all-MiniLM-L6-v2).
+    pub fn min_similarity(mut self, least: f32) -> Self {
+        self.min_similarity = least;
+        self
+    }
+
+    /// The number of tools indexed.
+    pub fn len(&self) -> usize {
+        self.index.indexed
+    }
+
+    /// Whether no tool is indexed.
+    pub fn is_empty(&self) -> bool {
+        self.index.indexed == 0
+    }
+
+    /// Whether this search ranks by meaning (built with embeddings that
+    /// embedded its tools).
+    pub fn ranks_by_meaning(&self) -> bool {
+        self.index.meaning.is_some()
+    }
+
+    /// The (at most `limit`) tools that best match `query` among those a
+    /// caller with these `extensions` may see, best first, **by words
+    /// alone**; none when no word of the query (or a synonym of one) is in
+    /// any tool's text. A query longer than [`MAX_QUERY_CHARS`] is cut
+    /// there, and at most its first 32 distinct words are scored.
+    /// [`find`](Self::find) ranks by meaning too.
+    pub fn search<'a>(
+        &'a self,
+        query: &str,
+        extensions: &Extensions,
+        limit: usize,
+    ) -> Vec<&'a ToolInfo> {
+        if limit == 0 {
+            return Vec::new();
+        }
+        let ranked = self.index.words.rank(bounded(query));
+        self.visible(ranked.into_iter().map(|(at, _)| at), extensions)
+            .take(limit)
+            .collect()
+    }
+
+    /// The (at most `limit`) tools that best match `query` among those a
+    /// caller with these `extensions` may see, best first, with how they
+    /// were ranked. With embeddings, by words and meaning fused; when the
+    /// best visible tool's similarity to the query is below
+    /// [`min_similarity`](Self::min_similarity), no tool fits and
+    /// [`Found::closest`] names the nearest three. When the query cannot be
+    /// embedded (the embedder failed or took longer than its bound), by
+    /// words alone, logged and said in [`Found::ranking`] — never an error.
+    pub async fn find<'a>(
+        &'a self,
+        query: &str,
+        extensions: &Extensions,
+        limit: usize,
+    ) -> Found<'a> {
+        let query = bounded(query);
+        let Some(meaning) = &self.index.meaning else {
+            let ranking = match &self.index.unembedded {
+                Some(err) => Ranking::WordsAfter(err.clone()),
+                None => Ranking::Words,
+            };
+            return Found {
+                tools: self.search(query, extensions, limit),
+                closest: Vec::new(),
+                ranking,
+            };
+        };
+        let vector = match meaning.embeddings.embed_query(query).await {
+            Ok(vector) => vector,
+            Err(err) => {
+                tracing::warn!(
+                    model = meaning.embeddings.model(),
+                    error = %err,
+                    "tool search: the query could not be embedded; ranking by words alone"
+                );
+                return Found {
+                    tools: self.search(query, extensions, limit),
+                    closest: Vec::new(),
+                    ranking: Ranking::WordsAfter(err),
+                };
+            }
+        };
+        let by_meaning = meaning.rank(&vector);
+        let best = self
+            .visible_with(
+                by_meaning.iter().map(|&(at, similarity)| (at, similarity)),
+                extensions,
+            )
+            .next();
+        if let Some((_, similarity)) = best {
+            if similarity < self.min_similarity {
+                let closest = self
+                    .visible(by_meaning.iter().map(|&(at, _)| at), extensions)
+                    .take(3)
+                    .map(ToolInfo::name)
+                    .collect();
+                return Found {
+                    tools: Vec::new(),
+                    closest,
+                    ranking: Ranking::Hybrid,
+                };
+            }
+        }
+        let by_words = self.index.words.rank(query);
+        let fused = fuse(&by_words, &by_meaning);
+        Found {
+            tools: self
+                .visible(fused.into_iter(), extensions)
+                .take(limit)
+                .collect(),
+            closest: Vec::new(),
+            ranking: Ranking::Hybrid,
+        }
+    }
+
+    /// The tools at `positions` that a caller with `extensions` may see.
+    fn visible<'a: 'e, 'e>(
+        &'a self,
+        positions: impl Iterator<Item = usize> + 'e,
+        extensions: &'e Extensions,
+    ) -> impl Iterator<Item = &'a ToolInfo> + 'e {
+        self.visible_with(positions.map(|at| (at, ())), extensions)
+            .map(|(info, ())| info)
+    }
+
+    fn visible_with<'a: 'e, 'e, T: 'e>(
+        &'a self,
+        positions: impl Iterator<Item = (usize, T)> + 'e,
+        extensions: &'e Extensions,
+    ) -> impl Iterator<Item = (&'a ToolInfo, T)> + 'e {
+        let entries = &self.toolbox.inner.entries;
+        positions
+            .filter_map(|(at, t)| entries.get(at).map(|entry| (entry, t)))
+            .filter(|(entry, _)| self.toolbox.is_visible(entry, extensions))
+            .map(|(entry, t)| (entry.tool.info(), t))
+    }
+}
+
+impl Meaning {
+    /// Every tool by its similarity to `query`, best first; equal
+    /// similarities in the toolbox's order.
+    fn rank(&self, query: &[f32]) -> Vec<(usize, f32)> {
+        let mut ranked: Vec<(usize, f32)> = self
+            .vectors
+            .iter()
+            .map(|(at, vector)| (*at, cosine(query, vector)))
+            .collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        ranked
+    }
+}
+
+/// Reciprocal-rank fusion of two rankings (by position, best first): the
+/// positions by the sum of `1 / (RRF_K + rank)` over the rankings that
+/// hold them, best first; ties in the toolbox's order.
+fn fuse(by_words: &[(usize, f32)], by_meaning: &[(usize, f32)]) -> Vec<usize> {
+    let mut scores: std::collections::HashMap<usize, f32> =
+        std::collections::HashMap::with_capacity(by_meaning.len());
+    for ranking in [by_words, by_meaning] {
+        for (rank, (at, _)) in ranking.iter().enumerate() {
+            *scores.entry(*at).or_default() += 1.0 / (RRF_K + rank as f32 + 1.0);
+        }
+    }
+    let mut fused: Vec<(usize, f32)> = scores.into_iter().collect();
+    fused.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    fused.into_iter().map(|(at, _)| at).collect()
+}
+
+/// `query` cut at [`MAX_QUERY_CHARS`] characters.
+fn bounded(query: &str) -> &str {
+    match query.char_indices().nth(MAX_QUERY_CHARS) {
+        Some((cut, _)) => &query[..cut],
+        None => query,
+    }
+}
+
+impl fmt::Debug for ToolSearch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolSearch")
+            .field("tools", &self.index.indexed)
+            .field("by_meaning", &self.ranks_by_meaning())
+            .field("min_similarity", &self.min_similarity)
+            .finish()
+    }
+}
+
+/// What a tool is embedded by: its name (words split), then its
+/// description — what it does, as a sentence model reads best.
+fn meaning_text(info: &ToolInfo) -> String {
+    let name = info.name().replace(['_', '-', '.'], " ");
+    match info.description() {
+        Some(description) => format!("{name}: {description}"),
+        None => name,
+    }
+}
+
+/// What a tool is indexed by: its name (weighted), description, and its
+/// parameters' names and descriptions.
+fn document(info: &ToolInfo) -> String {
+    let mut text = String::new();
+    for _ in 0..NAME_WEIGHT {
+        text.push_str(info.name());
+        text.push(' ');
+    }
+    if let Some(description) = info.description() {
+        text.push_str(description);
+        text.push(' ');
+    }
+    if let Some(properties) = info
+        .input_schema()
+        .get("properties")
+        .and_then(|p| p.as_object())
+    {
+        for (name, property) in properties {
+            text.push_str(name);
+            text.push(' ');
+            if let Some(description) = property.get("description").and_then(|d| d.as_str()) {
+                text.push_str(description);
+                text.push(' ');
+            }
+        }
+    }
+    text
+}
