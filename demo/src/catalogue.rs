@@ -48,7 +48,12 @@ pub fn infos() -> Vec<ToolInfo> {
 
 /// The catalogue as a toolbox (not deferred), each tool answering `ok`.
 pub fn toolbox() -> Toolbox {
-    infos().into_iter().fold(Toolbox::new(), |toolbox, info| {
+    from_infos(infos())
+}
+
+/// A toolbox of `infos` (not deferred), each tool answering `ok`.
+pub fn from_infos(infos: Vec<ToolInfo>) -> Toolbox {
+    infos.into_iter().fold(Toolbox::new(), |toolbox, info| {
         toolbox.service(
             info,
             tower::service_fn(|_: ToolRequest| async {

@@ -142,7 +142,9 @@ async fn a_search_finds_loads_and_then_calls_a_deferred_tool() {
     // The search found the Jira tool, and loaded it.
     let found = result(&events, "call_0_0");
     assert!(
-        found.contains("- jira_create_issue: Create a new issue in a Jira project."),
+        found.contains(
+            "- jira_create_issue (effects not declared): Create a new issue in a Jira project."
+        ),
         "{found}"
     );
     assert!(events.iter().any(|e| matches!(e,

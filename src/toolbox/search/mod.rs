@@ -35,6 +35,11 @@ pub const MAX_QUERY_CHARS: usize = 1_000;
 /// description (the name is repeated in the indexed text).
 const NAME_WEIGHT: usize = 2;
 
+/// The weights of words and of meaning in the fusion: chosen on the tuned
+/// half of the demo catalogue's queries (the best sum of recall@1 and
+/// recall@5 with all-MiniLM-L6-v2; docs/benchmarks.md).
+const DEFAULT_FUSION: (f32, f32) = (0.25, 1.0);
+
 /// Reciprocal-rank fusion's constant: a tool's fused score is the sum,
 /// over the rankings, of `1 / (RRF_K + its rank)`.
 const RRF_K: f32 = 60.0;
@@ -118,6 +123,8 @@ pub struct ToolSearch {
     /// The least cosine similarity of the best tool to a query for a
     /// search by meaning to find anything.
     min_similarity: f32,
+    /// The weights of the rankings by words and by meaning in the fusion.
+    weights: (f32, f32),
 }
 
 struct Index {
@@ -147,6 +154,10 @@ pub struct Found<'a> {
     pub closest: Vec<&'a str>,
     /// How the tools were ranked.
     pub ranking: Ranking,
+    /// The cosine similarity of the query to the closest tool the caller
+    /// may see, when ranked by meaning: what
+    /// [`min_similarity`](ToolSearch::min_similarity) is compared with.
+    pub similarity: Option<f32>,
 }
 
 /// How a search ranked the tools.
@@ -266,6 +277,7 @@ impl ToolSearch {
             toolbox: toolbox.clone(),
             index: Arc::new(index),
             min_similarity: 0.0,
+            weights: DEFAULT_FUSION,
         }
     }
 
@@ -277,6 +289,18 @@ impl ToolSearch {
     /// all-MiniLM-L6-v2).
     pub fn min_similarity(mut self, least: f32) -> Self {
         self.min_similarity = least;
+        self
+    }
+
+    /// How much the ranking by words and the ranking by meaning each count
+    /// when fused (0.25 and 1 by default: meaning leads, words break its
+    /// near-ties): a tool's score is the sum over the
+    /// rankings of `weight / (60 + rank)`. A weight of 0 leaves that
+    /// ranking out (`(0.0, 1.0)` ranks by meaning alone). Negative or
+    /// non-finite weights count as 0.
+    pub fn fusion(mut self, words: f32, meaning: f32) -> Self {
+        let weight = |w: f32| if w.is_finite() && w > 0.0 { w } else { 0.0 };
+        self.weights = (weight(words), weight(meaning));
         self
     }
 
@@ -341,6 +365,7 @@ impl ToolSearch {
                 tools: self.search(query, extensions, limit),
                 closest: Vec::new(),
                 ranking,
+                similarity: None,
             };
         };
         let vector = match meaning.embeddings.embed_query(query).await {
@@ -355,6 +380,7 @@ impl ToolSearch {
                     tools: self.search(query, extensions, limit),
                     closest: Vec::new(),
                     ranking: Ranking::WordsAfter(err),
+                    similarity: None,
                 };
             }
         };
@@ -365,7 +391,8 @@ impl ToolSearch {
                 extensions,
             )
             .next();
-        if let Some((_, similarity)) = best {
+        let similarity = best.map(|(_, similarity)| similarity);
+        if let Some(similarity) = similarity {
             if similarity < self.min_similarity {
                 let closest = self
                     .visible(by_meaning.iter().map(|&(at, _)| at), extensions)
@@ -376,11 +403,15 @@ impl ToolSearch {
                     tools: Vec::new(),
                     closest,
                     ranking: Ranking::Hybrid,
+                    similarity: Some(similarity),
                 };
             }
         }
-        let by_words = self.index.words.rank(query);
-        let fused = fuse(&by_words, &by_meaning);
+        let by_words = match self.weights.0 {
+            0.0 => Vec::new(),
+            _ => self.index.words.rank(query),
+        };
+        let fused = fuse(&by_words, &by_meaning, self.weights);
         Found {
             tools: self
                 .visible(fused.into_iter(), extensions)
@@ -388,6 +419,7 @@ impl ToolSearch {
                 .collect(),
             closest: Vec::new(),
             ranking: Ranking::Hybrid,
+            similarity,
         }
     }
 
@@ -429,14 +461,17 @@ impl Meaning {
 }
 
 /// Reciprocal-rank fusion of two rankings (by position, best first): the
-/// positions by the sum of `1 / (RRF_K + rank)` over the rankings that
-/// hold them, best first; ties in the toolbox's order.
-fn fuse(by_words: &[(usize, f32)], by_meaning: &[(usize, f32)]) -> Vec<usize> {
+/// positions by the sum of `weight / (RRF_K + rank)` over the rankings
+/// that hold them, best first; ties in the toolbox's order.
+fn fuse(by_words: &[(usize, f32)], by_meaning: &[(usize, f32)], weights: (f32, f32)) -> Vec<usize> {
     let mut scores: std::collections::HashMap<usize, f32> =
         std::collections::HashMap::with_capacity(by_meaning.len());
-    for ranking in [by_words, by_meaning] {
+    for (ranking, weight) in [(by_words, weights.0), (by_meaning, weights.1)] {
+        if weight == 0.0 {
+            continue;
+        }
         for (rank, (at, _)) in ranking.iter().enumerate() {
-            *scores.entry(*at).or_default() += 1.0 / (RRF_K + rank as f32 + 1.0);
+            *scores.entry(*at).or_default() += weight / (RRF_K + rank as f32 + 1.0);
         }
     }
     let mut fused: Vec<(usize, f32)> = scores.into_iter().collect();
@@ -458,6 +493,7 @@ impl fmt::Debug for ToolSearch {
             .field("tools", &self.index.indexed)
             .field("by_meaning", &self.ranks_by_meaning())
             .field("min_similarity", &self.min_similarity)
+            .field("fusion", &self.weights)
             .finish()
     }
 }
