@@ -21,6 +21,8 @@
 //!   to a tenth, whole, and copied 10 and 100 times under new names), per
 //!   tool indexed (best of 3).
 //!
+//! `-- --summary` prints only the recall, tokens and typed-answer summary.
+//!
 //! Criterion's groups: `tool_search/search` (one query), `tool_search/index`
 //! (indexing the 330 tools), `typed_answer/{text,typed}`.
 
@@ -30,7 +32,7 @@ use std::time::Instant;
 use criterion::{criterion_group, Criterion};
 use futures_util::StreamExt;
 use http::Extensions;
-use toolstack::agent::{search_tool_info, Agent, AgentEvent};
+use toolstack::agent::{search_tool_info, search_tool_info_with_names, Agent, AgentEvent};
 use toolstack::model::{Message, ScriptedModel, Turn};
 use toolstack::toolbox::ToolSearch;
 use toolstack::{ToolInfo, Toolbox};
@@ -169,11 +171,19 @@ fn summary() {
             .chain(loaded.iter().copied())
             .chain([&search_tool]),
     );
+    let deferred_names: Vec<&str> = toolbox
+        .infos()
+        .filter(|t| toolbox.is_deferred(t.name()))
+        .map(ToolInfo::name)
+        .collect();
+    let names_tool = search_tool_info_with_names(&deferred_names);
+    let names_in_view = definition_tokens(always.iter().chain([&names_tool]));
     println!("tokens of tool definitions per model call (4 bytes a token):");
     println!("  every tool shown                    {every:>7}");
     for (what, tokens) in [
         ("deferred, before a search", before),
         ("deferred, five tools loaded", after),
+        ("deferred, names in view", names_in_view),
     ] {
         println!(
             "  {what:<35} {tokens:>7}  ({:.1} % fewer)",
@@ -262,6 +272,10 @@ fn growth() {
 criterion_group!(benches, bench);
 
 fn main() {
+    if std::env::args().any(|a| a == "--summary") {
+        summary();
+        return;
+    }
     benches();
     criterion::Criterion::default()
         .configure_from_args()

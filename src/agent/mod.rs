@@ -69,7 +69,8 @@ pub use self::journal::{OnStoreError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE}
 pub use self::output::{partial_json, OutputMode, DEFAULT_OUTPUT_RETRIES, FINAL_ANSWER_TOOL};
 pub use self::resume::{Resume, ResumeError};
 pub use self::search::{
-    search_tool_info, LoadedTools, DEFAULT_SEARCH_LIMIT, MAX_SEARCH_LIMIT, SEARCH_TOOLS,
+    search_tool_info, search_tool_info_with_names, LoadedTools, DEFAULT_SEARCH_LIMIT,
+    MAX_NAMES_IN_VIEW, MAX_SEARCH_LIMIT, SEARCH_TOOLS,
 };
 pub use self::service::AgentRequest;
 pub use self::session::{

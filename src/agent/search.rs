@@ -52,6 +52,58 @@ pub fn search_tool_info(deferred: usize) -> ToolInfo {
         .with_input_schema_for::<SearchArgs>()
 }
 
+/// The most names [`search_tool_info_with_names`] lists; past it, their
+/// count and how to find the rest.
+pub const MAX_NAMES_IN_VIEW: usize = 1_000;
+
+/// The [`SEARCH_TOOLS`] tool for an agent that shows the model the names
+/// of the tools not shown yet ([`Agent::deferred_names_in_view`]): their
+/// names grouped by their prefix (the server a toolbox was nested under,
+/// `github_…`), no schemas; the model loads one by calling the search with
+/// its exact name, or searches by what it needs as before.
+///
+/// [`Agent::deferred_names_in_view`]: super::Agent::deferred_names_in_view
+pub fn search_tool_info_with_names(names: &[&str]) -> ToolInfo {
+    let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
+    for name in names.iter().take(MAX_NAMES_IN_VIEW) {
+        let prefix = name.split_once(['_', '.']).map_or("", |(prefix, _)| prefix);
+        match groups.iter_mut().find(|(p, _)| *p == prefix) {
+            Some((_, members)) => members.push(name),
+            None => groups.push((prefix, vec![name])),
+        }
+    }
+    // A prefix of one tool is no group.
+    let (mut grouped, single): (Vec<_>, Vec<_>) = groups
+        .into_iter()
+        .partition(|(p, m)| !p.is_empty() && m.len() > 1);
+    let others: Vec<&str> = single.into_iter().flat_map(|(_, m)| m).collect();
+    if !others.is_empty() {
+        grouped.push(("other", others));
+    }
+    let mut description = format!(
+        "Loads tools that are not shown yet. Call it with a tool's exact name as the query \
+         (several: separated by commas) to load those tools, or with what you need done to \
+         search {} tools by what they do. The tools loaded can be called from your next step \
+         on, by name. The tools not shown yet:",
+        names.len()
+    );
+    for (prefix, members) in grouped {
+        description.push_str("\n- ");
+        description.push_str(prefix);
+        description.push_str(": ");
+        description.push_str(&members.join(", "));
+    }
+    if names.len() > MAX_NAMES_IN_VIEW {
+        description.push_str(&format!(
+            "\n… and {} more, found by searching.",
+            names.len() - MAX_NAMES_IN_VIEW
+        ));
+    }
+    ToolInfo::new(SEARCH_TOOLS)
+        .with_description(description)
+        .with_input_schema_for::<SearchArgs>()
+}
+
 /// One search call: the tools found (best first) and the model's result.
 pub(super) struct Searched {
     /// The names of the tools found.

@@ -61,6 +61,8 @@ pub struct Agent<M> {
     /// run that needs it (shared by the agent's clones).
     pub(super) search: Arc<OnceLock<Option<Arc<ToolSearch>>>>,
     pub(super) search_limit: usize,
+    /// Whether the search tool lists the names of the tools not shown.
+    pub(super) names_in_view: bool,
 }
 
 /// When and how an agent compacts its history.
@@ -103,6 +105,7 @@ impl<M> Agent<M> {
             output: None,
             search: Arc::default(),
             search_limit: DEFAULT_SEARCH_LIMIT,
+            names_in_view: false,
         }
     }
 
@@ -112,6 +115,19 @@ impl<M> Agent<M> {
     /// brought inside).
     pub fn tool_search_limit(mut self, limit: usize) -> Self {
         self.search_limit = limit.clamp(1, super::MAX_SEARCH_LIMIT);
+        self
+    }
+
+    /// Shows the model the names of the deferred tools it has not loaded,
+    /// grouped by their prefix (the server they were nested under), in the
+    /// `search_tools` tool's description — no schemas: the model loads one
+    /// by calling `search_tools` with its exact name, or searches by what
+    /// it needs. It costs a few tokens a name on every model call
+    /// (docs/benchmarks.md has the figure against showing every
+    /// definition); off by default. At most
+    /// [`MAX_NAMES_IN_VIEW`](super::MAX_NAMES_IN_VIEW) names are listed.
+    pub fn deferred_names_in_view(mut self, yes: bool) -> Self {
+        self.names_in_view = yes;
         self
     }
 

@@ -235,3 +235,87 @@ async fn the_model_reads_what_each_tool_found_does_to_the_world() {
         "{none}"
     );
 }
+
+/// Nested as an MCP server's tools would be: `files_…`, `chat_…`.
+fn servers() -> Toolbox {
+    let files = Toolbox::new()
+        .merge(file_tool(
+            "read",
+            "Read a file.",
+            ToolAnnotations::new().read_only(),
+        ))
+        .merge(file_tool("write", "Write a file.", ToolAnnotations::new()));
+    let chat = Toolbox::new().merge(file_tool("post", "Post a message.", ToolAnnotations::new()));
+    Toolbox::new()
+        .merge(file_tool(
+            "get_forecast",
+            "Get the weather forecast.",
+            ToolAnnotations::new(),
+        ))
+        .nest_with("files", '_', files)
+        .nest_with("chat", '_', chat)
+        .deferred()
+}
+
+#[tokio::test]
+async fn with_names_in_view_the_model_loads_a_tool_by_its_exact_name() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let model = ScriptedModel::new([
+        Turn::new().tool_call(SEARCH_TOOLS, r#"{"query": "files_read, chat_post"}"#),
+        Turn::new().text("done"),
+    ]);
+    let recorded = Arc::clone(&seen);
+    let model = tower::ServiceBuilder::new()
+        .map_request(move |request: toolstack::model::ChatRequest| {
+            recorded.lock().unwrap().push(request.clone());
+            request
+        })
+        .service(model);
+    let agent = Agent::new(model, servers()).deferred_names_in_view(true);
+    let mut events = agent.run(vec![Message::user("go")]);
+    let mut result = String::new();
+    while let Some(event) = events.next().await {
+        if let AgentEvent::ToolResult { result: r, .. } = event {
+            result = r.into_text();
+        }
+    }
+    let seen = seen.lock().unwrap();
+    let search = seen[0]
+        .tools
+        .iter()
+        .find(|t| t.name() == SEARCH_TOOLS)
+        .expect("shown");
+    let description = search.description().unwrap();
+    assert!(
+        description.contains("\n- files: files_read, files_write"),
+        "{description}"
+    );
+    assert!(
+        description.contains("\n- other: get_forecast, chat_post"),
+        "{description}"
+    );
+    // Loaded by name, exactly those two, and shown with their schemas next.
+    assert!(result.starts_with("2 tools found and loaded"), "{result}");
+    let next: Vec<&str> = seen[1].tools.iter().map(|t| t.name()).collect();
+    assert!(
+        next.contains(&"files_read") && next.contains(&"chat_post"),
+        "{next:?}"
+    );
+    assert!(!next.contains(&"files_write"), "{next:?}");
+    // The search takes exact names whatever the agent shows.
+    let search = ToolSearch::new(&servers());
+    assert_eq!(
+        search.named("files_read", &Extensions::new(), 5).unwrap()[0].name(),
+        "files_read"
+    );
+    assert!(search
+        .named("files_read nonsense", &Extensions::new(), 5)
+        .is_none());
+    assert_eq!(
+        search
+            .find("files_write", &Extensions::new(), 5)
+            .await
+            .ranking,
+        Ranking::Names
+    );
+}

@@ -14,7 +14,7 @@ use crate::agent::event::AgentEvent;
 use crate::agent::journal::run_error;
 use crate::agent::output::Output;
 use crate::agent::resume::Resumed;
-use crate::agent::search::{search_tool_info, SEARCH_TOOLS};
+use crate::agent::search::{search_tool_info, search_tool_info_with_names, SEARCH_TOOLS};
 use crate::agent::settings::Agent;
 use crate::agent::step::fail;
 use crate::agent::store::CallState;
@@ -183,7 +183,20 @@ where
             .collect();
         let unloaded = self.visible.len() - self.tools.len();
         if self.searches() && unloaded > 0 {
-            extra.push(search_tool_info(unloaded));
+            extra.push(match self.agent.names_in_view {
+                false => search_tool_info(unloaded),
+                true => {
+                    let shown: std::collections::HashSet<&str> =
+                        self.tools.iter().map(ToolInfo::name).collect();
+                    let names: Vec<&str> = self
+                        .visible
+                        .iter()
+                        .map(ToolInfo::name)
+                        .filter(|name| !shown.contains(name))
+                        .collect();
+                    search_tool_info_with_names(&names)
+                }
+            });
         }
         self.current = Step::settle(&self.tools, settings, &self.agent.tool_choice, &extra)?;
         Ok(())

@@ -13,6 +13,7 @@
 //! rankings fused by reciprocal rank. A query that the embedder cannot
 //! embed in time is ranked by words alone, and the search says so.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -129,6 +130,8 @@ pub struct ToolSearch {
 
 struct Index {
     words: WordIndex,
+    /// The indexed tools' positions, by name.
+    names: HashMap<String, usize>,
     meaning: Option<Meaning>,
     /// The entries indexed, by position in the toolbox.
     indexed: usize,
@@ -164,6 +167,9 @@ pub struct Found<'a> {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Ranking {
+    /// By exact name: the query was the names of tools, which a model
+    /// shown the deferred tools' names loads them with.
+    Names,
     /// By words alone: the search has no embeddings.
     Words,
     /// By words and by meaning, fused.
@@ -178,6 +184,7 @@ impl Ranking {
     /// `words (embedder failed)`.
     pub fn as_str(&self) -> &'static str {
         match self {
+            Ranking::Names => "names",
             Ranking::Words => "words",
             Ranking::Hybrid => "hybrid",
             Ranking::WordsAfter(_) => "words (embedder failed)",
@@ -227,6 +234,7 @@ impl ToolSearch {
             toolbox,
             Index {
                 words: WordIndex::new(&documents),
+                names: names(toolbox, &documents),
                 meaning: None,
                 indexed: documents.len(),
                 unembedded: None,
@@ -265,6 +273,7 @@ impl ToolSearch {
             toolbox,
             Index {
                 words: WordIndex::new(&documents),
+                names: names(toolbox, &documents),
                 meaning,
                 indexed: documents.len(),
                 unembedded,
@@ -356,6 +365,14 @@ impl ToolSearch {
         limit: usize,
     ) -> Found<'a> {
         let query = bounded(query);
+        if let Some(tools) = self.named(query, extensions, limit) {
+            return Found {
+                tools,
+                closest: Vec::new(),
+                ranking: Ranking::Names,
+                similarity: None,
+            };
+        }
         let Some(meaning) = &self.index.meaning else {
             let ranking = match &self.index.unembedded {
                 Some(err) => Ranking::WordsAfter(err.clone()),
@@ -423,6 +440,36 @@ impl ToolSearch {
         }
     }
 
+    /// The tools `query` names exactly (names separated by commas or
+    /// spaces, at most `limit`), when every one is an indexed tool the
+    /// caller may see; else `None` (the query is ranked).
+    pub fn named<'a>(
+        &'a self,
+        query: &str,
+        extensions: &Extensions,
+        limit: usize,
+    ) -> Option<Vec<&'a ToolInfo>> {
+        let names: Vec<&str> = query
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .filter(|name| !name.is_empty())
+            .collect();
+        if names.is_empty() || names.len() > limit {
+            return None;
+        }
+        let positions: Vec<usize> = names
+            .iter()
+            .map(|name| self.index.names.get(*name).copied())
+            .collect::<Option<_>>()?;
+        let mut tools: Vec<&ToolInfo> = Vec::with_capacity(positions.len());
+        for info in self.visible(positions.into_iter(), extensions) {
+            if !tools.iter().any(|seen| seen.name() == info.name()) {
+                tools.push(info);
+            }
+        }
+        let distinct = names.iter().collect::<std::collections::HashSet<_>>().len();
+        (tools.len() == distinct).then_some(tools)
+    }
+
     /// The tools at `positions` that a caller with `extensions` may see.
     fn visible<'a: 'e, 'e>(
         &'a self,
@@ -477,6 +524,19 @@ fn fuse(by_words: &[(usize, f32)], by_meaning: &[(usize, f32)], weights: (f32, f
     let mut fused: Vec<(usize, f32)> = scores.into_iter().collect();
     fused.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     fused.into_iter().map(|(at, _)| at).collect()
+}
+
+/// The indexed tools' positions by name.
+fn names(toolbox: &Toolbox, documents: &[(usize, String)]) -> HashMap<String, usize> {
+    documents
+        .iter()
+        .map(|(at, _)| {
+            (
+                toolbox.inner.entries[*at].tool.info().name().to_owned(),
+                *at,
+            )
+        })
+        .collect()
 }
 
 /// `query` cut at [`MAX_QUERY_CHARS`] characters.
