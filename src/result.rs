@@ -21,11 +21,13 @@
 //! # }).unwrap();
 //! ```
 
+use futures_core::stream::FusedStream;
 use futures_core::Stream;
 use futures_util::StreamExt;
 use serde::ser::{SerializeSeq, SerializeStruct};
 use serde::{Serialize, Serializer};
 
+use crate::boxed::FuseAfterError;
 use crate::{Json, ToolError, ToolOutput};
 
 /// A response stream being collected into a [`ToolResult`], each item
@@ -60,8 +62,8 @@ use crate::{Json, ToolError, ToolOutput};
 /// ```
 #[derive(Debug)]
 pub struct Collecting<S> {
-    // `None` once the result has been given.
-    stream: Option<S>,
+    // Terminated (the stream dropped) once the result has been given.
+    stream: FuseAfterError<S>,
     result: ToolResult,
 }
 
@@ -85,7 +87,7 @@ where
     /// Starts collecting `stream`.
     pub fn new(stream: S) -> Self {
         Collecting {
-            stream: Some(stream),
+            stream: FuseAfterError::new(stream),
             result: ToolResult::default(),
         }
     }
@@ -93,12 +95,13 @@ where
     /// The next thing seen, once it comes.
     pub fn poll_next(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Seen> {
         use std::task::Poll;
-        let Some(stream) = &mut self.stream else {
+        if self.stream.is_terminated() {
             return Poll::Ready(Seen::Done(ToolResult::from_error(
                 ToolError::polled_after_completion("a collected tool stream"),
             )));
-        };
-        match std::task::ready!(stream.poll_next_unpin(cx)) {
+        }
+        // The fuse drops the stream at its end or its first error.
+        match std::task::ready!(self.stream.poll_next_unpin(cx)) {
             Some(Ok(ToolOutput::Progress(progress))) => Poll::Ready(Seen::Progress(*progress)),
             Some(Ok(output)) => {
                 self.result.content.push(output);
@@ -106,13 +109,9 @@ where
             }
             Some(Err(err)) => {
                 self.result.push_error(err);
-                self.stream = None;
                 Poll::Ready(Seen::Done(std::mem::take(&mut self.result)))
             }
-            None => {
-                self.stream = None;
-                Poll::Ready(Seen::Done(std::mem::take(&mut self.result)))
-            }
+            None => Poll::Ready(Seen::Done(std::mem::take(&mut self.result))),
         }
     }
 

@@ -4,9 +4,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
+use futures_core::stream::FusedStream;
 use futures_core::Stream;
 use futures_util::future::BoxFuture;
 use pin_project_lite::pin_project;
+use toolstack::boxed::FuseAfterError;
 use toolstack::model::{ChatRequest, ModelDelta, Usage};
 use toolstack::ToolError;
 use tower_service::Service;
@@ -255,15 +257,16 @@ pin_project! {
     /// on, so that the next call reads it. Dropped before its end, it adds
     /// what was reported so far.
     pub struct ResponseStream<St> {
+        // Dropped once the stream ended or failed (an error is the last
+        // item), and never polled again.
         #[pin]
-        inner: St,
+        inner: FuseAfterError<St>,
         metering: Option<Metering>,
         usage: Option<Usage>,
         model: Option<String>,
         adding: Option<BoxFuture<'static, ()>>,
         // The end (`None`) or error passed on once the usage is added.
         held: Option<Result<ModelDelta, ToolError>>,
-        ended: bool,
     }
 
     impl<St> PinnedDrop for ResponseStream<St> {
@@ -288,13 +291,12 @@ pin_project! {
 impl<St> ResponseStream<St> {
     fn new(inner: St, metering: Option<Metering>) -> Self {
         ResponseStream {
-            inner,
+            inner: FuseAfterError::new(inner),
             metering,
             usage: None,
             model: None,
             adding: None,
             held: None,
-            ended: false,
         }
     }
 }
@@ -312,7 +314,7 @@ where
             *this.adding = None;
             return Poll::Ready(this.held.take());
         }
-        if *this.ended {
+        if this.inner.is_terminated() {
             return Poll::Ready(None);
         }
         let item = ready!(this.inner.as_mut().poll_next(cx));
@@ -329,7 +331,6 @@ where
             Some(Err(_)) | None => {}
         }
         // The end, or the error that ends it: the usage is added first.
-        *this.ended = true;
         let Some(metering) = this.metering.take() else {
             return Poll::Ready(item);
         };
@@ -351,7 +352,6 @@ impl<St> fmt::Debug for ResponseStream<St> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseStream")
             .field("usage", &self.usage)
-            .field("ended", &self.ended)
             .finish_non_exhaustive()
     }
 }
