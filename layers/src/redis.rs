@@ -16,9 +16,9 @@ use crate::shared_store::StoreError;
 
 /// How a store reaches Redis: the connection, the prefix of its keys, how
 /// long a command waits for an answer, and how long Redis is left alone
-/// after it could not be reached. The public builders (the cache's
-/// `RedisStore`, the rate limit's `RedisLimiter`) set them, and their docs
-/// state these defaults.
+/// after it could not be reached. The public builders (the cache's and the
+/// budget's `RedisStore`, the rate limit's `RedisLimiter`, the spend
+/// limit's `RedisSpend`) set them, and their docs state these defaults.
 #[derive(Clone)]
 pub(crate) struct RedisSettings {
     /// Reconnects on its own; cloned per command.
