@@ -279,7 +279,7 @@ async fn with_names_in_view_the_model_loads_a_tool_by_its_exact_name() {
             result = r.into_text();
         }
     }
-    let seen = seen.lock().unwrap();
+    let seen = seen.lock().unwrap().clone();
     let search = seen[0]
         .tools
         .iter()
