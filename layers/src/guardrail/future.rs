@@ -171,7 +171,12 @@ where
                     this.inner.set(None);
                     return Poll::Ready(None);
                 }
-                Some(Err(err)) => return Poll::Ready(Some(Err(err))),
+                Some(Err(err)) => {
+                    // An error is the last item: the stream behind it is
+                    // dropped, never read again.
+                    this.inner.set(None);
+                    return Poll::Ready(Some(Err(err)));
+                }
                 Some(Ok(item)) => item,
             };
             let Some(call) = this.call.as_ref() else {

@@ -18,6 +18,7 @@ use toolstack::{
 };
 use toolstack_layers::catch_panic::CatchPanicLayer;
 use toolstack_layers::concurrency::ConcurrencyLimitLayer;
+use toolstack_layers::guardrail::{Guardrail, GuardrailLayer, Verdict};
 use toolstack_layers::rate_limit::{Quota, RateLimitLayer};
 use toolstack_layers::retry::{RetryLayer, RetryPolicy};
 use toolstack_layers::timeout::TimeoutLayer;
@@ -120,6 +121,8 @@ async fn no_layer_that_watches_the_stream_lets_an_item_through_after_an_error() 
     layered!("retry", RetryLayer::new(RetryPolicy::new()));
     layered!("concurrency", ConcurrencyLimitLayer::new(1));
     layered!("catch_panic", CatchPanicLayer::new());
+    let allow = || Guardrail::from_fn("allow", |_| std::future::ready(Verdict::Allow));
+    layered!("guardrail", GuardrailLayer::new().output(allow()));
 }
 
 #[tokio::test]
