@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use serde_json::{json, Value};
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use toolstack::agent::{Agent, AgentEvent, StopReason};
 use toolstack::model::{
@@ -24,20 +23,7 @@ use crate::http_request;
 /// Serves one canned response per connection, in order; returns the base
 /// URL and a channel of the request bodies received.
 async fn server(responses: Vec<String>) -> (String, tokio::sync::mpsc::UnboundedReceiver<Value>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        for response in responses {
-            let (mut socket, _) = listener.accept().await.unwrap();
-            let body = http_request::read_body(&mut socket).await;
-            let _ = tx.send(serde_json::from_slice(&body).unwrap_or(Value::Null));
-            // A client that refuses the answer hangs up mid-write.
-            let _ = socket.write_all(response.as_bytes()).await;
-            let _ = socket.shutdown().await;
-        }
-    });
-    (url, rx)
+    http_request::canned(responses).await
 }
 
 fn sse(chunks: &[Value], done: bool) -> String {

@@ -33,3 +33,30 @@ pub async fn read_request<S: AsyncRead + Unpin>(socket: &mut S) -> (String, Vec<
         }
     }
 }
+
+/// A server on 127.0.0.1 that answers one canned response per
+/// connection, in order; returns its base URL (`http://…/v1`) and a
+/// channel of the request bodies received, as JSON (`null` when not).
+#[allow(dead_code)]
+pub async fn canned(
+    responses: Vec<String>,
+) -> (
+    String,
+    tokio::sync::mpsc::UnboundedReceiver<serde_json::Value>,
+) {
+    use tokio::io::AsyncWriteExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        for response in responses {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let body = read_body(&mut socket).await;
+            let _ = tx.send(serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null));
+            // A client that refuses the answer hangs up mid-write.
+            let _ = socket.write_all(response.as_bytes()).await;
+            let _ = socket.shutdown().await;
+        }
+    });
+    (url, rx)
+}
