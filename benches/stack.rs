@@ -39,7 +39,7 @@ use toolstack::{
     tool, ToolAnnotations, ToolError, ToolItem, ToolOutput, ToolRequest, ToolResult, Toolbox,
 };
 use toolstack_layers::approval::ApprovalLayer;
-use toolstack_layers::budget::{BudgetLayer, MemoryStore};
+use toolstack_layers::budget::{BudgetLayer, MemoryOutputStore};
 use toolstack_layers::cache::CacheLayer;
 use toolstack_layers::coalesce::CoalesceLayer;
 use toolstack_layers::concurrency::ConcurrencyLimitLayer;
@@ -367,7 +367,7 @@ fn layer_cases() -> Vec<Case> {
                 ServiceBuilder::new().stream_budget(
                     BudgetLayer::new()
                         .max_items(1000)
-                        .keep(MemoryStore::new(1 << 20, Duration::from_secs(3600))),
+                        .keep(MemoryOutputStore::new(1 << 20, Duration::from_secs(3600))),
                 ),
             ),
         ),
@@ -553,7 +553,7 @@ fn precise_layer_cases() -> Vec<Case> {
                 .stream_budget(
                     BudgetLayer::new()
                         .max_items(1000)
-                        .keep(MemoryStore::new(1 << 20, Duration::from_secs(3600))),
+                        .keep(MemoryOutputStore::new(1 << 20, Duration::from_secs(3600))),
                 )
                 .service(empty_tool())),
         ),
@@ -566,7 +566,7 @@ fn precise_layer_cases() -> Vec<Case> {
             rows_cut(
                 BudgetLayer::new()
                     .max_items(10)
-                    .keep(MemoryStore::new(1 << 20, Duration::from_secs(3600))),
+                    .keep(MemoryOutputStore::new(1 << 20, Duration::from_secs(3600))),
             ),
         ),
         (

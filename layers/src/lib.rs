@@ -97,7 +97,7 @@ mod builder;
 #[cfg(feature = "cache")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cache")))]
 pub mod cache;
-mod call;
+mod call_context;
 pub mod catch_panic;
 pub mod coalesce;
 pub mod concurrency;

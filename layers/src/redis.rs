@@ -12,13 +12,14 @@ use redis::aio::ConnectionManager;
 use redis::{RedisError, RedisResult};
 use tokio::time::Instant;
 
-use crate::shared_store::StoreError;
+use crate::shared_store::SharedStoreError;
 
 /// How a store reaches Redis: the connection, the prefix of its keys, how
 /// long a command waits for an answer, and how long Redis is left alone
-/// after it could not be reached. The public builders (the cache's and the
-/// budget's `RedisStore`, the rate limit's `RedisLimiter`, the spend
-/// limit's `RedisSpend`) set them, and their docs state these defaults.
+/// after it could not be reached. The public builders (the cache's
+/// `RedisCacheStore`, the budget's `RedisOutputStore`, the rate limit's
+/// `RedisLimiter`, the spend limit's `RedisSpend`) set them, and their
+/// docs state these defaults.
 #[derive(Clone)]
 pub(crate) struct RedisSettings {
     /// Reconnects on its own; cloned per command.
@@ -112,17 +113,19 @@ impl Health {
 /// Runs the command `send` makes on a clone of the settings' connection,
 /// within their timeout, minding `health`: while Redis is left alone
 /// after it could not be reached, nothing is sent
-/// ([`StoreError::RecentlyUnreachable`]); an answer puts it back, a
+/// ([`SharedStoreError::RecentlyUnreachable`]); an answer puts it back, a
 /// timeout or a connection error leaves it alone for the pause. What the
 /// rate limit's and the spend limit's stores ask goes through here.
 pub(crate) fn ask<T: Send + 'static>(
     settings: &RedisSettings,
     health: &Arc<Health>,
     send: impl FnOnce(ConnectionManager) -> BoxFuture<'static, RedisResult<T>>,
-) -> BoxFuture<'static, Result<T, StoreError>> {
+) -> BoxFuture<'static, Result<T, SharedStoreError>> {
     let (timeout, pause) = (settings.timeout, settings.recheck_after);
     if !health.should_ask(pause) {
-        return Box::pin(std::future::ready(Err(StoreError::RecentlyUnreachable)));
+        return Box::pin(std::future::ready(Err(
+            SharedStoreError::RecentlyUnreachable,
+        )));
     }
     let health = Arc::clone(health);
     let answer = send(settings.manager.clone());
@@ -134,11 +137,11 @@ pub(crate) fn ask<T: Send + 'static>(
             }
             Ok(Err(err)) => {
                 health.failed(&err, pause);
-                Err(StoreError::Failed(err.into()))
+                Err(SharedStoreError::Failed(err.into()))
             }
             Err(_) => {
                 health.unreachable(pause);
-                Err(StoreError::TimedOut(timeout))
+                Err(SharedStoreError::TimedOut(timeout))
             }
         }
     })

@@ -1,7 +1,7 @@
 //! What every store shared by processes has in common, whatever it keeps
 //! (the rate limit's buckets, the spend limit's counters): why it gave no
-//! answer ([`StoreError`]), what a call does then ([`Fallback`]), and a
-//! caller's key hashed the same in every process ([`StableHash`],
+//! answer ([`SharedStoreError`]), what a call does then ([`Fallback`]),
+//! and a caller's key hashed the same in every process ([`StableHash`],
 //! `push_caller`).
 
 // Without the `redis` feature no shared store exists: nothing fails.
@@ -18,7 +18,7 @@ use toolstack::BoxError;
 
 /// Why a shared store gave no answer.
 #[derive(Debug)]
-pub(crate) enum StoreError {
+pub(crate) enum SharedStoreError {
     /// No answer within the command timeout.
     TimedOut(Duration),
     /// The store could not be reached a moment ago, and is left alone
@@ -28,24 +28,24 @@ pub(crate) enum StoreError {
     Failed(BoxError),
 }
 
-impl fmt::Display for StoreError {
+impl fmt::Display for SharedStoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            StoreError::TimedOut(after) => {
+            SharedStoreError::TimedOut(after) => {
                 write!(f, "no answer within {} ms", after.as_millis())
             }
-            StoreError::RecentlyUnreachable => {
+            SharedStoreError::RecentlyUnreachable => {
                 f.write_str("unreachable a moment ago; not asked again yet")
             }
-            StoreError::Failed(err) => write!(f, "{err}"),
+            SharedStoreError::Failed(err) => write!(f, "{err}"),
         }
     }
 }
 
-impl StdError for StoreError {
+impl StdError for SharedStoreError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
-            StoreError::Failed(err) => Some(&**err),
+            SharedStoreError::Failed(err) => Some(&**err),
             _ => None,
         }
     }

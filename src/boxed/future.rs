@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use super::call::ErasedCall;
+use super::erased_call::ErasedCall;
 use super::ToolStream;
 use crate::ToolError;
 

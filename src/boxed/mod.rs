@@ -22,8 +22,8 @@
 //! | file | what it holds |
 //! |---|---|
 //! | `tool.rs` | [`BoxTool`]: the erased tool, its description, the name a call goes in under |
-//! | `erased.rs` | the tool behind a `BoxTool`, with its spare handles (one slot per thread) |
-//! | `call.rs` | one erased call: readied, called, opened, then read — the one allocation |
+//! | `erased_tool.rs` | the tool behind a `BoxTool`, with its spare handles (one slot per thread) |
+//! | `erased_call.rs` | one erased call: readied, called, opened, then read — the one allocation |
 //! | `future.rs` | [`ResponseFuture`]: the call while it opens |
 //! | `stream.rs` | [`ToolStream`] and [`ToolItem`]: the call once open |
 //! | `fuse.rs` | [`FuseAfterError`]: a stream ended at its first error |
@@ -47,8 +47,8 @@
 //! # }
 //! ```
 
-mod call;
-mod erased;
+mod erased_call;
+mod erased_tool;
 mod fuse;
 mod future;
 mod stream;

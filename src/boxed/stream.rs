@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use futures_core::Stream;
 use tower_service::Service;
 
-use super::call::{CallState, ErasedCall};
+use super::erased_call::{CallMachine, ErasedCall};
 use super::FuseAfterError;
 use crate::{ToolError, ToolOutput, ToolRequest};
 
@@ -51,7 +51,7 @@ impl ToolStream {
         S::Response: Stream<Item = ToolItem> + Send + 'static,
     {
         ToolStream {
-            inner: Box::pin(CallState::<S, S::Future, S::Response>::Ready {
+            inner: Box::pin(CallMachine::<S, S::Future, S::Response>::Ready {
                 service,
                 request: Some(request),
             }),

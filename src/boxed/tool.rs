@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use futures_core::Stream;
 use tower_service::Service;
 
-use super::erased::{spare_slots, thread_slot, Erased, ErasedTool};
+use super::erased_tool::{spare_slots, thread_slot, Erased, ErasedTool};
 use super::{ResponseFuture, ToolItem, ToolStream};
 use crate::{Describe, ToolError, ToolInfo, ToolRequest};
 

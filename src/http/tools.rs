@@ -33,7 +33,12 @@ use crate::{
 /// so that a body the router reads is one a tool would not refuse for its
 /// size. The limit is checked before anything is parsed, and against the
 /// declared length before anything is read.
-pub const DEFAULT_BODY_LIMIT: usize = crate::arguments::DEFAULT_MAX_ARGUMENT_BYTES;
+pub const DEFAULT_CALL_BODY_LIMIT: usize = crate::arguments::DEFAULT_MAX_ARGUMENT_BYTES;
+
+/// Renamed to [`DEFAULT_CALL_BODY_LIMIT`]: the AI SDK endpoint's limit on a
+/// chat request's body is another (`ai_sdk::DEFAULT_CHAT_BODY_LIMIT`).
+#[deprecated(note = "renamed to `DEFAULT_CALL_BODY_LIMIT`")]
+pub const DEFAULT_BODY_LIMIT: usize = DEFAULT_CALL_BODY_LIMIT;
 
 /// The default time a call's stream may go without an event before a
 /// keep-alive comment is sent: 15 s, under the 30–60 s idle timeouts that
@@ -65,12 +70,12 @@ pub struct HttpTools {
 }
 
 impl HttpTools {
-    /// Routes for `toolbox`, with a body limit of [`DEFAULT_BODY_LIMIT`]
+    /// Routes for `toolbox`, with a body limit of [`DEFAULT_CALL_BODY_LIMIT`]
     /// and a keep-alive comment every [`DEFAULT_KEEP_ALIVE`] of silence.
     pub fn new(toolbox: Toolbox) -> Self {
         HttpTools {
             toolbox,
-            body_limit: DEFAULT_BODY_LIMIT,
+            body_limit: DEFAULT_CALL_BODY_LIMIT,
             keep_alive: Some(DEFAULT_KEEP_ALIVE),
         }
     }

@@ -371,10 +371,12 @@ impl toolstack_layers::budget::OutputStore for Refusing {
         &self,
         _: &str,
         _: toolstack_layers::budget::WholeOutput,
-    ) -> futures_util::future::BoxFuture<'static, Result<(), toolstack_layers::budget::StoreError>>
-    {
+    ) -> futures_util::future::BoxFuture<
+        'static,
+        Result<(), toolstack_layers::budget::OutputStoreError>,
+    > {
         Box::pin(std::future::ready(Err(
-            toolstack_layers::budget::StoreError::new("the disk is full"),
+            toolstack_layers::budget::OutputStoreError::new("the disk is full"),
         )))
     }
 
@@ -385,7 +387,7 @@ impl toolstack_layers::budget::OutputStore for Refusing {
         _: usize,
     ) -> futures_util::future::BoxFuture<
         'static,
-        Result<Option<toolstack_layers::budget::Chunk>, toolstack_layers::budget::StoreError>,
+        Result<Option<toolstack_layers::budget::Chunk>, toolstack_layers::budget::OutputStoreError>,
     > {
         Box::pin(std::future::ready(Ok(None)))
     }
@@ -401,8 +403,8 @@ impl toolstack_layers::budget::OutputStore for Refusing {
 
 #[tokio::test]
 async fn an_elided_result_is_kept_and_its_notice_reads_it_back_or_nothing_is_elided() {
-    use toolstack_layers::budget::{read_tool_result, ElidedOutputs, MemoryStore};
-    let outputs = MemoryStore::new(1 << 20, Duration::from_secs(3600));
+    use toolstack_layers::budget::{read_tool_result, ElidedOutputs, MemoryOutputStore};
+    let outputs = MemoryOutputStore::new(1 << 20, Duration::from_secs(3600));
     let (model, tools) = reading(4, 4096);
     let agent = Agent::new(model, tools.tool(read_tool_result(outputs.clone())))
         .max_steps(6)

@@ -936,7 +936,7 @@ async fn oneshot_json(response: axum::response::Response) -> Value {
 #[tokio::test]
 async fn the_default_body_limit_is_the_argument_limit_of_typed_tools() {
     assert_eq!(
-        toolstack::http::DEFAULT_BODY_LIMIT,
+        toolstack::http::DEFAULT_CALL_BODY_LIMIT,
         toolstack::arguments::DEFAULT_MAX_ARGUMENT_BYTES
     );
     let echo = Toolbox::new().tool(tool::from_fn("echo", |v: Value| async move {

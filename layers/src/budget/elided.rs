@@ -8,7 +8,7 @@ use futures_util::future::BoxFuture;
 use toolstack::agent::compaction::{CompactionError, KeepElided};
 use toolstack::{ErrorKind, ToolError};
 
-use super::read::READ_TOOL_NAME;
+use super::read_tool::READ_TOOL_NAME;
 use super::store::STORE_TIMEOUT;
 use super::store::{OutputStore, WholeOutput};
 
@@ -27,9 +27,9 @@ use super::store::{OutputStore, WholeOutput};
 ///
 /// ```
 /// use toolstack::agent::compaction::ElideToolResults;
-/// use toolstack_layers::budget::{read_tool_result, ElidedOutputs, MemoryStore};
+/// use toolstack_layers::budget::{read_tool_result, ElidedOutputs, MemoryOutputStore};
 ///
-/// let outputs = MemoryStore::new(1 << 20, std::time::Duration::from_secs(3600));
+/// let outputs = MemoryOutputStore::new(1 << 20, std::time::Duration::from_secs(3600));
 /// let strategy = ElideToolResults::new(4).keep_in(ElidedOutputs::new(outputs.clone()));
 /// let reader = read_tool_result(outputs); // in the agent's toolbox
 /// # let _ = (strategy, reader);

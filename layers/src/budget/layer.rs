@@ -3,7 +3,7 @@ use std::sync::Arc;
 
 use tower_layer::Layer;
 
-use super::cut::{default_notice, Cut};
+use super::notice::{default_notice, Cut};
 use super::store::OutputStore;
 use super::stream::Limits;
 use super::{Budget, BYTES_PER_TOKEN};

@@ -77,10 +77,10 @@
 //!   beginning, and the notice says how much of it is kept. A call that is
 //!   not cut is not kept (its gathered text is dropped at its end).
 //! * **Expiring**: each store keeps an output for its time to live (the
-//!   notice says how long); [`MemoryStore`] holds at most its total bytes,
-//!   the oldest dropped first. Stores: [`MemoryStore`] in the process,
-//!   `SqliteStore` (feature `sqlite`) in a file, `RedisStore` (feature
-//!   `redis`) shared by processes.
+//!   notice says how long); [`MemoryOutputStore`] holds at most its total
+//!   bytes, the oldest dropped first. Stores: [`MemoryOutputStore`] in the
+//!   process, `SqliteOutputStore` (feature `sqlite`) in a file,
+//!   `RedisOutputStore` (feature `redis`) shared by processes.
 //! * **A store that fails never fails the call**: the cut stands, the
 //!   notice says the output could not be kept, a `tracing` warning says
 //!   why. A store has [`STORE_TIMEOUT`] (5 s) to answer, and a panic in it
@@ -92,7 +92,7 @@
 //! use std::time::Duration;
 //! use futures_util::stream;
 //! use toolstack::{tool, ToolError, ToolOutput, ToolRequest, ToolResult, Toolbox};
-//! use toolstack_layers::budget::{read_tool_result, BudgetLayer, MemoryStore};
+//! use toolstack_layers::budget::{read_tool_result, BudgetLayer, MemoryOutputStore};
 //! use tower::ServiceExt;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -100,7 +100,7 @@
 //! let rows = tool::from_stream("rows", |_: serde_json::Value| {
 //!     stream::iter((1..=100).map(|i| Ok::<_, ToolError>(ToolOutput::text(format!("row {i}")))))
 //! });
-//! let kept = MemoryStore::new(16 << 20, Duration::from_secs(3600));
+//! let kept = MemoryOutputStore::new(16 << 20, Duration::from_secs(3600));
 //! let tools = Toolbox::new()
 //!     .layered(rows, BudgetLayer::new().max_items(10).keep(kept.clone()))
 //!     .tool(read_tool_result(kept));
@@ -118,12 +118,12 @@
 //! # Ok(()) }
 //! ```
 
-mod cut;
 mod elided;
 mod future;
-mod keep;
+mod keeper;
 mod layer;
-mod read;
+mod notice;
+mod read_tool;
 mod service;
 mod store;
 mod stream;
@@ -131,23 +131,47 @@ mod stream;
 use std::fmt;
 use std::sync::Arc;
 
-pub use self::cut::{Cut, Kept, KeptOutput};
 pub use self::elided::ElidedOutputs;
 pub use self::future::ResponseFuture;
 pub use self::layer::BudgetLayer;
-pub use self::read::{read_tool_result, DEFAULT_PAGE_BYTES, MAX_PAGE_BYTES, READ_TOOL_NAME};
+pub use self::notice::{Cut, Kept, KeptOutput};
+pub use self::read_tool::{read_tool_result, DEFAULT_PAGE_BYTES, MAX_PAGE_BYTES, READ_TOOL_NAME};
 pub use self::service::Budget;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use self::store::RedisStore;
+pub use self::store::RedisOutputStore;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
-pub use self::store::SqliteStore;
+pub use self::store::SqliteOutputStore;
 pub use self::store::STORE_TIMEOUT;
 pub use self::store::{
-    Chunk, MemoryStore, OutputStore, StoreError, WholeOutput, DEFAULT_MAX_OUTPUT_BYTES,
+    Chunk, MemoryOutputStore, OutputStore, OutputStoreError, WholeOutput, DEFAULT_MAX_OUTPUT_BYTES,
 };
 pub use self::stream::Budgeted;
+
+/// Renamed to [`MemoryOutputStore`]: the agent's run store and the cache
+/// have a `MemoryStore` too.
+#[deprecated(note = "renamed to `MemoryOutputStore`")]
+pub type MemoryStore = MemoryOutputStore;
+
+/// Renamed to [`RedisOutputStore`]: the agent's run store and the cache
+/// have a `RedisStore` too.
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+#[deprecated(note = "renamed to `RedisOutputStore`")]
+pub type RedisStore = RedisOutputStore;
+
+/// Renamed to [`SqliteOutputStore`]: the agent's run store has a
+/// `SqliteStore` too.
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+#[deprecated(note = "renamed to `SqliteOutputStore`")]
+pub type SqliteStore = SqliteOutputStore;
+
+/// Renamed to [`OutputStoreError`]: the agent's run store has a
+/// `StoreError` too.
+#[deprecated(note = "renamed to `OutputStoreError`")]
+pub type StoreError = OutputStoreError;
 
 /// About how many bytes a token is (for [`BudgetLayer::max_tokens`]).
 pub const BYTES_PER_TOKEN: usize = 4;

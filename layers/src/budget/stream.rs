@@ -7,8 +7,8 @@ use futures_core::Stream;
 use pin_project_lite::pin_project;
 use toolstack::ToolError;
 
-use super::cut::{Cut, Kept};
-use super::keep::{Keeper, Putting};
+use super::keeper::{Keeper, Putting};
+use super::notice::{Cut, Kept};
 use super::{BudgetLayer, Tap};
 use crate::Output;
 

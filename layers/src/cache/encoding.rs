@@ -1,4 +1,4 @@
-//! The stored form of a [`Cached`] result, as [`RedisStore`](super::RedisStore)
+//! The stored form of a [`Cached`] result, as [`RedisCacheStore`](super::RedisCacheStore)
 //! keeps it: a small versioned binary.
 //!
 //! ```text

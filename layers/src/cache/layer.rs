@@ -9,7 +9,7 @@ use http::Extensions;
 use tokio::sync::watch;
 use toolstack::{ToolInfo, ToolRequest};
 
-use super::memory::MemoryStore;
+use super::memory::MemoryCacheStore;
 use super::store::{CacheStore, Cached, MAX_KEY_BYTES};
 
 pub(crate) type CallerKey = Arc<dyn Fn(&Extensions) -> Option<String> + Send + Sync>;
@@ -38,7 +38,7 @@ impl CacheLayer {
 
     /// Results kept in memory: at most `max_bytes`, each for `ttl`.
     pub fn in_memory(max_bytes: u64, ttl: Duration) -> Self {
-        Self::new(MemoryStore::new(max_bytes, ttl))
+        Self::new(MemoryCacheStore::new(max_bytes, ttl))
     }
 
     /// Keys results by caller too: `key(extensions)` is the caller's

@@ -1,4 +1,4 @@
-//! [`MemoryStore`]: the in-process store (moka), bounded in bytes.
+//! [`MemoryCacheStore`]: the in-process store (moka), bounded in bytes.
 
 use std::fmt;
 use std::time::Duration;
@@ -14,12 +14,12 @@ use super::store::{CacheStore, Cached};
 /// own time to live, on the system clock, frees the memory of entries
 /// nobody asks for again.
 #[derive(Clone)]
-pub struct MemoryStore {
+pub struct MemoryCacheStore {
     cache: moka::sync::Cache<String, (Cached, tokio::time::Instant)>,
     ttl: Duration,
 }
 
-impl MemoryStore {
+impl MemoryCacheStore {
     /// At most `max_bytes` of keys and results, each kept for `ttl`.
     pub fn new(max_bytes: u64, ttl: Duration) -> Self {
         let cache = moka::sync::Cache::builder()
@@ -31,7 +31,7 @@ impl MemoryStore {
             )
             .time_to_live(ttl)
             .build();
-        MemoryStore { cache, ttl }
+        MemoryCacheStore { cache, ttl }
     }
 
     /// How many results are stored (after pending evictions run).
@@ -46,7 +46,7 @@ impl MemoryStore {
     }
 }
 
-impl CacheStore for MemoryStore {
+impl CacheStore for MemoryCacheStore {
     fn get(&self, key: &str) -> BoxFuture<'static, Option<Cached>> {
         let hit = match self.cache.get(key) {
             Some((cached, stored)) if stored.elapsed() < self.ttl => Some(cached),
@@ -65,9 +65,9 @@ impl CacheStore for MemoryStore {
     }
 }
 
-impl fmt::Debug for MemoryStore {
+impl fmt::Debug for MemoryCacheStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MemoryStore")
+        f.debug_struct("MemoryCacheStore")
             .field("entries", &self.cache.entry_count())
             .finish()
     }

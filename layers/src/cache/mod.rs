@@ -29,11 +29,11 @@
 //!   the layer in one ([`Toolbox::layered`](toolstack::Toolbox::layered),
 //!   [`Toolbox::layer`](toolstack::Toolbox::layer)).
 //!
-//! The store is pluggable ([`CacheStore`]): [`MemoryStore`] (moka, bounded
-//! in bytes, with a time to live) in process, and, with the `redis`
-//! feature, `RedisStore`, shared by every process that uses the same Redis
-//! and key prefix (entries expire in Redis; a Redis that does not answer is
-//! a miss, never an error).
+//! The store is pluggable ([`CacheStore`]): [`MemoryCacheStore`] (moka,
+//! bounded in bytes, with a time to live) in process, and, with the
+//! `redis` feature, `RedisCacheStore`, shared by every process that uses
+//! the same Redis and key prefix (entries expire in Redis; a Redis that
+//! does not answer is a miss, never an error).
 //!
 //! ```
 //! use std::sync::atomic::{AtomicUsize, Ordering};
@@ -75,7 +75,7 @@ mod store;
 
 pub use self::future::ResponseFuture;
 pub use self::layer::CacheLayer;
-pub use self::memory::MemoryStore;
+pub use self::memory::MemoryCacheStore;
 pub use self::service::Cache;
 pub use self::store::{CacheStore, Cached, MAX_KEY_BYTES};
 #[cfg(feature = "redis")]
@@ -85,4 +85,16 @@ mod redis;
 
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use self::redis::RedisStore;
+pub use self::redis::RedisCacheStore;
+
+/// Renamed to [`MemoryCacheStore`]: the agent's run store and the
+/// budget's output store have a `MemoryStore` too.
+#[deprecated(note = "renamed to `MemoryCacheStore`")]
+pub type MemoryStore = MemoryCacheStore;
+
+/// Renamed to [`RedisCacheStore`]: the agent's run store and the budget's
+/// output store have a `RedisStore` too.
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+#[deprecated(note = "renamed to `RedisCacheStore`")]
+pub type RedisStore = RedisCacheStore;

@@ -1,4 +1,4 @@
-//! [`RedisStore`]: cached results in Redis, shared by processes.
+//! [`RedisCacheStore`]: cached results in Redis, shared by processes.
 
 use std::fmt;
 use std::sync::Arc;
@@ -21,7 +21,7 @@ use crate::shared_store::push_hex;
 /// use std::time::Duration;
 ///
 /// use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-/// use toolstack_layers::cache::{CacheLayer, RedisStore};
+/// use toolstack_layers::cache::{CacheLayer, RedisCacheStore};
 ///
 /// # async fn run() -> redis::RedisResult<()> {
 /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
@@ -32,7 +32,7 @@ use crate::shared_store::push_hex;
 /// let manager = ConnectionManager::new_with_config(client, config).await?;
 /// // Results kept for ten minutes, shared by every process with this prefix.
 /// let cache = CacheLayer::new(
-///     RedisStore::new(manager, Duration::from_secs(600)).prefix("myapp:cache"),
+///     RedisCacheStore::new(manager, Duration::from_secs(600)).prefix("myapp:cache"),
 /// );
 /// # let _ = cache;
 /// # Ok(()) }
@@ -62,18 +62,18 @@ use crate::shared_store::push_hex;
 ///
 /// [`CacheLayer`]: super::CacheLayer
 #[derive(Clone)]
-pub struct RedisStore {
+pub struct RedisCacheStore {
     settings: RedisSettings,
     ttl: Duration,
     max_entry_bytes: usize,
     health: Arc<Health>,
 }
 
-impl RedisStore {
+impl RedisCacheStore {
     /// Results in the Redis that `manager` connects to, each kept for
     /// `ttl`, under the prefix `toolstack:cache`.
     pub fn new(manager: ConnectionManager, ttl: Duration) -> Self {
-        RedisStore {
+        RedisCacheStore {
             settings: RedisSettings::new(manager, "toolstack:cache"),
             ttl,
             max_entry_bytes: 2 << 20,
@@ -120,7 +120,7 @@ impl RedisStore {
     }
 }
 
-impl CacheStore for RedisStore {
+impl CacheStore for RedisCacheStore {
     fn get(&self, key: &str) -> BoxFuture<'static, Option<Cached>> {
         if !self.health.should_ask(self.settings.recheck_after) {
             tracing::debug!(
@@ -229,9 +229,9 @@ fn timed_out(health: &Health, pause: Duration, timeout: Duration, outcome: &'sta
     );
 }
 
-impl fmt::Debug for RedisStore {
+impl fmt::Debug for RedisCacheStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisStore")
+        f.debug_struct("RedisCacheStore")
             .field("prefix", &self.settings.prefix)
             .field("ttl", &self.ttl)
             .field("max_entry_bytes", &self.max_entry_bytes)

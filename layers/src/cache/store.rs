@@ -25,8 +25,9 @@ impl Cached {
     }
 }
 
-/// Where a [`Cache`](super::Cache) keeps results: an in-process map ([`MemoryStore`](super::MemoryStore)),
-/// or one shared by processes.
+/// Where a [`Cache`](super::Cache) keeps results: an in-process map
+/// ([`MemoryCacheStore`](super::MemoryCacheStore)), or one shared by
+/// processes.
 pub trait CacheStore: Send + Sync + 'static {
     /// The result stored under `key`, if there is one and it is fresh.
     fn get(&self, key: &str) -> BoxFuture<'static, Option<Cached>>;

@@ -214,7 +214,7 @@ where
     fn call(&mut self, request: R) -> Self::Future {
         if std::mem::take(&mut self.shed) {
             let waited = self.max_wait.unwrap_or_default();
-            return ResponseFuture::overloaded(crate::call::refused_here(ToolError::new(
+            return ResponseFuture::overloaded(crate::call_context::refused_here(ToolError::new(
                 ErrorKind::Overloaded,
                 format!("waited {waited:?} for capacity; the tool never started"),
             )));

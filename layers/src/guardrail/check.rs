@@ -195,7 +195,7 @@ pub enum OnCheckError {
 }
 
 /// The settings a chain runs with.
-pub(super) struct Run<'a> {
+pub(super) struct ChainSettings<'a> {
     pub(super) timeout: Duration,
     pub(super) on_error: OnCheckError,
     pub(super) name: &'a Arc<str>,
@@ -204,7 +204,7 @@ pub(super) struct Run<'a> {
 }
 
 /// What a chain made of one text.
-pub(super) enum Outcome {
+pub(super) enum ChainOutcome {
     /// It goes on: as it was, or replaced.
     Pass(Option<String>),
     /// It stops here.
@@ -225,13 +225,13 @@ const MAX_REASON: usize = 1_000;
 /// decision; a trigger is an event there and goes to `events`, before the
 /// outcome is returned.
 pub(super) async fn run_chain(
-    run: Run<'_>,
+    run: ChainSettings<'_>,
     chain: &[Guardrail],
     target: Target,
     mut text: Arc<str>,
     new_at: usize,
     spans: Option<&[Span]>,
-) -> Outcome {
+) -> ChainOutcome {
     let mut replaced = None;
     for (i, guardrail) in chain.iter().enumerate() {
         let span = match spans.and_then(|spans| spans.get(i)) {
@@ -304,14 +304,14 @@ pub(super) async fn run_chain(
                 .await;
         }
         if stop {
-            return Outcome::Stop {
+            return ChainOutcome::Stop {
                 guardrail: Arc::clone(&guardrail.name),
                 action,
                 reason,
             };
         }
     }
-    Outcome::Pass(replaced)
+    ChainOutcome::Pass(replaced)
 }
 
 /// The span of one guardrail's checks: `apply_guardrail {name}`.
@@ -376,7 +376,7 @@ pub(super) struct Settings {
 
 /// What one call's checks share: the layer's settings, who is called, where
 /// triggers are told, and the output guardrails' spans.
-pub(super) struct Call {
+pub(super) struct CallChecks {
     pub(super) settings: Arc<Settings>,
     pub(super) name: Arc<str>,
     pub(super) call_id: Option<Arc<str>>,
@@ -385,9 +385,9 @@ pub(super) struct Call {
     pub(super) output: Target,
 }
 
-impl Call {
-    pub(super) fn run(&self) -> Run<'_> {
-        Run {
+impl CallChecks {
+    pub(super) fn chain_settings(&self) -> ChainSettings<'_> {
+        ChainSettings {
             timeout: self.settings.timeout,
             on_error: self.settings.on_error,
             name: &self.name,

@@ -9,7 +9,7 @@ use pin_project_lite::pin_project;
 use toolstack::guardrail::Action;
 use toolstack::ToolError;
 
-use super::check::{raised, run_chain, Call, Outcome};
+use super::check::{raised, run_chain, CallChecks, ChainOutcome};
 use crate::Output;
 
 pin_project! {
@@ -27,7 +27,7 @@ pin_project! {
         Direct {
             #[pin]
             future: F,
-            output: Option<Arc<Call>>,
+            output: Option<Arc<CallChecks>>,
         },
         // The input checks, and the call after them.
         Checking {
@@ -37,7 +37,7 @@ pin_project! {
 }
 
 impl<F, St, T> ResponseFuture<F, St, T> {
-    pub(super) fn direct(future: F, output: Option<Arc<Call>>) -> Self {
+    pub(super) fn direct(future: F, output: Option<Arc<CallChecks>>) -> Self {
         ResponseFuture {
             state: State::Direct { future, output },
         }
@@ -76,9 +76,9 @@ pin_project! {
     pub struct GuardedStream<St, T> {
         #[pin]
         inner: Option<St>,
-        call: Option<Arc<Call>>,
+        call: Option<Arc<CallChecks>>,
         // The item held while its checks run, with its text.
-        checking: Option<(T, Arc<str>, BoxFuture<'static, Outcome>)>,
+        checking: Option<(T, Arc<str>, BoxFuture<'static, ChainOutcome>)>,
         // An item to give before anything else (a refusal's answer).
         queued: Option<Result<T, ToolError>>,
         // The end of the text already passed, for the next check.
@@ -87,7 +87,7 @@ pin_project! {
 }
 
 impl<St, T> GuardedStream<St, T> {
-    pub(super) fn new(inner: St, call: Option<Arc<Call>>) -> Self {
+    pub(super) fn new(inner: St, call: Option<Arc<CallChecks>>) -> Self {
         GuardedStream {
             inner: Some(inner),
             call,
@@ -128,7 +128,7 @@ where
                     unreachable!("the item is held with its check")
                 };
                 match outcome {
-                    Outcome::Pass(replaced) => {
+                    ChainOutcome::Pass(replaced) => {
                         let max = this.call.as_ref().map_or(0, |call| call.settings.lookback);
                         match replaced {
                             None => remember(this.lookback, &text, max),
@@ -145,7 +145,7 @@ where
                         }
                         return Poll::Ready(Some(Ok(item)));
                     }
-                    Outcome::Stop {
+                    ChainOutcome::Stop {
                         guardrail,
                         action,
                         reason,
@@ -203,7 +203,7 @@ where
             let check = Box::pin(async move {
                 let spans = call.output_spans.as_slice();
                 run_chain(
-                    call.run(),
+                    call.chain_settings(),
                     &call.settings.output,
                     call.output,
                     window,

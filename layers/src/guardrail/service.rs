@@ -7,7 +7,7 @@ use toolstack::model::{ChatRequest, Message};
 use toolstack::{ErrorKind, ToolError, ToolRequest};
 use tower_service::Service;
 
-use super::check::{check_span, raised, run_chain, Call, Outcome, Settings};
+use super::check::{check_span, raised, run_chain, CallChecks, ChainOutcome, Settings};
 use super::future::{GuardedStream, ResponseFuture};
 use crate::{Output, Request};
 
@@ -154,7 +154,7 @@ where
         if settings.input.is_empty() && settings.output.is_empty() {
             return ResponseFuture::direct(self.inner.call(request), None);
         }
-        let call = Arc::new(Call {
+        let call = Arc::new(CallChecks {
             settings: Arc::clone(settings),
             name: request.shared_name(),
             call_id: (!request.id().is_empty()).then(|| Arc::from(request.id())),
@@ -181,17 +181,24 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         ResponseFuture::checking(Box::pin(async move {
             for (at, text) in request.inputs() {
-                let outcome =
-                    run_chain(call.run(), &call.settings.input, R::INPUT, text, 0, None).await;
+                let outcome = run_chain(
+                    call.chain_settings(),
+                    &call.settings.input,
+                    R::INPUT,
+                    text,
+                    0,
+                    None,
+                )
+                .await;
                 match outcome {
-                    Outcome::Pass(None) => {}
-                    Outcome::Pass(Some(text)) => request.redact_input(at, text),
-                    Outcome::Stop {
+                    ChainOutcome::Pass(None) => {}
+                    ChainOutcome::Pass(Some(text)) => request.redact_input(at, text),
+                    ChainOutcome::Stop {
                         guardrail,
                         action: toolstack::guardrail::Action::Raised,
                         reason,
                     } => return Err(raised(&guardrail, &reason)),
-                    Outcome::Stop {
+                    ChainOutcome::Stop {
                         guardrail, reason, ..
                     } => return R::refused(&guardrail, &reason).map(GuardedStream::answered),
                 }

@@ -18,6 +18,6 @@ impl Clock for TokioClock {
     fn now(&self) -> Instant {
         // The call's start when a timeout above lent it: one clock read
         // per call for both.
-        crate::call::now().into_std()
+        crate::call_context::now().into_std()
     }
 }

@@ -67,7 +67,7 @@ pin_project! {
     struct Timer {
         #[pin]
         sleep: Sleep,
-        deadline: Option<crate::call::Deadline>,
+        deadline: Option<crate::call_context::Deadline>,
     }
 }
 
@@ -103,7 +103,7 @@ impl<S, F, R> ResponseFuture<S, F, R> {
             state: State::Waiting {
                 timer: Box::pin(Timer {
                     sleep: tokio::time::sleep_until(until),
-                    deadline: crate::call::deadline(),
+                    deadline: crate::call_context::deadline(),
                 }),
                 allowed: false,
                 service,
@@ -160,10 +160,12 @@ where
                     while !*allowed {
                         let mut sleep = timer.as_mut().project().sleep;
                         // Past the deadline the call is held, and takes
-                        // no quota (`call.rs`).
-                        if sleep.as_mut().poll(cx).is_pending() || crate::call::too_late(deadline) {
+                        // no quota (`call_context.rs`).
+                        if sleep.as_mut().poll(cx).is_pending()
+                            || crate::call_context::too_late(deadline)
+                        {
                             // A timeout above that expires now says so.
-                            crate::call::report(crate::call::Wait::Quota {
+                            crate::call_context::report(crate::call_context::Wait::Quota {
                                 ready_at: sleep.deadline(),
                             });
                             return Poll::Pending;
@@ -176,20 +178,20 @@ where
                         }
                     }
                     match service.poll_ready(cx) {
-                        Poll::Ready(Ok(())) if !crate::call::too_late(deadline) => {}
+                        Poll::Ready(Ok(())) if !crate::call_context::too_late(deadline) => {}
                         Poll::Ready(Err(err)) => {
                             state.set(State::Done);
                             return Poll::Ready(Err(err.into()));
                         }
                         Poll::Ready(Ok(())) | Poll::Pending => {
-                            crate::call::report(crate::call::Wait::Permit);
+                            crate::call_context::report(crate::call_context::Wait::Permit);
                             return Poll::Pending;
                         }
                     }
                     let Some(req) = request.take() else {
                         return Poll::Ready(Err(polled_after_completion()));
                     };
-                    crate::call::lend_later(deadline, || service.call(req))
+                    crate::call_context::lend_later(deadline, || service.call(req))
                 }
             };
             state.set(State::Called { future });

@@ -52,7 +52,7 @@ impl Mode {
             retry_after_ms = millis_ceil(retry_after),
             "rate limited; refusing the call"
         );
-        Some(crate::call::refused_here(ToolError::new(
+        Some(crate::call_context::refused_here(ToolError::new(
             ErrorKind::RateLimited {
                 retry_after: Some(retry_after),
             },

@@ -12,7 +12,7 @@ use redis::Script;
 use sha2::{Digest, Sha256};
 
 use super::limiter::BucketKey;
-use super::shared::{Fallback, SharedStore, StoreError, Verdict};
+use super::shared::{Fallback, SharedStore, SharedStoreError, StoreVerdict};
 use crate::redis::{ask, micros_ceil, Health, RedisSettings};
 use crate::shared_store::{push_caller, push_hex};
 
@@ -249,7 +249,7 @@ impl SharedStore for RedisBuckets {
         redis_key(&self.config.settings.prefix, bucket).into()
     }
 
-    fn take(&self, key: &Arc<str>) -> BoxFuture<'static, Result<Verdict, StoreError>> {
+    fn take(&self, key: &Arc<str>) -> BoxFuture<'static, Result<StoreVerdict, SharedStoreError>> {
         let key = Arc::clone(key);
         let (interval, tolerance) = (self.interval, self.tolerance);
         let answer = ask(&self.config.settings, &self.health, move |mut manager| {
@@ -261,8 +261,8 @@ impl SharedStore for RedisBuckets {
         });
         Box::pin(async move {
             Ok(match answer.await? {
-                (1, _) => Verdict::Allowed,
-                (_, wait) => Verdict::Wait(Duration::from_micros(wait.max(1) as u64)),
+                (1, _) => StoreVerdict::Allowed,
+                (_, wait) => StoreVerdict::Wait(Duration::from_micros(wait.max(1) as u64)),
             })
         })
     }

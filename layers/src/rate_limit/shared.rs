@@ -6,8 +6,8 @@
 //! [`Unavailable`](toolstack::ErrorKind::Unavailable) error (fail closed).
 //!
 //! Nothing here knows Redis: the store is a [`SharedStore`], asked with a
-//! key and answering a [`Verdict`]. Without the `redis` feature no store
-//! exists, and none of this is reached.
+//! key and answering a [`StoreVerdict`]. Without the `redis` feature no
+//! store exists, and none of this is reached.
 
 #![cfg_attr(not(feature = "redis"), allow(dead_code))]
 
@@ -25,12 +25,12 @@ use tower_service::Service;
 
 use super::limiter::{BucketKey, CallKey, Limiter};
 use super::mode::{millis_ceil, Mode};
-pub(super) use crate::shared_store::{Fallback, StoreError};
+pub(super) use crate::shared_store::{Fallback, SharedStoreError};
 use crate::Request;
 
 /// What a shared store answers when asked for one cell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Verdict {
+pub(super) enum StoreVerdict {
     /// The cell was taken: the call may go.
     Allowed,
     /// The bucket is empty; one cell comes back after this long.
@@ -50,13 +50,13 @@ pub(super) trait SharedStore: fmt::Debug + Send + Sync {
 
     /// Takes one cell from the bucket under `key`, or says how long until
     /// one comes back. Resolves within the store's command timeout.
-    fn take(&self, key: &Arc<str>) -> BoxFuture<'static, Result<Verdict, StoreError>>;
+    fn take(&self, key: &Arc<str>) -> BoxFuture<'static, Result<StoreVerdict, SharedStoreError>>;
 }
 
 /// A call being admitted through a shared store: the state of
 /// [`ResponseFuture`](super::ResponseFuture) until the call is made.
 pub(super) struct Asking<S, R> {
-    step: Step,
+    step: AdmissionStep,
     // Slept on when the store (or, failing open, the local limiter) says
     // to wait; one timer for the call, reset for each wait.
     sleep: Option<Pin<Box<Sleep>>>,
@@ -73,12 +73,13 @@ pub(super) struct Asking<S, R> {
     refused: bool,
     // The call's deadline, lent to `call`: past it, no quota is asked for
     // and the call is not made.
-    deadline: Option<crate::call::Deadline>,
+    deadline: Option<crate::call_context::Deadline>,
 }
 
-enum Step {
+/// Where a call's admission through the store is.
+enum AdmissionStep {
     /// Waiting for the store's verdict.
-    Ask(BoxFuture<'static, Result<Verdict, StoreError>>),
+    Ask(BoxFuture<'static, Result<StoreVerdict, SharedStoreError>>),
     /// Sleeping until the store may allow the call; then ask again.
     SleepThenAsk,
     /// The store failed and the call fails open: the local limiter decides.
@@ -99,7 +100,7 @@ impl<S, R: Request> Asking<S, R> {
     ) -> Self {
         let key = store.key(limiter.bucket_key(CallKey::of(&request)));
         Asking {
-            step: Step::Ask(store.take(&key)),
+            step: AdmissionStep::Ask(store.take(&key)),
             sleep: None,
             service,
             request: Some(request),
@@ -108,7 +109,7 @@ impl<S, R: Request> Asking<S, R> {
             limiter,
             mode,
             refused: false,
-            deadline: crate::call::deadline(),
+            deadline: crate::call_context::deadline(),
         }
     }
 
@@ -137,7 +138,7 @@ impl<S, R: Request> Asking<S, R> {
     {
         loop {
             match &mut self.step {
-                Step::Ask(ask) => {
+                AdmissionStep::Ask(ask) => {
                     let verdict = ready!(ask.as_mut().poll(cx));
                     let Some(request) = self.request.take() else {
                         return Poll::Ready(Err(polled_after_completion()));
@@ -148,32 +149,34 @@ impl<S, R: Request> Asking<S, R> {
                         return Poll::Ready(Err(err));
                     }
                 }
-                Step::SleepThenAsk | Step::SleepThenLocal => {
+                AdmissionStep::SleepThenAsk | AdmissionStep::SleepThenLocal => {
                     if let Some(sleep) = &mut self.sleep {
                         // Past the deadline the call is held, and asks for
-                        // no quota (`call.rs`).
+                        // no quota (`call_context.rs`).
                         if sleep.as_mut().poll(cx).is_pending()
-                            || crate::call::too_late(self.deadline)
+                            || crate::call_context::too_late(self.deadline)
                         {
                             // A timeout above that expires now says so.
-                            crate::call::report(crate::call::Wait::Quota {
+                            crate::call_context::report(crate::call_context::Wait::Quota {
                                 ready_at: sleep.deadline(),
                             });
                             return Poll::Pending;
                         }
                     }
                     self.step = match self.step {
-                        Step::SleepThenAsk => Step::Ask(self.store.take(&self.key)),
-                        _ => Step::Local,
+                        AdmissionStep::SleepThenAsk => {
+                            AdmissionStep::Ask(self.store.take(&self.key))
+                        }
+                        _ => AdmissionStep::Local,
                     };
                 }
-                Step::Local => {
+                AdmissionStep::Local => {
                     let Some(request) = self.request.take() else {
                         return Poll::Ready(Err(polled_after_completion()));
                     };
                     let outcome = match self.limiter.check(CallKey::of(&request)) {
                         Ok(()) => {
-                            self.step = Step::Admitted;
+                            self.step = AdmissionStep::Admitted;
                             Ok(())
                         }
                         Err(earliest) => {
@@ -183,7 +186,7 @@ impl<S, R: Request> Asking<S, R> {
                                 Some(err) => Err(err),
                                 None => {
                                     self.sleep_until(until);
-                                    self.step = Step::SleepThenLocal;
+                                    self.step = AdmissionStep::SleepThenLocal;
                                     Ok(())
                                 }
                             }
@@ -194,12 +197,12 @@ impl<S, R: Request> Asking<S, R> {
                         return Poll::Ready(Err(err));
                     }
                 }
-                Step::Admitted => {
+                AdmissionStep::Admitted => {
                     match self.service.poll_ready(cx) {
-                        Poll::Ready(Ok(())) if !crate::call::too_late(self.deadline) => {}
+                        Poll::Ready(Ok(())) if !crate::call_context::too_late(self.deadline) => {}
                         Poll::Ready(Err(err)) => return Poll::Ready(Err(err.into())),
                         Poll::Ready(Ok(())) | Poll::Pending => {
-                            crate::call::report(crate::call::Wait::Permit);
+                            crate::call_context::report(crate::call_context::Wait::Permit);
                             return Poll::Pending;
                         }
                     }
@@ -207,7 +210,7 @@ impl<S, R: Request> Asking<S, R> {
                         return Poll::Ready(Err(polled_after_completion()));
                     };
                     let service = &mut self.service;
-                    return Poll::Ready(Ok(crate::call::lend_later(self.deadline, || {
+                    return Poll::Ready(Ok(crate::call_context::lend_later(self.deadline, || {
                         service.call(request)
                     })));
                 }
@@ -220,11 +223,11 @@ impl<S, R: Request> Asking<S, R> {
     fn decide(
         &mut self,
         request: &R,
-        verdict: Result<Verdict, StoreError>,
+        verdict: Result<StoreVerdict, SharedStoreError>,
     ) -> Result<(), ToolError> {
         match verdict {
-            Ok(Verdict::Allowed) => self.step = Step::Admitted,
-            Ok(Verdict::Wait(retry_after)) => {
+            Ok(StoreVerdict::Allowed) => self.step = AdmissionStep::Admitted,
+            Ok(StoreVerdict::Wait(retry_after)) => {
                 if let Some(err) = self.refuse(request, retry_after) {
                     return Err(err);
                 }
@@ -236,7 +239,7 @@ impl<S, R: Request> Asking<S, R> {
                     "rate limited by the shared quota; waiting"
                 );
                 self.sleep_until(Instant::now() + retry_after);
-                self.step = Step::SleepThenAsk;
+                self.step = AdmissionStep::SleepThenAsk;
             }
             Err(err) => {
                 let fallback = self.store.fallback();
@@ -251,7 +254,7 @@ impl<S, R: Request> Asking<S, R> {
                     "the shared rate limit's store is unreachable"
                 );
                 match fallback {
-                    Fallback::Open => self.step = Step::Local,
+                    Fallback::Open => self.step = AdmissionStep::Local,
                     Fallback::Closed => {
                         return Err(ToolError::new(
                             ErrorKind::Unavailable,
@@ -274,11 +277,11 @@ impl<S, R: Request> Asking<S, R> {
 impl<S, R> fmt::Debug for Asking<S, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let step = match self.step {
-            Step::Ask(_) => "ask",
-            Step::SleepThenAsk => "sleep, then ask",
-            Step::Local => "local",
-            Step::SleepThenLocal => "sleep, then local",
-            Step::Admitted => "admitted",
+            AdmissionStep::Ask(_) => "ask",
+            AdmissionStep::SleepThenAsk => "sleep, then ask",
+            AdmissionStep::Local => "local",
+            AdmissionStep::SleepThenLocal => "sleep, then local",
+            AdmissionStep::Admitted => "admitted",
         };
         f.debug_struct("Asking")
             .field("store", &self.store)

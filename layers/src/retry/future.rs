@@ -13,7 +13,7 @@ use tower_service::Service;
 
 use super::policy::refused_before_running;
 use super::{Idempotency, Inferred, RetryPolicy};
-use crate::call::{Deadline, Wait};
+use crate::call_context::{Deadline, Wait};
 use crate::Request;
 
 /// What a call needs to be tried again: the request, the layer's shared
@@ -127,7 +127,7 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
                     ran.message(),
                     err.message()
                 );
-                if crate::call::is_refused_here(&err) {
+                if crate::call_context::is_refused_here(&err) {
                     ran.with_message(message)
                 } else {
                     err.with_message(message)
@@ -175,7 +175,7 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
     /// Whether the call's deadline has passed: no attempt starts then.
     #[inline]
     fn too_late(&self) -> bool {
-        crate::call::too_late(self.deadline)
+        crate::call_context::too_late(self.deadline)
     }
 
     /// The service the next attempt goes to.
@@ -202,7 +202,7 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
             Some(wait) => wait,
             None => Wait::Permit,
         };
-        crate::call::report(wait);
+        crate::call_context::report(wait);
         self.amend();
     }
 
@@ -210,7 +210,7 @@ impl<S, R: Request, I: Idempotency<R>> Attempts<S, R, I> {
     /// layer below reported.
     #[inline(never)]
     fn amend(&self) {
-        crate::call::amend(|waiting| {
+        crate::call_context::amend(|waiting| {
             waiting.attempts = self.attempt;
             if waiting.ran.is_none() {
                 waiting.ran = self.failed.as_ref().and_then(|failed| failed.ran.clone());
@@ -376,7 +376,7 @@ where
             },
             // Past the deadline, the call is held: no attempt starts, and
             // the timeout whose deadline it is ends the call with what the
-            // report says (`call.rs`).
+            // report says (`call_context.rs`).
             StateProj::Backoff { sleep } => {
                 if sleep.as_mut().poll(cx).is_pending() || attempts.too_late() {
                     attempts.report(true);
@@ -404,7 +404,8 @@ where
                         let request = attempts.request.clone();
                         let deadline = attempts.deadline;
                         let service = attempts.service();
-                        let future = crate::call::lend_later(deadline, || service.call(request));
+                        let future =
+                            crate::call_context::lend_later(deadline, || service.call(request));
                         state.set(State::Calling { future });
                         continue;
                     }

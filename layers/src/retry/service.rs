@@ -123,7 +123,7 @@ where
             request,
             shared: self.shared.clone(),
             attempt: 1,
-            deadline: crate::call::deadline(),
+            deadline: crate::call_context::deadline(),
             failed: None,
         };
         ResponseFuture::new(first, attempts)

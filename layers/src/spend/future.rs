@@ -15,7 +15,7 @@ use tower_service::Service;
 
 use super::meter::Meter;
 use super::rules::{Counted, CounterKey, Spent};
-use crate::shared_store::{Fallback, StoreError};
+use crate::shared_store::{Fallback, SharedStoreError};
 
 /// What a call adds to its counters when its answer ends.
 pub(super) struct Metering {
@@ -58,19 +58,19 @@ pin_project! {
 enum State<S> {
     Refused(ToolError),
     Reading {
-        reading: BoxFuture<'static, Result<Vec<Spent>, StoreError>>,
+        reading: BoxFuture<'static, Result<Vec<Spent>, SharedStoreError>>,
         service: S,
         request: ChatRequest,
         counted: Counted,
         now: u64,
         // The call's deadline, lent to `call`: past it, the call is held,
-        // never made (`call.rs`).
-        deadline: Option<crate::call::Deadline>,
+        // never made (`call_context.rs`).
+        deadline: Option<crate::call_context::Deadline>,
     },
     Admitted {
         service: S,
         request: ChatRequest,
-        deadline: Option<crate::call::Deadline>,
+        deadline: Option<crate::call_context::Deadline>,
     },
     Called,
     Done,
@@ -94,7 +94,7 @@ impl<S, F> ResponseFuture<S, F> {
     }
 
     pub(super) fn reading(
-        reading: BoxFuture<'static, Result<Vec<Spent>, StoreError>>,
+        reading: BoxFuture<'static, Result<Vec<Spent>, SharedStoreError>>,
         service: S,
         request: ChatRequest,
         counted: Counted,
@@ -109,7 +109,7 @@ impl<S, F> ResponseFuture<S, F> {
                 request,
                 counted,
                 now,
-                deadline: crate::call::deadline(),
+                deadline: crate::call_context::deadline(),
             },
             metering: Some(metering),
         }
@@ -167,13 +167,13 @@ where
                     service, deadline, ..
                 } => {
                     match service.poll_ready(cx) {
-                        Poll::Ready(Ok(())) if !crate::call::too_late(*deadline) => {}
+                        Poll::Ready(Ok(())) if !crate::call_context::too_late(*deadline) => {}
                         Poll::Ready(Err(err)) => {
                             *this.state = State::Done;
                             return Poll::Ready(Err(err.into()));
                         }
                         Poll::Ready(Ok(())) | Poll::Pending => {
-                            crate::call::report(crate::call::Wait::Permit);
+                            crate::call_context::report(crate::call_context::Wait::Permit);
                             return Poll::Pending;
                         }
                     }
@@ -185,7 +185,8 @@ where
                     else {
                         return Poll::Ready(Err(polled_after_completion()));
                     };
-                    let called = crate::call::lend_later(deadline, || service.call(request));
+                    let called =
+                        crate::call_context::lend_later(deadline, || service.call(request));
                     this.called.set(Some(called));
                 }
                 State::Refused(_) => {
@@ -209,7 +210,7 @@ fn decide(
     meter: &Meter,
     counted: &Counted,
     now: u64,
-    verdict: Result<Vec<Spent>, StoreError>,
+    verdict: Result<Vec<Spent>, SharedStoreError>,
 ) -> Result<(), ToolError> {
     let Some(store) = &meter.store else {
         return meter.admit_locally(counted, now);

@@ -14,7 +14,7 @@ use toolstack::{ErrorKind, ToolError};
 
 use super::memory::MemoryCounters;
 use super::rules::{Counted, CounterKey, Rules, Spent};
-use crate::shared_store::{Fallback, StoreError};
+use crate::shared_store::{Fallback, SharedStoreError};
 
 /// Counters that several processes share (Redis, see
 /// [`RedisSpend`](super::RedisSpend)).
@@ -26,7 +26,8 @@ pub(super) trait SharedCounters: fmt::Debug + Send + Sync {
     fn fallback(&self) -> Fallback;
 
     /// What each of `keys` holds. Resolves within the store's timeout.
-    fn read(&self, keys: &[CounterKey]) -> BoxFuture<'static, Result<Vec<Spent>, StoreError>>;
+    fn read(&self, keys: &[CounterKey])
+        -> BoxFuture<'static, Result<Vec<Spent>, SharedStoreError>>;
 
     /// Adds `spent` to each of `keys`, each with its time to live from
     /// `now`. Resolves within the store's timeout.
@@ -36,7 +37,7 @@ pub(super) trait SharedCounters: fmt::Debug + Send + Sync {
         spent: Spent,
         now: u64,
         run_ttl: u64,
-    ) -> BoxFuture<'static, Result<(), StoreError>>;
+    ) -> BoxFuture<'static, Result<(), SharedStoreError>>;
 }
 
 /// The wall clock the windows are read on.
@@ -87,7 +88,7 @@ impl Meter {
     }
 
     /// The error of a call that the store could not check, failing closed.
-    pub(super) fn unchecked(store: &dyn SharedCounters, err: StoreError) -> ToolError {
+    pub(super) fn unchecked(store: &dyn SharedCounters, err: SharedStoreError) -> ToolError {
         ToolError::new(
             ErrorKind::Unavailable,
             format!(

@@ -13,7 +13,7 @@ use toolstack::model::Cost;
 use super::meter::SharedCounters;
 use super::rules::{CounterKey, Spent};
 use crate::redis::{ask, Health, RedisSettings};
-use crate::shared_store::{Fallback, StoreError};
+use crate::shared_store::{Fallback, SharedStoreError};
 
 /// Adds one call's spend to each of its counters, each with its time to
 /// live, atomically (the counters of a call move together).
@@ -207,7 +207,10 @@ impl SharedCounters for RedisCounters {
         self.config.fallback
     }
 
-    fn read(&self, keys: &[CounterKey]) -> BoxFuture<'static, Result<Vec<Spent>, StoreError>> {
+    fn read(
+        &self,
+        keys: &[CounterKey],
+    ) -> BoxFuture<'static, Result<Vec<Spent>, SharedStoreError>> {
         let mut pipe = redis::pipe();
         for key in keys {
             pipe.cmd("HMGET")
@@ -237,7 +240,7 @@ impl SharedCounters for RedisCounters {
         spent: Spent,
         now: u64,
         run_ttl: u64,
-    ) -> BoxFuture<'static, Result<(), StoreError>> {
+    ) -> BoxFuture<'static, Result<(), SharedStoreError>> {
         let mut invocation = SCRIPT.prepare_invoke();
         invocation
             .arg(to_i64(spent.tokens))

@@ -54,7 +54,7 @@ impl Bounds {
     /// heard waiting for capacity, stops waiting (it was admitted).
     #[inline]
     fn heard(&mut self, pending: bool) {
-        if pending && crate::call::is_waiting() {
+        if pending && crate::call_context::is_waiting() {
             self.waited = 1;
         } else if self.waited == 1 {
             let ms = self.start.map_or(0, |start| start.elapsed().as_millis());
@@ -108,7 +108,7 @@ impl Bounds {
             _ => (None, ""),
         };
         if let (Some(start), Some(limit)) = (self.start, limit) {
-            if let Some(waiting) = crate::call::take() {
+            if let Some(waiting) = crate::call_context::take() {
                 let waited = Instant::now().saturating_duration_since(start);
                 return waiting.into_error(self.kind, waited, &format!("{what} of {limit:?}"));
             }
@@ -146,7 +146,7 @@ impl Bounds {
 /// out of line: a stream's items after the first never come this way.
 #[inline(never)]
 fn poll_listening<T>(bounds: &mut Bounds, poll: impl FnOnce() -> Poll<T>) -> Poll<T> {
-    crate::call::clear();
+    crate::call_context::clear();
     let polled = poll();
     bounds.heard(polled.is_pending());
     polled
@@ -210,7 +210,7 @@ where
         // large, and a call out of line would copy it once more.
         let listens = this.bounds.listens();
         if listens {
-            crate::call::clear();
+            crate::call_context::clear();
         }
         let polled = this.inner.poll(cx);
         if listens {

@@ -56,7 +56,7 @@ where
 
     fn call(&mut self, request: R) -> Self::Future {
         let limits = self.limits;
-        let lent = crate::call::start();
+        let lent = crate::call_context::start();
         // Only bounds counted from `call` need the clock now; a timeout
         // above lent the instant its call started (this one's, give or take
         // the layers between).
@@ -77,12 +77,12 @@ where
                 let own = limits
                     .deadline
                     .get()
-                    .map(|limit| crate::call::Deadline::after(at, limit));
+                    .map(|limit| crate::call_context::Deadline::after(at, limit));
                 let deadline = match (own, outer) {
                     (Some(own), Some(outer)) if outer.at < own.at => Some(outer),
                     (own, outer) => own.or(outer),
                 };
-                crate::call::lend(crate::call::Start { at, deadline }, || {
+                crate::call_context::lend(crate::call_context::Start { at, deadline }, || {
                     self.inner.call(request)
                 })
             }

@@ -409,14 +409,14 @@ impl<R: Request, OE: OnEnd<R>, OF: OnFailure<R>, OD: OnEarlyDrop<R>> CallState<R
 /// up to a length, and the span field it goes to.
 #[derive(Debug)]
 pub(super) struct OutputRecorder {
-    text: Recorded,
+    text: BoundedText,
     field: &'static str,
 }
 
 impl OutputRecorder {
     pub(super) fn new(max_len: usize, field: &'static str) -> Self {
         OutputRecorder {
-            text: Recorded::new(max_len),
+            text: BoundedText::new(max_len),
             field,
         }
     }
@@ -433,15 +433,15 @@ impl OutputRecorder {
 /// fails, which stops a serializer. Displays as the valid UTF-8 written,
 /// with `…` when something was cut.
 #[derive(Debug)]
-pub(super) struct Recorded {
+pub(super) struct BoundedText {
     buf: Vec<u8>,
     limit: usize,
     overflowed: bool,
 }
 
-impl Recorded {
+impl BoundedText {
     pub(super) fn new(limit: usize) -> Self {
-        Recorded {
+        BoundedText {
             buf: Vec::new(),
             limit,
             overflowed: false,
@@ -449,7 +449,7 @@ impl Recorded {
     }
 }
 
-impl io::Write for Recorded {
+impl io::Write for BoundedText {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
         let room = self.limit - self.buf.len();
         if bytes.len() > room {
@@ -466,7 +466,7 @@ impl io::Write for Recorded {
     }
 }
 
-impl fmt::Display for Recorded {
+impl fmt::Display for BoundedText {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Only the cut can leave a character unfinished, at the end.
         let text = match std::str::from_utf8(&self.buf) {

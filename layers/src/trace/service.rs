@@ -5,7 +5,7 @@ use futures_core::Stream;
 use toolstack::ToolError;
 use tower_service::Service;
 
-use super::future::{EndGuard, OutputRecorder, Recorded, ResponseFuture, ResponseStream};
+use super::future::{BoundedText, EndGuard, OutputRecorder, ResponseFuture, ResponseStream};
 use super::TraceLayer;
 use super::{
     DefaultMakeSpan, DefaultOnEarlyDrop, DefaultOnEnd, DefaultOnFailure, DefaultOnOpen, MakeSpan,
@@ -103,7 +103,7 @@ where
         let metrics = layer.metrics.call(&request);
         let start = Some(Instant::now());
         if let (Some(max), true) = (layer.record_arguments, span_enabled) {
-            let mut input = Recorded::new(max);
+            let mut input = BoundedText::new(max);
             // Fails only when the limit is reached, which is the point.
             let _ = request.write_input(&mut input);
             span.record(R::KIND.input_field(), tracing::field::display(&input));

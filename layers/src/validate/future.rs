@@ -26,11 +26,11 @@ pin_project! {
     pub(super) enum Kind<S, F> {
         // Waiting for the tool's readiness (a permit below), which is
         // reported as such; past the call's deadline the call is held,
-        // never made (`call.rs`).
+        // never made (`call_context.rs`).
         Readying {
             service: S,
             request: Option<ToolRequest>,
-            deadline: Option<crate::call::Deadline>,
+            deadline: Option<crate::call_context::Deadline>,
         },
         Called { #[pin] future: F },
         Rejected { error: Option<ToolError> },
@@ -55,13 +55,13 @@ where
                     deadline,
                 } => {
                     match service.poll_ready(cx) {
-                        Poll::Ready(Ok(())) if !crate::call::too_late(*deadline) => {}
+                        Poll::Ready(Ok(())) if !crate::call_context::too_late(*deadline) => {}
                         Poll::Ready(Err(err)) => {
                             kind.set(Kind::Rejected { error: None });
                             return Poll::Ready(Err(err.into()));
                         }
                         Poll::Ready(Ok(())) | Poll::Pending => {
-                            crate::call::report(crate::call::Wait::Permit);
+                            crate::call_context::report(crate::call_context::Wait::Permit);
                             return Poll::Pending;
                         }
                     }
@@ -69,7 +69,8 @@ where
                         kind.set(Kind::Rejected { error: None });
                         continue;
                     };
-                    let future = crate::call::lend_later(*deadline, || service.call(request));
+                    let future =
+                        crate::call_context::lend_later(*deadline, || service.call(request));
                     kind.set(Kind::Called { future });
                 }
                 KindProj::Called { future } => {

@@ -217,7 +217,7 @@ where
                 Kind::Readying {
                     service: std::mem::replace(&mut self.inner, fresh),
                     request: Some(request),
-                    deadline: crate::call::deadline(),
+                    deadline: crate::call_context::deadline(),
                 }
             }
         };

@@ -17,15 +17,15 @@ use support::capture::Capture;
 use support::output_store::{call, contract, next_args, read_all, rows, toolbox};
 use toolstack::{tool, ErrorKind, ToolError, ToolOutput, ToolRequest};
 use toolstack_layers::budget::{
-    BudgetLayer, Chunk, Kept, MemoryStore, OutputStore, StoreError, WholeOutput, MAX_PAGE_BYTES,
-    STORE_TIMEOUT,
+    BudgetLayer, Chunk, Kept, MemoryOutputStore, OutputStore, OutputStoreError, WholeOutput,
+    MAX_PAGE_BYTES, STORE_TIMEOUT,
 };
 use tower::{ServiceBuilder, ServiceExt};
 
 const HOUR: Duration = Duration::from_secs(3600);
 
-fn memory() -> MemoryStore {
-    MemoryStore::new(16 << 20, HOUR)
+fn memory() -> MemoryOutputStore {
+    MemoryOutputStore::new(16 << 20, HOUR)
 }
 
 #[tokio::test]
@@ -36,10 +36,10 @@ async fn the_memory_store_keeps_its_contract() {
 #[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn the_sqlite_store_keeps_its_contract() {
-    use toolstack_layers::budget::SqliteStore;
+    use toolstack_layers::budget::SqliteOutputStore;
     let dir = std::env::temp_dir().join(format!("toolstack-kept-{}", toolstack::id::new_token()));
     std::fs::create_dir_all(&dir).unwrap();
-    let store = SqliteStore::open(dir.join("kept.db"), HOUR)
+    let store = SqliteOutputStore::open(dir.join("kept.db"), HOUR)
         .unwrap()
         .max_output_bytes(4096);
     contract(store.clone(), 4096).await;
@@ -49,7 +49,7 @@ async fn the_sqlite_store_keeps_its_contract() {
         .put(&handle, WholeOutput::new("shared".into(), 6))
         .await
         .unwrap();
-    let other = SqliteStore::open(dir.join("kept.db"), HOUR).unwrap();
+    let other = SqliteOutputStore::open(dir.join("kept.db"), HOUR).unwrap();
     let chunk = other.read(&handle, 0, 100).await.unwrap().unwrap();
     assert_eq!(chunk.bytes, b"shared");
     std::fs::remove_dir_all(&dir).ok();
@@ -58,9 +58,9 @@ async fn the_sqlite_store_keeps_its_contract() {
 #[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn a_sqlite_row_past_its_time_to_live_is_not_read() {
-    use toolstack_layers::budget::SqliteStore;
+    use toolstack_layers::budget::SqliteOutputStore;
     // A time to live of zero: expired as soon as it is kept.
-    let store = SqliteStore::in_memory(Duration::ZERO).unwrap();
+    let store = SqliteOutputStore::in_memory(Duration::ZERO).unwrap();
     let handle = toolstack::id::new_token();
     store
         .put(&handle, WholeOutput::new("gone".into(), 4))
@@ -68,7 +68,7 @@ async fn a_sqlite_row_past_its_time_to_live_is_not_read() {
         .unwrap();
     assert!(store.read(&handle, 0, 10).await.unwrap().is_none());
     // A live one next to it is read.
-    let store = SqliteStore::in_memory(HOUR).unwrap();
+    let store = SqliteOutputStore::in_memory(HOUR).unwrap();
     store
         .put(&handle, WholeOutput::new("here".into(), 4))
         .await
@@ -181,7 +181,7 @@ async fn a_text_cut_inside_is_read_back_from_inside() {
 #[tokio::test]
 async fn an_output_over_the_stores_cap_keeps_its_beginning_and_says_so() {
     // 200,000 rows (about 1.3 MB) through a store that keeps 1,000 bytes of one.
-    let store = MemoryStore::new(1 << 20, HOUR).max_output_bytes(1000);
+    let store = MemoryOutputStore::new(1 << 20, HOUR).max_output_bytes(1000);
     let many = tool::from_stream("rows", |_: serde_json::Value| {
         stream::iter(
             (1..=200_000).map(|i| Ok::<_, ToolError>(ToolOutput::text(format!("row {i}")))),
@@ -219,7 +219,7 @@ async fn an_output_over_the_stores_cap_keeps_its_beginning_and_says_so() {
 
 #[tokio::test(start_paused = true)]
 async fn an_expired_output_is_not_found_and_the_model_is_told_why() {
-    let store = MemoryStore::new(1 << 20, Duration::from_secs(600));
+    let store = MemoryOutputStore::new(1 << 20, Duration::from_secs(600));
     let tools = toolbox(
         rows(50),
         BudgetLayer::new().max_items(5).keep(store.clone()),
@@ -245,7 +245,7 @@ async fn an_expired_output_is_not_found_and_the_model_is_told_why() {
 
 #[tokio::test(start_paused = true)]
 async fn the_memory_store_drops_the_oldest_to_stay_within_its_total() {
-    let store = MemoryStore::new(3_000, HOUR).max_output_bytes(1_000);
+    let store = MemoryOutputStore::new(3_000, HOUR).max_output_bytes(1_000);
     let handles: Vec<String> = (0..4).map(|_| toolstack::id::new_token()).collect();
     for handle in &handles {
         store
@@ -412,10 +412,10 @@ struct Broken {
 }
 
 impl OutputStore for Broken {
-    fn put(&self, _: &str, _: WholeOutput) -> BoxFuture<'static, Result<(), StoreError>> {
+    fn put(&self, _: &str, _: WholeOutput) -> BoxFuture<'static, Result<(), OutputStoreError>> {
         self.puts.fetch_add(1, Ordering::SeqCst);
         match self.mode {
-            "fails" => Box::pin(std::future::ready(Err(StoreError::new("disk full")))),
+            "fails" => Box::pin(std::future::ready(Err(OutputStoreError::new("disk full")))),
             "hangs" => Box::pin(std::future::pending()),
             "panics in its future" => Box::pin(async { panic!("store bug") }),
             _ => panic!("store bug"),
@@ -427,10 +427,10 @@ impl OutputStore for Broken {
         _: &str,
         _: usize,
         _: usize,
-    ) -> BoxFuture<'static, Result<Option<Chunk>, StoreError>> {
+    ) -> BoxFuture<'static, Result<Option<Chunk>, OutputStoreError>> {
         match self.mode {
             "hangs" => Box::pin(std::future::pending()),
-            _ => Box::pin(std::future::ready(Err(StoreError::new("disk gone")))),
+            _ => Box::pin(std::future::ready(Err(OutputStoreError::new("disk gone")))),
         }
     }
 
@@ -565,4 +565,15 @@ async fn under_the_agent_the_model_reads_the_notice_then_the_page_it_asks_for() 
     let page = &results(&events)[0];
     assert!(page.starts_with("row 5\nrow 6\n"), "{page}");
     assert!(page.contains("Next page: {\"handle\""), "{page}");
+}
+
+/// The store's names before the rename (which the agent's run store and
+/// the cache shared) still compile, with a deprecation warning.
+#[test]
+#[allow(deprecated)]
+fn the_names_before_the_rename_still_compile() {
+    let store: toolstack_layers::budget::MemoryStore = memory();
+    assert_eq!(store.ttl(), HOUR);
+    let err: toolstack_layers::budget::StoreError = OutputStoreError::new("disk full");
+    assert_eq!(err.message(), "disk full");
 }

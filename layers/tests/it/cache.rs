@@ -16,7 +16,7 @@ use toolstack::{
     tool, BoxTool, ErrorKind, ToolAnnotations, ToolError, ToolItem, ToolOutput, ToolRequest,
     ToolResult, Toolbox,
 };
-use toolstack_layers::cache::{CacheLayer, MemoryStore};
+use toolstack_layers::cache::{CacheLayer, MemoryCacheStore};
 use tower::ServiceExt;
 
 #[derive(serde::Deserialize, toolstack::schemars::JsonSchema)]
@@ -246,7 +246,7 @@ async fn errors_dropped_streams_and_results_too_large_are_not_stored() {
 #[tokio::test(start_paused = true)]
 async fn an_entry_expires_after_its_time_to_live() {
     let runs = Arc::new(AtomicUsize::new(0));
-    let store = MemoryStore::new(1 << 20, Duration::from_millis(50));
+    let store = MemoryCacheStore::new(1 << 20, Duration::from_millis(50));
     let service = cached(counting(runs.clone(), true), CacheLayer::new(store.clone()));
     items(&service, "{}").await;
     items(&service, "{}").await;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use redis_server::{RedisServer, COMMAND_TIMEOUT, PATIENT_TIMEOUT, STALL};
 use support::output_store::{call, contract, next_args, rows, toolbox};
 use toolstack::ErrorKind;
-use toolstack_layers::budget::{BudgetLayer, OutputStore, RedisStore, WholeOutput};
+use toolstack_layers::budget::{BudgetLayer, OutputStore, RedisOutputStore, WholeOutput};
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -22,7 +22,7 @@ async fn the_redis_store_keeps_its_contract() {
     let Some(redis) = RedisServer::start("the_redis_store_keeps_its_contract") else {
         return;
     };
-    let store = RedisStore::new(redis.patient_manager().await, HOUR)
+    let store = RedisOutputStore::new(redis.patient_manager().await, HOUR)
         .timeout(PATIENT_TIMEOUT)
         .max_output_bytes(4096);
     contract(store, 4096).await;
@@ -36,7 +36,7 @@ async fn a_kept_output_has_its_time_to_live_in_redis_and_is_read_by_another_stor
         return;
     };
     let ttl = Duration::from_secs(600);
-    let store = RedisStore::new(redis.patient_manager().await, ttl)
+    let store = RedisOutputStore::new(redis.patient_manager().await, ttl)
         .prefix("app:kept")
         .timeout(PATIENT_TIMEOUT);
     let tools = toolbox(
@@ -59,13 +59,14 @@ async fn a_kept_output_has_its_time_to_live_in_redis_and_is_read_by_another_stor
     assert!(pttl > ttl_ms - 60_000 && pttl <= ttl_ms, "PTTL {pttl} ms");
 
     // Another process's store (its own connection, the same prefix) reads it.
-    let other = RedisStore::new(redis.patient_manager().await, ttl)
+    let other = RedisOutputStore::new(redis.patient_manager().await, ttl)
         .prefix("app:kept")
         .timeout(PATIENT_TIMEOUT);
     let chunk = other.read(&handle, offset, 5).await.unwrap().unwrap();
     assert_eq!(chunk.bytes, b"row 9");
     // Under another prefix it is not there.
-    let elsewhere = RedisStore::new(redis.patient_manager().await, ttl).timeout(PATIENT_TIMEOUT);
+    let elsewhere =
+        RedisOutputStore::new(redis.patient_manager().await, ttl).timeout(PATIENT_TIMEOUT);
     assert!(elsewhere.read(&handle, 0, 5).await.unwrap().is_none());
 
     // Once Redis has dropped it (as at its time to live), it is not found.
@@ -87,7 +88,7 @@ async fn a_dead_redis_never_fails_the_call_and_a_read_is_retryable() {
     else {
         return;
     };
-    let store = RedisStore::new(redis.manager().await, HOUR).timeout(COMMAND_TIMEOUT);
+    let store = RedisOutputStore::new(redis.manager().await, HOUR).timeout(COMMAND_TIMEOUT);
     let tools = toolbox(
         rows(100),
         BudgetLayer::new().max_items(10).keep(store.clone()),

@@ -27,7 +27,7 @@ use support::capture::Capture;
 use toolstack::{
     tool, ToolAnnotations, ToolError, ToolItem, ToolOutput, ToolRequest, ToolStream, Toolbox,
 };
-use toolstack_layers::cache::{CacheLayer, CacheStore, Cached, RedisStore};
+use toolstack_layers::cache::{CacheLayer, CacheStore, Cached, RedisCacheStore};
 use tower::ServiceExt;
 
 #[derive(serde::Deserialize, toolstack::schemars::JsonSchema)]
@@ -38,7 +38,7 @@ struct Q {
 
 /// A toolbox with one read-only tool, `weather`, that counts its runs in
 /// `runs`, cached in `store`.
-fn toolbox(runs: &Arc<AtomicUsize>, store: RedisStore) -> Toolbox {
+fn toolbox(runs: &Arc<AtomicUsize>, store: RedisCacheStore) -> Toolbox {
     let runs = Arc::clone(runs);
     let weather = tool::from_stream("weather", move |q: Q| {
         let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
@@ -89,8 +89,8 @@ fn is_hit(items: &[ToolItem]) -> bool {
 }
 
 /// A store for a test in which Redis stays up.
-fn store(manager: ConnectionManager) -> RedisStore {
-    RedisStore::new(manager, Duration::from_secs(60))
+fn store(manager: ConnectionManager) -> RedisCacheStore {
+    RedisCacheStore::new(manager, Duration::from_secs(60))
         .prefix("cache")
         .timeout(PATIENT_TIMEOUT)
 }
@@ -163,7 +163,7 @@ async fn an_entry_expires_with_its_ttl_in_redis() {
         let runs = Arc::new(AtomicUsize::new(0));
         let tools = toolbox(
             &runs,
-            RedisStore::new(manager.clone(), ttl)
+            RedisCacheStore::new(manager.clone(), ttl)
                 .prefix(&prefix)
                 .timeout(PATIENT_TIMEOUT),
         );
@@ -365,7 +365,7 @@ async fn a_dead_redis_is_a_miss_and_the_call_runs_within_the_timeout() {
         let guard = capture.install();
         let tools = toolbox(
             &runs,
-            RedisStore::new(manager.clone(), Duration::from_secs(60)).prefix("cache"),
+            RedisCacheStore::new(manager.clone(), Duration::from_secs(60)).prefix("cache"),
         );
         let start = Instant::now();
         if is_hit(&bounded_call(&tools, "Oslo").await) {

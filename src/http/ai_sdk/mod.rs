@@ -160,7 +160,12 @@ mod verify;
 pub use self::log::{ChunkLog, Logged};
 
 /// The default limit on a chat request's body: 4 MiB.
-pub const DEFAULT_BODY_LIMIT: usize = 4 * 1024 * 1024;
+pub const DEFAULT_CHAT_BODY_LIMIT: usize = 4 * 1024 * 1024;
+
+/// Renamed to [`DEFAULT_CHAT_BODY_LIMIT`]: the tool routes' limit on a
+/// call's body is another ([`DEFAULT_CALL_BODY_LIMIT`](crate::http::DEFAULT_CALL_BODY_LIMIT)).
+#[deprecated(note = "renamed to `DEFAULT_CHAT_BODY_LIMIT`")]
+pub const DEFAULT_BODY_LIMIT: usize = DEFAULT_CHAT_BODY_LIMIT;
 
 /// The default bound on runs kept for an approval answer, counted in the
 /// run store — across every process that shares it.
@@ -250,7 +255,7 @@ impl<M> ChatEndpoint<M> {
         };
         ChatEndpoint {
             agent,
-            body_limit: DEFAULT_BODY_LIMIT,
+            body_limit: DEFAULT_CHAT_BODY_LIMIT,
             keep_alive: Some(super::tools::DEFAULT_KEEP_ALIVE),
             max_waiting_runs: DEFAULT_MAX_WAITING_RUNS,
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,

@@ -15,11 +15,11 @@ use crate::boxed::ResponseFuture;
 use crate::result::{Collecting, Seen};
 use crate::{Progress, ToolError, ToolResult, ToolStream};
 
+mod parked;
 mod tasks;
-mod waiting;
 
+pub(super) use self::parked::ParkedCalls;
 pub(super) use self::tasks::{LegacyTask, TaskEnd, Tasks, Watcher};
-pub(super) use self::waiting::Waiting;
 
 /// Whether a tool's calls may run as MCP tasks (the tasks extension,
 /// `io.modelcontextprotocol/tasks`), set per tool with
@@ -44,7 +44,7 @@ pub enum TaskSupport {
 }
 
 /// What driving a call gave.
-pub(super) enum Step {
+pub(super) enum CallEvent {
     /// A progress report, to pass on.
     Progress(Progress),
     /// The call's result.
@@ -61,16 +61,16 @@ enum Phase {
 }
 
 /// One call of a tool, between its rounds.
-pub(super) struct Call {
+pub(super) struct ServerCall {
     tool: String,
     phase: Phase,
     pub(super) input: Arc<InputState>,
     result: ToolResult,
 }
 
-impl Call {
+impl ServerCall {
     pub(super) fn new(tool: String, opened: ResponseFuture, input: Arc<InputState>) -> Self {
-        Call {
+        ServerCall {
             tool,
             phase: Phase::Opening(Box::pin(opened)),
             input,
@@ -82,12 +82,12 @@ impl Call {
         &self.tool
     }
 
-    fn finish(&mut self) -> Step {
+    fn finish(&mut self) -> CallEvent {
         self.phase = Phase::Finished;
-        Step::Done(std::mem::take(&mut self.result))
+        CallEvent::Done(std::mem::take(&mut self.result))
     }
 
-    pub(super) fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<Step> {
+    pub(super) fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<CallEvent> {
         loop {
             match &mut self.phase {
                 Phase::Opening(opened) => match opened.as_mut().poll(cx) {
@@ -102,7 +102,7 @@ impl Call {
                 },
                 Phase::Streaming(collecting) => match collecting.poll_next(cx) {
                     Poll::Ready(Seen::Progress(progress)) => {
-                        return Poll::Ready(Step::Progress(progress));
+                        return Poll::Ready(CallEvent::Progress(progress));
                     }
                     Poll::Ready(Seen::Output) => {}
                     Poll::Ready(Seen::Done(result)) => {
@@ -114,25 +114,25 @@ impl Call {
                 Phase::Finished => {
                     self.result
                         .push_error(ToolError::polled_after_completion("an MCP call"));
-                    return Poll::Ready(Step::Done(std::mem::take(&mut self.result)));
+                    return Poll::Ready(CallEvent::Done(std::mem::take(&mut self.result)));
                 }
             }
         }
         // The tool waits: for the client, when it has just asked.
         if self.input.poll_unsent(cx.waker()) {
-            Poll::Ready(Step::NeedsInput)
+            Poll::Ready(CallEvent::NeedsInput)
         } else {
             Poll::Pending
         }
     }
 
     /// The next step.
-    pub(super) fn step(&mut self) -> impl Future<Output = Step> + '_ {
+    pub(super) fn step(&mut self) -> impl Future<Output = CallEvent> + '_ {
         future::poll_fn(|cx| self.poll_step(cx))
     }
 
     /// The next step if the call can take it without waiting.
-    pub(super) fn look(&mut self) -> impl Future<Output = Option<Step>> + '_ {
+    pub(super) fn look(&mut self) -> impl Future<Output = Option<CallEvent>> + '_ {
         future::poll_fn(|cx| match self.poll_step(cx) {
             Poll::Ready(step) => Poll::Ready(Some(step)),
             Poll::Pending => Poll::Ready(None),
@@ -174,7 +174,7 @@ mod tests {
         }
     }
 
-    fn waiting_call(dropped: &Arc<AtomicUsize>) -> Call {
+    fn waiting_call(dropped: &Arc<AtomicUsize>) -> ServerCall {
         let dropped = dropped.clone();
         let tool = BoxTool::with_info(
             ToolInfo::new("ask"),
@@ -187,7 +187,7 @@ mod tests {
             }),
         );
         let input = InputState::new(Backend::Rounds, None);
-        Call::new(
+        ServerCall::new(
             "ask".into(),
             tool.call_shared(ToolRequest::new("ask", "{}")),
             input,
@@ -228,7 +228,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_expired_call_is_dropped_by_the_next_park_and_cannot_be_resumed() {
         let dropped = Arc::new(AtomicUsize::new(0));
-        let mut waiting = Waiting::new();
+        let mut waiting = ParkedCalls::new();
         waiting.ttl = Duration::from_millis(50);
         let first = waiting.park(waiting_call(&dropped)).unwrap();
         tokio::time::advance(Duration::from_millis(100)).await;
@@ -248,7 +248,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_retry_after_the_timeout_is_refused_even_with_nothing_parked_since() {
         let dropped = Arc::new(AtomicUsize::new(0));
-        let mut waiting = Waiting::new();
+        let mut waiting = ParkedCalls::new();
         waiting.ttl = Duration::from_millis(50);
         let token = waiting.park(waiting_call(&dropped)).unwrap();
         tokio::time::advance(Duration::from_millis(51)).await;
@@ -259,7 +259,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_fresh_call_resumes_once_and_the_bound_refuses_more() {
         let dropped = Arc::new(AtomicUsize::new(0));
-        let mut waiting = Waiting::new();
+        let mut waiting = ParkedCalls::new();
         waiting.max = 1;
         let token = waiting.park(waiting_call(&dropped)).unwrap();
         assert!(

@@ -21,7 +21,7 @@ use crate::mcp::convert;
 use crate::mcp::input::{Backend, InputState};
 use crate::{ErrorKind, Progress, ToolError, ToolResult};
 
-use super::{progress_param, Call, Step};
+use super::{progress_param, CallEvent, ServerCall};
 
 /// The server's MCP tasks: rmcp's [`TaskManager`] runs and keeps them.
 pub(crate) struct Tasks {
@@ -31,19 +31,19 @@ pub(crate) struct Tasks {
     pub(crate) max_running: usize,
     /// The tasks of the 2025-11-25 scheme, by id: their session, and their
     /// end as `tasks/result` answers it.
-    pub(super) legacy: Mutex<Kept>,
+    pub(super) legacy: Mutex<KeptTasks>,
 }
 
 /// The tasks of the 2025-11-25 scheme, and their ids in the order they
 /// expire (every task is kept as long), so that dropping the expired ones
 /// costs what they are, not what is kept.
 #[derive(Default)]
-pub(crate) struct Kept {
+pub(crate) struct KeptTasks {
     pub(super) tasks: HashMap<String, LegacyTask>,
     expiry: std::collections::VecDeque<(Instant, String)>,
 }
 
-impl Kept {
+impl KeptTasks {
     fn insert(&mut self, id: String, task: LegacyTask) {
         self.expiry.push_back((task.kept_until, id.clone()));
         self.tasks.insert(id, task);
@@ -132,7 +132,7 @@ impl Tasks {
     /// kept for `tasks/result`. `None` when too many run, or are kept.
     pub(crate) fn spawn_legacy(
         &self,
-        call: Call,
+        call: ServerCall,
         watcher: Option<Watcher>,
         session: Arc<str>,
     ) -> Option<Task> {
@@ -165,7 +165,7 @@ impl Tasks {
     /// The kept tasks, those past their time dropped, when there is room
     /// for one more (and for one more running). The ids of a closed
     /// session's tasks count until they expire: what is kept stays bounded.
-    fn legacy_room(&self) -> Option<std::sync::MutexGuard<'_, Kept>> {
+    fn legacy_room(&self) -> Option<std::sync::MutexGuard<'_, KeptTasks>> {
         if self.manager.running_task_count() >= self.max_running {
             return None;
         }
@@ -220,7 +220,7 @@ impl Tasks {
     /// Runs the rest of `call` as a task; `None` when too many run already.
     /// On a session, `watcher` gets the task's progress and status as
     /// notifications while it runs (a stateless client polls `tasks/get`).
-    pub(crate) fn spawn(&self, call: Call, watcher: Option<Watcher>) -> Option<Task> {
+    pub(crate) fn spawn(&self, call: ServerCall, watcher: Option<Watcher>) -> Option<Task> {
         self.run(call, watcher, None)
     }
 
@@ -229,7 +229,7 @@ impl Tasks {
     /// session, its end sent to `legacy`).
     fn run(
         &self,
-        mut call: Call,
+        mut call: ServerCall,
         watcher: Option<Watcher>,
         legacy: Option<tokio::sync::watch::Sender<Option<TaskEnd>>>,
     ) -> Option<Task> {
@@ -249,7 +249,7 @@ impl Tasks {
                 let run = AssertUnwindSafe(async move {
                     loop {
                         match call.step().await {
-                            Step::Progress(progress) => {
+                            CallEvent::Progress(progress) => {
                                 status.set_status_message(describe(&progress));
                                 if let Some(watcher) = &watching {
                                     let related = (!statuses).then(|| status.task_id());
@@ -260,10 +260,10 @@ impl Tasks {
                                     }
                                 }
                             }
-                            Step::Done(result) => break result,
+                            CallEvent::Done(result) => break result,
                             // Requests go to the task from now on; none can
                             // be left from the rounds before.
-                            Step::NeedsInput => {
+                            CallEvent::NeedsInput => {
                                 break ToolResult::from_error(ToolError::failed(
                                     "the tool asked for input outside its task",
                                 ))

@@ -13,7 +13,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
-use crate::mcp::call::{progress_param, Call, Step, TaskSupport, Watcher};
+use crate::mcp::call::{progress_param, CallEvent, ServerCall, TaskSupport, Watcher};
 use crate::mcp::convert;
 use crate::mcp::input::{Backend, InputState};
 use crate::mcp::log::ClientLog;
@@ -137,7 +137,7 @@ impl<H: ServerHandler + Clone> McpServer<H> {
         context: &RequestContext<RoleServer>,
         rounds: bool,
         operation: &Operation,
-    ) -> Result<Result<Call, ToolResult>, ErrorData> {
+    ) -> Result<Result<ServerCall, ToolResult>, ErrorData> {
         let extensions = Self::caller_extensions(context);
         // The name alone decides whether the tool exists: the argument text
         // is built only for a tool that does.
@@ -199,7 +199,11 @@ impl<H: ServerHandler + Clone> McpServer<H> {
         // For tools that talk to the session's client directly.
         request.extensions_mut().insert(context.peer.clone());
         let tool_name = request.name().to_owned();
-        Ok(Ok(Call::new(tool_name, tool.call_shared(request), input)))
+        Ok(Ok(ServerCall::new(
+            tool_name,
+            tool.call_shared(request),
+            input,
+        )))
     }
 
     /// The answer for a call that ended with `result`.
@@ -217,7 +221,7 @@ impl<H: ServerHandler + Clone> McpServer<H> {
     }
 
     /// Keeps `call` for the client's next round and asks for its input.
-    pub(super) fn park(&self, call: Call) -> CallToolResponse {
+    pub(super) fn park(&self, call: ServerCall) -> CallToolResponse {
         let requests = call.input.take_requests();
         match self.waiting.park(call) {
             Some(state) => InputRequiredResult::new(Some(requests), Some(state)).into(),
@@ -241,7 +245,7 @@ impl<H: ServerHandler + Clone> McpServer<H> {
     /// input-required result, or a task.
     pub(super) async fn drive(
         &self,
-        mut call: Call,
+        mut call: ServerCall,
         context: &RequestContext<RoleServer>,
         as_task: Option<TaskSupport>,
     ) -> Result<CallToolResponse, ErrorData> {
@@ -261,8 +265,8 @@ impl<H: ServerHandler + Clone> McpServer<H> {
             // (a task from here on).
             loop {
                 match call.look().await {
-                    Some(Step::Progress(p)) => progress(p).await,
-                    Some(Step::Done(result)) => {
+                    Some(CallEvent::Progress(p)) => progress(p).await,
+                    Some(CallEvent::Done(result)) => {
                         if support == TaskSupport::Optional {
                             return Self::complete(&call.input, result);
                         }
@@ -271,7 +275,7 @@ impl<H: ServerHandler + Clone> McpServer<H> {
                             None => Self::too_many_tasks(),
                         });
                     }
-                    Some(Step::NeedsInput) => return Ok(self.park(call)),
+                    Some(CallEvent::NeedsInput) => return Ok(self.park(call)),
                     None => {
                         // A session hears of the task as it runs; a
                         // stateless request's stream ends with its answer.
@@ -308,9 +312,9 @@ impl<H: ServerHandler + Clone> McpServer<H> {
                 }
             };
             match step {
-                Step::Progress(p) => progress(p).await,
-                Step::Done(result) => return Self::complete(&call.input, result),
-                Step::NeedsInput => return Ok(self.park(call)),
+                CallEvent::Progress(p) => progress(p).await,
+                CallEvent::Done(result) => return Self::complete(&call.input, result),
+                CallEvent::NeedsInput => return Ok(self.park(call)),
             }
         }
     }

@@ -10,7 +10,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::ServerHandler;
 
 use crate::arguments::DEFAULT_MAX_ARGUMENT_BYTES;
-use crate::mcp::call::{TaskSupport, Tasks, Waiting};
+use crate::mcp::call::{ParkedCalls, TaskSupport, Tasks};
 use crate::mcp::convert;
 use crate::mcp::log::LEVEL_UNSET;
 use crate::mcp::telemetry::Meters;
@@ -76,7 +76,7 @@ pub struct McpServer<H = ToolsOnly> {
     list_cache: Option<(u64, CacheScope)>,
     task_support: Arc<HashMap<String, TaskSupport>>,
     // Shared by every session (and every stateless request).
-    waiting: Arc<Waiting>,
+    waiting: Arc<ParkedCalls>,
     tasks: Arc<Tasks>,
     // The MCP operation-duration histograms, shared by every session.
     meters: Meters,
@@ -104,7 +104,7 @@ impl McpServer {
             max_argument_bytes: DEFAULT_MAX_ARGUMENT_BYTES,
             list_cache: None,
             task_support: Arc::default(),
-            waiting: Arc::new(Waiting::new()),
+            waiting: Arc::new(ParkedCalls::new()),
             tasks: Arc::new(Tasks::new()),
             meters: Meters::new(),
             handler: ToolsOnly,
@@ -251,9 +251,9 @@ impl<H: ServerHandler + Clone> McpServer<H> {
         self
     }
 
-    fn shared_waiting(&mut self) -> &mut Waiting {
+    fn shared_waiting(&mut self) -> &mut ParkedCalls {
         if Arc::get_mut(&mut self.waiting).is_none() {
-            self.waiting = Arc::new(Waiting::new());
+            self.waiting = Arc::new(ParkedCalls::new());
         }
         Arc::get_mut(&mut self.waiting).expect("just made unique")
     }

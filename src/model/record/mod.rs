@@ -95,7 +95,7 @@ struct Header {
 pub(crate) struct Exchange {
     pub(crate) digest: String,
     pub(crate) request: Value,
-    pub(crate) steps: Vec<Step>,
+    pub(crate) steps: Vec<TimedItem>,
     /// `false` when the answer was dropped before its end.
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub(crate) complete: bool,
@@ -111,7 +111,7 @@ fn is_true(b: &bool) -> bool {
 
 /// One item of an answer, with the time since the one before.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct Step {
+pub(crate) struct TimedItem {
     pub(crate) after_us: u64,
     #[serde(flatten)]
     pub(crate) item: Item,

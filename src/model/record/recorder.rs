@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::{digest, normalised, Exchange, Header, Item, Step, FORMAT, VERSION};
+use super::{digest, normalised, Exchange, Header, Item, TimedItem, FORMAT, VERSION};
 use crate::model::{ChatRequest, ModelDelta};
 use crate::ToolError;
 
@@ -141,7 +141,7 @@ where
             match answer.await {
                 Ok(stream) => Ok(RecordedStream {
                     inner: stream,
-                    open: Some(Open {
+                    pending: Some(PendingExchange {
                         exchange,
                         last: started,
                         recorder,
@@ -149,7 +149,7 @@ where
                 }),
                 Err(err) => {
                     let err = err.into();
-                    exchange.steps.push(Step {
+                    exchange.steps.push(TimedItem {
                         after_us: micros(started),
                         item: Item::of(&Err(err.clone())),
                     });
@@ -167,13 +167,13 @@ fn micros(since: Instant) -> u64 {
 }
 
 /// An exchange being recorded.
-struct Open {
+struct PendingExchange {
     exchange: Exchange,
     last: Instant,
     recorder: Recorder,
 }
 
-impl Drop for Open {
+impl Drop for PendingExchange {
     /// An answer dropped before its end is recorded as far as it came.
     fn drop(&mut self) {
         self.recorder.write(&self.exchange);
@@ -186,16 +186,16 @@ pin_project! {
     pub struct RecordedStream<St> {
         #[pin]
         inner: St,
-        open: Option<Open>,
+        pending: Option<PendingExchange>,
     }
 }
 
 impl<St> std::fmt::Debug for RecordedStream<St> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let steps = self
-            .open
+            .pending
             .as_ref()
-            .map_or(0, |open| open.exchange.steps.len());
+            .map_or(0, |pending| pending.exchange.steps.len());
         f.debug_struct("RecordedStream")
             .field("recorded", &steps)
             .finish_non_exhaustive()
@@ -211,22 +211,22 @@ where
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.project();
         let item = ready!(this.inner.poll_next(cx));
-        if let Some(open) = this.open.as_mut() {
+        if let Some(pending) = this.pending.as_mut() {
             match &item {
                 Some(item) => {
                     let now = Instant::now();
-                    let after = now.saturating_duration_since(open.last);
-                    open.last = now;
-                    open.exchange.steps.push(Step {
+                    let after = now.saturating_duration_since(pending.last);
+                    pending.last = now;
+                    pending.exchange.steps.push(TimedItem {
                         after_us: u64::try_from(after.as_micros()).unwrap_or(u64::MAX),
                         item: Item::of(item),
                     });
                 }
-                None => open.exchange.complete = true,
+                None => pending.exchange.complete = true,
             }
             if item.is_none() {
                 // Written now, by the drop.
-                *this.open = None;
+                *this.pending = None;
             }
         }
         Poll::Ready(item)

@@ -13,7 +13,8 @@ use serde_json::Value;
 use tower_service::Service;
 
 use super::{
-    digest, normalised, Exchange, Header, ReplayError, Step, FORMAT, MAX_RECORDING_BYTES, VERSION,
+    digest, normalised, Exchange, Header, ReplayError, TimedItem, FORMAT, MAX_RECORDING_BYTES,
+    VERSION,
 };
 use crate::model::{ChatRequest, ModelDelta};
 use crate::{ErrorKind, ToolError};
@@ -302,7 +303,7 @@ impl Service<ChatRequest> for ReplayModel {
 
 /// A replayed answer.
 pub struct ReplayStream {
-    steps: std::vec::IntoIter<Step>,
+    steps: std::vec::IntoIter<TimedItem>,
     pace: Pace,
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
 }

@@ -1,4 +1,4 @@
-//! [`MemoryStore`]: kept outputs in the process.
+//! [`MemoryOutputStore`]: kept outputs in the process.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use tokio::time::Instant;
 
-use super::{Chunk, OutputStore, StoreError, WholeOutput, DEFAULT_MAX_OUTPUT_BYTES};
+use super::{Chunk, OutputStore, OutputStoreError, WholeOutput, DEFAULT_MAX_OUTPUT_BYTES};
 
 /// An in-process [`OutputStore`]: outputs kept for a time to live, at most
 /// [`max_output_bytes`](Self::max_output_bytes) of each, at most
@@ -20,22 +20,23 @@ use super::{Chunk, OutputStore, StoreError, WholeOutput, DEFAULT_MAX_OUTPUT_BYTE
 ///
 /// ```
 /// use std::time::Duration;
-/// use toolstack_layers::budget::{BudgetLayer, MemoryStore};
+/// use toolstack_layers::budget::{BudgetLayer, MemoryOutputStore};
 ///
 /// // 64 MiB of outputs, each kept for an hour.
-/// let store = MemoryStore::new(64 << 20, Duration::from_secs(3600));
+/// let store = MemoryOutputStore::new(64 << 20, Duration::from_secs(3600));
 /// let budget = BudgetLayer::new().max_tokens(2_000).keep(store.clone());
 /// # let _ = budget;
 /// ```
 #[derive(Clone)]
-pub struct MemoryStore {
+pub struct MemoryOutputStore {
     outputs: Arc<Mutex<Outputs>>,
     ttl: Duration,
     max_output_bytes: usize,
     max_total_bytes: usize,
 }
 
-struct Kept {
+/// One output in the store: its kept text, its whole length, its expiry.
+struct StoredOutput {
     text: Arc<[u8]>,
     output_bytes: usize,
     expires: Instant,
@@ -43,7 +44,7 @@ struct Kept {
 
 #[derive(Default)]
 struct Outputs {
-    by_handle: HashMap<String, Kept>,
+    by_handle: HashMap<String, StoredOutput>,
     // Handles, the oldest first: with one time to live, also the first to
     // expire.
     order: VecDeque<String>,
@@ -64,12 +65,12 @@ fn weight(handle: &str, text: &[u8]) -> usize {
     handle.len() + text.len()
 }
 
-impl MemoryStore {
+impl MemoryOutputStore {
     /// At most `max_total_bytes` of outputs, each kept for `ttl`, each at
     /// most 1 MiB ([`DEFAULT_MAX_OUTPUT_BYTES`]) or `max_total_bytes` if
     /// smaller.
     pub fn new(max_total_bytes: usize, ttl: Duration) -> Self {
-        MemoryStore {
+        MemoryOutputStore {
             outputs: Arc::default(),
             ttl,
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES.min(max_total_bytes),
@@ -105,8 +106,12 @@ impl MemoryStore {
     }
 }
 
-impl OutputStore for MemoryStore {
-    fn put(&self, handle: &str, output: WholeOutput) -> BoxFuture<'static, Result<(), StoreError>> {
+impl OutputStore for MemoryOutputStore {
+    fn put(
+        &self,
+        handle: &str,
+        output: WholeOutput,
+    ) -> BoxFuture<'static, Result<(), OutputStoreError>> {
         let output_bytes = output.output_bytes;
         let text: Arc<[u8]> = Arc::from(output.capped(self.max_output_bytes));
         let now = Instant::now();
@@ -122,7 +127,7 @@ impl OutputStore for MemoryStore {
             outputs.remove_oldest();
         }
         outputs.bytes += weight(handle, &text);
-        let kept = Kept {
+        let kept = StoredOutput {
             text,
             output_bytes,
             expires: now + self.ttl,
@@ -141,7 +146,7 @@ impl OutputStore for MemoryStore {
         handle: &str,
         offset: usize,
         len: usize,
-    ) -> BoxFuture<'static, Result<Option<Chunk>, StoreError>> {
+    ) -> BoxFuture<'static, Result<Option<Chunk>, OutputStoreError>> {
         let found = {
             let outputs = self.lock();
             outputs
@@ -163,9 +168,9 @@ impl OutputStore for MemoryStore {
     }
 }
 
-impl fmt::Debug for MemoryStore {
+impl fmt::Debug for MemoryOutputStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MemoryStore")
+        f.debug_struct("MemoryOutputStore")
             .field("ttl", &self.ttl)
             .field("max_output_bytes", &self.max_output_bytes)
             .field("max_total_bytes", &self.max_total_bytes)

@@ -1,6 +1,7 @@
 //! Where a budget keeps the whole outputs it cut: the [`OutputStore`]
-//! trait, and its stores — [`MemoryStore`] (always), `SqliteStore`
-//! (feature `sqlite`), `RedisStore` (feature `redis`).
+//! trait, and its stores — [`MemoryOutputStore`] (always),
+//! `SqliteOutputStore` (feature `sqlite`), `RedisOutputStore` (feature
+//! `redis`).
 
 mod memory;
 #[cfg(feature = "redis")]
@@ -8,11 +9,11 @@ mod redis;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
-pub use self::memory::MemoryStore;
+pub use self::memory::MemoryOutputStore;
 #[cfg(feature = "redis")]
-pub use self::redis::RedisStore;
+pub use self::redis::RedisOutputStore;
 #[cfg(feature = "sqlite")]
-pub use self::sqlite::SqliteStore;
+pub use self::sqlite::SqliteOutputStore;
 
 use std::fmt;
 use std::sync::Arc;
@@ -43,7 +44,11 @@ pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 1 << 20;
 /// bounds (the oldest first).
 pub trait OutputStore: Send + Sync + 'static {
     /// Keeps `output` under `handle` for the store's time to live.
-    fn put(&self, handle: &str, output: WholeOutput) -> BoxFuture<'static, Result<(), StoreError>>;
+    fn put(
+        &self,
+        handle: &str,
+        output: WholeOutput,
+    ) -> BoxFuture<'static, Result<(), OutputStoreError>>;
 
     /// Up to `len` bytes of the output kept under `handle`, from byte
     /// `offset` (none past its end); `None` if no output is kept under
@@ -53,7 +58,7 @@ pub trait OutputStore: Send + Sync + 'static {
         handle: &str,
         offset: usize,
         len: usize,
-    ) -> BoxFuture<'static, Result<Option<Chunk>, StoreError>>;
+    ) -> BoxFuture<'static, Result<Option<Chunk>, OutputStoreError>>;
 
     /// How long an output is kept (the notice tells the model).
     fn ttl(&self) -> Duration;
@@ -64,7 +69,11 @@ pub trait OutputStore: Send + Sync + 'static {
 }
 
 impl<S: OutputStore + ?Sized> OutputStore for Arc<S> {
-    fn put(&self, handle: &str, output: WholeOutput) -> BoxFuture<'static, Result<(), StoreError>> {
+    fn put(
+        &self,
+        handle: &str,
+        output: WholeOutput,
+    ) -> BoxFuture<'static, Result<(), OutputStoreError>> {
         (**self).put(handle, output)
     }
 
@@ -73,7 +82,7 @@ impl<S: OutputStore + ?Sized> OutputStore for Arc<S> {
         handle: &str,
         offset: usize,
         len: usize,
-    ) -> BoxFuture<'static, Result<Option<Chunk>, StoreError>> {
+    ) -> BoxFuture<'static, Result<Option<Chunk>, OutputStoreError>> {
         (**self).read(handle, offset, len)
     }
 
@@ -152,15 +161,15 @@ impl Chunk {
 /// A store of kept outputs failed: it could not be reached, refused the
 /// command, or did not answer in time.
 #[derive(Debug)]
-pub struct StoreError {
+pub struct OutputStoreError {
     message: String,
     source: Option<BoxError>,
 }
 
-impl StoreError {
+impl OutputStoreError {
     /// A failure, in words an operator can act on.
     pub fn new(message: impl Into<String>) -> Self {
-        StoreError {
+        OutputStoreError {
             message: message.into(),
             source: None,
         }
@@ -178,23 +187,23 @@ impl StoreError {
     }
 
     pub(crate) fn panicked() -> Self {
-        StoreError::new("the store of kept outputs panicked")
+        OutputStoreError::new("the store of kept outputs panicked")
     }
 
     pub(crate) fn timed_out(after: Duration) -> Self {
-        StoreError::new(format!(
+        OutputStoreError::new(format!(
             "the store of kept outputs did not answer within {after:?}"
         ))
     }
 }
 
-impl fmt::Display for StoreError {
+impl fmt::Display for OutputStoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)
     }
 }
 
-impl std::error::Error for StoreError {
+impl std::error::Error for OutputStoreError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         self.source
             .as_deref()

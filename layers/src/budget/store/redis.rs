@@ -1,4 +1,4 @@
-//! [`RedisStore`]: kept outputs in Redis, shared by processes.
+//! [`RedisOutputStore`]: kept outputs in Redis, shared by processes.
 
 use std::fmt;
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use futures_util::future::BoxFuture;
 use redis::aio::ConnectionManager;
 use redis::RedisError;
 
-use super::{ttl_ms, Chunk, OutputStore, StoreError, WholeOutput, DEFAULT_MAX_OUTPUT_BYTES};
+use super::{ttl_ms, Chunk, OutputStore, OutputStoreError, WholeOutput, DEFAULT_MAX_OUTPUT_BYTES};
 use crate::redis::{Health, RedisSettings};
 
 /// The bytes before the text in a stored value: the whole output's
@@ -23,7 +23,7 @@ const HEADER: usize = 8;
 /// use std::time::Duration;
 ///
 /// use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-/// use toolstack_layers::budget::{BudgetLayer, RedisStore};
+/// use toolstack_layers::budget::{BudgetLayer, RedisOutputStore};
 ///
 /// # async fn run() -> redis::RedisResult<()> {
 /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
@@ -32,7 +32,7 @@ const HEADER: usize = 8;
 ///     .set_response_timeout(Some(Duration::from_millis(250)))
 ///     .set_number_of_retries(1);
 /// let manager = ConnectionManager::new_with_config(client, config).await?;
-/// let store = RedisStore::new(manager, Duration::from_secs(3600)).prefix("myapp:kept");
+/// let store = RedisOutputStore::new(manager, Duration::from_secs(3600)).prefix("myapp:kept");
 /// let budget = BudgetLayer::new().max_items(50).keep(store.clone());
 /// # let _ = budget;
 /// # Ok(()) }
@@ -48,23 +48,23 @@ const HEADER: usize = 8;
 /// * **Bounded**: at most [`max_output_bytes`](Self::max_output_bytes)
 ///   (1 MiB unless set) of an output; a command waits at most the
 ///   [`timeout`](Self::timeout) (250 ms unless set). A failure is a
-///   [`StoreError`]: the budget's notice says the output could not be
+///   [`OutputStoreError`]: the budget's notice says the output could not be
 ///   kept, a read answers that the store is unavailable. After Redis
 ///   could not be reached it is left alone for
 ///   [`recheck_after`](Self::recheck_after) (1 s unless set).
 #[derive(Clone)]
-pub struct RedisStore {
+pub struct RedisOutputStore {
     settings: RedisSettings,
     ttl: Duration,
     max_output_bytes: usize,
     health: Arc<Health>,
 }
 
-impl RedisStore {
+impl RedisOutputStore {
     /// Outputs in the Redis that `manager` connects to, each kept for
     /// `ttl`, under the prefix `toolstack:kept`.
     pub fn new(manager: ConnectionManager, ttl: Duration) -> Self {
-        RedisStore {
+        RedisOutputStore {
             settings: RedisSettings::new(manager, "toolstack:kept"),
             ttl,
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
@@ -103,13 +103,13 @@ impl RedisStore {
     }
 
     /// Runs `pipe` on Redis within the timeout, minding its health.
-    fn query<T>(&self, pipe: redis::Pipeline) -> BoxFuture<'static, Result<T, StoreError>>
+    fn query<T>(&self, pipe: redis::Pipeline) -> BoxFuture<'static, Result<T, OutputStoreError>>
     where
         T: redis::FromRedisValue + Send + 'static,
     {
         let (timeout, pause) = (self.settings.timeout, self.settings.recheck_after);
         if !self.health.should_ask(pause) {
-            return Box::pin(std::future::ready(Err(StoreError::new(
+            return Box::pin(std::future::ready(Err(OutputStoreError::new(
                 "Redis could not be reached a moment ago; not asked again yet",
             ))));
         }
@@ -127,7 +127,7 @@ impl RedisStore {
                 }
                 Err(_) => {
                     health.unreachable(pause);
-                    Err(StoreError::new(format!(
+                    Err(OutputStoreError::new(format!(
                         "Redis did not answer within {timeout:?}"
                     )))
                 }
@@ -136,12 +136,16 @@ impl RedisStore {
     }
 }
 
-fn failed(err: RedisError) -> StoreError {
-    StoreError::new(format!("Redis: {err}")).with_source(err)
+fn failed(err: RedisError) -> OutputStoreError {
+    OutputStoreError::new(format!("Redis: {err}")).with_source(err)
 }
 
-impl OutputStore for RedisStore {
-    fn put(&self, handle: &str, output: WholeOutput) -> BoxFuture<'static, Result<(), StoreError>> {
+impl OutputStore for RedisOutputStore {
+    fn put(
+        &self,
+        handle: &str,
+        output: WholeOutput,
+    ) -> BoxFuture<'static, Result<(), OutputStoreError>> {
         let output_bytes = u64::try_from(output.output_bytes).unwrap_or(u64::MAX);
         let text = output.capped(self.max_output_bytes);
         let mut value = Vec::with_capacity(HEADER + text.len());
@@ -162,7 +166,7 @@ impl OutputStore for RedisStore {
         handle: &str,
         offset: usize,
         len: usize,
-    ) -> BoxFuture<'static, Result<Option<Chunk>, StoreError>> {
+    ) -> BoxFuture<'static, Result<Option<Chunk>, OutputStoreError>> {
         // `GETRANGE` has no empty range: one byte, dropped.
         let (wanted, len) = (len, len.max(1));
         let key = self.key(handle);
@@ -207,9 +211,9 @@ impl OutputStore for RedisStore {
     }
 }
 
-impl fmt::Debug for RedisStore {
+impl fmt::Debug for RedisOutputStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisStore")
+        f.debug_struct("RedisOutputStore")
             .field("prefix", &self.settings.prefix)
             .field("ttl", &self.ttl)
             .field("max_output_bytes", &self.max_output_bytes)

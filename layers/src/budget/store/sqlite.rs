@@ -1,4 +1,4 @@
-//! [`SqliteStore`]: kept outputs in an embedded SQLite file.
+//! [`SqliteOutputStore`]: kept outputs in an embedded SQLite file.
 
 use std::fmt;
 use std::path::Path;
@@ -9,7 +9,7 @@ use futures_util::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{
-    now_ms, ttl_ms, Chunk, OutputStore, StoreError, WholeOutput, DEFAULT_MAX_OUTPUT_BYTES,
+    now_ms, ttl_ms, Chunk, OutputStore, OutputStoreError, WholeOutput, DEFAULT_MAX_OUTPUT_BYTES,
 };
 
 /// An [`OutputStore`] in a SQLite file (rusqlite, bundled): outputs
@@ -18,12 +18,12 @@ use super::{
 ///
 /// ```
 /// use std::time::Duration;
-/// use toolstack_layers::budget::{BudgetLayer, SqliteStore};
+/// use toolstack_layers::budget::{BudgetLayer, SqliteOutputStore};
 ///
-/// # fn main() -> Result<(), toolstack_layers::budget::StoreError> {
+/// # fn main() -> Result<(), toolstack_layers::budget::OutputStoreError> {
 /// let dir = std::env::temp_dir().join(format!("toolstack-kept-{}", std::process::id()));
 /// std::fs::create_dir_all(&dir).unwrap();
-/// let store = SqliteStore::open(dir.join("kept.db"), Duration::from_secs(3600))?;
+/// let store = SqliteOutputStore::open(dir.join("kept.db"), Duration::from_secs(3600))?;
 /// let budget = BudgetLayer::new().max_items(50).keep(store.clone());
 /// # let _ = budget;
 /// # std::fs::remove_dir_all(&dir).ok();
@@ -39,29 +39,29 @@ use super::{
 ///   an output (1 MiB unless set). The work runs off the async threads; a
 ///   writer waits up to 5 s for another one.
 #[derive(Clone)]
-pub struct SqliteStore {
+pub struct SqliteOutputStore {
     connection: Arc<Mutex<Connection>>,
     ttl: Duration,
     max_output_bytes: usize,
 }
 
-fn unavailable(err: rusqlite::Error) -> StoreError {
-    StoreError::new(format!("SQLite: {err}")).with_source(err)
+fn unavailable(err: rusqlite::Error) -> OutputStoreError {
+    OutputStoreError::new(format!("SQLite: {err}")).with_source(err)
 }
 
-impl SqliteStore {
+impl SqliteOutputStore {
     /// Opens (or makes) the store in the file at `path`, each output kept
     /// for `ttl`.
-    pub fn open(path: impl AsRef<Path>, ttl: Duration) -> Result<Self, StoreError> {
+    pub fn open(path: impl AsRef<Path>, ttl: Duration) -> Result<Self, OutputStoreError> {
         Self::with_connection(Connection::open(path).map_err(unavailable)?, ttl)
     }
 
     /// A store in memory only (for tests).
-    pub fn in_memory(ttl: Duration) -> Result<Self, StoreError> {
+    pub fn in_memory(ttl: Duration) -> Result<Self, OutputStoreError> {
         Self::with_connection(Connection::open_in_memory().map_err(unavailable)?, ttl)
     }
 
-    fn with_connection(connection: Connection, ttl: Duration) -> Result<Self, StoreError> {
+    fn with_connection(connection: Connection, ttl: Duration) -> Result<Self, OutputStoreError> {
         connection
             .pragma_update(None, "journal_mode", "WAL")
             .map_err(unavailable)?;
@@ -84,7 +84,7 @@ impl SqliteStore {
                     ON toolstack_kept_outputs (expires_ms);",
             )
             .map_err(unavailable)?;
-        Ok(SqliteStore {
+        Ok(SqliteOutputStore {
             connection: Arc::new(Mutex::new(connection)),
             ttl,
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
@@ -98,10 +98,10 @@ impl SqliteStore {
     }
 
     /// Runs `work` on the connection off the async threads.
-    fn blocking<T, F>(&self, work: F) -> BoxFuture<'static, Result<T, StoreError>>
+    fn blocking<T, F>(&self, work: F) -> BoxFuture<'static, Result<T, OutputStoreError>>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, OutputStoreError> + Send + 'static,
     {
         let connection = Arc::clone(&self.connection);
         Box::pin(async move {
@@ -110,13 +110,17 @@ impl SqliteStore {
                 work(&mut connection)
             })
             .await
-            .map_err(|err| StoreError::new(format!("the SQLite task failed: {err}")))?
+            .map_err(|err| OutputStoreError::new(format!("the SQLite task failed: {err}")))?
         })
     }
 }
 
-impl OutputStore for SqliteStore {
-    fn put(&self, handle: &str, output: WholeOutput) -> BoxFuture<'static, Result<(), StoreError>> {
+impl OutputStore for SqliteOutputStore {
+    fn put(
+        &self,
+        handle: &str,
+        output: WholeOutput,
+    ) -> BoxFuture<'static, Result<(), OutputStoreError>> {
         let handle = handle.to_owned();
         let output_bytes = i64::try_from(output.output_bytes).unwrap_or(i64::MAX);
         let text = output.capped(self.max_output_bytes);
@@ -144,7 +148,7 @@ impl OutputStore for SqliteStore {
         handle: &str,
         offset: usize,
         len: usize,
-    ) -> BoxFuture<'static, Result<Option<Chunk>, StoreError>> {
+    ) -> BoxFuture<'static, Result<Option<Chunk>, OutputStoreError>> {
         let handle = handle.to_owned();
         // `substr` counts from 1, in bytes on a blob.
         let from = i64::try_from(offset).unwrap_or(i64::MAX).saturating_add(1);
@@ -175,9 +179,9 @@ impl OutputStore for SqliteStore {
     }
 }
 
-impl fmt::Debug for SqliteStore {
+impl fmt::Debug for SqliteOutputStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SqliteStore")
+        f.debug_struct("SqliteOutputStore")
             .field("ttl", &self.ttl)
             .field("max_output_bytes", &self.max_output_bytes)
             .finish_non_exhaustive()

@@ -19,8 +19,10 @@ pub(super) trait ErasedCall: Send {
 }
 
 pin_project! {
-    #[project = CallStateProj]
-    pub(super) enum CallState<S, Fut, St> {
+    /// The state machine one call lives in, from its tool's readiness to
+    /// the end of its stream.
+    #[project = CallMachineProj]
+    pub(super) enum CallMachine<S, Fut, St> {
         Ready { service: S, request: Option<ToolRequest> },
         Opening { #[pin] future: Fut },
         Open { #[pin] stream: St },
@@ -31,7 +33,7 @@ pin_project! {
     }
 }
 
-impl<S, Fut, St> ErasedCall for CallState<S, Fut, St>
+impl<S, Fut, St> ErasedCall for CallMachine<S, Fut, St>
 where
     S: Service<ToolRequest, Response = St, Future = Fut> + Send,
     S::Error: Into<ToolError>,
@@ -41,40 +43,40 @@ where
     fn poll_open(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
         loop {
             let next = match self.as_mut().project() {
-                CallStateProj::Ready { service, request } => {
+                CallMachineProj::Ready { service, request } => {
                     if let Err(err) = ready!(service.poll_ready(cx)) {
-                        self.set(CallState::Done);
+                        self.set(CallMachine::Done);
                         return Poll::Ready(Err(err.into()));
                     }
                     let Some(request) = request.take() else {
-                        self.set(CallState::Done);
+                        self.set(CallMachine::Done);
                         return Poll::Ready(Err(ToolError::polled_after_completion("a tool call")));
                     };
-                    CallState::Opening {
+                    CallMachine::Opening {
                         future: service.call(request),
                     }
                 }
-                CallStateProj::Opening { future } => match ready!(future.poll(cx)) {
+                CallMachineProj::Opening { future } => match ready!(future.poll(cx)) {
                     Ok(stream) => {
                         // Set here, not through `next`: the stream (a
                         // whole stack's) is written into place once.
-                        self.set(CallState::Open { stream });
+                        self.set(CallMachine::Open { stream });
                         return Poll::Ready(Ok(()));
                     }
                     Err(err) => {
-                        self.set(CallState::Done);
+                        self.set(CallMachine::Done);
                         return Poll::Ready(Err(err.into()));
                     }
                 },
-                CallStateProj::Open { .. } => return Poll::Ready(Ok(())),
-                CallStateProj::Refused { error } => {
+                CallMachineProj::Open { .. } => return Poll::Ready(Ok(())),
+                CallMachineProj::Refused { error } => {
                     let err = error
                         .take()
                         .unwrap_or_else(|| ToolError::polled_after_completion("a tool call"));
-                    self.set(CallState::Done);
+                    self.set(CallMachine::Done);
                     return Poll::Ready(Err(err));
                 }
-                CallStateProj::Done => {
+                CallMachineProj::Done => {
                     return Poll::Ready(Err(ToolError::polled_after_completion("a tool call")))
                 }
             };
@@ -84,7 +86,7 @@ where
 
     fn poll_item(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ToolItem>> {
         match self.as_mut().project() {
-            CallStateProj::Open { stream } => {
+            CallMachineProj::Open { stream } => {
                 let item = ready!(stream.poll_next(cx));
                 // An error is the last item: the tool's stream is dropped
                 // here, so nothing it yields afterwards gets through. This is
@@ -92,11 +94,11 @@ where
                 // also ends a call that failed to open, and a fuse inside
                 // `Open` would add a second tag to every poll of a call.
                 if !matches!(item, Some(Ok(_))) {
-                    self.set(CallState::Done);
+                    self.set(CallMachine::Done);
                 }
                 Poll::Ready(item)
             }
-            CallStateProj::Done => Poll::Ready(None),
+            CallMachineProj::Done => Poll::Ready(None),
             // Not opened yet: open first, so a lazily built stream works too.
             _ => match ready!(self.as_mut().poll_open(cx)) {
                 Ok(()) => self.poll_item(cx),

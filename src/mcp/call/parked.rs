@@ -7,20 +7,20 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Call;
+use super::ServerCall;
 
 /// Calls waiting for their client's next round, under their
 /// `requestState`: a random 128-bit token, so a client can resume only a
 /// call it was given (a forged or altered state finds nothing).
-pub(crate) struct Waiting {
-    calls: Mutex<HashMap<String, (Call, Instant)>>,
+pub(crate) struct ParkedCalls {
+    calls: Mutex<HashMap<String, (ServerCall, Instant)>>,
     pub(crate) ttl: Duration,
     pub(crate) max: usize,
 }
 
-impl Waiting {
+impl ParkedCalls {
     pub(crate) fn new() -> Self {
-        Waiting {
+        ParkedCalls {
             calls: Mutex::new(HashMap::new()),
             ttl: Duration::from_secs(600),
             max: 1024,
@@ -29,7 +29,7 @@ impl Waiting {
 
     /// Keeps `call` until its client retries; its `requestState`, or
     /// `None` when too many calls wait already.
-    pub(crate) fn park(&self, call: Call) -> Option<String> {
+    pub(crate) fn park(&self, call: ServerCall) -> Option<String> {
         let now = Instant::now();
         let token = uuid::Uuid::new_v4().simple().to_string();
         let expired = {
@@ -47,7 +47,7 @@ impl Waiting {
 
     /// The call kept under `token`, if it is a call of `tool` and has not
     /// expired. A token is good for one retry.
-    pub(crate) fn resume(&self, token: &str, tool: &str) -> Option<Call> {
+    pub(crate) fn resume(&self, token: &str, tool: &str) -> Option<ServerCall> {
         let now = Instant::now();
         let (found, expired) = {
             let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
@@ -71,9 +71,9 @@ impl Waiting {
 /// cancels their tools) once the lock is released: a tool's drop runs no
 /// code under it.
 pub(crate) fn take_expired(
-    calls: &mut HashMap<String, (Call, Instant)>,
+    calls: &mut HashMap<String, (ServerCall, Instant)>,
     now: Instant,
-) -> Vec<(Call, Instant)> {
+) -> Vec<(ServerCall, Instant)> {
     let expired: Vec<String> = calls
         .iter()
         .filter(|(_, (_, deadline))| *deadline <= now)

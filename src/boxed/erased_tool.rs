@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use futures_core::Stream;
 use tower_service::Service;
 
-use super::call::{CallState, ErasedCall};
+use super::erased_call::{CallMachine, ErasedCall};
 use super::ToolItem;
 use crate::{ToolError, ToolRequest};
 
@@ -82,7 +82,7 @@ where
     }
 
     fn opening(future: S::Future) -> Pin<Box<dyn ErasedCall>> {
-        Box::pin(CallState::<S, S::Future, S::Response>::Opening { future })
+        Box::pin(CallMachine::<S, S::Future, S::Response>::Opening { future })
     }
 
     /// The call of a handle that was not ready (it drives its readiness)
@@ -93,10 +93,10 @@ where
         request: ToolRequest,
     ) -> Pin<Box<dyn ErasedCall>> {
         match polled {
-            Poll::Ready(Err(err)) => Box::pin(CallState::<S, S::Future, S::Response>::Refused {
+            Poll::Ready(Err(err)) => Box::pin(CallMachine::<S, S::Future, S::Response>::Refused {
                 error: Some(err.into()),
             }),
-            _ => Box::pin(CallState::<S, S::Future, S::Response>::Ready {
+            _ => Box::pin(CallMachine::<S, S::Future, S::Response>::Ready {
                 service,
                 request: Some(request),
             }),

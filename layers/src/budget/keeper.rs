@@ -11,8 +11,8 @@ use std::task::{Context, Poll};
 use futures_util::future::BoxFuture;
 use tokio::time::Sleep;
 
-use super::cut::{Kept, KeptOutput};
-use super::store::{OutputStore, StoreError, WholeOutput, STORE_TIMEOUT};
+use super::notice::{Kept, KeptOutput};
+use super::store::{OutputStore, OutputStoreError, WholeOutput, STORE_TIMEOUT};
 use crate::Output;
 
 /// The text of a call's output as a model reads it, gathered while it
@@ -90,7 +90,7 @@ impl Keeper {
         let whole = WholeOutput::new(keeper.text, keeper.len);
         let store = keeper.store;
         let put = catch_unwind(AssertUnwindSafe(|| store.put(&handle, whole)))
-            .unwrap_or_else(|_| Box::pin(std::future::ready(Err(StoreError::panicked()))));
+            .unwrap_or_else(|_| Box::pin(std::future::ready(Err(OutputStoreError::panicked()))));
         Putting {
             put: Some(put),
             deadline: None,
@@ -102,7 +102,7 @@ impl Keeper {
 /// The store keeping a cut call's output: its answer, within
 /// [`STORE_TIMEOUT`], is the [`Kept`] the notice tells.
 pub(super) struct Putting {
-    put: Option<BoxFuture<'static, Result<(), StoreError>>>,
+    put: Option<BoxFuture<'static, Result<(), OutputStoreError>>>,
     // Armed only when the store does not answer at once.
     deadline: Option<Pin<Box<Sleep>>>,
     output: KeptOutput,
@@ -111,12 +111,12 @@ pub(super) struct Putting {
 impl Putting {
     pub(super) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Kept> {
         let Some(put) = self.put.as_mut() else {
-            return Poll::Ready(failed(&StoreError::new("polled after it answered")));
+            return Poll::Ready(failed(&OutputStoreError::new("polled after it answered")));
         };
         let kept = match catch_unwind(AssertUnwindSafe(|| put.as_mut().poll(cx))) {
             Ok(Poll::Ready(Ok(()))) => Kept::Stored(self.output.clone()),
             Ok(Poll::Ready(Err(err))) => failed(&err),
-            Err(_) => failed(&StoreError::panicked()),
+            Err(_) => failed(&OutputStoreError::panicked()),
             Ok(Poll::Pending) => {
                 let deadline = self
                     .deadline
@@ -124,7 +124,7 @@ impl Putting {
                 if deadline.as_mut().poll(cx).is_pending() {
                     return Poll::Pending;
                 }
-                failed(&StoreError::timed_out(STORE_TIMEOUT))
+                failed(&OutputStoreError::timed_out(STORE_TIMEOUT))
             }
         };
         self.put = None;
@@ -132,7 +132,7 @@ impl Putting {
     }
 }
 
-fn failed(err: &StoreError) -> Kept {
+fn failed(err: &OutputStoreError) -> Kept {
     tracing::warn!(
         error = %err,
         "the budget could not keep a cut output; the cut stands, and the notice says so"

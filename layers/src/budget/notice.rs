@@ -4,7 +4,7 @@
 use std::ops::Range;
 use std::time::Duration;
 
-use super::read::{DEFAULT_PAGE_BYTES, READ_TOOL_NAME};
+use super::read_tool::{DEFAULT_PAGE_BYTES, READ_TOOL_NAME};
 use super::BYTES_PER_TOKEN;
 use crate::text::{duration_words, thousands};
 
