@@ -41,6 +41,21 @@
 //! then what the check costs a model call when nothing is compacted: µs
 //! per turn of 1,000 turns of 16-byte results with compaction set (a
 //! budget never reached) against the same run without, best of 10.
+//!
+//! The allocations group (`-- allocations`, outside criterion: it counts,
+//! it does not time) counts the heap allocations and the bytes they ask
+//! for in one agent turn that calls one tool — arguments of 276 bytes in
+//! 7-character fragments, as the scripted model streams them; a typed
+//! output of 32 search hits, about 4 KiB of JSON — with no store, with
+//! the run journaled into a `MemoryStore`, and (`--features http`)
+//! through the AI SDK endpoint (its event → chunk mapping and SSE body
+//! included). A counting `#[global_allocator]` wraps the system
+//! allocator; a turn's figure is the difference between a run of 12
+//! turns and one of 2, divided by 10, so the run's setup cancels out.
+//!
+//! ```text
+//! cargo bench --bench agent --features http -- allocations
+//! ```
 
 #[cfg(feature = "redis")]
 #[path = "../layers/tests/support/redis.rs"]
@@ -56,6 +71,59 @@ use serde::Deserialize;
 use toolstack::agent::{Agent, AgentEvent, StopReason};
 use toolstack::model::{Accumulator, Message, ScriptedModel, ToolCallDelta, Turn};
 use toolstack::{tool, ToolError, Toolbox};
+
+/// The system allocator, counting: what the allocations group reads.
+struct Counting;
+
+/// Whether allocations are counted: only while the allocations group runs,
+/// so that the timed groups pay a load, not two atomic adds.
+static COUNTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static ALLOCATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static ALLOCATED_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+impl Counting {
+    fn count(bytes: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if !COUNTING.load(Relaxed) {
+            return;
+        }
+        ALLOCATIONS.fetch_add(1, Relaxed);
+        ALLOCATED_BYTES.fetch_add(bytes as u64, Relaxed);
+    }
+
+    /// Allocations and bytes asked for so far (a `realloc` counts as one
+    /// allocation of its new size).
+    fn now() -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (ALLOCATIONS.load(Relaxed), ALLOCATED_BYTES.load(Relaxed))
+    }
+}
+
+// SAFETY: every call is passed to `System` unchanged; the counters are
+// atomics, which do not allocate.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        Counting::count(layout.size());
+        std::alloc::System.alloc(layout)
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        Counting::count(layout.size());
+        std::alloc::System.alloc_zeroed(layout)
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        Counting::count(new_size);
+        std::alloc::System.realloc(ptr, layout, new_size)
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        std::alloc::System.dealloc(ptr, layout)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
 
 const CHUNKS: usize = 10_000;
 const TURNS: usize = 1_000;
@@ -738,8 +806,16 @@ fn main() {
     // The summary and the run-length group are ours, not criterion's: the
     // filter picks them the same way (a name containing it).
     let run_length_named = filter.as_deref().map(|f| f.contains("run_length"));
+    let allocations_named = filter.as_deref().map(|f| f.contains("allocations"));
+    if allocations_named == Some(true) {
+        allocations();
+        return;
+    }
     if run_length_named != Some(true) {
         summary();
+    }
+    if allocations_named.is_none() && !has("--list") {
+        allocations();
     }
     let compaction_named = filter.as_deref().map(|f| f.contains("compaction"));
     if compaction_named != Some(false) && !has("--list") {
@@ -882,4 +958,193 @@ fn compaction(quick: bool) {
         checked - plain,
         checked / plain
     );
+}
+
+/// The allocations group's tool: a code search, called as a model calls
+/// it (the fields are read by the schema and the decoder, not by us).
+#[derive(Deserialize, JsonSchema)]
+#[allow(dead_code)]
+struct Search {
+    path: String,
+    query: String,
+    context_lines: u32,
+    max_hits: u32,
+    case_sensitive: bool,
+    include: Vec<String>,
+}
+
+/// One hit of the search: what its typed output lists.
+#[derive(Clone, serde::Serialize)]
+struct Hit {
+    path: String,
+    line: u32,
+    text: String,
+}
+
+/// The search's arguments: 276 bytes of JSON, about what a model writes.
+const SEARCH_ARGUMENTS: &str = concat!(
+    r#"{"path":"src/agent/run","query":"where does the run record its step counts and usage before the answer is stored","#,
+    r#""context_lines":3,"max_hits":32,"case_sensitive":false,"#,
+    r#""include":["src/agent/**/*.rs","src/http/ai_sdk/*.rs","tests/it/agent*.rs","benches/agent.rs","docs/*.md"]}"#,
+);
+
+/// The search's output: 32 hits, about 4 KiB of JSON.
+fn search_hits() -> Vec<Hit> {
+    (0..32)
+        .map(|at| Hit {
+            path: format!("src/agent/run/mod{at:02}.rs"),
+            line: 100 + at,
+            text: format!(
+                "{at:02}: self.journal.answered(message, continues, self.counts(), planned);"
+            ),
+        })
+        .collect()
+}
+
+/// A run of `turns` turns — each but the last calling the search once —
+/// as the allocations group makes it.
+fn searching_agent(turns: usize) -> Agent<ScriptedModel> {
+    let mut script: Vec<Turn> = (0..turns - 1)
+        .map(|_| {
+            Turn::new()
+                .text("Searching the code.")
+                .tool_call("search", SEARCH_ARGUMENTS)
+        })
+        .collect();
+    script.push(Turn::new().text("Found it."));
+    let hits = search_hits();
+    let toolbox = Toolbox::new().tool(tool::from_fn("search", move |_: Search| {
+        let hits = hits.clone();
+        async move { Ok::<_, ToolError>(hits) }
+    }));
+    Agent::new(ScriptedModel::new(script), toolbox)
+        .max_steps(turns + 1)
+        .max_tool_calls(turns)
+}
+
+/// Where the allocations group runs its turns.
+#[derive(Debug, Clone, Copy)]
+enum Path {
+    /// The agent's events, no store.
+    Agent,
+    /// The agent's events, the run journaled into a `MemoryStore`.
+    Journaled,
+    /// A request to the AI SDK endpoint (its own `MemoryStore`), its SSE
+    /// body read to the end.
+    #[cfg(feature = "http")]
+    AiSdk,
+}
+
+impl Path {
+    fn name(self) -> &'static str {
+        match self {
+            Path::Agent => "agent, no store",
+            Path::Journaled => "agent, MemoryStore journal",
+            #[cfg(feature = "http")]
+            Path::AiSdk => "AI SDK endpoint (MemoryStore)",
+        }
+    }
+}
+
+/// The allocations and bytes one run of `turns` turns takes on `path`,
+/// its setup left out.
+fn run_allocations(runtime: &tokio::runtime::Runtime, path: Path, turns: usize) -> (u64, u64) {
+    let agent = searching_agent(turns);
+    let (count, bytes) = match path {
+        Path::Agent | Path::Journaled => {
+            let agent = match path {
+                Path::Journaled => agent.store(toolstack::agent::store::MemoryStore::new()),
+                _ => agent,
+            };
+            let messages = vec![Message::user("Where are the counts recorded?")];
+            let before = Counting::now();
+            let steps = runtime.block_on(async {
+                let mut events = agent.run(messages);
+                let mut steps = 0;
+                while let Some(event) = events.next().await {
+                    if let AgentEvent::Done(done) = event {
+                        assert_eq!(done.stop, StopReason::Finished);
+                        steps = done.steps;
+                    }
+                }
+                steps
+            });
+            let after = Counting::now();
+            assert_eq!(steps, turns, "the run did not finish");
+            (after.0 - before.0, after.1 - before.1)
+        }
+        #[cfg(feature = "http")]
+        Path::AiSdk => {
+            use tower::ServiceExt;
+            let app = toolstack::http::ai_sdk::ChatEndpoint::new(agent).into_router();
+            let body = serde_json::json!({"id": "bench", "messages": [{
+                "id": "u1", "role": "user",
+                "parts": [{"type": "text", "text": "Where are the counts recorded?"}],
+            }]})
+            .to_string();
+            let request = axum::http::Request::post("/")
+                .body(axum::body::Body::from(body))
+                .expect("a request");
+            let before = Counting::now();
+            let bytes = runtime.block_on(async {
+                let response = app.oneshot(request).await.expect("a response");
+                axum::body::to_bytes(response.into_body(), usize::MAX)
+                    .await
+                    .expect("the body")
+            });
+            let after = Counting::now();
+            let text = std::str::from_utf8(&bytes).expect("UTF-8");
+            assert!(text.contains(r#""finishReason":"stop""#), "{text}");
+            drop(bytes);
+            (after.0 - before.0, after.1 - before.1)
+        }
+    };
+    (count, bytes)
+}
+
+/// The allocations group: see the crate docs.
+fn allocations() {
+    const SHORT_RUN: usize = 2;
+    const LONG_RUN: usize = 12;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    COUNTING.store(true, std::sync::atomic::Ordering::Relaxed);
+    let hits = serde_json::to_string(&search_hits()).expect("hits").len();
+    println!(
+        "\nallocations per turn calling one tool ({} B of arguments, {hits} B of JSON output); \
+         (a {LONG_RUN}-turn run − a {SHORT_RUN}-turn run) ÷ {}, fewest of 5",
+        SEARCH_ARGUMENTS.len(),
+        LONG_RUN - SHORT_RUN
+    );
+    let paths = [
+        Path::Agent,
+        Path::Journaled,
+        #[cfg(feature = "http")]
+        Path::AiSdk,
+    ];
+    for path in paths {
+        // Warmed once (lazy statics, the runtime's first task), then the
+        // fewest of five: a run is deterministic but for such one-offs.
+        run_allocations(&runtime, path, SHORT_RUN);
+        let fewest = |turns| {
+            (0..5)
+                .map(|_| run_allocations(&runtime, path, turns))
+                .min()
+                .expect("five runs")
+        };
+        let (short, long) = (fewest(SHORT_RUN), fewest(LONG_RUN));
+        let turns = (LONG_RUN - SHORT_RUN) as f64;
+        println!(
+            "{:<32} {:>8.1} allocations {:>9.0} bytes per turn   (a {SHORT_RUN}-turn run: {} allocations, {} bytes)",
+            path.name(),
+            (long.0 - short.0) as f64 / turns,
+            (long.1 - short.1) as f64 / turns,
+            short.0,
+            short.1,
+        );
+    }
+    #[cfg(not(feature = "http"))]
+    println!("AI SDK endpoint: n/a, built without --features http");
 }
