@@ -364,7 +364,10 @@ mod web {
                 runs.display()
             );
             let store = toolstack::agent::store::MemoryStore::new();
-            (agent.store(store.clone()), store)
+            (
+                agent.store(store),
+                toolstack::http::ai_sdk::MemoryChunkLog::new(),
+            )
         };
         let app = axum::Router::new()
             .route(

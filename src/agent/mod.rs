@@ -50,6 +50,7 @@ pub mod compaction;
 mod cost;
 mod event;
 mod journal;
+pub(crate) mod lifecycle;
 mod output;
 mod resume;
 mod run;

@@ -207,7 +207,7 @@ where
     /// on now fails at its next append.
     pub async fn delete(&self) -> Result<bool, SessionError> {
         let durability = self.checked()?;
-        Ok(durability.store.delete(&self.id).await?)
+        Ok(super::lifecycle::forget(&*durability.store, &self.id).await?)
     }
 
     /// The agent's store, for a session id that can be stored.

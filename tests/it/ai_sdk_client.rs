@@ -21,10 +21,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 use toolstack::agent::store::sqlite::SqliteStore;
-use toolstack::agent::store::MemoryStore;
 use toolstack::agent::Agent;
 use toolstack::approval::Decision;
-use toolstack::http::ai_sdk::ChatEndpoint;
+use toolstack::http::ai_sdk::{ChatEndpoint, MemoryChunkLog};
 use toolstack::model::{ScriptedModel, Turn};
 use toolstack::{tool, ToolError, Toolbox};
 use toolstack_layers::approval::ApprovalLayer;
@@ -221,7 +220,7 @@ async fn the_ai_sdk_client_assembles_what_the_endpoint_streams() {
         .nest(
             "/resumable",
             ChatEndpoint::new(Agent::new(resumable_model, slow))
-                .resumable_streams(MemoryStore::new())
+                .resumable_streams(MemoryChunkLog::new())
                 .into_router()
                 .layer(on_reconnect),
         );

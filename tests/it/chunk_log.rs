@@ -16,9 +16,8 @@ use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
-use toolstack::agent::store::MemoryStore;
 use toolstack::agent::Agent;
-use toolstack::http::ai_sdk::{ChatEndpoint, ChunkLog};
+use toolstack::http::ai_sdk::{ChatEndpoint, ChunkLog, MemoryChunkLog};
 use toolstack::model::{ScriptedModel, Turn};
 use toolstack::{tool, ToolError, Toolbox};
 
@@ -64,7 +63,7 @@ async fn contract<L: ChunkLog>(log: &L) {
 
 #[tokio::test]
 async fn the_memory_log_keeps_the_contract() {
-    contract(&MemoryStore::new()).await;
+    contract(&MemoryChunkLog::new()).await;
 }
 
 #[cfg(feature = "sqlite")]
@@ -187,7 +186,7 @@ async fn endpoint_serves_a_reconnecting_client<L: ChunkLog + Clone>(log: L) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reconnecting_client_gets_the_whole_answer_from_memory() {
-    endpoint_serves_a_reconnecting_client(MemoryStore::new()).await;
+    endpoint_serves_a_reconnecting_client(MemoryChunkLog::new()).await;
 }
 
 #[cfg(feature = "sqlite")]

@@ -17,9 +17,7 @@ use super::{
 /// suspends runs for a person's decision and resumes them, without
 /// surviving a restart. An append costs the change (its records are
 /// kept as they are encoded); a finished run is forgotten after
-/// [`finished_ttl`](Self::finished_ttl). Clones share the runs. With the
-/// `http` feature it is also a [`ChunkLog`](crate::http::ai_sdk::ChunkLog)
-/// (resumable streams in one process).
+/// [`finished_ttl`](Self::finished_ttl). Clones share the runs.
 #[derive(Clone, Debug)]
 pub struct MemoryStore {
     runs: Arc<Mutex<Runs>>,
@@ -29,9 +27,6 @@ pub struct MemoryStore {
     heads_only: bool,
     /// Forget a running run this long after its lease passed.
     abandoned_ttl: Option<Duration>,
-    /// The chunks of chat responses in progress (resumable streams).
-    #[cfg(feature = "http")]
-    pub(crate) chunks: Arc<crate::http::ai_sdk::log::MemoryChunks>,
 }
 
 #[derive(Debug, Default)]
@@ -108,8 +103,6 @@ impl MemoryStore {
             finished_ttl: DEFAULT_FINISHED_TTL,
             heads_only: false,
             abandoned_ttl: None,
-            #[cfg(feature = "http")]
-            chunks: Arc::default(),
         }
     }
 

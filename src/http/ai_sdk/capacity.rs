@@ -1,8 +1,10 @@
 //! How many runs may wait for a person at once: the store counted, and
-//! the runs that waited too long forgotten when it is full.
+//! the runs that waited too long expired (by the agent's
+//! [`lifecycle`](crate::agent::lifecycle)) when it is full.
 
 use std::time::Duration;
 
+use crate::agent::lifecycle;
 use crate::agent::store::RunStore;
 
 /// Whether `store` has room for one more waiting run, counted in
@@ -16,8 +18,6 @@ pub(super) async fn room(
     if store.waiting_count().await? < max_waiting_runs {
         return Ok(true);
     }
-    let timeout = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-    let now = crate::agent::store::checkpoint::now_ms();
-    store.expire_waiting(now.saturating_sub(timeout)).await?;
+    lifecycle::expire_waiting(store, timeout).await?;
     Ok(store.waiting_count().await? < max_waiting_runs)
 }

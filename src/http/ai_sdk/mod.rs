@@ -157,7 +157,7 @@ mod resume;
 mod serve;
 mod verify;
 
-pub use self::log::{ChunkLog, Logged};
+pub use self::log::{ChunkLog, Logged, MemoryChunkLog};
 
 /// The default limit on a chat request's body: 4 MiB.
 pub const DEFAULT_CHAT_BODY_LIMIT: usize = 4 * 1024 * 1024;

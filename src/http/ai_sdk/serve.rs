@@ -13,7 +13,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde_json::json;
 
-use crate::agent::store::RunStore;
+use crate::agent::lifecycle;
 use crate::agent::{Resume, ResumeError, SessionError};
 use crate::approval::Decision;
 use crate::model::ModelService;
@@ -243,7 +243,7 @@ where
             Err(ResumeError::NotFound { .. }) => Ok(None),
             Err(ResumeError::Expired { .. }) => {
                 // It waited too long: forget it (its calls never ran).
-                let _ = self.store.delete(&run_id).await;
+                let _ = lifecycle::forget(&*self.store, &run_id).await;
                 Ok(None)
             }
             Err(err) => Err(resume_refused(&err)),

@@ -1,28 +1,46 @@
-//! The chunk log in a [`MemoryStore`]: this process's memory, readers
+//! [`MemoryChunkLog`]: the chunk log in this process's memory, readers
 //! woken as chunks arrive.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::agent::store::{MemoryStore, StoreError};
+use crate::agent::store::StoreError;
 
 use super::{ChunkLog, Logged, LOG_TTL, MAX_LOGGED_CHUNKS};
 
-/// The logs of a [`MemoryStore`].
+/// The chunks of each chat's response in progress, in this process's
+/// memory: resumable streams for one process (a reader is woken as a
+/// chunk arrives, not polled). Clones share the log.
+///
+/// ```
+/// use toolstack::agent::Agent;
+/// use toolstack::http::ai_sdk::{ChatEndpoint, MemoryChunkLog};
+/// use toolstack::model::ScriptedModel;
+/// use toolstack::Toolbox;
+///
+/// let endpoint = ChatEndpoint::new(Agent::new(ScriptedModel::new([]), Toolbox::new()))
+///     .resumable_streams(MemoryChunkLog::new());
+/// # let _ = endpoint;
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct MemoryChunkLog {
+    shared: Arc<Shared>,
+}
+
 #[derive(Debug, Default)]
-pub(crate) struct MemoryChunks {
-    inner: Mutex<Inner>,
+struct Shared {
+    logs: Mutex<Logs>,
     /// Woken at every chunk and every end.
     arrived: Notify,
 }
 
 #[derive(Debug, Default)]
-struct Inner {
+struct Logs {
     chats: HashMap<String, String>,
     streams: HashMap<String, Log>,
 }
@@ -34,13 +52,18 @@ struct Log {
     touched: Instant,
 }
 
-impl MemoryChunks {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+impl MemoryChunkLog {
+    /// An empty log.
+    pub fn new() -> Self {
+        MemoryChunkLog::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Logs> {
+        self.shared.logs.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
-impl Inner {
+impl Logs {
     /// Forgets the logs untouched for longer than the TTL.
     fn sweep(&mut self) {
         let now = Instant::now();
@@ -51,15 +74,15 @@ impl Inner {
     }
 }
 
-impl ChunkLog for MemoryStore {
+impl ChunkLog for MemoryChunkLog {
     fn open<'a>(
         &'a self,
         chat_id: &'a str,
         stream_id: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let mut inner = self.chunks.lock();
-        inner.sweep();
-        inner.streams.insert(
+        let mut logs = self.lock();
+        logs.sweep();
+        logs.streams.insert(
             stream_id.to_owned(),
             Log {
                 chunks: Vec::new(),
@@ -67,7 +90,7 @@ impl ChunkLog for MemoryStore {
                 touched: Instant::now(),
             },
         );
-        inner.chats.insert(chat_id.to_owned(), stream_id.to_owned());
+        logs.chats.insert(chat_id.to_owned(), stream_id.to_owned());
         Box::pin(std::future::ready(Ok(())))
     }
 
@@ -78,15 +101,15 @@ impl ChunkLog for MemoryStore {
         chunk: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         {
-            let mut inner = self.chunks.lock();
-            if let Some(log) = inner.streams.get_mut(stream_id) {
+            let mut logs = self.lock();
+            if let Some(log) = logs.streams.get_mut(stream_id) {
                 if index == log.chunks.len() && index < MAX_LOGGED_CHUNKS {
                     log.chunks.push(chunk.to_owned());
                     log.touched = Instant::now();
                 }
             }
         }
-        self.chunks.arrived.notify_waiters();
+        self.shared.arrived.notify_waiters();
         Box::pin(std::future::ready(Ok(())))
     }
 
@@ -96,20 +119,20 @@ impl ChunkLog for MemoryStore {
         stream_id: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         {
-            let mut inner = self.chunks.lock();
-            if let Some(log) = inner.streams.get_mut(stream_id) {
+            let mut logs = self.lock();
+            if let Some(log) = logs.streams.get_mut(stream_id) {
                 log.ended = true;
             }
-            if inner.chats.get(chat_id).is_some_and(|s| s == stream_id) {
-                inner.chats.remove(chat_id);
+            if logs.chats.get(chat_id).is_some_and(|s| s == stream_id) {
+                logs.chats.remove(chat_id);
             }
         }
-        self.chunks.arrived.notify_waiters();
+        self.shared.arrived.notify_waiters();
         Box::pin(std::future::ready(Ok(())))
     }
 
     fn active<'a>(&'a self, chat_id: &'a str) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
-        let active = self.chunks.lock().chats.get(chat_id).cloned();
+        let active = self.lock().chats.get(chat_id).cloned();
         Box::pin(std::future::ready(Ok(active)))
     }
 
@@ -123,10 +146,10 @@ impl ChunkLog for MemoryStore {
             let deadline = Instant::now() + wait;
             loop {
                 // Registered before looking, so no chunk slips between.
-                let arrived = self.chunks.arrived.notified();
+                let arrived = self.shared.arrived.notified();
                 {
-                    let inner = self.chunks.lock();
-                    let Some(log) = inner.streams.get(stream_id) else {
+                    let logs = self.lock();
+                    let Some(log) = logs.streams.get(stream_id) else {
                         return Ok(Logged {
                             chunks: Vec::new(),
                             ended: true,

@@ -16,9 +16,13 @@
 //!
 //! | log | for | feature |
 //! |---|---|---|
-//! | [`MemoryStore`](crate::agent::store::MemoryStore) | one process | — |
-//! | [`SqliteStore`](crate::agent::store::sqlite::SqliteStore) | one machine: a table next to the runs | `sqlite` |
-//! | [`RedisStore`](crate::agent::store::redis::RedisStore) | replicas: a Redis Stream per response, read with `XREAD BLOCK` | `redis` |
+//! | [`MemoryChunkLog`] | one process | — |
+//! | [`SqliteStore`](crate::agent::store::sqlite::SqliteStore) | one machine: tables of its own in the runs' file, made at the log's first use | `sqlite` |
+//! | [`RedisStore`](crate::agent::store::redis::RedisStore) | replicas: a Redis Stream per response, polled with `XRANGE` | `redis` |
+//!
+//! The log depends on the run store, never the other way: the SQLite and
+//! Redis logs keep their chunks next to the runs, through the store's
+//! connection, and the store knows nothing of them.
 //!
 //! A log is bounded: at most [`MAX_LOGGED_CHUNKS`] chunks per response
 //! (past that the response goes on live but cannot be resumed), and a
@@ -31,12 +35,12 @@ use futures_util::future::BoxFuture;
 use crate::agent::store::StoreError;
 
 mod memory;
-
-pub(crate) use self::memory::MemoryChunks;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+
+pub use self::memory::MemoryChunkLog;
 
 /// The most chunks a response keeps for reconnecting clients.
 pub const MAX_LOGGED_CHUNKS: usize = 100_000;
