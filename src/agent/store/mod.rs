@@ -61,7 +61,6 @@ use crate::{ErrorKind, ToolError};
 
 pub(crate) mod checkpoint;
 mod memory;
-mod record;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
@@ -70,10 +69,10 @@ pub mod redis;
 pub mod sqlite;
 
 pub use self::checkpoint::{
-    CallRecord, CallState, Checkpoint, Holder, RunStatus, CHECKPOINT_FORMAT,
+    CallRecord, CallState, Checkpoint, Head, Holder, Journal, Record, RunStatus, CHECKPOINT_FORMAT,
+    JOURNAL_FORMAT, MAX_RECORD_BYTES,
 };
 pub use self::memory::MemoryStore;
-pub use self::record::{Head, Journal, Record, JOURNAL_FORMAT, MAX_RECORD_BYTES};
 
 /// The default time a store keeps a finished run: a day (every store's
 /// `finished_ttl` setting starts here).

@@ -1,21 +1,28 @@
-//! The state of a run: [`Checkpoint`] — what its journal's records fold
-//! into, and what a snapshot stores —, its calls' states, and the
-//! versioned JSON a snapshot is written in.
+//! The state of a run: [`Checkpoint`] — its history, the calls of the
+//! step in flight and their states, its counts, its status — and the one
+//! function that changes it, [`Checkpoint::apply`], which folds a
+//! [`Record`] in. The records (`record`), the stored journal they are
+//! read from (`journal`: its head, and the borrowed view a store loads
+//! through) and the snapshot the state is written as (`snapshot`) are
+//! this module's children: they name its types; it names theirs only to
+//! fold them in and to re-export them.
 
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::agent::StopReason;
 use crate::approval::{ApprovalRequest, DecidedBy, Decision};
 use crate::model::{Message, ToolCall, Usage};
 use crate::output::Media;
 
-use super::super::StopReason;
-use super::StoreError;
+mod journal;
+mod record;
+mod snapshot;
 
-/// The format this build writes snapshots (and checkpoints, before the
-/// journal) in, and the newest it reads.
-pub const CHECKPOINT_FORMAT: u64 = 1;
+pub use self::journal::{Head, Journal, JOURNAL_FORMAT};
+pub use self::record::{Record, MAX_RECORD_BYTES};
+pub use self::snapshot::CHECKPOINT_FORMAT;
 
 /// A run's state: the fold of its journal's records, and what a snapshot
 /// stores (a whole checkpoint, as runs were stored before the journal).
@@ -154,73 +161,71 @@ impl CallState {
     }
 }
 
-#[derive(Serialize)]
-struct Write<'a> {
-    format: u64,
-    #[serde(flatten)]
-    checkpoint: &'a Checkpoint,
-}
-
-#[derive(Deserialize)]
-struct Format {
-    format: Option<u64>,
-}
-
-#[derive(Deserialize)]
-struct Read {
-    #[allow(dead_code)]
-    format: u64,
-    #[serde(flatten)]
-    checkpoint: Checkpoint,
-}
-
 impl Checkpoint {
-    /// The stored form of a snapshot: JSON with the format version. A
-    /// snapshot has no bound of its own: it is what the run's records,
-    /// each bounded, fold into.
-    pub fn to_bytes(&self) -> Result<Vec<u8>, StoreError> {
-        serde_json::to_vec(&Write {
-            format: CHECKPOINT_FORMAT,
-            checkpoint: self,
-        })
-        .map_err(|err| StoreError::Corrupt {
-            run_id: self.run_id.clone(),
-            record: None,
-            why: format!("it cannot be written: {err}"),
-        })
+    /// An empty running run: what a new run's first records apply to.
+    pub fn new(run_id: impl Into<String>) -> Self {
+        Checkpoint {
+            run_id: run_id.into(),
+            status: RunStatus::Running,
+            messages: Arc::default(),
+            step: Vec::new(),
+            usage: None,
+            steps: 0,
+            tool_calls: 0,
+            holder: None,
+            saved_at_ms: 0,
+            loaded_tools: Vec::new(),
+        }
     }
 
-    /// Reads the stored form of run `run_id`'s snapshot (or a whole
-    /// checkpoint of an earlier version): a typed error for one that does
-    /// not parse, one of another run, or one of a newer format.
-    pub fn from_bytes(run_id: &str, bytes: &[u8]) -> Result<Checkpoint, StoreError> {
-        let corrupt = |why: String| StoreError::Corrupt {
-            run_id: run_id.to_owned(),
-            record: None,
-            why,
-        };
-        let Format { format } = serde_json::from_slice(bytes)
-            .map_err(|err| corrupt(format!("it is not a checkpoint: {err}")))?;
-        let format = format.ok_or_else(|| corrupt("it has no format version".to_owned()))?;
-        if format > CHECKPOINT_FORMAT {
-            return Err(StoreError::UnknownFormat {
-                run_id: run_id.to_owned(),
-                found: format,
-                supported: CHECKPOINT_FORMAT,
-            });
+    /// Applies one record: the run's state after it.
+    pub fn apply(&mut self, record: Record) {
+        match record {
+            Record::Messages { messages } => Arc::make_mut(&mut self.messages).extend(messages),
+            Record::Continued { message } => {
+                let messages = Arc::make_mut(&mut self.messages);
+                match messages.last_mut() {
+                    Some(last @ Message::Assistant { .. }) => continued(last, message),
+                    _ => messages.push(message),
+                }
+            }
+            Record::Step { calls } => {
+                self.step = calls
+                    .into_iter()
+                    .map(|call| CallRecord {
+                        call,
+                        state: CallState::Planned,
+                    })
+                    .collect();
+            }
+            Record::Call { id, state } => {
+                if let Some(call) = self.step.iter_mut().find(|r| r.call.id == id) {
+                    call.state = state;
+                }
+            }
+            Record::StepClosed => {
+                let step = std::mem::take(&mut self.step);
+                Arc::make_mut(&mut self.messages).extend(step.into_iter().map(closed));
+            }
+            Record::Counts {
+                steps,
+                tool_calls,
+                usage,
+            } => {
+                self.steps = steps;
+                self.tool_calls = tool_calls;
+                self.usage = usage;
+            }
+            Record::Status { status } => self.status = status,
+            Record::Compacted { messages } => self.messages = Arc::new(messages),
+            Record::ToolsLoaded { names } => {
+                for name in names {
+                    if !self.loaded_tools.contains(&name) {
+                        self.loaded_tools.push(name);
+                    }
+                }
+            }
         }
-        if format == 0 {
-            return Err(corrupt("its format version is 0".to_owned()));
-        }
-        let Read { checkpoint, .. } =
-            serde_json::from_slice(bytes).map_err(|err| corrupt(err.to_string()))?;
-        if checkpoint.run_id != run_id {
-            return Err(corrupt(format!(
-                "it is the checkpoint of run {}",
-                checkpoint.run_id
-            )));
-        }
-        Ok(checkpoint)
     }
 
     /// Whether another process than `process` holds the run at `now_ms`.
@@ -230,6 +235,53 @@ impl Checkpoint {
                 .holder
                 .as_ref()
                 .is_some_and(|holder| holder.process != process && holder.until_ms > now_ms)
+    }
+}
+
+/// A paused answer, `last`, extended by the rest of it.
+fn continued(last: &mut Message, rest: Message) {
+    let (
+        Message::Assistant {
+            content,
+            tool_calls,
+            reasoning,
+        },
+        Message::Assistant {
+            content: more,
+            tool_calls: calls,
+            reasoning: thoughts,
+        },
+    ) = (last, rest)
+    else {
+        return;
+    };
+    match (content.as_mut(), more) {
+        (Some(text), Some(more)) => text.push_str(&more),
+        (None, more) => *content = more,
+        (Some(_), None) => {}
+    }
+    reasoning.extend(thoughts);
+    tool_calls.extend(calls);
+}
+
+/// What a closed step's call adds to the history.
+fn closed(record: CallRecord) -> Message {
+    match record.state {
+        CallState::Finished {
+            text,
+            is_error,
+            images,
+        } => Message::Tool {
+            tool_call_id: record.call.id,
+            content: text,
+            is_error,
+            images,
+        },
+        // A step closes once each call has finished; this is defence.
+        _ => Message::tool_error(
+            record.call.id,
+            "not run: the step ended before this call finished",
+        ),
     }
 }
 
@@ -244,7 +296,8 @@ pub(crate) fn now_ms() -> u64 {
 mod tests {
     use super::*;
 
-    fn checkpoint() -> Checkpoint {
+    /// A run waiting for a decision on one call.
+    pub(super) fn checkpoint() -> Checkpoint {
         Checkpoint {
             run_id: "r1".into(),
             status: RunStatus::Waiting,
@@ -268,12 +321,94 @@ mod tests {
         }
     }
 
+    fn call(id: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: "write".into(),
+            arguments: "{}".into(),
+        }
+    }
+
     #[test]
-    fn round_trips() {
-        let bytes = checkpoint().to_bytes().unwrap();
-        assert!(bytes.starts_with(br#"{"format":1,"#));
-        let read = Checkpoint::from_bytes("r1", &bytes).unwrap();
-        assert_eq!(read, checkpoint());
+    fn records_fold_into_the_run_they_describe() {
+        let mut run = Checkpoint::new("r1");
+        for record in [
+            Record::Messages {
+                messages: vec![Message::user("hi")],
+            },
+            Record::Messages {
+                messages: vec![Message::assistant("calling")],
+            },
+            Record::Counts {
+                steps: 1,
+                tool_calls: 2,
+                usage: Some(Usage::new(3, 4)),
+            },
+            Record::Step {
+                calls: vec![call("a"), call("b")],
+            },
+            Record::Call {
+                id: "b".into(),
+                state: CallState::Decided {
+                    decision: Decision::deny("no"),
+                    by: DecidedBy::caller("the user"),
+                },
+            },
+            Record::Call {
+                id: "a".into(),
+                state: CallState::Finished {
+                    text: "done".into(),
+                    is_error: false,
+                    images: Vec::new(),
+                },
+            },
+        ] {
+            // Each record as stored, read back.
+            let bytes = record.to_bytes();
+            let read = Record::from_bytes("r1", 1, &bytes, MAX_RECORD_BYTES).unwrap();
+            assert_eq!(read, record);
+            run.apply(read);
+        }
+        assert_eq!(run.step.len(), 2);
+        assert_eq!(run.step[0].state.as_str(), "finished");
+        assert_eq!(run.step[1].state.as_str(), "decided");
+        run.apply(Record::StepClosed);
+        assert!(run.step.is_empty());
+        assert_eq!(run.messages.len(), 4);
+        assert_eq!(run.messages[2], Message::tool("a", "done"));
+        assert!(matches!(
+            &run.messages[3],
+            Message::Tool { is_error: true, .. }
+        ));
+        assert_eq!((run.steps, run.tool_calls), (1, 2));
+        run.apply(Record::Compacted {
+            messages: vec![Message::user("summary")],
+        });
+        assert_eq!(*run.messages, [Message::user("summary")]);
+    }
+
+    #[test]
+    fn a_continued_answer_extends_the_paused_one() {
+        let mut run = Checkpoint::new("r1");
+        run.apply(Record::Messages {
+            messages: vec![Message::user("search"), Message::assistant("Searching…")],
+        });
+        run.apply(Record::Continued {
+            message: Message::Assistant {
+                content: Some(" found.".into()),
+                tool_calls: vec![call("a")],
+                reasoning: Vec::new(),
+            },
+        });
+        assert_eq!(run.messages.len(), 2);
+        assert_eq!(
+            run.messages[1],
+            Message::Assistant {
+                content: Some("Searching… found.".into()),
+                tool_calls: vec![call("a")],
+                reasoning: Vec::new(),
+            }
+        );
     }
 
     #[test]
@@ -323,44 +458,6 @@ mod tests {
         // None: the field is left out, as before.
         let json = serde_json::to_string(&finished(Vec::new())).unwrap();
         assert!(!json.contains("images"), "{json}");
-    }
-
-    #[test]
-    fn a_newer_format_names_both_versions() {
-        let bytes = br#"{"format": 7, "whatever": true}"#;
-        let err = Checkpoint::from_bytes("r1", bytes).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                StoreError::UnknownFormat {
-                    found: 7,
-                    supported: 1,
-                    ..
-                }
-            ),
-            "{err}"
-        );
-        assert!(err.to_string().contains("format 7"), "{err}");
-        assert!(err.to_string().contains("up to 1"), "{err}");
-    }
-
-    #[test]
-    fn corrupt_checkpoints_are_typed() {
-        for bytes in [
-            &b"not json"[..],
-            br#"{"run_id": "r1"}"#,
-            br#"{"format": 1, "run_id": "r1"}"#,
-            br#"{"format": 0}"#,
-            br#"{"format": "one"}"#,
-            br#"[1, 2]"#,
-        ] {
-            let err = Checkpoint::from_bytes("r1", bytes).unwrap_err();
-            assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
-            assert!(err.to_string().contains("run r1"), "{err}");
-        }
-        let other = checkpoint().to_bytes().unwrap();
-        let err = Checkpoint::from_bytes("r2", &other).unwrap_err();
-        assert!(err.to_string().contains("checkpoint of run r1"), "{err}");
     }
 
     #[test]
