@@ -15,7 +15,7 @@ use rmcp::transport::IntoTransport;
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 
 use crate::mcp::convert;
-use crate::mcp::telemetry::{Meters, Operation, Outcome, Request, Side, Target, Transport};
+use crate::mcp::telemetry::{Meters, Operation, OperationEnd, Request, Side, Target, Transport};
 use crate::{ErrorKind, ToolError, Toolbox};
 
 mod handler;
@@ -276,10 +276,10 @@ impl McpClientBuilder {
                 format!("could not connect to the MCP server: {err}"),
             )
             .with_source(err);
-            operation.end(Outcome::failed(&err));
+            operation.end(OperationEnd::failed(&err));
             err
         })?;
-        operation.end(Outcome::Ok);
+        operation.end(OperationEnd::Ok);
         let telemetry = Telemetry {
             transport: over,
             protocol_version: running
@@ -453,11 +453,11 @@ impl McpClient {
         let mut operation = self.operation("tools/list", Target::None, None);
         let tools = match self.running.list_all_tools().await {
             Ok(tools) => {
-                operation.end(Outcome::Ok);
+                operation.end(OperationEnd::Ok);
                 tools
             }
             Err(ServiceError::McpError(data)) => {
-                operation.end(Outcome::Rpc {
+                operation.end(OperationEnd::Rpc {
                     code: data.code.0,
                     message: &data.message,
                 });
@@ -465,7 +465,7 @@ impl McpClient {
             }
             Err(err) => {
                 let err = service_error(err);
-                operation.end(Outcome::failed(&err));
+                operation.end(OperationEnd::failed(&err));
                 return Err(err);
             }
         };

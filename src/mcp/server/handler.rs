@@ -18,7 +18,7 @@ use std::future::Future;
 
 use tracing::Instrument as _;
 
-use crate::mcp::telemetry::{Outcome, Target};
+use crate::mcp::telemetry::{OperationEnd, Target};
 
 use super::McpServer;
 
@@ -113,9 +113,9 @@ impl<H: ServerHandler + Clone> ServerHandler for McpServer<H> {
         let answer = self.serve_call(params, &context, &operation).await;
         operation.end(match &answer {
             Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => {
-                Outcome::ToolError
+                OperationEnd::ToolError
             }
-            Ok(_) => Outcome::Ok,
+            Ok(_) => OperationEnd::Ok,
             // No answer goes out (see `drive`).
             Err(err) => error_outcome(err, context.ct.is_cancelled()),
         });
@@ -352,7 +352,7 @@ impl<H: ServerHandler + Clone> McpServer<H> {
         let ct = context.ct.clone();
         let answer = answer(context).instrument(operation.span()).await;
         operation.end(match &answer {
-            Ok(_) => Outcome::Ok,
+            Ok(_) => OperationEnd::Ok,
             Err(err) => error_outcome(err, ct.is_cancelled()),
         });
         answer
@@ -361,14 +361,14 @@ impl<H: ServerHandler + Clone> McpServer<H> {
 
 /// How a request that failed with `err` ended: no answer goes out for a
 /// request the client cancelled.
-pub(super) fn error_outcome(err: &ErrorData, cancelled: bool) -> Outcome<'_> {
+pub(super) fn error_outcome(err: &ErrorData, cancelled: bool) -> OperationEnd<'_> {
     if cancelled {
-        Outcome::Failed {
+        OperationEnd::Failed {
             kind: "cancelled",
             message: "the request was cancelled by the client",
         }
     } else {
-        Outcome::Rpc {
+        OperationEnd::Rpc {
             code: err.code.0,
             message: &err.message,
         }

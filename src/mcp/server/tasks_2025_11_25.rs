@@ -43,7 +43,7 @@ use super::revision;
 use super::McpServer;
 use crate::mcp::call::{LegacyTask, TaskEnd, TaskSupport, Tasks, Watcher};
 use crate::mcp::input::{Backend, InputState};
-use crate::mcp::telemetry::{Operation, Outcome, Target};
+use crate::mcp::telemetry::{Operation, OperationEnd, Target};
 use tracing::Instrument as _;
 
 /// The method a `tools/call` that asks for a 2025-11-25 task is renamed to
@@ -326,7 +326,7 @@ impl<H: ServerHandler + Clone> McpServer<H> {
                     .instrument(operation.span())
                     .await;
                 operation.end(match &answer {
-                    Ok(_) => Outcome::Ok,
+                    Ok(_) => OperationEnd::Ok,
                     Err(err) => error_outcome(err, context.ct.is_cancelled()),
                 });
                 answer

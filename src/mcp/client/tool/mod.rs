@@ -17,7 +17,7 @@ use tokio::sync::oneshot;
 use tower_service::Service;
 
 use crate::mcp::convert;
-use crate::mcp::telemetry::{Operation, Outcome, Target};
+use crate::mcp::telemetry::{Operation, OperationEnd, Target};
 use crate::{
     Describe, ErrorKind, Progress, ToolError, ToolInfo, ToolItem, ToolOutput, ToolRequest,
     ToolStream,
@@ -100,7 +100,7 @@ impl Service<ToolRequest> for McpTool {
             let sent = match sent {
                 Ok(sent) => sent,
                 Err(err) => {
-                    operation.end(Outcome::failed(&err));
+                    operation.end(OperationEnd::failed(&err));
                     return Err(err);
                 }
             };
@@ -342,7 +342,7 @@ impl RemoteCall {
                     // a payment): asked through the client's handler, and
                     // the call made again once every one is done.
                     if let Err(err) = self.open_urls(&data).await {
-                        self.operation.end(Outcome::Rpc {
+                        self.operation.end(OperationEnd::Rpc {
                             code: data.code.0,
                             message: &data.message,
                         });
@@ -350,7 +350,7 @@ impl RemoteCall {
                     }
                 }
                 Ok(Err(ServiceError::McpError(data))) => {
-                    self.operation.end(Outcome::Rpc {
+                    self.operation.end(OperationEnd::Rpc {
                         code: data.code.0,
                         message: &data.message,
                     });
@@ -368,9 +368,9 @@ impl RemoteCall {
                 }
                 Ok(Ok(ServerResult::CallToolResult(result))) => {
                     self.operation.end(if result.is_error == Some(true) {
-                        Outcome::ToolError
+                        OperationEnd::ToolError
                     } else {
-                        Outcome::Ok
+                        OperationEnd::Ok
                     });
                     self.pending.extend(convert::result_items(result))
                 }
@@ -393,7 +393,7 @@ impl RemoteCall {
 
     /// The call ends with `err`, which no response carried.
     fn fail(&mut self, err: ToolError) {
-        self.operation.end(Outcome::failed(&err));
+        self.operation.end(OperationEnd::failed(&err));
         self.pending.push_back(Err(err));
     }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use rmcp::model::{GetTaskParams, TaskPayload, UpdateTaskParams};
 use rmcp::ErrorData;
 
-use crate::mcp::telemetry::Outcome;
+use crate::mcp::telemetry::OperationEnd;
 use crate::{Progress, ToolError, ToolItem, ToolOutput};
 
 use crate::mcp::client::{protocol_error, service_error};
@@ -60,14 +60,14 @@ impl RemoteCall {
         match detailed.payload {
             TaskPayload::Completed { result } => {
                 if result.get("isError") == Some(&serde_json::Value::Bool(true)) {
-                    self.operation.end(Outcome::ToolError);
+                    self.operation.end(OperationEnd::ToolError);
                 }
                 self.end_task(result_from_json(result), true)
             }
             TaskPayload::Failed { error } => {
                 let err = match serde_json::from_value::<ErrorData>(error.into()) {
                     Ok(data) => {
-                        self.operation.end(Outcome::Rpc {
+                        self.operation.end(OperationEnd::Rpc {
                             code: data.code.0,
                             message: &data.message,
                         });
@@ -116,8 +116,8 @@ impl RemoteCall {
         // Unless the call's end was told already (a result, a JSON-RPC
         // error), its first error is how it ended.
         match items.iter().find_map(|item| item.as_ref().err()) {
-            None => self.operation.end(Outcome::Ok),
-            Some(err) => self.operation.end(Outcome::failed(err)),
+            None => self.operation.end(OperationEnd::Ok),
+            Some(err) => self.operation.end(OperationEnd::failed(err)),
         }
         self.task = None;
         self.pending.extend(items);

@@ -1,11 +1,8 @@
-//! The OpenTelemetry MCP conventions (`open-telemetry/semantic-conventions-genai`,
-//! `model/mcp/`): a span for each operation the server serves or the client
-//! sends, and, with the `opentelemetry` feature, its duration on
-//! `mcp.server.operation.duration` or `mcp.client.operation.duration`.
-//!
-//! An [`Operation`] is made when the request arrives (server) or is about to
-//! be sent (client) and ends exactly once: with its answer, or, dropped
-//! before one, as `cancelled`.
+//! One MCP [`Operation`]: its span, started when the request arrives
+//! (server) or is about to be sent (client), ended once with how it ended
+//! ([`OperationEnd`]), and its duration on
+//! `mcp.{server,client}.operation.duration` ([`Meters`], with the
+//! `opentelemetry` feature).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -15,6 +12,8 @@ use std::time::Instant;
 use tracing::field::Empty;
 use tracing::Span;
 
+use super::target::Target;
+use super::transport::Transport;
 use crate::{ToolError, TraceContext};
 
 /// The bucket boundaries, in seconds, of `mcp.server.operation.duration`
@@ -24,13 +23,6 @@ pub const OPERATION_DURATION_BUCKETS: [f64; 14] = [
     0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
 ];
 
-/// The longest `Mcp-Session-Id` recorded; a longer one is left out.
-const MAX_SESSION_ID_BYTES: usize = 256;
-
-/// The most of a tool's or prompt's name, or of a resource's URI, that a
-/// span or a metric records.
-const MAX_TARGET_BYTES: usize = 512;
-
 /// Which end of the operation this process is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Side {
@@ -38,80 +30,8 @@ pub(crate) enum Side {
     Server,
 }
 
-/// What the operation went over: `network.transport` (`tcp` for
-/// streamable HTTP, `pipe` for stdio), the application protocol (`http`
-/// and its version), and, on the client, the server's address and port.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Transport {
-    pub(crate) network: Option<&'static str>,
-    pub(crate) protocol: Option<(&'static str, &'static str)>,
-    pub(crate) server: Option<(Arc<str>, u16)>,
-}
-
-impl Transport {
-    /// Streamable HTTP to `url`: its host and port (the scheme's default
-    /// when it names none).
-    pub(crate) fn http(url: &str) -> Self {
-        let server = url.parse::<http::Uri>().ok().and_then(|uri| {
-            let port = uri.port_u16().or(match uri.scheme_str() {
-                Some("https") => Some(443),
-                Some("http") => Some(80),
-                _ => None,
-            })?;
-            Some((Arc::from(uri.host()?), port))
-        });
-        Transport {
-            network: Some("tcp"),
-            protocol: Some(("http", "")),
-            server,
-        }
-    }
-
-    /// A child process's stdin and stdout.
-    pub(crate) fn stdio() -> Self {
-        Transport {
-            network: Some("pipe"),
-            ..Transport::default()
-        }
-    }
-
-    /// What a request the server received came over: the HTTP request that
-    /// carried it (streamable HTTP), else a byte stream (stdio or any
-    /// stream rmcp serves).
-    pub(crate) fn of_request(parts: Option<&http::request::Parts>) -> Self {
-        match parts {
-            Some(parts) => Transport {
-                network: Some("tcp"),
-                protocol: Some(("http", http_version(parts.version))),
-                server: None,
-            },
-            None => Self::stdio(),
-        }
-    }
-}
-
-fn http_version(version: http::Version) -> &'static str {
-    match version {
-        http::Version::HTTP_09 => "0.9",
-        http::Version::HTTP_10 => "1.0",
-        http::Version::HTTP_2 => "2",
-        http::Version::HTTP_3 => "3",
-        _ => "1.1",
-    }
-}
-
-/// The request's `Mcp-Session-Id`, when it has one of a sane length.
-pub(crate) fn session_id(parts: Option<&http::request::Parts>) -> Option<&str> {
-    parts?
-        .headers
-        .get("mcp-session-id")?
-        .to_str()
-        .ok()
-        .filter(|id| !id.is_empty() && id.len() <= MAX_SESSION_ID_BYTES)
-}
-
 /// How an operation ended.
-pub(crate) enum Outcome<'a> {
+pub(crate) enum OperationEnd<'a> {
     /// A result (for `tools/call`, one without `isError`).
     Ok,
     /// A `CallToolResult` with `isError`: `error.type = "tool_error"`.
@@ -126,9 +46,9 @@ pub(crate) enum Outcome<'a> {
     },
 }
 
-impl<'a> Outcome<'a> {
+impl<'a> OperationEnd<'a> {
     pub(crate) fn failed(err: &'a ToolError) -> Self {
-        Outcome::Failed {
+        OperationEnd::Failed {
             kind: err.kind().as_str(),
             message: err.message(),
         }
@@ -159,78 +79,6 @@ pub(crate) struct Operation {
     span: Option<Span>,
     start: Instant,
     meters: Meters,
-}
-
-/// What an operation is on, when it is on one thing.
-#[derive(Clone, Debug, Default)]
-pub(crate) enum Target {
-    /// `initialize`, `tools/list`, `ping`…
-    #[default]
-    None,
-    /// `tools/call`: `gen_ai.tool.name`, and the span's name.
-    Tool(Arc<str>),
-    /// `prompts/get`: `gen_ai.prompt.name`, and the span's name.
-    Prompt(Arc<str>),
-    /// `resources/read`, `resources/subscribe`, `resources/unsubscribe`:
-    /// `mcp.resource.uri` on the span only. A URI is too many values for
-    /// a span name or a metric's attribute (the conventions keep it out of
-    /// both).
-    Resource(Arc<str>),
-}
-
-impl Target {
-    /// `tools/call` of `name`.
-    pub(crate) fn tool(name: &str) -> Self {
-        Target::Tool(bounded(name))
-    }
-
-    /// `prompts/get` of `name`.
-    pub(crate) fn prompt(name: &str) -> Self {
-        Target::Prompt(bounded(name))
-    }
-
-    /// An operation on the resource at `uri`.
-    pub(crate) fn resource(uri: &str) -> Self {
-        Target::Resource(bounded(uri))
-    }
-
-    /// What names the span after the method: a tool's or a prompt's name.
-    fn name(&self) -> Option<&str> {
-        match self {
-            Target::Tool(name) | Target::Prompt(name) => Some(name),
-            Target::None | Target::Resource(_) => None,
-        }
-    }
-
-    fn tool_name(&self) -> Option<&str> {
-        match self {
-            Target::Tool(name) => Some(name),
-            _ => None,
-        }
-    }
-
-    fn prompt_name(&self) -> Option<&str> {
-        match self {
-            Target::Prompt(name) => Some(name),
-            _ => None,
-        }
-    }
-
-    fn resource_uri(&self) -> Option<&str> {
-        match self {
-            Target::Resource(uri) => Some(uri),
-            _ => None,
-        }
-    }
-}
-
-/// A name or URI the peer sent, cut (on a character boundary) to
-/// [`MAX_TARGET_BYTES`]: spans and metrics never hold more of it.
-fn bounded(text: &str) -> Arc<str> {
-    if text.len() <= MAX_TARGET_BYTES {
-        return Arc::from(text);
-    }
-    Arc::from(&text[..text.floor_char_boundary(MAX_TARGET_BYTES)])
 }
 
 /// `{mcp.method.name} {target}`, the target a tool's or a prompt's name.
@@ -336,16 +184,16 @@ impl Operation {
 
     /// Ends the operation with `outcome`: the span's status and error
     /// attributes, its duration. Only the first end counts.
-    pub(crate) fn end(&mut self, outcome: Outcome<'_>) {
+    pub(crate) fn end(&mut self, outcome: OperationEnd<'_>) {
         let Some(span) = self.span.take() else {
             return;
         };
         let seconds = self.start.elapsed().as_secs_f64();
         let mut status_code = None;
         let (error_type, message): (Option<Cow<'_, str>>, Option<&str>) = match outcome {
-            Outcome::Ok => (None, None),
-            Outcome::ToolError => (Some(Cow::Borrowed("tool_error")), None),
-            Outcome::Rpc { code, message } => {
+            OperationEnd::Ok => (None, None),
+            OperationEnd::ToolError => (Some(Cow::Borrowed("tool_error")), None),
+            OperationEnd::Rpc { code, message } => {
                 status_code = Some(code);
                 if self.side == Side::Client || server_error(code) {
                     (Some(Cow::Owned(code.to_string())), Some(message))
@@ -353,7 +201,7 @@ impl Operation {
                     (None, None)
                 }
             }
-            Outcome::Failed { kind, message } => (Some(Cow::Borrowed(kind)), Some(message)),
+            OperationEnd::Failed { kind, message } => (Some(Cow::Borrowed(kind)), Some(message)),
         };
         if let Some(code) = status_code {
             span.record("rpc.response.status_code", tracing::field::display(code));
@@ -374,7 +222,7 @@ impl Operation {
 
 impl Drop for Operation {
     fn drop(&mut self) {
-        self.end(Outcome::Failed {
+        self.end(OperationEnd::Failed {
             kind: "cancelled",
             message: "the operation ended before its answer",
         });
@@ -532,54 +380,6 @@ mod disabled {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_http_url_names_the_server_and_its_port() {
-        let server = |url: &str| Transport::http(url).server.map(|(h, p)| (h.to_string(), p));
-        assert_eq!(
-            server("http://127.0.0.1:8000/mcp"),
-            Some(("127.0.0.1".into(), 8000))
-        );
-        assert_eq!(
-            server("http://example.com/mcp"),
-            Some(("example.com".into(), 80))
-        );
-        assert_eq!(
-            server("https://example.com/mcp"),
-            Some(("example.com".into(), 443))
-        );
-        assert_eq!(server("not a url"), None);
-        assert_eq!(Transport::http("http://h/mcp").network, Some("tcp"));
-    }
-
-    #[test]
-    fn a_session_id_is_read_within_bounds() {
-        let parts = |id: &str| {
-            let (parts, ()) = http::Request::builder()
-                .header("mcp-session-id", id)
-                .body(())
-                .unwrap()
-                .into_parts();
-            parts
-        };
-        assert_eq!(session_id(Some(&parts("abc"))), Some("abc"));
-        assert_eq!(session_id(Some(&parts(&"a".repeat(257)))), None);
-        assert_eq!(session_id(Some(&parts(""))), None);
-        assert_eq!(session_id(None), None);
-    }
-
-    #[test]
-    fn a_target_is_recorded_within_bounds() {
-        let long = "é".repeat(400);
-        let Target::Resource(uri) = Target::resource(&long) else {
-            unreachable!()
-        };
-        assert!(uri.len() <= MAX_TARGET_BYTES && long.starts_with(&*uri));
-        assert_eq!(uri.len(), MAX_TARGET_BYTES);
-        assert_eq!(Target::prompt("greet").name(), Some("greet"));
-        assert_eq!(Target::resource("file:///a").name(), None);
-        assert_eq!(Target::tool("add").tool_name(), Some("add"));
-    }
 
     #[test]
     fn only_the_servers_own_failures_are_its_errors() {
