@@ -23,8 +23,9 @@ use crate::{
     ToolStream,
 };
 
+use super::connection::McpClient;
+use super::error::{protocol_error, service_error};
 use super::progress::{ProgressQueue, ProgressRouter};
-use super::{protocol_error, service_error, McpClient};
 
 mod task;
 mod task_2025_11_25;

@@ -9,7 +9,7 @@ use rmcp::ErrorData;
 use crate::mcp::telemetry::OperationEnd;
 use crate::{Progress, ToolError, ToolItem, ToolOutput};
 
-use crate::mcp::client::{protocol_error, service_error};
+use crate::mcp::client::error::{protocol_error, service_error};
 
 use super::{result_from_json, RemoteCall};
 

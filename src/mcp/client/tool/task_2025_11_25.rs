@@ -8,7 +8,8 @@ use rmcp::service::ServiceError;
 
 use crate::{Progress, ToolError, ToolItem, ToolOutput};
 
-use crate::mcp::client::{protocol_error, service_error, McpClient};
+use crate::mcp::client::connection::McpClient;
+use crate::mcp::client::error::{protocol_error, service_error};
 
 use super::task::RemoteTask;
 use super::{quoted_json, result_from_json, RemoteCall};

@@ -6,7 +6,7 @@ use rmcp::ErrorData;
 
 use crate::{ErrorKind, ToolError};
 
-use crate::mcp::client::MAX_INPUT_REQUESTS;
+use crate::mcp::client::connection::MAX_INPUT_REQUESTS;
 
 use super::RemoteCall;
 
