@@ -73,6 +73,67 @@ async fn the_sqlite_log_keeps_the_contract() {
     contract(&store).await;
 }
 
+/// The run store makes only the runs' tables: the log makes its own at
+/// its first use, and reads the chunks a file kept in them when the store
+/// made them (before the log owned its tables).
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sqlite_log_makes_its_own_tables_and_reads_an_older_files() {
+    use rusqlite::Connection;
+    use toolstack::agent::store::sqlite::SqliteStore;
+
+    let dir = std::env::temp_dir().join(format!("toolstack-chunk-tables-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log_tables = |path: &std::path::Path| -> Vec<String> {
+        let connection = Connection::open(path).unwrap();
+        let mut query = connection
+            .prepare(
+                "SELECT name FROM sqlite_master WHERE type = 'table'
+                   AND name IN ('toolstack_streams', 'toolstack_chunks', 'toolstack_chats')
+                   ORDER BY name",
+            )
+            .unwrap();
+        let names = query.query_map([], |row| row.get(0)).unwrap();
+        names.collect::<Result<_, _>>().unwrap()
+    };
+
+    let fresh = dir.join("fresh.db");
+    let store = SqliteStore::open(&fresh).unwrap();
+    assert!(log_tables(&fresh).is_empty());
+    assert_eq!(store.active("chat").await.unwrap(), None);
+    assert_eq!(
+        log_tables(&fresh),
+        ["toolstack_chats", "toolstack_chunks", "toolstack_streams"]
+    );
+    contract(&store).await;
+
+    // The log's tables as the store made them, with a response in
+    // progress.
+    let older = dir.join("older.db");
+    Connection::open(&older)
+        .unwrap()
+        .execute_batch(
+            "CREATE TABLE toolstack_streams (
+                 stream_id TEXT PRIMARY KEY, ended INTEGER NOT NULL, touched_ms INTEGER NOT NULL);
+             CREATE TABLE toolstack_chunks (
+                 stream_id TEXT NOT NULL, idx INTEGER NOT NULL, chunk TEXT NOT NULL,
+                 PRIMARY KEY (stream_id, idx));
+             CREATE TABLE toolstack_chats (chat_id TEXT PRIMARY KEY, stream_id TEXT NOT NULL);
+             INSERT INTO toolstack_streams VALUES ('s1', 0, 1);
+             INSERT INTO toolstack_chunks VALUES ('s1', 0, 'a'), ('s1', 1, 'b');
+             INSERT INTO toolstack_chats VALUES ('chat', 's1');",
+        )
+        .unwrap();
+    let store = SqliteStore::open(&older).unwrap();
+    assert_eq!(store.active("chat").await.unwrap().as_deref(), Some("s1"));
+    let read = store.read("s1", 0, Duration::ZERO).await.unwrap();
+    assert_eq!(read.chunks, ["a", "b"]);
+    assert!(!read.ended);
+    store.close("chat", "s1").await.unwrap();
+    assert!(store.read("s1", 2, Duration::ZERO).await.unwrap().ended);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[cfg(feature = "redis")]
 #[tokio::test]
 async fn the_redis_log_keeps_the_contract() {
