@@ -1,7 +1,9 @@
 //! One tool call of a step: run from its stored state (a resumed step's
 //! call may have finished, or started, or wait for a decision), its
 //! start and end recorded in the run's journal, its items and result
-//! streamed as events.
+//! streamed as events. Its result goes to the journal (what the model
+//! reads, once) and to the event (the result itself); the step is told
+//! only its length.
 
 use std::sync::Arc;
 
@@ -9,8 +11,7 @@ use http::Extensions;
 use tokio::sync::mpsc;
 
 use crate::approval::{BindingDecision, DecidedBy, Decision};
-use crate::model::{Message, ToolCall};
-use crate::output::Media;
+use crate::model::ToolCall;
 use crate::result::{Collecting, Seen};
 use crate::toolbox::ToolSearch;
 use crate::{ErrorKind, ToolError, ToolRequest, ToolResult, Toolbox};
@@ -60,10 +61,9 @@ pub(super) struct SearchCall {
 }
 
 impl Call {
-    /// Runs the call from its state; returns its result, as the model
-    /// reads it (a stored result as it was: its text, error flag and
-    /// images).
-    pub(super) async fn run(mut self, record: CallRecord) -> Message {
+    /// Runs the call from its state; returns the length of its result's
+    /// text, as the model reads it (a stored result's as it was).
+    pub(super) async fn run(mut self, record: CallRecord) -> usize {
         let CallRecord { call, state } = record;
         let running = {
             let mut step = self.step.lock().unwrap_or_else(|p| p.into_inner());
@@ -74,18 +74,7 @@ impl Call {
         let mut extensions = self.extensions.clone();
         let mut binding = None;
         match state {
-            CallState::Finished {
-                text,
-                is_error,
-                images,
-            } => {
-                return Message::Tool {
-                    tool_call_id: call.id,
-                    content: text,
-                    is_error,
-                    images,
-                }
-            }
+            CallState::Finished { text, .. } => return text.len(),
             CallState::Started
             | CallState::Decided {
                 decision: Decision::Allow | Decision::Modify { .. },
@@ -145,20 +134,12 @@ impl Call {
             );
             return self.refused(&call, err).await;
         }
-        let message = match &self.search {
+        let finished = match &self.search {
             Some(search) => self.search(&call, search, &extensions).await,
             None => run_tool(&self.toolbox, &call, extensions, &self.tx).await,
         };
         drop(running);
-        if let Message::Tool {
-            content,
-            is_error,
-            images,
-            ..
-        } = &message
-        {
-            self.finished(&call, content, *is_error, images).await;
-        }
+        let length = self.finished(&call, finished).await;
         let stalled = self
             .step
             .lock()
@@ -170,7 +151,7 @@ impl Call {
                 .send(AgentEvent::AwaitingApproval { call_ids })
                 .await;
         }
-        message
+        length
     }
 
     /// A search: the tools it found that were not loaded are loaded —
@@ -180,7 +161,7 @@ impl Call {
         call: &ToolCall,
         search: &SearchCall,
         extensions: &Extensions,
-    ) -> Message {
+    ) -> CallState {
         let Searched { found, result } = super::search::search(
             &search.search,
             &call.id,
@@ -209,33 +190,38 @@ impl Call {
             };
             let _ = self.tx.send(event).await;
         }
-        let message = Message::tool_result(call.id.clone(), &result);
+        let finished = CallState::finished(&result);
         let event = AgentEvent::ToolResult {
             call_id: call.id.clone(),
             name: call.name.clone(),
             result,
         };
         let _ = self.tx.send(event).await;
-        message
+        finished
     }
 
-    /// The call ends with `err` without running.
-    async fn refused(&self, call: &ToolCall, err: ToolError) -> Message {
+    /// The call ends with `err` without running; the length of its
+    /// result's text.
+    async fn refused(&self, call: &ToolCall, err: ToolError) -> usize {
         let result = ToolResult::from_error(err);
-        let text = result.text();
-        self.finished(call, &text, true, &[]).await;
+        let finished = CallState::Finished {
+            text: result.text(),
+            is_error: true,
+            images: Vec::new(),
+        };
+        let length = self.finished(call, finished).await;
         let event = AgentEvent::ToolResult {
             call_id: call.id.clone(),
             name: call.name.clone(),
             result,
         };
         let _ = self.tx.send(event).await;
-        Message::tool_error(call.id.clone(), text)
+        length
     }
 
     /// The call was denied before: the decision is told and recorded
     /// again, and the model reads it, as an approval layer words it.
-    async fn denied(&self, call: &ToolCall, reason: String, by: DecidedBy) -> Message {
+    async fn denied(&self, call: &ToolCall, reason: String, by: DecidedBy) -> usize {
         let decision = Decision::deny(reason.clone());
         let state = CallState::Decided {
             decision: decision.clone(),
@@ -258,27 +244,28 @@ impl Call {
         self.refused(call, err).await
     }
 
-    /// Records the call's end: what the model reads.
-    async fn finished(&self, call: &ToolCall, text: &str, is_error: bool, images: &[Media]) {
-        let state = CallState::Finished {
-            text: text.to_owned(),
-            is_error,
-            images: images.to_vec(),
+    /// Records the call's end, `finished`: what the model reads. Returns
+    /// the length of its text.
+    async fn finished(&self, call: &ToolCall, finished: CallState) -> usize {
+        let length = match &finished {
+            CallState::Finished { text, .. } => text.len(),
+            _ => 0,
         };
-        if let Err(err) = self.journal.call(&call.id, state).await {
+        if let Err(err) = self.journal.call(&call.id, finished).await {
             fail(&self.failed, run_error(err));
         }
+        length
     }
 }
 
 /// Runs one call, streaming its items and then its result as events;
-/// returns the result as the model reads it, for the history.
+/// returns the result as the model reads it, for the journal.
 pub(super) async fn run_tool(
     toolbox: &Toolbox,
     call: &ToolCall,
     extensions: Extensions,
     tx: &mpsc::Sender<AgentEvent>,
-) -> Message {
+) -> CallState {
     let mut request =
         ToolRequest::new(call.name.clone(), call.arguments.clone()).with_id(call.id.clone());
     *request.extensions_mut() = extensions;
@@ -305,13 +292,13 @@ pub(super) async fn run_tool(
             }
         }
     };
-    // The history needs the text; the event takes the result itself.
-    let message = Message::tool_result(call.id.clone(), &result);
+    // The journal needs the text; the event takes the result itself.
+    let finished = CallState::finished(&result);
     let event = AgentEvent::ToolResult {
         call_id: call.id.clone(),
         name: call.name.clone(),
         result,
     };
     let _ = tx.send(event).await;
-    message
+    finished
 }

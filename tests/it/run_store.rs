@@ -398,7 +398,10 @@ async fn contract<S: RunStore>(store: &S, small: &S, backdoor: &impl Backdoor) {
             run_id,
             found,
             supported,
-        }) => assert_eq!((run_id.as_str(), found, supported), ("newer", 9, 1)),
+        }) => assert_eq!(
+            (run_id.as_str(), found, supported),
+            ("newer", 9, JOURNAL_FORMAT)
+        ),
         other => panic!("expected an unknown format, got {other:?}"),
     }
 

@@ -20,14 +20,14 @@ use http::Extensions;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::model::{FinishReason, Message, Reasoning, RunId, ToolCall, Usage};
+use crate::model::{FinishReason, Message, Reasoning, RunId, ToolCall};
 use crate::model::{ModelService, ToolChoice};
 use crate::{ErrorKind, ToolError, ToolInfo};
 
 use super::choice::Step;
 use super::cost::ToolCosts;
 use super::event::{AgentDone, AgentEvent, StopReason};
-use super::journal::{run_error, Counts, Journal};
+use super::journal::{run_error, Journal};
 use super::output::{OutputMode, FINAL_ANSWER_TOOL};
 use super::resume::Resumed;
 use super::settings::Agent;
@@ -44,7 +44,7 @@ use self::tools::shown;
 use self::typed::{text_of_last, Typed};
 
 /// One run in progress: its journal (the conversation so far, the step in
-/// flight) and what it has used.
+/// flight, what it has counted) and what the loop keeps between turns.
 pub(super) struct Run<M> {
     agent: Agent<M>,
     /// The run's state, and its one writer.
@@ -54,15 +54,13 @@ pub(super) struct Run<M> {
     /// The tools the model is shown: those visible, but the deferred ones
     /// a search has not loaded.
     tools: Arc<[ToolInfo]>,
-    /// The deferred tools loaded so far, when the toolbox has any.
-    loaded: Option<Arc<[String]>>,
+    /// How many loaded deferred tools `tools` shows: when the journal has
+    /// more, they are shown afresh.
+    shown_loaded: usize,
     extensions: Extensions,
     tx: mpsc::Sender<AgentEvent>,
     /// The step's calls in flight and those waiting for approval.
     step: Arc<std::sync::Mutex<StepState>>,
-    usage: Option<Usage>,
-    steps: usize,
-    tool_calls: usize,
     /// The first record that failed: the run ends at the next boundary.
     failed: Failed,
     /// What each tool result cost, as the model calls that read them say.
@@ -133,10 +131,9 @@ where
         // with the caller (an agent run as a tool would pass its own on).
         extensions.remove::<crate::approval::BindingDecision>();
         let visible: Arc<[ToolInfo]> = agent.toolbox.infos_for(&extensions).cloned().collect();
-        let loaded = agent
-            .deferred_search()
-            .map(|_| Arc::from(journal.loaded_tools()));
+        let loaded = agent.deferred_search().map(|_| journal.loaded_tools());
         let tools = shown(&agent, &visible, loaded.as_deref());
+        let shown_loaded = loaded.map_or(0, |loaded| loaded.len());
         let step = Arc::new(std::sync::Mutex::new(StepState::default()));
         let failed = Failed::default();
         // An approval layer below the tools tells the run what it asks and
@@ -149,11 +146,6 @@ where
             Arc::clone(&failed),
         ));
         extensions.insert(guardrail_events(tx.clone(), Arc::clone(&step)));
-        let Counts {
-            steps,
-            tool_calls,
-            usage,
-        } = journal.counts();
         // A stored run whose last answer called no tool and did not end it
         // was paused by the provider.
         let paused = resumed.is_some()
@@ -164,13 +156,10 @@ where
             journal: Arc::clone(&journal),
             visible,
             tools: Arc::clone(&tools),
-            loaded,
+            shown_loaded,
             extensions,
             tx,
             step,
-            usage,
-            steps,
-            tool_calls,
             failed,
             costs: ToolCosts::default(),
             paused,
@@ -207,7 +196,7 @@ where
             if self.guardrail_raised() {
                 return StopReason::Guardrail;
             }
-            if self.steps >= self.agent.max_steps {
+            if self.journal.counts().steps >= self.agent.max_steps {
                 return StopReason::MaxSteps;
             }
             // A new run is first stored while the model gives its first
@@ -224,7 +213,7 @@ where
             }
             let journal = Arc::clone(&self.journal);
             let begin = async move { journal.begin().await };
-            self.steps += 1;
+            self.journal.turn_started();
             let (answer, begun) = futures_util::future::join(self.answer(), begin).await;
             if let Err(err) = begun {
                 fail(&self.failed, run_error(err));
@@ -270,26 +259,21 @@ where
             let gives_answer = self.agent.output.as_ref().is_some_and(|o| {
                 o.mode == OutputMode::Tool && calls.iter().any(|c| c.name == FINAL_ANSWER_TOOL)
             });
-            let over_limit = self.tool_calls + calls.len() > self.agent.max_tool_calls;
+            let made = self.journal.counts().tool_calls;
+            let over_limit = made + calls.len() > self.agent.max_tool_calls;
             let runs_tools = !calls.is_empty() && cut_off.is_none() && !over_limit && !gives_answer;
-            if runs_tools {
-                self.tool_calls += calls.len();
-            }
-            // The answer and the step it plans are stored before any of
-            // its calls starts.
-            let planned = if runs_tools {
-                calls.clone()
-            } else {
-                Vec::new()
+            // The answer and the step it plans (its calls, named by id,
+            // counted as made) are stored before any of its calls starts.
+            let planned = match runs_tools {
+                true => calls.iter().map(|call| call.id.clone()).collect(),
+                false => Vec::new(),
             };
             // An answer after a paused one goes on with it: one message.
             let continues = std::mem::replace(
                 &mut self.paused,
                 calls.is_empty() && finish == Some(FinishReason::Paused),
             );
-            let answered = self
-                .journal
-                .answered(message, continues, self.counts(), planned);
+            let answered = self.journal.answered(message, continues, planned);
             if let Err(err) = answered.await {
                 fail(&self.failed, run_error(err));
             }
@@ -347,10 +331,11 @@ where
         // As integers: OpenTelemetry has no unsigned type, and
         // tracing-opentelemetry exports a `u64` as text.
         let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        if let Some(usage) = &self.usage {
+        let counts = self.journal.counts();
+        if let Some(usage) = &counts.usage {
             usage.record_on(&span);
         }
-        span.record("toolstack.agent.steps", int(self.steps as u64));
+        span.record("toolstack.agent.steps", int(counts.steps as u64));
         span.record("toolstack.agent.stop", stop.as_str());
         if matches!(
             stop,
@@ -366,15 +351,13 @@ where
         }
         if stop != StopReason::StoreFailed {
             let ended = RunStatus::Done { stop };
-            if let Err(err) = self.journal.end(ended, self.counts()).await {
+            if let Err(err) = self.journal.end(ended).await {
                 // The run has ended anyway; a resume will find it mid-way.
                 tracing::warn!(error = %err, "the end of the run was not stored");
             }
         }
         let messages = self.journal.take_messages();
         let Run {
-            usage,
-            steps,
             tx,
             costs,
             journal,
@@ -384,22 +367,13 @@ where
         drop(journal);
         let done = AgentDone {
             messages: Arc::try_unwrap(messages).unwrap_or_else(|shared| (*shared).clone()),
-            usage,
-            steps,
+            usage: counts.usage,
+            steps: counts.steps,
             stop,
             tool_costs: costs.into_costs(),
             output,
         };
         let _ = tx.send(AgentEvent::Done(done)).await;
-    }
-
-    /// What the run has counted so far.
-    fn counts(&self) -> Counts {
-        Counts {
-            steps: self.steps,
-            tool_calls: self.tool_calls,
-            usage: self.usage,
-        }
     }
 
     /// If a record failed to save: the error event, and the stop.

@@ -85,13 +85,7 @@ where
                     search,
                 };
                 let run = call.run(record);
-                async move {
-                    let length = match run.await {
-                        Message::Tool { content, .. } => content.len(),
-                        _ => 0,
-                    };
-                    (at, length)
-                }
+                async move { (at, run.await) }
             })
             .buffer_unordered(self.agent.parallel)
             .collect()
@@ -106,20 +100,20 @@ where
     /// Whether the agent offers its search: the toolbox has deferred tools,
     /// and no tool of its own by the search's name (which it then keeps).
     pub(super) fn searches(&self) -> bool {
-        self.loaded.is_some() && !self.visible.iter().any(|t| t.name() == SEARCH_TOOLS)
+        self.agent.deferred_search().is_some()
+            && !self.visible.iter().any(|t| t.name() == SEARCH_TOOLS)
     }
 
     /// The tools a search loaded in the step just run join those the
     /// model is shown.
     pub(super) fn tools_loaded(&mut self) {
-        let Some(loaded) = &self.loaded else {
+        if self.agent.deferred_search().is_none() {
             return;
-        };
-        let now = self.journal.loaded_tools();
-        if now.len() != loaded.len() {
-            let now: Arc<[String]> = Arc::from(now);
-            self.tools = shown(&self.agent, &self.visible, Some(&now));
-            self.loaded = Some(now);
+        }
+        let loaded = self.journal.loaded_tools();
+        if loaded.len() != self.shown_loaded {
+            self.tools = shown(&self.agent, &self.visible, Some(&loaded));
+            self.shown_loaded = loaded.len();
         }
     }
 
@@ -130,7 +124,7 @@ where
     /// tools shown (never the deferred ones, which the model finds by
     /// searching).
     pub(super) fn not_loaded(&self, name: &str) -> Option<ToolError> {
-        self.loaded.as_ref()?;
+        self.agent.deferred_search()?;
         let shown =
             |name: &str| name == SEARCH_TOOLS || self.tools.iter().any(|t| t.name() == name);
         if shown(name) {
@@ -167,7 +161,7 @@ where
             Some(hook) => {
                 let messages = self.journal.messages();
                 (hook.0)(&StepContext {
-                    step: self.steps,
+                    step: self.journal.counts().steps,
                     messages: &messages,
                     tools: &self.tools,
                 })

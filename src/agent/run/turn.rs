@@ -7,9 +7,7 @@ use futures_util::StreamExt;
 use tower::ServiceExt;
 
 use crate::model::ModelService;
-use crate::model::{
-    Accumulator, ChatRequest, ContextExceeded, ModelDelta, Pushed, ReasoningDelta, Usage,
-};
+use crate::model::{Accumulator, ChatRequest, ContextExceeded, ModelDelta, Pushed, ReasoningDelta};
 use crate::ToolError;
 
 use crate::agent::event::AgentEvent;
@@ -63,8 +61,9 @@ where
         request.messages = messages;
         request.model = self.agent.model_name.clone();
         request.extensions = self.extensions.clone();
-        if let Some(loaded) = &self.loaded {
-            request.extensions.insert(LoadedTools(Arc::clone(loaded)));
+        if self.agent.deferred_search().is_some() {
+            let loaded = self.journal.loaded_tools();
+            request.extensions.insert(LoadedTools(Arc::from(loaded)));
         }
         request.output = self
             .agent
@@ -139,7 +138,7 @@ where
                     if used.prompt_tokens > 0 {
                         self.reported = Some((used.prompt_tokens, sent));
                     }
-                    *self.usage.get_or_insert_with(Usage::default) += used;
+                    self.journal.used(used);
                     self.costs.usage(used);
                     continue;
                 }

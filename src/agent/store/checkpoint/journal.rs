@@ -11,8 +11,12 @@ use super::record::Record;
 use super::{Checkpoint, Holder, RunStatus};
 
 /// The format of a run's journal this build writes (its head says it), and
-/// the newest it reads.
-pub const JOURNAL_FORMAT: u64 = 1;
+/// the newest it reads: 2, which names a step's calls by id
+/// ([`Record::StepPlanned`](super::Record::StepPlanned)) where 1 wrote
+/// them whole ([`Record::Step`](super::Record::Step)). A journal of
+/// format 1 reads as it did; one this build wrote is refused as a newer
+/// format by a build that reads only format 1.
+pub const JOURNAL_FORMAT: u64 = 2;
 
 /// What a store keeps of a run beside its records, rewritten at each
 /// append: its status, the process holding it, when it was written, the
@@ -124,6 +128,52 @@ impl Journal<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_journal_of_format_1_still_loads() {
+        // As format 1 wrote it, by hand: the step's calls whole, beside
+        // the answer that holds them.
+        let call = r#"{"id":"call_0_0","type":"function","function":{"name":"sql","arguments":"{\"sql\": \"DELETE FROM t\"}"}}"#;
+        let records = [
+            r#"{"record":"status","status":"running"}"#.to_owned(),
+            r#"{"record":"messages","messages":[{"role":"user","content":"delete the old rows"}]}"#
+                .to_owned(),
+            format!(
+                r#"{{"record":"messages","messages":[{{"role":"assistant","content":"Deleting.","tool_calls":[{call}]}}]}}"#
+            ),
+            r#"{"record":"counts","steps":1,"tool_calls":1}"#.to_owned(),
+            format!(r#"{{"record":"step","calls":[{call}]}}"#),
+            r#"{"record":"call","id":"call_0_0","state":"started"}"#.to_owned(),
+        ];
+        let head = br#"{"format":1,"status":"running","holder":{"process":"p1","until_ms":9},"saved_at_ms":5}"#;
+        let journal = Journal {
+            run_id: "r1",
+            version: Version(6),
+            head: Some(head),
+            snapshot: None,
+            records: records.iter().map(|r| r.as_bytes()).collect(),
+        };
+        let stored = journal.fold(crate::agent::store::MAX_RECORD_BYTES).unwrap();
+        let run = stored.checkpoint;
+        let sql = crate::model::ToolCall {
+            id: "call_0_0".into(),
+            name: "sql".into(),
+            arguments: r#"{"sql": "DELETE FROM t"}"#.into(),
+        };
+        assert_eq!(run.status, RunStatus::Running);
+        assert_eq!(run.holder.as_ref().map(|h| h.process.as_str()), Some("p1"));
+        assert_eq!(run.saved_at_ms, 5);
+        assert_eq!(run.messages.len(), 2);
+        assert!(matches!(
+            &run.messages[1],
+            crate::model::Message::Assistant { tool_calls, .. } if *tool_calls == [sql.clone()]
+        ));
+        assert_eq!(run.step.len(), 1);
+        assert_eq!(run.step[0].call, sql);
+        assert_eq!(run.step[0].state, super::super::CallState::Started);
+        assert_eq!((run.steps, run.tool_calls), (1, 1));
+        assert_eq!((stored.version, stored.records), (Version(6), 6));
+    }
 
     #[test]
     fn a_head_of_a_newer_journal_is_an_unknown_format() {

@@ -149,6 +149,30 @@ pub enum CallState {
 }
 
 impl CallState {
+    /// The end of a call that returned `result`: what the model reads of
+    /// it, as [`Message::tool_result`] has it (its text, whether it
+    /// failed, its images).
+    pub(crate) fn finished(result: &crate::ToolResult) -> Self {
+        match Message::tool_result(String::new(), result) {
+            Message::Tool {
+                content,
+                is_error,
+                images,
+                ..
+            } => CallState::Finished {
+                text: content,
+                is_error,
+                images,
+            },
+            // `tool_result` makes a tool message; this is only defence.
+            _ => CallState::Finished {
+                text: result.text(),
+                is_error: result.is_error,
+                images: Vec::new(),
+            },
+        }
+    }
+
     /// `planned`, `started`, `waiting_approval`, `decided` or `finished`.
     pub fn as_str(&self) -> &'static str {
         match self {
@@ -189,13 +213,15 @@ impl Checkpoint {
                     _ => messages.push(message),
                 }
             }
-            Record::Step { calls } => {
-                self.step = calls
+            Record::Step { calls } => self.step = calls.into_iter().map(planned).collect(),
+            Record::StepPlanned { ids } => {
+                let answered = match self.messages.last() {
+                    Some(Message::Assistant { tool_calls, .. }) => tool_calls.as_slice(),
+                    _ => &[],
+                };
+                self.step = answered_calls(answered, ids)
                     .into_iter()
-                    .map(|call| CallRecord {
-                        call,
-                        state: CallState::Planned,
-                    })
+                    .map(planned)
                     .collect();
             }
             Record::Call { id, state } => {
@@ -236,6 +262,38 @@ impl Checkpoint {
                 .as_ref()
                 .is_some_and(|holder| holder.process != process && holder.until_ms > now_ms)
     }
+}
+
+/// A call of a step that begins: not started.
+fn planned(call: ToolCall) -> CallRecord {
+    CallRecord {
+        call,
+        state: CallState::Planned,
+    }
+}
+
+/// The calls of the answer `answered` a step names by `ids`: its last ones
+/// (an answer that went on from a paused one has the paused one's calls
+/// first). A call the answer does not hold — a journal that lost its
+/// answer — keeps its id only, so the step still answers it.
+fn answered_calls(answered: &[ToolCall], ids: Vec<String>) -> Vec<ToolCall> {
+    let last = &answered[answered.len().saturating_sub(ids.len())..];
+    if last.iter().map(|call| &call.id).eq(&ids) {
+        return last.to_vec();
+    }
+    ids.into_iter()
+        .map(|id| {
+            answered
+                .iter()
+                .find(|call| call.id == id)
+                .cloned()
+                .unwrap_or(ToolCall {
+                    id,
+                    name: String::new(),
+                    arguments: String::new(),
+                })
+        })
+        .collect()
 }
 
 /// A paused answer, `last`, extended by the rest of it.
@@ -409,6 +467,61 @@ mod tests {
                 reasoning: Vec::new(),
             }
         );
+    }
+
+    #[test]
+    fn a_planned_step_takes_its_calls_from_the_answer() {
+        let answer = |calls: Vec<ToolCall>| Message::Assistant {
+            content: Some("calling".into()),
+            tool_calls: calls,
+            reasoning: Vec::new(),
+        };
+        let mut run = Checkpoint::new("r1");
+        run.apply(Record::Messages {
+            messages: vec![Message::user("hi"), answer(vec![call("a"), call("b")])],
+        });
+        run.apply(Record::StepPlanned {
+            ids: vec!["a".into(), "b".into()],
+        });
+        let planned: Vec<_> = run.step.iter().map(|r| (&r.call, &r.state)).collect();
+        assert_eq!(
+            planned,
+            [
+                (&call("a"), &CallState::Planned),
+                (&call("b"), &CallState::Planned)
+            ]
+        );
+        // An answer that goes on from a paused one: the step is its calls.
+        let mut run = Checkpoint::new("r1");
+        run.apply(Record::Messages {
+            messages: vec![answer(Vec::new())],
+        });
+        run.apply(Record::Continued {
+            message: answer(vec![call("c")]),
+        });
+        run.apply(Record::StepPlanned {
+            ids: vec!["c".into()],
+        });
+        assert_eq!(run.step.len(), 1);
+        assert_eq!(run.step[0].call, call("c"));
+        // A call the answer does not hold keeps its id: the step still
+        // answers it when it closes.
+        let mut run = Checkpoint::new("r1");
+        run.apply(Record::StepPlanned {
+            ids: vec!["lost".into()],
+        });
+        assert_eq!(run.step[0].call.id, "lost");
+        run.apply(Record::StepClosed);
+        assert!(matches!(
+            &run.messages[..],
+            [Message::Tool { tool_call_id, is_error: true, .. }] if tool_call_id == "lost"
+        ));
+        // The record names the calls only: their arguments are the answer's.
+        let bytes = Record::StepPlanned {
+            ids: vec!["a".into()],
+        }
+        .to_bytes();
+        assert_eq!(bytes, br#"{"record":"step_planned","ids":["a"]}"#);
     }
 
     #[test]

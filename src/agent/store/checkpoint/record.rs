@@ -35,10 +35,21 @@ pub enum Record {
         /// The rest of the answer.
         message: Message,
     },
-    /// A tool step begins: its calls, in the model's order, each planned.
+    /// A tool step begins: its calls, in the model's order, each planned —
+    /// written whole, as journals of format 1 wrote it (a newer one writes
+    /// [`Record::StepPlanned`]); still read and applied.
     Step {
         /// The calls.
         calls: Vec<ToolCall>,
+    },
+    /// A tool step begins: the calls of the answer just given (the
+    /// history's last message) with these ids, in the model's order, each
+    /// planned. The answer holds their names and arguments; the record
+    /// names them only, so a call's arguments are stored once. Written
+    /// from journal format 2 on.
+    StepPlanned {
+        /// The calls' ids.
+        ids: Vec<String>,
     },
     /// One call of the step in flight got further.
     Call {
@@ -82,13 +93,14 @@ pub enum Record {
 }
 
 impl Record {
-    /// `messages`, `continued`, `step`, `call`, `step_closed`, `counts`,
-    /// `status`, `compacted` or `tools_loaded`.
+    /// `messages`, `continued`, `step`, `step_planned`, `call`,
+    /// `step_closed`, `counts`, `status`, `compacted` or `tools_loaded`.
     pub fn kind(&self) -> &'static str {
         match self {
             Record::Messages { .. } => "messages",
             Record::Continued { .. } => "continued",
             Record::Step { .. } => "step",
+            Record::StepPlanned { .. } => "step_planned",
             Record::Call { .. } => "call",
             Record::StepClosed => "step_closed",
             Record::Counts { .. } => "counts",
