@@ -1,30 +1,13 @@
-//! [`ClientInput`]: a tool asks the MCP client for input mid-call
-//! (elicitation, sampling, roots), over whichever mechanism the call's
-//! protocol revision has.
-//!
-//! * Up to 2025-11-25 the server sends the client a request on the
-//!   session (`elicitation/create`, …) and the tool awaits its answer.
-//! * From 2026-07-28 a server may not send requests: the call answers with
-//!   an *input-required* result listing what it needs, the client retries
-//!   the call with the answers, and the server resumes the same tool
-//!   stream (kept, waiting, under an unguessable `requestState`).
-//! * Inside an MCP task the request goes to the task
-//!   (`input_required` in `tasks/get`, answered with `tasks/update`).
-//!
-//! The tool's code is the same in all three: it awaits
-//! [`ClientInput::elicit`] (or [`confirm`](ClientInput::confirm),
-//! [`create_message`](ClientInput::create_message),
-//! [`list_roots`](ClientInput::list_roots)).
-#![allow(deprecated)] // sampling and roots: SEP-2577 deprecates them in rmcp
+//! [`ClientInput`]: the tool's side of a request for input — what it asks
+//! (a form, a yes or no, a completion, the roots), and how it waits for
+//! the answer, whichever mechanism the call's revision has.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
-use std::task::Waker;
+use std::sync::Arc;
 
 use rmcp::model::{
     ClientCapabilities, CreateMessageRequest, CreateMessageRequestParams, CreateMessageResult,
     ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, InputRequest,
-    InputRequests, ListRootsRequest, ListRootsResult,
+    ListRootsRequest, ListRootsResult,
 };
 use rmcp::task_manager::{TaskContext, TaskExit};
 use rmcp::{Peer, RoleServer};
@@ -32,6 +15,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
+use super::kind::Kind;
+use super::state::{Asking, Backend, InputState, Pending};
 use crate::{ErrorKind, ToolError};
 
 /// Asks the MCP client that called the tool for input: the user
@@ -81,236 +66,12 @@ pub struct ClientInput {
     key: Option<String>,
 }
 
-/// What kind of input a request asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Kind {
-    Elicitation,
-    Sampling,
-    Roots,
-}
-
-impl Kind {
-    fn name(self) -> &'static str {
-        match self {
-            Kind::Elicitation => "elicitation",
-            Kind::Sampling => "sampling",
-            Kind::Roots => "roots",
-        }
-    }
-
-    fn declared_by(self, caps: &ClientCapabilities) -> bool {
-        match self {
-            Kind::Elicitation => caps.elicitation.is_some(),
-            Kind::Sampling => caps.sampling.is_some(),
-            Kind::Roots => caps.roots.is_some(),
-        }
-    }
-
-    /// The capability, as the `-32021` error's `requiredCapabilities`.
-    fn capability(self) -> ClientCapabilities {
-        let mut caps = ClientCapabilities::default();
-        match self {
-            Kind::Elicitation => caps.elicitation = Some(Default::default()),
-            Kind::Sampling => caps.sampling = Some(Default::default()),
-            Kind::Roots => caps.roots = Some(Default::default()),
-        }
-        caps
-    }
-
-    /// Whether `value` is a well-formed answer to a request of this kind.
-    fn accepts(self, value: &Value) -> bool {
-        match self {
-            Kind::Elicitation => ElicitResult::deserialize_from(value),
-            Kind::Sampling => CreateMessageResult::deserialize_from(value),
-            Kind::Roots => ListRootsResult::deserialize_from(value),
-        }
-    }
-}
-
-trait DeserializeFrom {
-    fn deserialize_from(value: &Value) -> bool;
-}
-
-impl<T: DeserializeOwned> DeserializeFrom for T {
-    fn deserialize_from(value: &Value) -> bool {
-        T::deserialize(value).is_ok()
-    }
-}
-
-/// How a call reaches its client.
-pub(super) enum Backend {
-    /// Requests on the session (revisions up to 2025-11-25).
-    Peer(Peer<RoleServer>),
-    /// Input-required results and retries (2026-07-28).
-    Rounds,
-    /// The MCP task the call runs as.
-    Task(TaskContext),
-}
-
-/// One request waiting for the next round's answers.
-pub(super) struct Pending {
-    kind: Kind,
-    request: InputRequest,
-    reply: oneshot::Sender<Value>,
-}
-
-/// The call's side of its [`ClientInput`], shared with the server that
-/// drives the call.
-pub(super) struct InputState {
-    inner: Mutex<Inner>,
-    /// Requests on the session the client has not answered yet.
-    asking: std::sync::atomic::AtomicUsize,
-    /// The 2025-11-25 task the call runs as: its requests on the session
-    /// say so in their `_meta`.
-    related_task: std::sync::OnceLock<serde_json::Value>,
-}
-
-/// Counts a request on the session while it waits for its answer.
-struct Asking<'a>(&'a std::sync::atomic::AtomicUsize);
-
-impl<'a> Asking<'a> {
-    fn start(count: &'a std::sync::atomic::AtomicUsize) -> Self {
-        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Asking(count)
-    }
-}
-
-impl Drop for Asking<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-struct Inner {
-    backend: Backend,
-    /// What the client declared, when known.
-    capabilities: Option<ClientCapabilities>,
-    next_key: u64,
-    /// Requests for the next round, by key.
-    pending: BTreeMap<String, Pending>,
-    /// Whether `pending` holds a request the client has not seen yet.
-    unsent: bool,
-    /// The driver, woken when a request is added.
-    waker: Option<Waker>,
-    /// The capability the tool asked for and the client lacks.
-    missing: Option<Kind>,
-    /// Answers the client sent before the tool asked (a call's first
-    /// request may carry them), by key; taken by the request they answer.
-    early: BTreeMap<String, Value>,
-}
-
-/// At most this many answers are kept for requests not asked yet.
-const MAX_EARLY_ANSWERS: usize = 64;
-
 impl InputState {
-    pub(super) fn new(backend: Backend, capabilities: Option<ClientCapabilities>) -> Arc<Self> {
-        Arc::new(InputState {
-            inner: Mutex::new(Inner {
-                backend,
-                capabilities,
-                next_key: 0,
-                pending: BTreeMap::new(),
-                unsent: false,
-                waker: None,
-                missing: None,
-                early: BTreeMap::new(),
-            }),
-            asking: Default::default(),
-            related_task: std::sync::OnceLock::new(),
-        })
-    }
-
-    /// Ties the call's requests on the session to its 2025-11-25 task.
-    pub(super) fn set_related_task(&self, task_id: &str) {
-        let _ = self
-            .related_task
-            .set(serde_json::json!({ "taskId": task_id }));
-    }
-
-    /// `meta` with the call's task in it, if it runs as a 2025-11-25 task.
-    fn tie(&self, meta: &mut Option<rmcp::model::RequestMetaObject>) {
-        if let Some(task) = self.related_task.get() {
-            meta.get_or_insert_default()
-                .insert(crate::mcp::RELATED_TASK_META.into(), task.clone());
-        }
-    }
-
-    /// Whether the tool waits for the client's answer to a request on the
-    /// session (a task of 2025-11-25 then shows `input_required`).
-    pub(super) fn waits_for_client(&self) -> bool {
-        self.asking.load(std::sync::atomic::Ordering::Relaxed) > 0
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(super) fn handle(self: &Arc<Self>) -> ClientInput {
+    pub(in crate::mcp) fn handle(self: &Arc<Self>) -> ClientInput {
         ClientInput {
             state: self.clone(),
             key: None,
         }
-    }
-
-    /// From now on, requests go to `backend` (a call that becomes a task).
-    pub(super) fn set_backend(&self, backend: Backend) {
-        self.lock().backend = backend;
-    }
-
-    /// Registers the driver's waker; whether a request the client has not
-    /// seen yet is waiting.
-    pub(super) fn poll_unsent(&self, waker: &Waker) -> bool {
-        let mut inner = self.lock();
-        match &inner.waker {
-            Some(w) if w.will_wake(waker) => {}
-            _ => inner.waker = Some(waker.clone()),
-        }
-        inner.unsent
-    }
-
-    /// The requests waiting for answers, marked as sent.
-    pub(super) fn take_requests(&self) -> InputRequests {
-        let mut inner = self.lock();
-        inner.unsent = false;
-        // A request whose tool gave up waiting (its future was dropped)
-        // needs no answer.
-        inner.pending.retain(|_, p| !p.reply.is_closed());
-        inner
-            .pending
-            .iter()
-            .map(|(key, p)| (key.clone(), p.request.clone()))
-            .collect()
-    }
-
-    /// Delivers the answers of a retried call (or of a call's first
-    /// request); an answer of the wrong shape is ignored, and its request
-    /// stays pending, to be asked again. An answer for a key nobody waits
-    /// on yet is kept (at most 64) for the request that asks under it.
-    pub(super) fn answer(&self, responses: BTreeMap<String, Value>) {
-        let mut inner = self.lock();
-        for (key, value) in responses {
-            let Some(pending) = inner.pending.get(&key) else {
-                if inner.early.len() < MAX_EARLY_ANSWERS || inner.early.contains_key(&key) {
-                    inner.early.insert(key, value);
-                }
-                continue;
-            };
-            if !pending.kind.accepts(&value) {
-                tracing::debug!(key, "an input response of the wrong shape; asking again");
-                continue;
-            }
-            if let Some(pending) = inner.pending.remove(&key) {
-                let _ = pending.reply.send(value);
-            }
-        }
-        // What is still pending goes out again in the next result.
-        inner.unsent = !inner.pending.is_empty();
-    }
-
-    /// The capability the call lacked, if the tool asked for one the
-    /// client did not declare.
-    pub(super) fn missing_capability(&self) -> Option<ClientCapabilities> {
-        self.lock().missing.map(Kind::capability)
     }
 }
 
