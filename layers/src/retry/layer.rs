@@ -1,6 +1,7 @@
 use tower_layer::Layer;
 
-use super::{Retry, RetryPolicy};
+use super::policy::RetryPolicy;
+use super::service::Retry;
 
 /// Applies [`Retry`] with a policy, over a tool or a model.
 ///

@@ -101,6 +101,7 @@
 //! call is idempotent ([`Idempotency`]) before repeating a call that may
 //! have reached the tool, and can share tower's [`TpsBudget`].
 
+mod attempts;
 mod future;
 mod idempotency;
 mod layer;

@@ -6,8 +6,10 @@ use futures_core::Stream;
 use toolstack::ToolError;
 use tower_service::Service;
 
-use super::future::{Attempts, Shared};
-use super::{Idempotency, Inferred, ResponseFuture, RetryPolicy};
+use super::attempts::{Attempts, Shared};
+use super::future::{ResponseFuture, ResponseStream};
+use super::idempotency::{Idempotency, Inferred};
+use super::policy::RetryPolicy;
 use crate::Request;
 
 /// Retries a call — of a tool or of a model — that fails before its first
@@ -104,7 +106,7 @@ where
     St: Stream<Item = Result<T, ToolError>>,
     I: Idempotency<R>,
 {
-    type Response = super::ResponseStream<S, R, I>;
+    type Response = ResponseStream<S, R, I>;
     type Error = ToolError;
     type Future = ResponseFuture<S, R, I>;
 
