@@ -112,8 +112,8 @@ return #ids
 /// connection.
 #[derive(Clone)]
 pub struct RedisStore {
-    pub(crate) manager: ConnectionManager,
-    pub(crate) prefix: Arc<str>,
+    manager: ConnectionManager,
+    prefix: Arc<str>,
     timeout: Duration,
     limit: usize,
     finished_ttl: Duration,
@@ -207,6 +207,25 @@ impl RedisStore {
         format!("{}waiting_since", self.prefix)
     }
 
+    /// `name` under the store's prefix: the key of something a feature
+    /// keeps next to the runs, in the same Redis (the AI SDK endpoint's
+    /// chunk log) — the way in for it, so that the store names only the
+    /// runs' keys. Its names must not begin as the runs' do (`run:`,
+    /// `records:`, `waiting_since`).
+    pub(crate) fn prefixed(&self, name: std::fmt::Arguments<'_>) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    /// A connection to the store's Redis, shared with the store (a
+    /// multiplexed connection: cloning it is cheap); each command on it
+    /// goes through [`bounded`](Self::bounded).
+    pub(crate) fn connection(&self) -> ConnectionManager {
+        self.manager.clone()
+    }
+
+    /// Waits at most the store's [`timeout`](Self::timeout) for `command`;
+    /// a Redis error or no answer in time is the store's
+    /// [`Unavailable`](StoreError::Unavailable).
     pub(crate) async fn bounded<T>(
         &self,
         command: impl std::future::Future<Output = Result<T, RedisError>>,

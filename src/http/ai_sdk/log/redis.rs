@@ -4,6 +4,10 @@
 //! `{prefix}chat:{chat}`; both expire an hour after their last write. A
 //! reader polls with `XRANGE` (every 25 ms) while it waits, from any
 //! process.
+//!
+//! The store knows nothing of these keys: the log names them under the
+//! store's prefix ([`RedisStore::prefixed`]) and sends its commands on the
+//! store's connection, bounded by the store's timeout.
 
 use std::time::Duration;
 
@@ -32,14 +36,14 @@ end
 return 1
 ";
 
-impl RedisStore {
-    fn chunks_key(&self, stream_id: &str) -> String {
-        format!("{}chunks:{stream_id}", self.prefix)
-    }
+/// The Stream of response `stream_id`.
+fn chunks_key(store: &RedisStore, stream_id: &str) -> String {
+    store.prefixed(format_args!("chunks:{stream_id}"))
+}
 
-    fn chat_key(&self, chat_id: &str) -> String {
-        format!("{}chat:{chat_id}", self.prefix)
-    }
+/// The response in progress of chat `chat_id`.
+fn chat_key(store: &RedisStore, chat_id: &str) -> String {
+    store.prefixed(format_args!("chat:{chat_id}"))
 }
 
 fn ttl_ms() -> u64 {
@@ -53,11 +57,11 @@ impl ChunkLog for RedisStore {
         stream_id: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let mut connection = self.manager.clone();
+            let mut connection = self.connection();
             let _: () = self
                 .bounded(
                     redis::cmd("SET")
-                        .arg(self.chat_key(chat_id))
+                        .arg(chat_key(self, chat_id))
                         .arg(stream_id)
                         .arg("PX")
                         .arg(ttl_ms())
@@ -78,11 +82,11 @@ impl ChunkLog for RedisStore {
             if index >= MAX_LOGGED_CHUNKS {
                 return Ok(());
             }
-            let mut connection = self.manager.clone();
+            let mut connection = self.connection();
             let script = Script::new(APPEND);
             let mut append = script.prepare_invoke();
             append
-                .key(self.chunks_key(stream_id))
+                .key(chunks_key(self, stream_id))
                 .arg(format!("0-{}", index + 1))
                 .arg(chunk)
                 .arg(ttl_ms());
@@ -97,8 +101,8 @@ impl ChunkLog for RedisStore {
         stream_id: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let key = self.chunks_key(stream_id);
-            let mut connection = self.manager.clone();
+            let key = chunks_key(self, stream_id);
+            let mut connection = self.connection();
             let _: () = self
                 .bounded(
                     redis::pipe()
@@ -117,7 +121,7 @@ impl ChunkLog for RedisStore {
                 .await?;
             let script = Script::new(CLEAR_CHAT);
             let mut clear = script.prepare_invoke();
-            clear.key(self.chat_key(chat_id)).arg(stream_id);
+            clear.key(chat_key(self, chat_id)).arg(stream_id);
             let _: i64 = self.bounded(clear.invoke_async(&mut connection)).await?;
             Ok(())
         })
@@ -125,10 +129,10 @@ impl ChunkLog for RedisStore {
 
     fn active<'a>(&'a self, chat_id: &'a str) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
         Box::pin(async move {
-            let mut connection = self.manager.clone();
+            let mut connection = self.connection();
             self.bounded(
                 redis::cmd("GET")
-                    .arg(self.chat_key(chat_id))
+                    .arg(chat_key(self, chat_id))
                     .query_async(&mut connection),
             )
             .await
@@ -141,11 +145,11 @@ impl ChunkLog for RedisStore {
         from: usize,
         wait: Duration,
     ) -> BoxFuture<'a, Result<Logged, StoreError>> {
-        let key = self.chunks_key(stream_id);
+        let key = chunks_key(self, stream_id);
         Box::pin(polled(wait, move || {
             let key = key.clone();
             async move {
-                let mut connection = self.manager.clone();
+                let mut connection = self.connection();
                 let (exists, entries): (bool, Vec<(String, Vec<String>)>) = self
                     .bounded(
                         redis::pipe()
