@@ -21,7 +21,7 @@ use super::journal::{run_error, Journal};
 use super::resume::Resumed;
 use super::search::Searched;
 use super::step::{fail, Failed, StepState};
-use super::store::{CallRecord, CallState};
+use super::store::CallState;
 
 /// A call of the step in flight: counted down when it ends or is dropped.
 pub(super) struct Running<'a> {
@@ -63,8 +63,7 @@ pub(super) struct SearchCall {
 impl Call {
     /// Runs the call from its state; returns the length of its result's
     /// text, as the model reads it (a stored result's as it was).
-    pub(super) async fn run(mut self, record: CallRecord) -> usize {
-        let CallRecord { call, state } = record;
+    pub(super) async fn run(mut self, call: &ToolCall, state: CallState) -> usize {
         let running = {
             let mut step = self.step.lock().unwrap_or_else(|p| p.into_inner());
             step.queued = step.queued.saturating_sub(1);
@@ -85,7 +84,7 @@ impl Call {
                     "the call may have run; the process stopped before it finished, \
                      and the tool is not idempotent, so it was not run again",
                 );
-                return self.refused(&call, err).await;
+                return self.refused(call, err).await;
             }
             CallState::Decided { decision, by } => {
                 binding = Some(BindingDecision::new(&call.id, decision, by));
@@ -104,7 +103,7 @@ impl Call {
             }
             CallState::Planned => {
                 if let Some(err) = self.refused.take() {
-                    return self.refused(&call, err).await;
+                    return self.refused(call, err).await;
                 }
             }
             CallState::Started => {}
@@ -116,7 +115,7 @@ impl Call {
                 decision: Decision::Deny { reason },
                 by,
                 ..
-            }) => return self.denied(&call, reason, by).await,
+            }) => return self.denied(call, reason, by).await,
             Some(binding) => {
                 extensions.insert(binding);
             }
@@ -132,14 +131,14 @@ impl Call {
                     err.message()
                 ),
             );
-            return self.refused(&call, err).await;
+            return self.refused(call, err).await;
         }
         let finished = match &self.search {
-            Some(search) => self.search(&call, search, &extensions).await,
-            None => run_tool(&self.toolbox, &call, extensions, &self.tx).await,
+            Some(search) => self.search(call, search, &extensions).await,
+            None => run_tool(&self.toolbox, call, extensions, &self.tx).await,
         };
         drop(running);
-        let length = self.finished(&call, finished).await;
+        let length = self.finished(call, finished).await;
         let stalled = self
             .step
             .lock()

@@ -221,7 +221,7 @@ where
             let Answer {
                 text,
                 reasoning,
-                mut calls,
+                calls,
                 finish,
             } = match answer {
                 Ok(answer) => answer,
@@ -238,11 +238,6 @@ where
             };
             let model = self.agent.model_name.as_deref();
             self.costs.answered(self.agent.prices.as_ref(), model);
-            let message = Message::Assistant {
-                content: (!text.is_empty()).then_some(text),
-                tool_calls: calls.clone(),
-                reasoning,
-            };
             let cut_off = match finish {
                 Some(FinishReason::Length) => Some((
                     StopReason::Length,
@@ -261,7 +256,8 @@ where
             });
             let made = self.journal.counts().tool_calls;
             let over_limit = made + calls.len() > self.agent.max_tool_calls;
-            let runs_tools = !calls.is_empty() && cut_off.is_none() && !over_limit && !gives_answer;
+            let has_calls = !calls.is_empty();
+            let runs_tools = has_calls && cut_off.is_none() && !over_limit && !gives_answer;
             // The answer and the step it plans (its calls, named by id,
             // counted as made) are stored before any of its calls starts.
             let planned = match runs_tools {
@@ -269,35 +265,48 @@ where
                 false => Vec::new(),
             };
             // An answer after a paused one goes on with it: one message.
-            let continues = std::mem::replace(
-                &mut self.paused,
-                calls.is_empty() && finish == Some(FinishReason::Paused),
-            );
+            let paused = !has_calls && finish == Some(FinishReason::Paused);
+            let continues = std::mem::replace(&mut self.paused, paused);
+            // The message takes the calls; a path that answers them itself
+            // (an answer cut off, a typed answer, calls over the limit)
+            // keeps them.
+            let answers_calls =
+                cut_off.is_some() || self.agent.output.is_some() || (over_limit && !gives_answer);
+            let mut kept = match answers_calls {
+                true => calls.clone(),
+                false => Vec::new(),
+            };
+            let message = Message::Assistant {
+                content: (!text.is_empty()).then_some(text),
+                tool_calls: calls,
+                reasoning,
+            };
             let answered = self.journal.answered(message, continues, planned);
             if let Err(err) = answered.await {
                 fail(&self.failed, run_error(err));
             }
             if let Some((stop, why)) = cut_off {
                 let err = ToolError::cancelled(format!("not run: {why}"));
-                self.refuse(calls, err).await;
+                self.refuse(kept, err).await;
                 return stop;
             }
-            if calls.is_empty() && finish == Some(FinishReason::Paused) {
+            if paused {
                 // The provider paused a long turn: the answer so far is in
                 // the history, and asking again lets the model go on.
                 continue;
             }
             if let Some(output) = self.agent.output.clone() {
                 match self
-                    .typed_answer(&output, text_of_last(&self.journal), calls)
+                    .typed_answer(&output, text_of_last(&self.journal), kept)
                     .await
                 {
                     Typed::Done(stop) => return stop,
                     Typed::Again => continue,
-                    Typed::Calls(rest) => calls = rest,
+                    // The answer's calls, as they were (never none).
+                    Typed::Calls(rest) => kept = rest,
                 }
             }
-            if calls.is_empty() {
+            if !has_calls {
                 return StopReason::Finished;
             }
             if over_limit && !gives_answer {
@@ -306,7 +315,7 @@ where
                     ErrorKind::Denied,
                     format!("not run: this run's limit of {limit} tool calls was reached"),
                 );
-                self.refuse(calls, err).await;
+                self.refuse(kept, err).await;
                 return StopReason::MaxToolCalls;
             }
             if let Some(stop) = self.store_failed().await {

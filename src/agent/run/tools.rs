@@ -17,7 +17,7 @@ use crate::agent::resume::Resumed;
 use crate::agent::search::{search_tool_info, search_tool_info_with_names, SEARCH_TOOLS};
 use crate::agent::settings::Agent;
 use crate::agent::step::fail;
-use crate::agent::store::CallState;
+use crate::agent::store::{CallRecord, CallState};
 
 use super::Run;
 
@@ -44,16 +44,14 @@ where
             }
         }
         let resumed = resumed.map(Arc::new);
-        let calls: Vec<ToolCall> = records.iter().map(|r| r.call.clone()).collect();
-        // A call that ends frees its slot at once (the results are put in
-        // call order after), so a call waiting for a person holds one
-        // slot, not the calls after it.
-        // Why each call may not run (outside the step's tools, or a
-        // deferred tool not loaded), and which are searches.
-        let records: Vec<_> = records
+        // The calls stay here, lent to their runs: the costs read them
+        // after. Why each call may not run (outside the step's tools, or
+        // a deferred tool not loaded), and which are searches.
+        let mut calls: Vec<ToolCall> = Vec::with_capacity(records.len());
+        let runs: Vec<_> = records
             .into_iter()
-            .map(|record| {
-                let name = &record.call.name;
+            .map(|CallRecord { call, state }| {
+                let name = &call.name;
                 let refused = self.current.refuses(name).or_else(|| self.not_loaded(name));
                 let search = match name == SEARCH_TOOLS && self.searches() {
                     true => self.agent.deferred_search().map(|search| SearchCall {
@@ -62,11 +60,16 @@ where
                     }),
                     false => None,
                 };
-                (record, refused, search)
+                calls.push(call);
+                (state, refused, search)
             })
             .collect();
-        let mut lengths: Vec<(usize, usize)> = stream::iter(records.into_iter().enumerate())
-            .map(|(at, (record, refused, search))| {
+        // A call that ends frees its slot at once (the results are put in
+        // call order after), so a call waiting for a person holds one
+        // slot, not the calls after it.
+        let mut lengths: Vec<(usize, usize)> = stream::iter(runs.into_iter().enumerate())
+            .map(|(at, (state, refused, search))| {
+                let tool_call = &calls[at];
                 let call = Call {
                     toolbox: self.agent.toolbox.clone(),
                     tx: self.tx.clone(),
@@ -78,13 +81,13 @@ where
                         || self
                             .visible
                             .iter()
-                            .find(|info| info.name() == record.call.name)
+                            .find(|info| info.name() == tool_call.name)
                             .is_some_and(|info| info.annotations().is_idempotent()),
                     resumed: resumed.clone(),
                     refused,
                     search,
                 };
-                let run = call.run(record);
+                let run = call.run(tool_call, state);
                 async move { (at, run.await) }
             })
             .buffer_unordered(self.agent.parallel)

@@ -72,6 +72,7 @@ impl Open {
     pub(super) async fn next_payload(&mut self) -> Option<String> {
         Some(match self.next().await? {
             Out::Chunk(chunk) => chunk.to_string(),
+            Out::Written(chunk) => chunk,
             Out::Done => DONE.to_owned(),
         })
     }

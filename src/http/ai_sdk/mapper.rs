@@ -1,19 +1,27 @@
 //! Agent events as the protocol's chunks: [`Mapper`], and the values
-//! it puts in them (finish reasons, tool outputs and results).
+//! it puts in them (finish reasons, tool outputs and results). A tool's
+//! JSON output goes into its chunk as the text it is — written once, by
+//! the tool's own serializer — not parsed back into a tree and written
+//! again.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::agent::{AgentEvent, StopReason};
 use crate::approval::Decision;
-use crate::{ToolOutput, ToolResult};
+use crate::{Json, ToolOutput, ToolResult};
 
 use super::approvals::Approvals;
 
 /// What a response sends next: a chunk, or the end (`[DONE]`).
 pub(super) enum Out {
     Chunk(Value),
+    /// A chunk written already (one that carries a tool's output): its
+    /// JSON text.
+    Written(String),
     Done,
 }
 
@@ -139,10 +147,7 @@ impl Mapper {
             AgentEvent::ToolOutput { call_id, output } => {
                 self.tool_event(&mut push);
                 let id = self.part_id(&call_id);
-                push(json!({
-                    "type": "tool-output-available", "toolCallId": id,
-                    "output": item_value(&output), "preliminary": true,
-                }));
+                out.push_back(OutputAvailable::chunk(&id, item_output(&output), true));
             }
             AgentEvent::Progress { call_id, progress } => {
                 self.tool_event(&mut push);
@@ -230,9 +235,7 @@ impl Mapper {
                         json!({"type": "tool-output-error", "toolCallId": id, "errorText": message}),
                     );
                 } else {
-                    push(
-                        json!({"type": "tool-output-available", "toolCallId": id, "output": result_value(&result)}),
-                    );
+                    out.push_back(OutputAvailable::chunk(&id, result_output(&result), false));
                 }
             }
             AgentEvent::GuardrailTriggered(triggered) => {
@@ -372,39 +375,182 @@ pub(super) fn finish_reason(stop: StopReason) -> &'static str {
     }
 }
 
+/// A `tool-output-available` chunk, written: its output embedded as it
+/// is.
+#[derive(Serialize)]
+struct OutputAvailable<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(rename = "toolCallId")]
+    tool_call_id: &'a str,
+    output: Output<'a>,
+    /// Whether a later one replaces it (a streamed item's), said only then.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    preliminary: bool,
+}
+
+impl OutputAvailable<'_> {
+    /// The chunk of call part `id`'s `output`.
+    fn chunk(id: &str, output: Output<'_>, preliminary: bool) -> Out {
+        let chunk = OutputAvailable {
+            kind: "tool-output-available",
+            tool_call_id: id,
+            output,
+            preliminary,
+        };
+        match serde_json::to_string(&chunk) {
+            Ok(text) => Out::Written(text),
+            // A `Json` is valid JSON and the rest are values: this is only
+            // defence.
+            Err(_) => {
+                let mut chunk = json!({"type": chunk.kind, "toolCallId": id, "output": null});
+                if preliminary {
+                    chunk["preliminary"] = Value::Bool(true);
+                }
+                Out::Chunk(chunk)
+            }
+        }
+    }
+}
+
+/// A tool's output as a chunk carries it: text as a string, JSON items as
+/// the JSON they are — embedded as written, not parsed back — or a value.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Output<'a> {
+    Text(Cow<'a, str>),
+    Json(&'a Json),
+    List(Vec<Output<'a>>),
+    Value(Value),
+}
+
+impl<'a> Output<'a> {
+    /// A JSON item as a chunk carries it: as written, when that is what
+    /// parsing it and writing it again would give — compact, and no deeper
+    /// than a parser reads back (serde_json's 127 levels); else its
+    /// value, as [`Json::value`] has it (its text, past that depth).
+    fn json(json: &'a Json) -> Self {
+        match is_written_as_read(json.as_str()) {
+            true => Output::Json(json),
+            false => Output::Value(json.value()),
+        }
+    }
+}
+
 /// One streamed item as a preliminary output: text as a string, JSON as
 /// its value, anything else as its JSON.
-pub(super) fn item_value(output: &ToolOutput) -> Value {
+fn item_output(output: &ToolOutput) -> Output<'_> {
     if let Some(text) = output.as_text() {
-        return Value::String(text.to_owned());
+        return Output::Text(Cow::Borrowed(text));
     }
     if let Some(json) = output.as_json() {
-        return json.value();
+        return Output::json(json);
     }
-    serde_json::to_value(output).unwrap_or(Value::Null)
+    Output::Value(serde_json::to_value(output).unwrap_or(Value::Null))
 }
 
 /// A result as the final output: its structured content, else its text.
-pub(super) fn result_value(result: &ToolResult) -> Value {
+fn result_output(result: &ToolResult) -> Output<'_> {
     // What the model reads: its JSON items (not output for programs only,
     // which a client-kept history would turn into what the model reads).
     let mut json = result.content.iter().filter_map(|item| match item {
-        crate::ToolOutput::Json { value } => Some(value.value()),
+        crate::ToolOutput::Json { value } => Some(Output::json(value)),
         _ => None,
     });
     match (json.next(), json.next()) {
-        (None, _) => Value::String(result.text()),
+        (None, _) => Output::Text(Cow::Owned(result.text())),
         (Some(one), None) => one,
         (Some(first), Some(second)) => {
-            Value::Array([first, second].into_iter().chain(json).collect())
+            Output::List([first, second].into_iter().chain(json).collect())
         }
     }
+}
+
+/// Whether JSON `text` (valid, as a [`Json`]'s always is) is what parsing
+/// it and writing it again gives, as far as a chunk's reader can tell: no
+/// whitespace outside its strings (a serializer writes none; a line break
+/// would split the event's data), and nested no deeper than serde_json
+/// reads (127 levels).
+fn is_written_as_read(text: &str) -> bool {
+    const MAX_DEPTH: usize = 127;
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &byte in text.as_bytes() {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return false;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b' ' | b'\t' | b'\n' | b'\r' => return false,
+            _ => {}
+        }
+    }
+    true
+}
+
+/// A result's final output as a value (what a front end reads).
+#[cfg(test)]
+fn result_value(result: &ToolResult) -> Value {
+    serde_json::to_value(result_output(result)).unwrap_or(Value::Null)
 }
 
 #[cfg(test)]
 mod result_value_tests {
     use super::*;
     use crate::ToolOutput;
+
+    fn written(out: Out) -> String {
+        match out {
+            Out::Written(text) => text,
+            Out::Chunk(chunk) => chunk.to_string(),
+            Out::Done => panic!("a chunk"),
+        }
+    }
+
+    #[test]
+    fn a_json_output_goes_into_its_chunk_as_written() {
+        let json = Json::from(json!({"sum": 5, "parts": [2, 3]}));
+        let chunk = OutputAvailable::chunk("c1", Output::json(&json), true);
+        assert_eq!(
+            written(chunk),
+            r#"{"type":"tool-output-available","toolCallId":"c1","output":{"sum":5,"parts":[2,3]},"preliminary":true}"#
+        );
+        let text = ToolOutput::text("line 1\nline 2");
+        let chunk = OutputAvailable::chunk("c1", item_output(&text), false);
+        assert_eq!(
+            written(chunk),
+            r#"{"type":"tool-output-available","toolCallId":"c1","output":"line 1\nline 2"}"#
+        );
+        // What parsing would change is parsed: a line break outside a
+        // string, a depth serde_json does not read back (its text).
+        let spaced = Json::from_json_text("{\"a\": [1,\n 2]}".to_owned());
+        let chunk = OutputAvailable::chunk("c1", Output::json(&spaced), false);
+        assert_eq!(
+            written(chunk),
+            r#"{"type":"tool-output-available","toolCallId":"c1","output":{"a":[1,2]}}"#
+        );
+        let deep = format!("{}{}", "[".repeat(128), "]".repeat(128));
+        let deep = Json::from_json_text(deep);
+        assert_eq!(
+            serde_json::to_value(Output::json(&deep)).unwrap(),
+            Value::String(deep.as_str().to_owned())
+        );
+        let deepest_read = format!("{}{}", "[".repeat(127), "]".repeat(127));
+        assert!(is_written_as_read(&deepest_read));
+        assert!(is_written_as_read(r#"{"a b":"c\" {[ d","e":[]}"#));
+    }
 
     #[test]
     fn the_tool_output_a_front_end_keeps_is_what_the_model_read() {
