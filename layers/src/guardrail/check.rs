@@ -194,8 +194,9 @@ pub enum OnCheckError {
     Allow,
 }
 
-/// The settings a chain runs with.
-pub(super) struct ChainSettings<'a> {
+/// What a chain runs with: the layer's bounds, and the call it checks
+/// (who is called, where triggers are told).
+pub(super) struct ChainContext<'a> {
     pub(super) timeout: Duration,
     pub(super) on_error: OnCheckError,
     pub(super) name: &'a Arc<str>,
@@ -225,7 +226,7 @@ const MAX_REASON: usize = 1_000;
 /// decision; a trigger is an event there and goes to `events`, before the
 /// outcome is returned.
 pub(super) async fn run_chain(
-    run: ChainSettings<'_>,
+    run: ChainContext<'_>,
     chain: &[Guardrail],
     target: Target,
     mut text: Arc<str>,
@@ -386,8 +387,8 @@ pub(super) struct CallChecks {
 }
 
 impl CallChecks {
-    pub(super) fn chain_settings(&self) -> ChainSettings<'_> {
-        ChainSettings {
+    pub(super) fn chain_context(&self) -> ChainContext<'_> {
+        ChainContext {
             timeout: self.settings.timeout,
             on_error: self.settings.on_error,
             name: &self.name,

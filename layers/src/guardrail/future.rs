@@ -203,7 +203,7 @@ where
             let check = Box::pin(async move {
                 let spans = call.output_spans.as_slice();
                 run_chain(
-                    call.chain_settings(),
+                    call.chain_context(),
                     &call.settings.output,
                     call.output,
                     window,

@@ -182,7 +182,7 @@ where
         ResponseFuture::checking(Box::pin(async move {
             for (at, text) in request.inputs() {
                 let outcome = run_chain(
-                    call.chain_settings(),
+                    call.chain_context(),
                     &call.settings.input,
                     R::INPUT,
                     text,
