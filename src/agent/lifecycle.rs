@@ -17,12 +17,11 @@
 //!
 //! A run going on in this process when it is forgotten is not stopped
 //! here: its next append finds no run at the version it wrote and fails
-//! (as when another process took the run over), and its loop ends it
-//! (with [`OnStoreError::Continue`](super::OnStoreError::Continue), it
-//! goes on in memory, unsaved).
-//! Until then it keeps its place among the sessions running in this
-//! process (`running.rs`), so a session deleted mid-run is still never
-//! run twice at once here.
+//! (as when another process took the run over), and its loop ends it —
+//! with [`OnStoreError::Continue`](super::OnStoreError::Continue), it goes
+//! on in memory, unsaved. Until its loop ends it keeps its place among
+//! the sessions running in this process (`running.rs`), so a session
+//! deleted mid-run is still never run twice at once here.
 
 use std::time::Duration;
 

@@ -50,6 +50,8 @@ pub(super) fn unavailable(err: rusqlite::Error) -> StoreError {
 }
 
 impl SqliteStore {
+    /// The connection, held: for a setting changed on it, from a
+    /// builder (never across an await).
     pub(super) fn lock(&self) -> MutexGuard<'_, Connected> {
         self.connection.lock().unwrap_or_else(|p| p.into_inner())
     }
