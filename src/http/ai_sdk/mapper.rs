@@ -63,56 +63,50 @@ impl Mapper {
         approvals: &Approvals,
         out: &mut VecDeque<Out>,
     ) {
-        let mut push = |chunk: Value| out.push_back(Out::Chunk(chunk));
+        let mut push = Chunks(out);
         match event {
             AgentEvent::ReasoningDelta(delta) => {
                 self.model_event(&mut push);
                 if let Some(id) = self.text.take() {
-                    push(json!({"type": "text-end", "id": id}));
+                    push.value(json!({"type": "text-end", "id": id}));
                 }
-                let id = match &self.reasoning {
-                    Some(id) => id.clone(),
-                    None => {
-                        self.texts += 1;
-                        let id = format!("reasoning-{}", self.texts);
-                        push(json!({"type": "reasoning-start", "id": id}));
-                        self.reasoning = Some(id.clone());
-                        id
-                    }
-                };
-                push(json!({"type": "reasoning-delta", "id": id, "delta": delta}));
+                if self.reasoning.is_none() {
+                    self.texts += 1;
+                    let id = format!("reasoning-{}", self.texts);
+                    push.value(json!({"type": "reasoning-start", "id": id}));
+                    self.reasoning = Some(id);
+                }
+                let id = self.reasoning.as_deref().unwrap_or_default();
+                push.written(&Delta::new("reasoning-delta", id, &delta));
             }
             AgentEvent::TextDelta(delta) => {
                 self.model_event(&mut push);
                 if let Some(id) = self.reasoning.take() {
-                    push(json!({"type": "reasoning-end", "id": id}));
+                    push.value(json!({"type": "reasoning-end", "id": id}));
                 }
-                let id = match &self.text {
-                    Some(id) => id.clone(),
-                    None => {
-                        self.texts += 1;
-                        self.answer.clear();
-                        let id = format!("text-{}", self.texts);
-                        push(json!({"type": "text-start", "id": id}));
-                        self.text = Some(id.clone());
-                        id
-                    }
-                };
+                if self.text.is_none() {
+                    self.texts += 1;
+                    self.answer.clear();
+                    let id = format!("text-{}", self.texts);
+                    push.value(json!({"type": "text-start", "id": id}));
+                    self.text = Some(id);
+                }
                 if self.typed {
                     self.answer.push_str(&delta);
                 }
-                push(json!({"type": "text-delta", "id": id, "delta": delta}));
+                let id = self.text.as_deref().unwrap_or_default();
+                push.written(&Delta::new("text-delta", id, &delta));
                 if self.typed {
                     let formed = crate::agent::partial_json(&self.answer);
                     if formed.is_some() && formed != self.formed {
-                        push(json!({"type": "data-output", "id": "output",
+                        push.value(json!({"type": "data-output", "id": "output",
                                     "data": {"value": formed, "final": false}}));
                         self.formed = formed;
                     }
                 }
             }
             AgentEvent::Output(value) => {
-                push(json!({"type": "data-output", "id": "output",
+                push.value(json!({"type": "data-output", "id": "output",
                             "data": {"value": value, "final": true}}));
             }
             AgentEvent::ToolCallStarted { index, id, name } => {
@@ -121,24 +115,26 @@ impl Mapper {
                 let id = id.unwrap_or_else(|| format!("call_{index}"));
                 self.writing.insert(index, id.clone());
                 self.parts.insert(id.clone());
-                push(json!({"type": "tool-input-start", "toolCallId": id, "toolName": name}));
+                push.value(json!({"type": "tool-input-start", "toolCallId": id, "toolName": name}));
             }
             AgentEvent::ToolCallInputDelta { index, arguments } => {
                 if let Some(id) = self.writing.get(&index) {
-                    push(
-                        json!({"type": "tool-input-delta", "toolCallId": id, "inputTextDelta": arguments}),
-                    );
+                    push.written(&InputDelta {
+                        kind: "tool-input-delta",
+                        tool_call_id: id,
+                        input_text_delta: &arguments,
+                    });
                 }
             }
             AgentEvent::ToolCall(call) => {
                 self.tool_event(&mut push);
                 let id = self.part_of_call(&call.id);
                 match crate::arguments::parse(&call.arguments) {
-                    Ok(input) => push(json!({
+                    Ok(input) => push.value(json!({
                         "type": "tool-input-available", "toolCallId": id,
                         "toolName": call.name, "input": input,
                     })),
-                    Err(err) => push(json!({
+                    Err(err) => push.value(json!({
                         "type": "tool-input-error", "toolCallId": id, "toolName": call.name,
                         "input": call.arguments, "errorText": err.message(),
                     })),
@@ -147,12 +143,12 @@ impl Mapper {
             AgentEvent::ToolOutput { call_id, output } => {
                 self.tool_event(&mut push);
                 let id = self.part_id(&call_id);
-                out.push_back(OutputAvailable::chunk(&id, item_output(&output), true));
+                push.written(&OutputAvailable::new(&id, item_output(&output), true));
             }
             AgentEvent::Progress { call_id, progress } => {
                 self.tool_event(&mut push);
                 let id = self.part_id(&call_id);
-                push(json!({
+                push.value(json!({
                     "type": "data-progress", "id": format!("progress-{id}"),
                     "data": {"toolCallId": id, "progress": progress.progress,
                              "total": progress.total, "message": progress.message},
@@ -179,7 +175,7 @@ impl Mapper {
                 if let Some(signature) = approvals.sign(&call_id, &id, &name, &arguments) {
                     chunk["signature"] = Value::String(signature);
                 }
-                push(chunk);
+                push.value(chunk);
             }
             AgentEvent::ApprovalDecided {
                 call_id,
@@ -208,7 +204,7 @@ impl Mapper {
                             }
                         }
                     }
-                    push(chunk);
+                    push.value(chunk);
                 }
             }
             AgentEvent::ToolResult {
@@ -220,27 +216,27 @@ impl Mapper {
                 let id = self.part_id(&call_id);
                 if self.parts.insert(id.clone()) {
                     // A call refused before it was announced.
-                    push(
+                    push.value(
                         json!({"type": "tool-input-available", "toolCallId": id, "toolName": name, "input": {}}),
                     );
                 }
                 if self.denied.remove(&id) {
-                    push(json!({"type": "tool-output-denied", "toolCallId": id}));
+                    push.value(json!({"type": "tool-output-denied", "toolCallId": id}));
                 } else if result.is_error {
                     let message = result
                         .error
                         .as_ref()
                         .map_or_else(|| result.text(), |err| err.message().to_owned());
-                    push(
+                    push.value(
                         json!({"type": "tool-output-error", "toolCallId": id, "errorText": message}),
                     );
                 } else {
-                    out.push_back(OutputAvailable::chunk(&id, result_output(&result), false));
+                    push.written(&OutputAvailable::new(&id, result_output(&result), false));
                 }
             }
             AgentEvent::GuardrailTriggered(triggered) => {
                 let call = triggered.call_id.as_deref().map(|id| self.part_id(id));
-                push(json!({
+                push.value(json!({
                     "type": "data-guardrail",
                     "data": {"guardrail": triggered.guardrail, "target": triggered.target,
                              "action": triggered.action, "reason": triggered.reason,
@@ -253,7 +249,7 @@ impl Mapper {
                 tokens_before,
                 tokens_after,
             } => {
-                push(json!({
+                push.value(json!({
                     "type": "data-compaction",
                     "data": {"messagesBefore": messages_before, "messagesAfter": messages_after,
                              "tokensBefore": tokens_before, "tokensAfter": tokens_after},
@@ -261,7 +257,7 @@ impl Mapper {
             }
             AgentEvent::ToolsLoaded { call_id, names } => {
                 let call = self.part_id(&call_id);
-                push(json!({
+                push.value(json!({
                     "type": "data-tools-loaded",
                     "data": {"toolCallId": call, "names": names},
                 }));
@@ -269,11 +265,11 @@ impl Mapper {
             AgentEvent::TurnDiscarded { .. } => {
                 self.text = None;
                 self.writing.clear();
-                push(json!({"type": "reset-step"}));
+                push.value(json!({"type": "reset-step"}));
             }
             AgentEvent::Error(err) => {
                 self.close_text(&mut push);
-                push(json!({"type": "error", "errorText": err.message()}));
+                push.value(json!({"type": "error", "errorText": err.message()}));
             }
             AgentEvent::Done(done) => {
                 self.finish_step(out);
@@ -297,40 +293,40 @@ impl Mapper {
     }
 
     /// A model event: it opens a step, or a new one after the tool calls.
-    pub(super) fn model_event(&mut self, push: &mut impl FnMut(Value)) {
+    pub(super) fn model_event(&mut self, push: &mut Chunks<'_>) {
         if self.step_open && !self.after_tools {
             return;
         }
         if self.step_open {
             self.close_text(push);
-            push(json!({"type": "finish-step"}));
+            push.value(json!({"type": "finish-step"}));
         }
-        push(json!({"type": "start-step"}));
+        push.value(json!({"type": "start-step"}));
         self.step_open = true;
         self.after_tools = false;
         self.writing.clear();
     }
 
-    pub(super) fn tool_event(&mut self, push: &mut impl FnMut(Value)) {
+    pub(super) fn tool_event(&mut self, push: &mut Chunks<'_>) {
         self.close_text(push);
         self.after_tools = true;
     }
 
     /// Ends the open text or reasoning part.
-    pub(super) fn close_text(&mut self, push: &mut impl FnMut(Value)) {
+    pub(super) fn close_text(&mut self, push: &mut Chunks<'_>) {
         if let Some(id) = self.reasoning.take() {
-            push(json!({"type": "reasoning-end", "id": id}));
+            push.value(json!({"type": "reasoning-end", "id": id}));
         }
         if let Some(id) = self.text.take() {
-            push(json!({"type": "text-end", "id": id}));
+            push.value(json!({"type": "text-end", "id": id}));
         }
     }
 
     pub(super) fn finish_step(&mut self, out: &mut VecDeque<Out>) {
-        let mut push = |chunk: Value| out.push_back(Out::Chunk(chunk));
+        let mut push = Chunks(out);
         self.close_text(&mut push);
         if std::mem::take(&mut self.step_open) {
-            push(json!({"type": "finish-step"}));
+            push.value(json!({"type": "finish-step"}));
         }
     }
 
@@ -375,8 +371,53 @@ pub(super) fn finish_reason(stop: StopReason) -> &'static str {
     }
 }
 
-/// A `tool-output-available` chunk, written: its output embedded as it
-/// is.
+/// The chunks an event maps to, in order: values, or chunks written at
+/// once — those that come for every fragment a model streams, and those
+/// that carry a tool's output as it was written.
+pub(super) struct Chunks<'a>(&'a mut VecDeque<Out>);
+
+impl Chunks<'_> {
+    fn value(&mut self, chunk: Value) {
+        self.0.push_back(Out::Chunk(chunk));
+    }
+
+    fn written(&mut self, chunk: &impl Serialize) {
+        self.0.push_back(match serde_json::to_string(chunk) {
+            Ok(text) => Out::Written(text),
+            // Strings, and a `Json`'s valid text: this is only defence.
+            Err(err) => Out::Chunk(json!({
+                "type": "error", "errorText": format!("a chunk could not be written: {err}"),
+            })),
+        });
+    }
+}
+
+/// A `text-delta` or `reasoning-delta` chunk.
+#[derive(Serialize)]
+struct Delta<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    id: &'a str,
+    delta: &'a str,
+}
+
+impl<'a> Delta<'a> {
+    fn new(kind: &'static str, id: &'a str, delta: &'a str) -> Self {
+        Delta { kind, id, delta }
+    }
+}
+
+/// A `tool-input-delta` chunk: a fragment of a call's argument text.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct InputDelta<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    tool_call_id: &'a str,
+    input_text_delta: &'a str,
+}
+
+/// A `tool-output-available` chunk: its output embedded as it is.
 #[derive(Serialize)]
 struct OutputAvailable<'a> {
     #[serde(rename = "type")]
@@ -389,26 +430,14 @@ struct OutputAvailable<'a> {
     preliminary: bool,
 }
 
-impl OutputAvailable<'_> {
+impl<'a> OutputAvailable<'a> {
     /// The chunk of call part `id`'s `output`.
-    fn chunk(id: &str, output: Output<'_>, preliminary: bool) -> Out {
-        let chunk = OutputAvailable {
+    fn new(id: &'a str, output: Output<'a>, preliminary: bool) -> Self {
+        OutputAvailable {
             kind: "tool-output-available",
             tool_call_id: id,
             output,
             preliminary,
-        };
-        match serde_json::to_string(&chunk) {
-            Ok(text) => Out::Written(text),
-            // A `Json` is valid JSON and the rest are values: this is only
-            // defence.
-            Err(_) => {
-                let mut chunk = json!({"type": chunk.kind, "toolCallId": id, "output": null});
-                if preliminary {
-                    chunk["preliminary"] = Value::Bool(true);
-                }
-                Out::Chunk(chunk)
-            }
         }
     }
 }
@@ -511,24 +540,51 @@ mod result_value_tests {
     use super::*;
     use crate::ToolOutput;
 
-    fn written(out: Out) -> String {
-        match out {
-            Out::Written(text) => text,
-            Out::Chunk(chunk) => chunk.to_string(),
-            Out::Done => panic!("a chunk"),
+    fn written(chunk: OutputAvailable<'_>) -> String {
+        let mut out = VecDeque::new();
+        Chunks(&mut out).written(&chunk);
+        match out.pop_front() {
+            Some(Out::Written(text)) => text,
+            _ => panic!("a chunk written"),
+        }
+    }
+
+    #[test]
+    fn a_delta_is_written_as_its_value_was() {
+        let delta = "a \"quoted\"\n\tline, é, \u{1} and \\ too";
+        let cases = [
+            (
+                serde_json::to_string(&Delta::new("text-delta", "text-1", delta)).unwrap(),
+                json!({"type": "text-delta", "id": "text-1", "delta": delta}),
+            ),
+            (
+                serde_json::to_string(&InputDelta {
+                    kind: "tool-input-delta",
+                    tool_call_id: "call_1",
+                    input_text_delta: delta,
+                })
+                .unwrap(),
+                json!({"type": "tool-input-delta", "toolCallId": "call_1", "inputTextDelta": delta}),
+            ),
+        ];
+        for (written, value) in cases {
+            assert_eq!(serde_json::from_str::<Value>(&written).unwrap(), value);
+            // With ordered maps (the default), to the byte.
+            #[cfg(feature = "preserve_order")]
+            assert_eq!(written, value.to_string());
         }
     }
 
     #[test]
     fn a_json_output_goes_into_its_chunk_as_written() {
         let json = Json::from(json!({"sum": 5, "parts": [2, 3]}));
-        let chunk = OutputAvailable::chunk("c1", Output::json(&json), true);
+        let chunk = OutputAvailable::new("c1", Output::json(&json), true);
         assert_eq!(
             written(chunk),
             r#"{"type":"tool-output-available","toolCallId":"c1","output":{"sum":5,"parts":[2,3]},"preliminary":true}"#
         );
         let text = ToolOutput::text("line 1\nline 2");
-        let chunk = OutputAvailable::chunk("c1", item_output(&text), false);
+        let chunk = OutputAvailable::new("c1", item_output(&text), false);
         assert_eq!(
             written(chunk),
             r#"{"type":"tool-output-available","toolCallId":"c1","output":"line 1\nline 2"}"#
@@ -536,7 +592,7 @@ mod result_value_tests {
         // What parsing would change is parsed: a line break outside a
         // string, a depth serde_json does not read back (its text).
         let spaced = Json::from_json_text("{\"a\": [1,\n 2]}".to_owned());
-        let chunk = OutputAvailable::chunk("c1", Output::json(&spaced), false);
+        let chunk = OutputAvailable::new("c1", Output::json(&spaced), false);
         assert_eq!(
             written(chunk),
             r#"{"type":"tool-output-available","toolCallId":"c1","output":{"a":[1,2]}}"#
