@@ -16,7 +16,7 @@ pub const MAX_RECORD_BYTES: usize = 16 * 1024 * 1024;
 
 /// One change to a run's state, appended to its journal. A run's state is
 /// its snapshot (if any) with each record after it applied in order
-/// ([`Checkpoint::apply`]).
+/// ([`Checkpoint::apply`](super::Checkpoint::apply)).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "record", rename_all = "snake_case")]
 #[non_exhaustive]
