@@ -44,7 +44,8 @@
 //!
 //! JSON: each record on its own (at most [`MAX_RECORD_BYTES`] by default:
 //! one message, one tool result — a run as a whole has no bound), the head
-//! with the journal's format `{"format": 1, …}`, a snapshot as a whole
+//! with the journal's format `{"format": 2, …}` (a journal of format 1,
+//! which wrote a step's calls whole, reads as it did), a snapshot as a whole
 //! checkpoint `{"format": 1, …}` — the form runs were stored in before the
 //! journal, which therefore load as a snapshot with no records. A record
 //! that does not parse is [`StoreError::Corrupt`], naming the run and the
