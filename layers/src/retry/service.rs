@@ -17,7 +17,7 @@ use crate::Request;
 ///
 /// `I` says whether a call may be repeated once it may have reached the
 /// service ([`Idempotency`]): a `bool` given when the `Retry` is made, or
-/// [`Inferred`](super::Inferred) from the call, as
+/// [`Inferred`] from the call, as
 /// [`RetryLayer`](super::RetryLayer) does.
 pub struct Retry<S, I = Inferred> {
     inner: S,
@@ -65,7 +65,7 @@ impl<S: Clone> Retry<S> {
 
 impl<S: Clone, I> Retry<S, I> {
     /// Wraps any service, saying whether its calls are idempotent: a
-    /// `bool` for every call, or [`Inferred`](super::Inferred).
+    /// `bool` for every call, or [`Inferred`].
     pub fn with_idempotency(inner: S, policy: RetryPolicy, idempotency: I) -> Self {
         Retry {
             shared: Arc::new(Shared {

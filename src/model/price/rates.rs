@@ -7,8 +7,8 @@ use super::error::PriceError;
 use crate::model::Usage;
 
 /// The price of one model, in dollars per million tokens, before it is
-/// checked (by [`PricesBuilder::build`], which names the model in any
-/// error).
+/// checked (by [`PricesBuilder::build`](crate::model::PricesBuilder::build),
+/// which names the model in any error).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Price {
     pub(super) input: f64,

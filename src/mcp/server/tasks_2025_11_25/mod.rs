@@ -10,16 +10,18 @@
 //! answers the cancelled task. rmcp's types have none of these shapes, so
 //! they are made here, at the edges:
 //!
-//! * [`lift`] renames, in the raw text of a message, a `tools/call` that
-//!   asks for a task to [`TASK_CALL`], so that rmcp hands it, `task` and
-//!   all, to `on_custom_request` (the member is dropped by rmcp's
+//! * [`lift`](fn@lift) renames, in the raw text of a message, a
+//!   `tools/call` that asks for a task to [`TASK_CALL`](lift::TASK_CALL),
+//!   so that rmcp hands it, `task` and all, to `on_custom_request` (the
+//!   member is dropped by rmcp's
 //!   `CallToolRequestParams`). The HTTP service and `serve_io` run it on
 //!   every message they read.
 //! * [`Tap`], on the session's transport, adds `capabilities.tasks` to the
 //!   `initialize` answer of a 2025-11-25 session and `execution` to its
 //!   tools, turns its `tasks/get` and `tasks/cancel` into custom requests,
-//!   and marks every request with the session it came on ([`Session`]),
-//!   so that a task is seen only by the session that made it.
+//!   and marks every request with the session it came on
+//!   ([`Session`](tap::Session)), so that a task is seen only by the
+//!   session that made it.
 //!
 //! The tasks themselves run in the same [`Tasks`](crate::mcp::call) as the
 //! extension's, under the same bounds.
