@@ -20,7 +20,7 @@
 //! (as when another process took the run over), and its loop ends it —
 //! with [`OnStoreError::Continue`](super::OnStoreError::Continue), it goes
 //! on in memory, unsaved. Until its loop ends it keeps its place among
-//! the sessions running in this process (`running.rs`), so a session
+//! the sessions running in this process (`running_sessions.rs`), so a session
 //! deleted mid-run is still never run twice at once here.
 
 use std::time::Duration;

@@ -36,16 +36,16 @@
 //! # }
 //! ```
 
-// The modules bottom to top, each importing only those before it here:
-// the store, the compaction strategies, the typed output and the tool
-// choice per step, and the events; what a resume
-// takes; the journal, the one writer of a run's state; a step's state and
-// its sinks; one call; the agent's settings; the event stream; a run; the
-// agent as a service; sessions (runs continuing a stored conversation);
-// the agent as a tool last.
+// The modules bottom to top, each importing only those before it in this
+// list (the declarations below are in alphabetical order): the store, the
+// compaction strategies, the typed output (`output`), each step's tools
+// and choice (`step_tools`), and the events; what a resume takes; the
+// sessions running in this process (`running_sessions`); the journal, the
+// one writer of a run's state; the step in flight and its sinks
+// (`step_state`); one call of a step (`step_call`); the agent's settings;
+// the event stream; a run; the agent as a service; sessions (runs
+// continuing a stored conversation); the agent as a tool last.
 mod as_tool;
-mod call;
-mod choice;
 pub mod compaction;
 mod cost;
 mod event;
@@ -54,17 +54,18 @@ pub(crate) mod lifecycle;
 mod output;
 mod resume;
 mod run;
-mod running;
+mod running_sessions;
 mod search;
 mod service;
 mod session;
 mod settings;
-mod step;
+mod step_call;
+mod step_state;
+mod step_tools;
 pub mod store;
 mod stream;
 
 pub use self::as_tool::{AgentTool, AgentToolStream};
-pub use self::choice::{StepContext, StepSettings};
 pub use self::event::{AgentDone, AgentEvent, StopReason, ToolCost};
 pub use self::journal::{OnStoreError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE};
 pub use self::output::{partial_json, OutputMode, DEFAULT_OUTPUT_RETRIES, FINAL_ANSWER_TOOL};
@@ -78,4 +79,5 @@ pub use self::session::{
     Session, SessionError, DEFAULT_MAX_SESSION_MESSAGES, MAX_SESSION_ID_BYTES,
 };
 pub use self::settings::Agent;
+pub use self::step_tools::{StepContext, StepSettings};
 pub use self::stream::AgentStream;

@@ -35,7 +35,7 @@ pub enum OutputMode {
 
 /// The typed answer a run asks for.
 #[derive(Clone)]
-pub(super) struct Output {
+pub(super) struct TypedOutput {
     pub(super) schema: OutputSchema,
     pub(super) mode: OutputMode,
     pub(super) retries: usize,
@@ -45,9 +45,9 @@ pub(super) struct Output {
 /// Checks an answer's text against the output's type; its value.
 type Decoder = dyn Fn(&str) -> Result<Value, ToolError> + Send + Sync;
 
-impl std::fmt::Debug for Output {
+impl std::fmt::Debug for TypedOutput {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Output")
+        f.debug_struct("TypedOutput")
             .field("schema", &self.schema.name)
             .field("mode", &self.mode)
             .field("retries", &self.retries)
@@ -55,7 +55,7 @@ impl std::fmt::Debug for Output {
     }
 }
 
-impl Output {
+impl TypedOutput {
     pub(super) fn of<T>() -> Self
     where
         T: DeserializeOwned + schemars::JsonSchema + 'static,
@@ -70,7 +70,7 @@ impl Output {
             )
             .take(64)
             .collect();
-        Output {
+        TypedOutput {
             schema: OutputSchema::of::<T>(if name.is_empty() {
                 "output".to_owned()
             } else {

@@ -12,7 +12,7 @@ use tower_service::Service;
 use crate::model::{Message, ModelService};
 use crate::ToolError;
 
-use super::journal::Journal;
+use super::journal::RunJournal;
 use super::resume::{Resume, ResumeError, Resumed};
 use super::run::Run;
 use super::settings::Agent;
@@ -37,7 +37,7 @@ where
     /// limits and the tools themselves see who is asking.
     pub fn run_with(&self, messages: Vec<Message>, extensions: Extensions) -> AgentStream {
         let run_id: Arc<str> = Arc::from(crate::id::new_token());
-        let journal = Journal::fresh(run_id, messages, self.durability.clone());
+        let journal = RunJournal::fresh(run_id, messages, self.durability.clone());
         Run::start(self.clone(), journal, extensions, None)
     }
 
@@ -63,7 +63,7 @@ where
     /// with the resumed calls' decisions, outputs and results.
     pub async fn resume(&self, run_id: &str, resume: Resume) -> Result<AgentStream, ResumeError> {
         let durability = self.durability.clone().ok_or(ResumeError::NoStore)?;
-        let journal = Journal::take(durability, run_id, resume.max_age).await?;
+        let journal = RunJournal::take(durability, run_id, resume.max_age).await?;
         let Resume {
             decisions,
             otherwise,

@@ -22,9 +22,9 @@ use http::Extensions;
 
 use crate::model::{Message, ModelService};
 
-use super::journal::Journal;
+use super::journal::RunJournal;
 use super::run::Run;
-use super::running::SessionGuard;
+use super::running_sessions::SessionGuard;
 use super::settings::Agent;
 use super::store::checkpoint::now_ms;
 use super::store::{RunStatus, StoreError};
@@ -144,11 +144,11 @@ where
                 process: Some(durability.process.to_string()),
             });
         };
-        let (journal, added) = match Journal::load(&durability, &self.id).await? {
+        let (journal, added) = match RunJournal::load(&durability, &self.id).await? {
             None if self.existing => return Err(SessionError::NotFound { session: session() }),
             None => {
                 self.bound(messages.len())?;
-                let fresh = Journal::fresh(Arc::clone(&self.id), messages, Some(durability));
+                let fresh = RunJournal::fresh(Arc::clone(&self.id), messages, Some(durability));
                 (fresh, Vec::new())
             }
             Some(stored) => {
@@ -175,7 +175,7 @@ where
                     _ => {}
                 }
                 self.bound(checkpoint.messages.len().saturating_add(messages.len()))?;
-                (Journal::stored(durability, &self.id, stored), messages)
+                (RunJournal::stored(durability, &self.id, stored), messages)
             }
         };
         journal
@@ -195,7 +195,7 @@ where
     /// (as compacted); [`SessionError::NotFound`] for an unknown id.
     pub async fn history(&self) -> Result<Vec<Message>, SessionError> {
         let durability = self.checked()?;
-        match Journal::load(&durability, &self.id).await? {
+        match RunJournal::load(&durability, &self.id).await? {
             Some(stored) => Ok(Arc::unwrap_or_clone(stored.checkpoint.messages)),
             None => Err(SessionError::NotFound {
                 session: self.id.to_string(),

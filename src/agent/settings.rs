@@ -7,11 +7,11 @@ use crate::model::Prices;
 use crate::toolbox::ToolSearch;
 use crate::Toolbox;
 
-use super::choice::{PrepareStep, StepContext, StepSettings};
 use super::compaction::{Compact, OnCompactionError};
 use super::journal::{Durability, OnStoreError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE};
-use super::output::{Output, OutputMode};
+use super::output::{OutputMode, TypedOutput};
 use super::search::DEFAULT_SEARCH_LIMIT;
+use super::step_tools::{PrepareStep, StepContext, StepSettings};
 use super::store::RunStore;
 use crate::model::ToolChoice;
 
@@ -56,7 +56,7 @@ pub struct Agent<M> {
     pub(super) on_compaction_error: OnCompactionError,
     pub(super) tool_choice: ToolChoice,
     pub(super) prepare_step: Option<PrepareStep>,
-    pub(super) output: Option<Output>,
+    pub(super) output: Option<TypedOutput>,
     /// The search over the toolbox's deferred tools, built at the first
     /// run that needs it (shared by the agent's clones).
     pub(super) search: Arc<OnceLock<Option<Arc<ToolSearch>>>>,
@@ -331,7 +331,7 @@ impl<M> Agent<M> {
             (OutputMode::Native, super::output::DEFAULT_OUTPUT_RETRIES),
             |o| (o.mode, o.retries),
         );
-        let mut output = Output::of::<T>();
+        let mut output = TypedOutput::of::<T>();
         output.mode = mode;
         output.retries = retries;
         self.output = Some(output);

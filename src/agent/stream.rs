@@ -9,7 +9,7 @@ use futures_core::Stream;
 use tokio::sync::mpsc;
 
 use super::event::AgentEvent;
-use super::journal::Journal;
+use super::journal::RunJournal;
 use super::resume::ResumeError;
 use crate::ToolError;
 
@@ -17,7 +17,7 @@ use crate::ToolError;
 pub struct AgentStream {
     pub(super) driver: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     pub(super) events: mpsc::Receiver<AgentEvent>,
-    pub(super) journal: Arc<Journal>,
+    pub(super) journal: Arc<RunJournal>,
 }
 
 impl AgentStream {

@@ -1,5 +1,5 @@
 //! What a run counts — model turns, tool calls, tokens ([`Counts`]) — and
-//! the model turn in flight ([`Turn`]): counted from its ask, recorded
+//! the model turn in flight ([`TurnInFlight`]): counted from its ask, recorded
 //! with its answer (or the run's end).
 
 use crate::agent::store::{Checkpoint, Record};
@@ -33,7 +33,7 @@ impl Counts {
     }
 
     /// These counts with the turn in flight's.
-    pub(super) fn with(mut self, turn: &Turn) -> Self {
+    pub(super) fn with(mut self, turn: &TurnInFlight) -> Self {
         self.steps += usize::from(turn.asked);
         if let Some(used) = turn.usage {
             // Adding up saturates: the sum is the same in any grouping.
@@ -47,12 +47,12 @@ impl Counts {
 /// turn asked again after a break counts once, with the tokens of every
 /// try). Counted at once, recorded with the answer.
 #[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Turn {
+pub(super) struct TurnInFlight {
     pub(super) asked: bool,
     pub(super) usage: Option<Usage>,
 }
 
-impl Turn {
+impl TurnInFlight {
     /// The model reported `used` tokens.
     pub(super) fn used(&mut self, used: Usage) {
         *self.usage.get_or_insert_with(Usage::default) += used;

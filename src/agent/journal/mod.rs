@@ -1,4 +1,4 @@
-//! The one writer of a run's state: [`Journal`]. Every change — history
+//! The one writer of a run's state: [`RunJournal`]. Every change — history
 //! appended, a step planned, a call asked, decided, started, finished, a
 //! step closed, the counts, the status — is a typed [`Record`] applied to
 //! the run's state here and, with a store, appended to its journal in the
@@ -11,7 +11,7 @@
 //! The agent loop, the approval sink and [`Agent::resume`](super::Agent::resume) all go through
 //! it; without a store the records are only applied. What the run counts
 //! is the journal's too: the model turn in flight is counted here from its
-//! ask ([`Journal::turn_started`], [`Journal::used`]) and recorded with
+//! ask ([`RunJournal::turn_started`], [`RunJournal::used`]) and recorded with
 //! its answer.
 //!
 //! How runs are saved is [`Durability`] (`durability`); the appends, in
@@ -24,7 +24,7 @@ use std::time::Duration;
 use crate::model::{Message, Usage};
 
 use super::resume::ResumeError;
-use super::running::SessionGuard;
+use super::running_sessions::SessionGuard;
 use super::store::checkpoint::now_ms;
 use super::store::{
     CallRecord, CallState, Checkpoint, Record, RunStatus, StoreError, Stored, Version,
@@ -34,7 +34,7 @@ mod counts;
 mod durability;
 mod writer;
 
-use self::counts::Turn;
+use self::counts::TurnInFlight;
 use self::writer::{Writer, Written};
 
 pub(super) use self::counts::Counts;
@@ -42,18 +42,18 @@ pub(super) use self::durability::{run_error, Durability};
 pub use self::durability::{OnStoreError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE};
 
 /// A run's state and, with a store, the writer of its journal.
-pub(super) struct Journal {
+pub(super) struct RunJournal {
     run_id: Arc<str>,
     state: Mutex<Checkpoint>,
     /// The model turn in flight: counted, not recorded yet.
-    turn: Mutex<Turn>,
+    turn: Mutex<TurnInFlight>,
     writer: Option<Writer>,
     /// A session's run: its place among the sessions running in this
     /// process, given up when the run ends (or the journal is dropped).
     session: Mutex<Option<SessionGuard>>,
 }
 
-impl Journal {
+impl RunJournal {
     /// A new run starting from `messages`; nothing is stored until
     /// [`begin`](Self::begin) (or the first append).
     pub(super) fn fresh(
@@ -79,7 +79,7 @@ impl Journal {
             }
         });
         state.messages = Arc::new(messages);
-        Journal {
+        RunJournal {
             run_id,
             state: Mutex::new(state),
             turn: Mutex::default(),
@@ -98,7 +98,7 @@ impl Journal {
         run_id: &str,
         max_age: Option<Duration>,
     ) -> Result<Self, ResumeError> {
-        let Some(stored) = Journal::load(&durability, run_id).await? else {
+        let Some(stored) = RunJournal::load(&durability, run_id).await? else {
             return Err(ResumeError::NotFound {
                 run_id: run_id.to_owned(),
             });
@@ -126,7 +126,7 @@ impl Journal {
                 process: checkpoint.holder.clone().map(|holder| holder.process),
             });
         }
-        let journal = Journal::stored(durability, run_id, stored);
+        let journal = RunJournal::stored(durability, run_id, stored);
         // Take it: the first process to append at this version holds it.
         journal
             .append(vec![Record::Status {
@@ -154,7 +154,7 @@ impl Journal {
             record_bytes,
             ..
         } = stored;
-        Journal {
+        RunJournal {
             run_id: Arc::from(run_id),
             state: Mutex::new(checkpoint),
             turn: Mutex::default(),
@@ -211,7 +211,7 @@ impl Journal {
         writer::lock(&self.state)
     }
 
-    fn turn(&self) -> MutexGuard<'_, Turn> {
+    fn turn(&self) -> MutexGuard<'_, TurnInFlight> {
         self.turn.lock().unwrap_or_else(|p| p.into_inner())
     }
 

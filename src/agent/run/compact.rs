@@ -9,7 +9,7 @@ use crate::ToolError;
 use crate::agent::compaction::{check_compaction, estimate_tokens, OnCompactionError};
 use crate::agent::event::AgentEvent;
 use crate::agent::journal::run_error;
-use crate::agent::step::fail;
+use crate::agent::step_state::fail;
 
 use super::Run;
 

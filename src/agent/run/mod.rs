@@ -24,14 +24,14 @@ use crate::model::{FinishReason, Message, Reasoning, RunId, ToolCall};
 use crate::model::{ModelService, ToolChoice};
 use crate::{ErrorKind, ToolError, ToolInfo};
 
-use super::choice::Step;
 use super::cost::ToolCosts;
 use super::event::{AgentDone, AgentEvent, StopReason};
-use super::journal::{run_error, Journal};
+use super::journal::{run_error, RunJournal};
 use super::output::{OutputMode, FINAL_ANSWER_TOOL};
 use super::resume::Resumed;
 use super::settings::Agent;
-use super::step::{approval_events, fail, guardrail_events, Failed, StepState};
+use super::step_state::{approval_events, fail, guardrail_events, FirstFailure, StepState};
+use super::step_tools::StepTools;
 use super::store::RunStatus;
 use super::stream::AgentStream;
 
@@ -41,14 +41,14 @@ mod turn;
 mod typed;
 
 use self::tools::shown;
-use self::typed::{text_of_last, Typed};
+use self::typed::{text_of_last, TypedOutcome};
 
 /// One run in progress: its journal (the conversation so far, the step in
 /// flight, what it has counted) and what the loop keeps between turns.
 pub(super) struct Run<M> {
     agent: Agent<M>,
     /// The run's state, and its one writer.
-    journal: Arc<Journal>,
+    journal: Arc<RunJournal>,
     /// The tools this caller may see, deferred ones included.
     visible: Arc<[ToolInfo]>,
     /// The tools the model is shown: those visible, but the deferred ones
@@ -62,7 +62,7 @@ pub(super) struct Run<M> {
     /// The step's calls in flight and those waiting for approval.
     step: Arc<std::sync::Mutex<StepState>>,
     /// The first record that failed: the run ends at the next boundary.
-    failed: Failed,
+    failed: FirstFailure,
     /// What each tool result cost, as the model calls that read them say.
     costs: ToolCosts,
     /// The last answer was paused by the provider: the next one goes on
@@ -80,15 +80,15 @@ pub(super) struct Run<M> {
     /// The history could not be compacted, and the agent is set to stop.
     compaction_failed: Option<ToolError>,
     /// This step's tools, choice and active set.
-    current: Step,
+    current: StepTools,
     /// The typed answer, once decoded.
     output: Option<serde_json::Value>,
-    /// Typed answers that did not decode so far.
+    /// TypedOutcome answers that did not decode so far.
     output_failures: usize,
 }
 
 /// One model answer, complete.
-pub(super) struct Answer {
+pub(super) struct ModelAnswer {
     pub(super) text: String,
     /// The model's reasoning blocks, kept for the next request.
     pub(super) reasoning: Vec<Reasoning>,
@@ -115,7 +115,7 @@ where
     /// A resumed run (`resumed`) first goes on with its stored step.
     pub(super) fn start(
         agent: Agent<M>,
-        journal: Journal,
+        journal: RunJournal,
         extensions: Extensions,
         resumed: Option<Resumed>,
     ) -> AgentStream {
@@ -135,7 +135,7 @@ where
         let tools = shown(&agent, &visible, loaded.as_deref());
         let shown_loaded = loaded.map_or(0, |loaded| loaded.len());
         let step = Arc::new(std::sync::Mutex::new(StepState::default()));
-        let failed = Failed::default();
+        let failed = FirstFailure::default();
         // An approval layer below the tools tells the run what it asks and
         // what was decided (each event names its call), a guardrail layer
         // what it did; set once, every call's extensions carry them.
@@ -166,7 +166,7 @@ where
             reported: None,
             estimated: (0, 0),
             compaction_failed: None,
-            current: Step {
+            current: StepTools {
                 tools: Arc::clone(&tools),
                 choice: ToolChoice::Auto,
                 active: None,
@@ -218,7 +218,7 @@ where
             if let Err(err) = begun {
                 fail(&self.failed, run_error(err));
             }
-            let Answer {
+            let ModelAnswer {
                 text,
                 reasoning,
                 calls,
@@ -300,10 +300,10 @@ where
                     .typed_answer(&output, text_of_last(&self.journal), kept)
                     .await
                 {
-                    Typed::Done(stop) => return stop,
-                    Typed::Again => continue,
+                    TypedOutcome::Done(stop) => return stop,
+                    TypedOutcome::Again => continue,
                     // The answer's calls, as they were (never none).
-                    Typed::Calls(rest) => kept = rest,
+                    TypedOutcome::Calls(rest) => kept = rest,
                 }
             }
             if !has_calls {

@@ -8,15 +8,15 @@ use crate::model::ModelService;
 use crate::model::{Message, ToolCall};
 use crate::{ErrorKind, ToolError, ToolInfo, ToolResult};
 
-use crate::agent::call::{Call, SearchCall};
-use crate::agent::choice::{Step, StepContext, StepSettings};
 use crate::agent::event::AgentEvent;
 use crate::agent::journal::run_error;
-use crate::agent::output::Output;
+use crate::agent::output::TypedOutput;
 use crate::agent::resume::Resumed;
 use crate::agent::search::{search_tool_info, search_tool_info_with_names, SEARCH_TOOLS};
 use crate::agent::settings::Agent;
-use crate::agent::step::fail;
+use crate::agent::step_call::{SearchCall, StepCall};
+use crate::agent::step_state::fail;
+use crate::agent::step_tools::{StepContext, StepSettings, StepTools};
 use crate::agent::store::{CallRecord, CallState};
 
 use super::Run;
@@ -70,7 +70,7 @@ where
         let mut lengths: Vec<(usize, usize)> = stream::iter(runs.into_iter().enumerate())
             .map(|(at, (state, refused, search))| {
                 let tool_call = &calls[at];
-                let call = Call {
+                let call = StepCall {
                     toolbox: self.agent.toolbox.clone(),
                     tx: self.tx.clone(),
                     extensions: self.extensions.clone(),
@@ -175,7 +175,7 @@ where
             .agent
             .output
             .as_ref()
-            .and_then(Output::tool)
+            .and_then(TypedOutput::tool)
             .into_iter()
             .collect();
         let unloaded = self.visible.len() - self.tools.len();
@@ -195,7 +195,7 @@ where
                 }
             });
         }
-        self.current = Step::settle(&self.tools, settings, &self.agent.tool_choice, &extra)?;
+        self.current = StepTools::settle(&self.tools, settings, &self.agent.tool_choice, &extra)?;
         Ok(())
     }
 

@@ -14,7 +14,7 @@ use crate::agent::event::AgentEvent;
 use crate::agent::output::OutputMode;
 use crate::agent::search::LoadedTools;
 
-use super::{Answer, Run, TurnError};
+use super::{ModelAnswer, Run, TurnError};
 
 impl<M> Run<M>
 where
@@ -22,7 +22,7 @@ where
 {
     /// One model turn: asked again, as often as the agent allows, while it
     /// breaks off with a retryable error after its first delta.
-    pub(super) async fn answer(&mut self) -> Result<Answer, ToolError> {
+    pub(super) async fn answer(&mut self) -> Result<ModelAnswer, ToolError> {
         let mut retries = self.agent.turn_retries;
         let mut compacted = false;
         loop {
@@ -52,7 +52,7 @@ where
     /// Asks the model once, streaming its text and tool-call input as
     /// events; returns its text, its complete tool calls and why it
     /// stopped.
-    pub(super) async fn model_turn(&mut self) -> Result<Answer, TurnError> {
+    pub(super) async fn model_turn(&mut self) -> Result<ModelAnswer, TurnError> {
         let messages = self.journal.messages();
         let sent = messages.len();
         let mut request = ChatRequest::new(Vec::new())
@@ -158,7 +158,7 @@ where
                 .with_source(err),
             streamed,
         })?;
-        Ok(Answer {
+        Ok(ModelAnswer {
             text,
             reasoning,
             calls,

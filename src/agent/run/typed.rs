@@ -5,9 +5,9 @@ use crate::model::{Message, ToolCall};
 use crate::{ToolError, ToolResult};
 
 use crate::agent::event::{AgentEvent, StopReason};
-use crate::agent::journal::{run_error, Journal};
-use crate::agent::output::{Output, OutputMode, FINAL_ANSWER_TOOL};
-use crate::agent::step::fail;
+use crate::agent::journal::{run_error, RunJournal};
+use crate::agent::output::{OutputMode, TypedOutput, FINAL_ANSWER_TOOL};
+use crate::agent::step_state::fail;
 
 use super::Run;
 
@@ -22,17 +22,17 @@ where
     /// with it, or a message after the text), up to the retries allowed.
     pub(super) async fn typed_answer(
         &mut self,
-        output: &Output,
+        output: &TypedOutput,
         text: Option<String>,
         calls: Vec<ToolCall>,
-    ) -> Typed {
+    ) -> TypedOutcome {
         let (answer, calls) = match output.mode {
             OutputMode::Tool => match calls.iter().position(|c| c.name == FINAL_ANSWER_TOOL) {
                 Some(at) => (Some(calls[at].arguments.clone()), calls),
                 None if calls.is_empty() => (None, calls),
-                None => return Typed::Calls(calls),
+                None => return TypedOutcome::Calls(calls),
             },
-            _ if !calls.is_empty() => return Typed::Calls(calls),
+            _ if !calls.is_empty() => return TypedOutcome::Calls(calls),
             _ => (text, calls),
         };
         let decoded = match &answer {
@@ -79,7 +79,7 @@ where
             Ok(value) => {
                 let _ = self.tx.send(AgentEvent::Output(value.clone())).await;
                 self.output = Some(value);
-                Typed::Done(StopReason::Finished)
+                TypedOutcome::Done(StopReason::Finished)
             }
             Err(err) if self.output_failures >= output.retries => {
                 let err = ToolError::new(
@@ -91,7 +91,7 @@ where
                     ),
                 );
                 let _ = self.tx.send(AgentEvent::Error(err)).await;
-                Typed::Done(StopReason::OutputInvalid)
+                TypedOutcome::Done(StopReason::OutputInvalid)
             }
             Err(err) => {
                 self.output_failures += 1;
@@ -106,14 +106,14 @@ where
                         fail(&self.failed, run_error(err));
                     }
                 }
-                Typed::Again
+                TypedOutcome::Again
             }
         }
     }
 }
 
 /// What came of an answer, for a run that asks for a typed one.
-pub(super) enum Typed {
+pub(super) enum TypedOutcome {
     /// The run ends.
     Done(StopReason),
     /// The model is asked again.
@@ -123,7 +123,7 @@ pub(super) enum Typed {
 }
 
 /// The text of the last assistant message: the answer just given.
-pub(super) fn text_of_last(journal: &Journal) -> Option<String> {
+pub(super) fn text_of_last(journal: &RunJournal) -> Option<String> {
     match journal.messages().last() {
         Some(Message::Assistant { content, .. }) => content.clone(),
         _ => None,

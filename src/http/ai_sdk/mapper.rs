@@ -1,4 +1,4 @@
-//! Agent events as the protocol's chunks: [`Mapper`], and the values
+//! Agent events as the protocol's chunks: [`ChunkMapper`], and the values
 //! it puts in them (finish reasons, tool outputs and results). A tool's
 //! JSON output goes into its chunk as the text it is — written once, by
 //! the tool's own serializer — not parsed back into a tree and written
@@ -17,7 +17,7 @@ use crate::{Json, ToolOutput, ToolResult};
 use super::approvals::Approvals;
 
 /// What a response sends next: a chunk, or the end (`[DONE]`).
-pub(super) enum Out {
+pub(super) enum Outgoing {
     Chunk(Value),
     /// A chunk written already (one that carries a tool's output): its
     /// JSON text.
@@ -28,7 +28,7 @@ pub(super) enum Out {
 /// Turns agent events into chunks, keeping what the protocol needs: the
 /// open text part, the step, the ids the tool parts got.
 #[derive(Default)]
-pub(super) struct Mapper {
+pub(super) struct ChunkMapper {
     pub(super) step_open: bool,
     /// A tool event came in this step: the next model event begins another.
     pub(super) after_tools: bool,
@@ -56,14 +56,14 @@ pub(super) struct Mapper {
     pub(super) formed: Option<Value>,
 }
 
-impl Mapper {
+impl ChunkMapper {
     pub(super) fn event(
         &mut self,
         event: AgentEvent,
         approvals: &Approvals,
-        out: &mut VecDeque<Out>,
+        out: &mut VecDeque<Outgoing>,
     ) {
-        let mut push = Chunks(out);
+        let mut push = ChunkWriter(out);
         match event {
             AgentEvent::ReasoningDelta(delta) => {
                 self.model_event(&mut push);
@@ -276,7 +276,7 @@ impl Mapper {
                 let usage = done.usage.map(|usage| {
                     json!({"inputTokens": usage.prompt_tokens, "outputTokens": usage.completion_tokens})
                 });
-                out.push_back(Out::Chunk(json!({
+                out.push_back(Outgoing::Chunk(json!({
                     "type": "finish",
                     "finishReason": finish_reason(done.stop),
                     "messageMetadata": {"usage": usage, "steps": done.steps, "stop": done.stop.as_str()},
@@ -293,7 +293,7 @@ impl Mapper {
     }
 
     /// A model event: it opens a step, or a new one after the tool calls.
-    pub(super) fn model_event(&mut self, push: &mut Chunks<'_>) {
+    pub(super) fn model_event(&mut self, push: &mut ChunkWriter<'_>) {
         if self.step_open && !self.after_tools {
             return;
         }
@@ -307,13 +307,13 @@ impl Mapper {
         self.writing.clear();
     }
 
-    pub(super) fn tool_event(&mut self, push: &mut Chunks<'_>) {
+    pub(super) fn tool_event(&mut self, push: &mut ChunkWriter<'_>) {
         self.close_text(push);
         self.after_tools = true;
     }
 
     /// Ends the open text or reasoning part.
-    pub(super) fn close_text(&mut self, push: &mut Chunks<'_>) {
+    pub(super) fn close_text(&mut self, push: &mut ChunkWriter<'_>) {
         if let Some(id) = self.reasoning.take() {
             push.value(json!({"type": "reasoning-end", "id": id}));
         }
@@ -322,8 +322,8 @@ impl Mapper {
         }
     }
 
-    pub(super) fn finish_step(&mut self, out: &mut VecDeque<Out>) {
-        let mut push = Chunks(out);
+    pub(super) fn finish_step(&mut self, out: &mut VecDeque<Outgoing>) {
+        let mut push = ChunkWriter(out);
         self.close_text(&mut push);
         if std::mem::take(&mut self.step_open) {
             push.value(json!({"type": "finish-step"}));
@@ -374,18 +374,18 @@ pub(super) fn finish_reason(stop: StopReason) -> &'static str {
 /// The chunks an event maps to, in order: values, or chunks written at
 /// once — those that come for every fragment a model streams, and those
 /// that carry a tool's output as it was written.
-pub(super) struct Chunks<'a>(&'a mut VecDeque<Out>);
+pub(super) struct ChunkWriter<'a>(&'a mut VecDeque<Outgoing>);
 
-impl Chunks<'_> {
+impl ChunkWriter<'_> {
     fn value(&mut self, chunk: Value) {
-        self.0.push_back(Out::Chunk(chunk));
+        self.0.push_back(Outgoing::Chunk(chunk));
     }
 
     fn written(&mut self, chunk: &impl Serialize) {
         self.0.push_back(match serde_json::to_string(chunk) {
-            Ok(text) => Out::Written(text),
+            Ok(text) => Outgoing::Written(text),
             // Strings, and a `Json`'s valid text: this is only defence.
-            Err(err) => Out::Chunk(json!({
+            Err(err) => Outgoing::Chunk(json!({
                 "type": "error", "errorText": format!("a chunk could not be written: {err}"),
             })),
         });
@@ -424,7 +424,7 @@ struct OutputAvailable<'a> {
     kind: &'static str,
     #[serde(rename = "toolCallId")]
     tool_call_id: &'a str,
-    output: Output<'a>,
+    output: ChunkOutput<'a>,
     /// Whether a later one replaces it (a streamed item's), said only then.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     preliminary: bool,
@@ -432,7 +432,7 @@ struct OutputAvailable<'a> {
 
 impl<'a> OutputAvailable<'a> {
     /// The chunk of call part `id`'s `output`.
-    fn new(id: &'a str, output: Output<'a>, preliminary: bool) -> Self {
+    fn new(id: &'a str, output: ChunkOutput<'a>, preliminary: bool) -> Self {
         OutputAvailable {
             kind: "tool-output-available",
             tool_call_id: id,
@@ -446,51 +446,51 @@ impl<'a> OutputAvailable<'a> {
 /// the JSON they are — embedded as written, not parsed back — or a value.
 #[derive(Serialize)]
 #[serde(untagged)]
-enum Output<'a> {
+enum ChunkOutput<'a> {
     Text(Cow<'a, str>),
     Json(&'a Json),
-    List(Vec<Output<'a>>),
+    List(Vec<ChunkOutput<'a>>),
     Value(Value),
 }
 
-impl<'a> Output<'a> {
+impl<'a> ChunkOutput<'a> {
     /// A JSON item as a chunk carries it: as written, when that is what
     /// parsing it and writing it again would give — compact, and no deeper
     /// than a parser reads back (serde_json's 127 levels); else its
     /// value, as [`Json::value`] has it (its text, past that depth).
     fn json(json: &'a Json) -> Self {
         match is_written_as_read(json.as_str()) {
-            true => Output::Json(json),
-            false => Output::Value(json.value()),
+            true => ChunkOutput::Json(json),
+            false => ChunkOutput::Value(json.value()),
         }
     }
 }
 
 /// One streamed item as a preliminary output: text as a string, JSON as
 /// its value, anything else as its JSON.
-fn item_output(output: &ToolOutput) -> Output<'_> {
+fn item_output(output: &ToolOutput) -> ChunkOutput<'_> {
     if let Some(text) = output.as_text() {
-        return Output::Text(Cow::Borrowed(text));
+        return ChunkOutput::Text(Cow::Borrowed(text));
     }
     if let Some(json) = output.as_json() {
-        return Output::json(json);
+        return ChunkOutput::json(json);
     }
-    Output::Value(serde_json::to_value(output).unwrap_or(Value::Null))
+    ChunkOutput::Value(serde_json::to_value(output).unwrap_or(Value::Null))
 }
 
 /// A result as the final output: its structured content, else its text.
-fn result_output(result: &ToolResult) -> Output<'_> {
+fn result_output(result: &ToolResult) -> ChunkOutput<'_> {
     // What the model reads: its JSON items (not output for programs only,
     // which a client-kept history would turn into what the model reads).
     let mut json = result.content.iter().filter_map(|item| match item {
-        crate::ToolOutput::Json { value } => Some(Output::json(value)),
+        crate::ToolOutput::Json { value } => Some(ChunkOutput::json(value)),
         _ => None,
     });
     match (json.next(), json.next()) {
-        (None, _) => Output::Text(Cow::Owned(result.text())),
+        (None, _) => ChunkOutput::Text(Cow::Owned(result.text())),
         (Some(one), None) => one,
         (Some(first), Some(second)) => {
-            Output::List([first, second].into_iter().chain(json).collect())
+            ChunkOutput::List([first, second].into_iter().chain(json).collect())
         }
     }
 }
@@ -542,9 +542,9 @@ mod result_value_tests {
 
     fn written(chunk: OutputAvailable<'_>) -> String {
         let mut out = VecDeque::new();
-        Chunks(&mut out).written(&chunk);
+        ChunkWriter(&mut out).written(&chunk);
         match out.pop_front() {
-            Some(Out::Written(text)) => text,
+            Some(Outgoing::Written(text)) => text,
             _ => panic!("a chunk written"),
         }
     }
@@ -578,7 +578,7 @@ mod result_value_tests {
     #[test]
     fn a_json_output_goes_into_its_chunk_as_written() {
         let json = Json::from(json!({"sum": 5, "parts": [2, 3]}));
-        let chunk = OutputAvailable::new("c1", Output::json(&json), true);
+        let chunk = OutputAvailable::new("c1", ChunkOutput::json(&json), true);
         assert_eq!(
             written(chunk),
             r#"{"type":"tool-output-available","toolCallId":"c1","output":{"sum":5,"parts":[2,3]},"preliminary":true}"#
@@ -592,7 +592,7 @@ mod result_value_tests {
         // What parsing would change is parsed: a line break outside a
         // string, a depth serde_json does not read back (its text).
         let spaced = Json::from_json_text("{\"a\": [1,\n 2]}".to_owned());
-        let chunk = OutputAvailable::new("c1", Output::json(&spaced), false);
+        let chunk = OutputAvailable::new("c1", ChunkOutput::json(&spaced), false);
         assert_eq!(
             written(chunk),
             r#"{"type":"tool-output-available","toolCallId":"c1","output":{"a":[1,2]}}"#
@@ -600,7 +600,7 @@ mod result_value_tests {
         let deep = format!("{}{}", "[".repeat(128), "]".repeat(128));
         let deep = Json::from_json_text(deep);
         assert_eq!(
-            serde_json::to_value(Output::json(&deep)).unwrap(),
+            serde_json::to_value(ChunkOutput::json(&deep)).unwrap(),
             Value::String(deep.as_str().to_owned())
         );
         let deepest_read = format!("{}{}", "[".repeat(127), "]".repeat(127));

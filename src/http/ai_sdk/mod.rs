@@ -147,12 +147,12 @@ use crate::approval::CallerApprover;
 
 mod approvals;
 mod capacity;
-mod chunks;
 mod ids;
 pub mod log;
 mod mapper;
 mod refusal;
 mod request;
+mod response;
 mod resume;
 mod serve;
 mod verify;

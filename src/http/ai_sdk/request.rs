@@ -31,7 +31,7 @@ pub(super) struct UiMessage {
 
 /// A person's answer to one approval request, with what its part shows
 /// of the call and the request's signature.
-pub(super) struct Answer {
+pub(super) struct ApprovalAnswer {
     pub(super) approval_id: String,
     pub(super) approved: bool,
     pub(super) reason: Option<String>,
@@ -97,7 +97,7 @@ impl ChatBody {
     }
 
     /// The approval answers in the last message, if it is the assistant's.
-    pub(super) fn approval_answers(&self) -> Vec<Answer> {
+    pub(super) fn approval_answers(&self) -> Vec<ApprovalAnswer> {
         let Some(last) = self.messages.last().filter(|m| m.role == "assistant") else {
             return Vec::new();
         };
@@ -106,7 +106,7 @@ impl ChatBody {
             .filter(|part| part["state"] == "approval-responded")
             .filter_map(|part| {
                 let approval = &part["approval"];
-                Some(Answer {
+                Some(ApprovalAnswer {
                     approval_id: approval["id"].as_str()?.to_owned(),
                     approved: approval["approved"].as_bool()?,
                     reason: approval["reason"].as_str().map(str::to_owned),

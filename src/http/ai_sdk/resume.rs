@@ -13,9 +13,9 @@ use futures_util::stream;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::chunks::{Open, DONE};
 use super::ids::new_token;
 use super::log::ChunkLog;
+use super::response::{OpenResponse, DONE};
 
 /// How many chunks may wait for the log before it is given up on.
 const LOG_QUEUE: usize = 4_096;
@@ -27,7 +27,7 @@ const READ_WAIT: Duration = Duration::from_secs(10);
 /// does not stop it — logging its chunks under a new stream of
 /// `chat_id`; the client's stream of it.
 pub(super) async fn produce(
-    mut open: Open,
+    mut open: OpenResponse,
     log: Arc<dyn ChunkLog>,
     chat_id: String,
 ) -> impl Stream<Item = Result<Event, Infallible>> + Send {

@@ -19,11 +19,11 @@ use crate::approval::Decision;
 use crate::model::ModelService;
 
 use super::approvals::{split_approval_id, Approvals};
-use super::chunks::{Live, Open};
 use super::ids::new_id;
-use super::mapper::Out;
+use super::mapper::Outgoing;
 use super::refusal::{bad_request, refused, resume_refused, session_refused};
-use super::request::{Answer, ChatBody};
+use super::request::{ApprovalAnswer, ChatBody};
+use super::response::{LiveRun, OpenResponse};
 use super::resume;
 use super::{ChatEndpoint, MAX_CHAT_ID_BYTES, THE_USER};
 
@@ -88,14 +88,14 @@ where
                 extensions.insert(approvals.caller());
                 let events = self.agent.run_with(history, extensions);
                 let _ = approvals.run_id.set(events.run_id().to_owned());
-                (Live::new(events, approvals), new_id("msg"))
+                (LiveRun::new(events, approvals), new_id("msg"))
             }
         };
         let mut live = live;
         live.map.typed = self.agent.output_schema().is_some();
-        let open = Open {
+        let open = OpenResponse {
             live: Some(live),
-            out: VecDeque::from([Out::Chunk(
+            out: VecDeque::from([Outgoing::Chunk(
                 json!({"type": "start", "messageId": message_id}),
             )]),
             stalled: None,
@@ -130,7 +130,7 @@ where
         &self,
         request: &ChatBody,
         extensions: axum::http::Extensions,
-    ) -> Result<Live, Response> {
+    ) -> Result<LiveRun, Response> {
         let Some(chat_id) = request
             .id
             .as_deref()
@@ -163,7 +163,7 @@ where
             .await
             .map_err(|err| session_refused(&err))?;
         let _ = approvals.run_id.set(events.run_id().to_owned());
-        Ok(Live::new(events, approvals))
+        Ok(LiveRun::new(events, approvals))
     }
 
     /// An SSE response of the protocol, with its keep-alive comments.
@@ -196,10 +196,10 @@ where
     /// the conversation then starts a new run.
     pub(super) async fn resume(
         &self,
-        answers: &[Answer],
+        answers: &[ApprovalAnswer],
         chat: Option<&str>,
         extensions: axum::http::Extensions,
-    ) -> Result<Option<Live>, Response> {
+    ) -> Result<Option<LiveRun>, Response> {
         let Some(run_id) = answers
             .iter()
             .find_map(|answer| split_approval_id(&answer.approval_id, chat))
@@ -221,8 +221,8 @@ where
                 continue;
             };
             let decision = match answer {
-                Answer { approved: true, .. } => Decision::Allow,
-                Answer {
+                ApprovalAnswer { approved: true, .. } => Decision::Allow,
+                ApprovalAnswer {
                     reason: Some(reason),
                     ..
                 } if !reason.trim().is_empty() => Decision::deny(reason.clone()),
@@ -239,7 +239,7 @@ where
             .resume(&run_id, resume.extensions(extensions))
             .await
         {
-            Ok(events) => Ok(Some(Live::new(events, approvals))),
+            Ok(events) => Ok(Some(LiveRun::new(events, approvals))),
             Err(ResumeError::NotFound { .. }) => Ok(None),
             Err(ResumeError::Expired { .. }) => {
                 // It waited too long: forget it (its calls never ran).

@@ -10,7 +10,7 @@ use crate::approval::{input_digest, ApprovalKeys, SignatureError};
 
 use super::approvals::split_approval_id;
 use super::refusal::resume_refused;
-use super::request::Answer;
+use super::request::ApprovalAnswer;
 use super::ChatEndpoint;
 
 impl<M> ChatEndpoint<M> {
@@ -23,7 +23,7 @@ impl<M> ChatEndpoint<M> {
         keys: &ApprovalKeys,
         run_id: &str,
         chat: Option<&str>,
-        answers: &[Answer],
+        answers: &[ApprovalAnswer],
     ) -> Result<(), Response> {
         let stored = self
             .store

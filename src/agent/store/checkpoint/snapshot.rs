@@ -12,20 +12,23 @@ use super::Checkpoint;
 /// journal) in, and the newest it reads.
 pub const CHECKPOINT_FORMAT: u64 = 1;
 
+/// A snapshot as written: the format, then the state's fields.
 #[derive(Serialize)]
-struct Write<'a> {
+struct SnapshotOut<'a> {
     format: u64,
     #[serde(flatten)]
     checkpoint: &'a Checkpoint,
 }
 
+/// A stored snapshot's format alone, read before the rest.
 #[derive(Deserialize)]
-struct Format {
+struct FormatOnly {
     format: Option<u64>,
 }
 
+/// A snapshot as read: the state beside its format.
 #[derive(Deserialize)]
-struct Read {
+struct SnapshotIn {
     #[allow(dead_code)]
     format: u64,
     #[serde(flatten)]
@@ -37,7 +40,7 @@ impl Checkpoint {
     /// snapshot has no bound of its own: it is what the run's records,
     /// each bounded, fold into.
     pub fn to_bytes(&self) -> Result<Vec<u8>, StoreError> {
-        serde_json::to_vec(&Write {
+        serde_json::to_vec(&SnapshotOut {
             format: CHECKPOINT_FORMAT,
             checkpoint: self,
         })
@@ -57,7 +60,7 @@ impl Checkpoint {
             record: None,
             why,
         };
-        let Format { format } = serde_json::from_slice(bytes)
+        let FormatOnly { format } = serde_json::from_slice(bytes)
             .map_err(|err| corrupt(format!("it is not a checkpoint: {err}")))?;
         let format = format.ok_or_else(|| corrupt("it has no format version".to_owned()))?;
         if format > CHECKPOINT_FORMAT {
@@ -70,7 +73,7 @@ impl Checkpoint {
         if format == 0 {
             return Err(corrupt("its format version is 0".to_owned()));
         }
-        let Read { checkpoint, .. } =
+        let SnapshotIn { checkpoint, .. } =
             serde_json::from_slice(bytes).map_err(|err| corrupt(err.to_string()))?;
         if checkpoint.run_id != run_id {
             return Err(corrupt(format!(

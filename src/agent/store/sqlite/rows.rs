@@ -81,7 +81,7 @@ pub(super) fn bytes_at(row: &Row<'_>, at: usize) -> rusqlite::Result<Option<Vec<
 }
 
 /// A run's row as an append finds it.
-pub(super) struct Found {
+pub(super) struct RunRow {
     version: Version,
     pub(super) waiting: bool,
     /// Whether it still holds the checkpoint it was stored as before the
@@ -94,7 +94,7 @@ pub(super) fn find(
     tx: &Transaction<'_>,
     run_id: &str,
     now: i64,
-) -> rusqlite::Result<Option<Found>> {
+) -> rusqlite::Result<Option<RunRow>> {
     let row = tx
         .prepare_cached(FIND_RUN)?
         .query_row(params![run_id], |row| {
@@ -108,7 +108,7 @@ pub(super) fn find(
         .optional()?;
     Ok(row.and_then(|(version, status, expires, checkpoint)| {
         let expired = expires.is_some_and(|expires| expires <= now);
-        (!expired).then(|| Found {
+        (!expired).then(|| RunRow {
             version: version_of(version),
             waiting: status == RunStatus::Waiting.as_str(),
             checkpoint: checkpoint.unwrap_or(0) > 0,
@@ -133,7 +133,7 @@ pub(super) fn count_waiting(tx: &Transaction<'_>, delta: i64) -> rusqlite::Resul
 }
 
 /// What an append writes, owned: it is written off the async threads.
-pub(super) struct Write {
+pub(super) struct OwnedAppend {
     pub(super) run_id: String,
     pub(super) expected: Version,
     pub(super) version: Version,
@@ -144,7 +144,7 @@ pub(super) struct Write {
     pub(super) snapshot: Option<Vec<u8>>,
 }
 
-impl Write {
+impl OwnedAppend {
     /// The new version, or the version found when it is not the expected
     /// one.
     pub(super) fn commit(

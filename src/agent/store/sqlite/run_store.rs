@@ -9,8 +9,8 @@ use crate::agent::store::{Append, Journal, RunStore, StoreError, Stored, Version
 
 use super::connection::unavailable;
 use super::rows::{
-    bytes_at, count_waiting, expire_batch, find, int, remove, version_of, Write, EXPIRE_BATCH,
-    LOAD_RECORDS, LOAD_RUN, WAITING, WAITING_COUNT,
+    bytes_at, count_waiting, expire_batch, find, int, remove, version_of, OwnedAppend,
+    EXPIRE_BATCH, LOAD_RECORDS, LOAD_RUN, WAITING, WAITING_COUNT,
 };
 use super::SqliteStore;
 
@@ -62,7 +62,7 @@ impl RunStore for SqliteStore {
     }
 
     fn append<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<Version, StoreError>> {
-        let write = Write {
+        let write = OwnedAppend {
             run_id: append.run_id.to_owned(),
             expected: append.expected,
             version: append.version(),

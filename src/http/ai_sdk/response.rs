@@ -1,4 +1,6 @@
-//! The response: a run's agent events mapped to UI message stream chunks.
+//! The response: a run's agent events mapped to UI message stream chunks
+//! ([`OpenResponse`], driving a [`LiveRun`]), and a run that can only wait
+//! for a person suspended in the store.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -16,21 +18,21 @@ use crate::agent::{AgentEvent, AgentStream};
 
 use super::approvals::Approvals;
 use super::capacity::room;
-use super::mapper::{Mapper, Out};
+use super::mapper::{ChunkMapper, Outgoing};
 
 /// A run in progress, between responses when it waits: its events, what
 /// the mapping has said, its approvals.
-pub(super) struct Live {
+pub(super) struct LiveRun {
     pub(super) events: AgentStream,
-    pub(super) map: Mapper,
+    pub(super) map: ChunkMapper,
     pub(super) approvals: Arc<Approvals>,
 }
 
-impl Live {
+impl LiveRun {
     pub(super) fn new(events: AgentStream, approvals: Arc<Approvals>) -> Self {
-        Live {
+        LiveRun {
             events,
-            map: Mapper::default(),
+            map: ChunkMapper::default(),
             approvals,
         }
     }
@@ -40,9 +42,9 @@ impl Live {
 pub(super) const DONE: &str = "[DONE]";
 
 /// One response's stream.
-pub(super) struct Open {
-    pub(super) live: Option<Live>,
-    pub(super) out: VecDeque<Out>,
+pub(super) struct OpenResponse {
+    pub(super) live: Option<LiveRun>,
+    pub(super) out: VecDeque<Outgoing>,
     /// The calls of an [`AgentEvent::AwaitingApproval`] not followed by
     /// another event: once the caller's approver is asked about all of
     /// them, the run is kept and the response ends.
@@ -55,12 +57,14 @@ pub(super) struct Open {
     pub(super) room: Option<Result<(), String>>,
 }
 
-pub(super) enum Step {
+/// What an open response wakes to: the run's next event (none when it
+/// ended), or every call the run waits on put to the person.
+pub(super) enum NextEvent {
     Event(Option<AgentEvent>),
     AllAsked,
 }
 
-impl Open {
+impl OpenResponse {
     pub(super) fn into_stream(self) -> impl Stream<Item = Result<Event, Infallible>> + Send {
         stream::unfold(self, |mut open| async move {
             let payload = open.next_payload().await?;
@@ -71,13 +75,13 @@ impl Open {
     /// The next event's data: a chunk's JSON, or `[DONE]` last.
     pub(super) async fn next_payload(&mut self) -> Option<String> {
         Some(match self.next().await? {
-            Out::Chunk(chunk) => chunk.to_string(),
-            Out::Written(chunk) => chunk,
-            Out::Done => DONE.to_owned(),
+            Outgoing::Chunk(chunk) => chunk.to_string(),
+            Outgoing::Written(chunk) => chunk,
+            Outgoing::Done => DONE.to_owned(),
         })
     }
 
-    pub(super) async fn next(&mut self) -> Option<Out> {
+    pub(super) async fn next(&mut self) -> Option<Outgoing> {
         loop {
             if let Some(out) = self.out.pop_front() {
                 return Some(out);
@@ -87,18 +91,18 @@ impl Open {
             let step = std::future::poll_fn(|cx: &mut Context<'_>| {
                 if let Some(calls) = stalled {
                     if live.approvals.all_asked(calls, cx.waker()) {
-                        return Poll::Ready(Step::AllAsked);
+                        return Poll::Ready(NextEvent::AllAsked);
                     }
                 }
-                live.events.poll_next_unpin(cx).map(Step::Event)
+                live.events.poll_next_unpin(cx).map(NextEvent::Event)
             })
             .await;
             match step {
-                Step::AllAsked => self.park().await,
-                Step::Event(Some(AgentEvent::AwaitingApproval { call_ids })) => {
+                NextEvent::AllAsked => self.park().await,
+                NextEvent::Event(Some(AgentEvent::AwaitingApproval { call_ids })) => {
                     self.stalled = Some(call_ids);
                 }
-                Step::Event(Some(AgentEvent::ApprovalRequested {
+                NextEvent::Event(Some(AgentEvent::ApprovalRequested {
                     call_id,
                     name,
                     arguments,
@@ -136,24 +140,24 @@ impl Open {
                     let approvals = Arc::clone(&live.approvals);
                     live.map.event(event, &approvals, &mut self.out);
                 }
-                Step::Event(Some(event)) => {
+                NextEvent::Event(Some(event)) => {
                     self.stalled = None;
                     let done = matches!(event, AgentEvent::Done(_));
                     let approvals = Arc::clone(&live.approvals);
                     live.map.event(event, &approvals, &mut self.out);
                     if done {
                         self.live = None;
-                        self.out.push_back(Out::Done);
+                        self.out.push_back(Outgoing::Done);
                     }
                 }
                 // The agent's stream always ends with `Done`; this is only
                 // defence.
-                Step::Event(None) => {
+                NextEvent::Event(None) => {
                     live.map.finish_step(&mut self.out);
-                    self.out.push_back(Out::Chunk(
+                    self.out.push_back(Outgoing::Chunk(
                         json!({"type": "finish", "finishReason": "other"}),
                     ));
-                    self.out.push_back(Out::Done);
+                    self.out.push_back(Outgoing::Done);
                     self.live = None;
                 }
             }
@@ -206,18 +210,18 @@ impl Open {
         };
         live.map.finish_step(&mut self.out);
         match live.events.suspend().await {
-            Ok(()) => self.out.push_back(Out::Chunk(
+            Ok(()) => self.out.push_back(Outgoing::Chunk(
                 json!({"type": "finish", "finishReason": "tool-calls"}),
             )),
             Err(err) => {
                 let text = format!("the conversation could not be kept for the approval: {err}");
                 self.out
-                    .push_back(Out::Chunk(json!({"type": "error", "errorText": text})));
-                self.out.push_back(Out::Chunk(
+                    .push_back(Outgoing::Chunk(json!({"type": "error", "errorText": text})));
+                self.out.push_back(Outgoing::Chunk(
                     json!({"type": "finish", "finishReason": "error"}),
                 ));
             }
         }
-        self.out.push_back(Out::Done);
+        self.out.push_back(Outgoing::Done);
     }
 }

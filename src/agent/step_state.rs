@@ -1,7 +1,7 @@
 //! The tool step in flight: which of its calls run and which wait for a
 //! decision ([`StepState`]), the run's sink for the approval layer's
 //! events (each request and decision recorded in the run's journal), and
-//! the first record a step's calls failed to save ([`Failed`]).
+//! the first record a step's calls failed to save ([`FirstFailure`]).
 
 use std::sync::Arc;
 
@@ -12,14 +12,14 @@ use crate::guardrail::{Action, GuardrailEvents};
 use crate::ToolError;
 
 use super::event::AgentEvent;
-use super::journal::{run_error, Journal};
+use super::journal::{run_error, RunJournal};
 use super::store::CallState;
 
 /// The first failed checkpoint of a run, shared with its calls.
-pub(super) type Failed = Arc<std::sync::Mutex<Option<ToolError>>>;
+pub(super) type FirstFailure = Arc<std::sync::Mutex<Option<ToolError>>>;
 
 /// Keeps `err` as the step's first failed checkpoint.
-pub(super) fn fail(failed: &Failed, err: ToolError) {
+pub(super) fn fail(failed: &FirstFailure, err: ToolError) {
     failed
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -97,8 +97,8 @@ pub(super) fn guardrail_events(
 pub(super) fn approval_events(
     events: mpsc::Sender<AgentEvent>,
     step: Arc<std::sync::Mutex<StepState>>,
-    journal: Arc<Journal>,
-    failed: Failed,
+    journal: Arc<RunJournal>,
+    failed: FirstFailure,
 ) -> ApprovalEvents {
     let events = events.downgrade();
     ApprovalEvents::fallible(move |event| {

@@ -17,18 +17,18 @@ use crate::toolbox::ToolSearch;
 use crate::{ErrorKind, ToolError, ToolRequest, ToolResult, Toolbox};
 
 use super::event::AgentEvent;
-use super::journal::{run_error, Journal};
+use super::journal::{run_error, RunJournal};
 use super::resume::Resumed;
 use super::search::Searched;
-use super::step::{fail, Failed, StepState};
+use super::step_state::{fail, FirstFailure, StepState};
 use super::store::CallState;
 
 /// A call of the step in flight: counted down when it ends or is dropped.
-pub(super) struct Running<'a> {
+pub(super) struct RunningGuard<'a> {
     pub(super) step: &'a std::sync::Mutex<StepState>,
 }
 
-impl Drop for Running<'_> {
+impl Drop for RunningGuard<'_> {
     fn drop(&mut self) {
         let mut step = self.step.lock().unwrap_or_else(|p| p.into_inner());
         step.running = step.running.saturating_sub(1);
@@ -36,13 +36,13 @@ impl Drop for Running<'_> {
 }
 
 /// One call of a step, with what it needs from its run.
-pub(super) struct Call {
+pub(super) struct StepCall {
     pub(super) toolbox: Toolbox,
     pub(super) tx: mpsc::Sender<AgentEvent>,
     pub(super) extensions: Extensions,
     pub(super) step: Arc<std::sync::Mutex<StepState>>,
-    pub(super) journal: Arc<Journal>,
-    pub(super) failed: Failed,
+    pub(super) journal: Arc<RunJournal>,
+    pub(super) failed: FirstFailure,
     pub(super) idempotent: bool,
     pub(super) resumed: Option<Arc<Resumed>>,
     /// Why the call may not run in this step (a tool outside its active
@@ -60,7 +60,7 @@ pub(super) struct SearchCall {
     pub(super) limit: usize,
 }
 
-impl Call {
+impl StepCall {
     /// Runs the call from its state; returns the length of its result's
     /// text, as the model reads it (a stored result's as it was).
     pub(super) async fn run(mut self, call: &ToolCall, state: CallState) -> usize {
@@ -68,7 +68,7 @@ impl Call {
             let mut step = self.step.lock().unwrap_or_else(|p| p.into_inner());
             step.queued = step.queued.saturating_sub(1);
             step.running += 1;
-            Running { step: &self.step }
+            RunningGuard { step: &self.step }
         };
         let mut extensions = self.extensions.clone();
         let mut binding = None;

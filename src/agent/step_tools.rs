@@ -72,7 +72,7 @@ impl std::fmt::Debug for PrepareStep {
 }
 
 /// One step's tools and choice, checked against what the caller may see.
-pub(super) struct Step {
+pub(super) struct StepTools {
     /// The tools the model is shown.
     pub(super) tools: Arc<[ToolInfo]>,
     pub(super) choice: ToolChoice,
@@ -80,7 +80,7 @@ pub(super) struct Step {
     pub(super) active: Option<HashSet<String>>,
 }
 
-impl Step {
+impl StepTools {
     /// The step's settings over the `visible` tools: an active tool or a
     /// chosen tool the caller cannot see, or a choice that needs a tool
     /// when none is offered, is refused before the call.
@@ -89,7 +89,7 @@ impl Step {
         settings: StepSettings,
         default: &ToolChoice,
         extra: &[ToolInfo],
-    ) -> Result<Step, ToolError> {
+    ) -> Result<StepTools, ToolError> {
         let choice = settings.tool_choice.unwrap_or_else(|| default.clone());
         let (tools, active): (Arc<[ToolInfo]>, _) = match settings.active_tools {
             None => (Arc::clone(visible), None),
@@ -142,7 +142,7 @@ impl Step {
             }
             _ => {}
         }
-        Ok(Step {
+        Ok(StepTools {
             tools,
             choice,
             active,
