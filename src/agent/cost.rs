@@ -15,15 +15,17 @@ const BYTES_PER_TOKEN: u64 = 4;
 pub(super) struct ToolCosts {
     done: Vec<ToolCost>,
     /// The last step's results, waiting for the model call that reads them.
-    pending: Option<Pending>,
+    pending: Option<UnreadResults>,
     /// The usage the current model turn reported, if any.
     turn: Option<Usage>,
     /// The model that answered the current turn, as it named itself.
     model: Option<String>,
 }
 
+/// A step's results, not read by a model call yet: each call and the
+/// usage of the turn that asked for them.
 #[derive(Debug)]
-struct Pending {
+struct UnreadResults {
     /// Each call's id, tool and result length.
     calls: Vec<(String, String, usize)>,
     /// The usage of the model turn that asked for the calls.
@@ -52,7 +54,7 @@ impl ToolCosts {
     /// agent's request, unless the answer named another) when `prices`
     /// are given.
     pub(super) fn answered(&mut self, prices: Option<&Prices>, model: Option<&str>) {
-        let Some(Pending { calls, asked }) = self.pending.take() else {
+        let Some(UnreadResults { calls, asked }) = self.pending.take() else {
             return;
         };
         let model = self.model.as_deref().or(model);
@@ -119,7 +121,7 @@ impl ToolCosts {
             .zip(lengths)
             .map(|(call, length)| (call.id.clone(), call.name.clone(), length))
             .collect();
-        self.pending = Some(Pending {
+        self.pending = Some(UnreadResults {
             calls,
             asked: self.turn,
         });

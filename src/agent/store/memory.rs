@@ -31,7 +31,7 @@ pub struct MemoryStore {
 
 #[derive(Debug, Default)]
 struct Runs {
-    runs: HashMap<String, Entry>,
+    runs: HashMap<String, RunEntry>,
     /// The waiting runs, by when they were written: counted and expired
     /// without looking at the others.
     waiting: BTreeSet<(u64, String)>,
@@ -42,7 +42,7 @@ struct Runs {
 
 /// A stored run.
 #[derive(Debug)]
-struct Entry {
+struct RunEntry {
     version: Version,
     head: Arc<[u8]>,
     status: RunStatus,
@@ -53,13 +53,13 @@ struct Entry {
 }
 
 impl Runs {
-    fn remove(&mut self, run_id: &str) -> Option<Entry> {
+    fn remove(&mut self, run_id: &str) -> Option<RunEntry> {
         let entry = self.runs.remove(run_id)?;
         self.unindex(run_id, &entry);
         Some(entry)
     }
 
-    fn unindex(&mut self, run_id: &str, entry: &Entry) {
+    fn unindex(&mut self, run_id: &str, entry: &RunEntry) {
         if entry.status == RunStatus::Waiting {
             self.waiting.remove(&(entry.saved_at_ms, run_id.to_owned()));
         }
@@ -68,7 +68,7 @@ impl Runs {
         }
     }
 
-    fn index(&mut self, run_id: &str, entry: &Entry) {
+    fn index(&mut self, run_id: &str, entry: &RunEntry) {
         if entry.status == RunStatus::Waiting {
             self.waiting.insert((entry.saved_at_ms, run_id.to_owned()));
         }
@@ -146,7 +146,7 @@ impl MemoryStore {
             .map_or(Version(1), |entry| entry.version);
         runs.runs.insert(
             run_id.to_owned(),
-            Entry {
+            RunEntry {
                 version,
                 head: Arc::from(&b""[..]),
                 status: RunStatus::Running,
@@ -279,7 +279,7 @@ impl RunStore for MemoryStore {
             }
             _ => None,
         };
-        let entry = Entry {
+        let entry = RunEntry {
             version,
             head: Arc::from(append.head_bytes),
             status,
