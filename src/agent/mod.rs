@@ -37,14 +37,16 @@
 //! ```
 
 // The modules bottom to top, each importing only those before it in this
-// list (the declarations below are in alphabetical order): the store, the
-// compaction strategies, the typed output (`output`), each step's tools
-// and choice (`step_tools`), and the events; what a resume takes; the
-// sessions running in this process (`running_sessions`); the journal, the
-// one writer of a run's state; the step in flight and its sinks
-// (`step_state`); one call of a step (`step_call`); the agent's settings;
-// the event stream; a run; the agent as a service; sessions (runs
-// continuing a stored conversation); the agent as a tool last.
+// list (the declarations below are in alphabetical order): the events
+// (the store's state names a `StopReason`), the store, how a run's life
+// ends outside its loop (`lifecycle`), the compaction strategies, the
+// typed output (`output`), each step's tools and choice (`step_tools`),
+// the search tool, the costs; what a resume takes; the sessions running in
+// this process (`running_sessions`); the journal, the one writer of a
+// run's state; the step in flight and its sinks (`step_state`); one call
+// of a step (`step_call`); the agent's settings; the event stream; a run;
+// the agent as a service; sessions (runs continuing a stored
+// conversation); the agent as a tool last.
 mod as_tool;
 pub mod compaction;
 mod cost;
