@@ -4,14 +4,13 @@
 //! 128 random bits are what entitle a request to resume the run.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::Waker;
 
 use tokio::sync::oneshot;
 
 use crate::approval::{ApprovalKeys, ApprovalRequest, CallerApprover, Decision};
 
-use super::ids::lock;
 use super::THE_USER;
 
 /// One response's approval requests: which calls the person was asked
@@ -20,21 +19,23 @@ use super::THE_USER;
 pub(super) struct Approvals {
     /// The run's id, once its stream exists.
     pub(super) run_id: OnceLock<String>,
-    pub(super) inner: Mutex<ApprovalsInner>,
+    calls: Mutex<AskedCalls>,
     /// The keys that sign each request, if the endpoint signs.
     keys: Option<Arc<ApprovalKeys>>,
 }
 
+/// The calls of one response put to the person, those refused before
+/// they could be, and the response waiting for them all to be asked.
 #[derive(Default)]
-pub(super) struct ApprovalsInner {
+struct AskedCalls {
     /// The calls asked about in this response, and where a decision made
     /// here (a denial, when the endpoint cannot keep the run) goes.
-    pub(super) asked: HashMap<String, Option<oneshot::Sender<Decision>>>,
+    asked: HashMap<String, Option<oneshot::Sender<Decision>>>,
     /// The response waiting for the caller's approver to be asked.
-    pub(super) waker: Option<Waker>,
+    waker: Option<Waker>,
     /// Calls denied here before the caller's approver was asked about
     /// them, with why.
-    pub(super) refused: HashMap<String, String>,
+    refused: HashMap<String, String>,
 }
 
 impl Approvals {
@@ -44,6 +45,13 @@ impl Approvals {
             keys,
             ..Approvals::default()
         }
+    }
+
+    /// The asked calls, locked (a poisoned lock taken as it is).
+    fn calls(&self) -> MutexGuard<'_, AskedCalls> {
+        self.calls
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The signature of the request for `call_id` (shown as `part_id`) of
@@ -87,16 +95,16 @@ impl Approvals {
     /// made here arrives.
     fn ask(&self, call_id: &str) -> oneshot::Receiver<Decision> {
         let (answer, wait) = oneshot::channel();
-        let mut inner = lock(&self.inner);
-        let answer = match inner.refused.remove(call_id) {
+        let mut calls = self.calls();
+        let answer = match calls.refused.remove(call_id) {
             Some(why) => {
                 let _ = answer.send(Decision::deny(why));
                 None
             }
             None => Some(answer),
         };
-        inner.asked.insert(call_id.to_owned(), answer);
-        if let Some(waker) = inner.waker.take() {
+        calls.asked.insert(call_id.to_owned(), answer);
+        if let Some(waker) = calls.waker.take() {
             waker.wake();
         }
         wait
@@ -105,13 +113,13 @@ impl Approvals {
     /// Whether the caller's approver was asked about every one of `calls`
     /// and waits for the person; if not, `waker` is woken when it is.
     pub(super) fn all_asked(&self, calls: &[String], waker: &Waker) -> bool {
-        let mut inner = lock(&self.inner);
+        let mut asked = self.calls();
         // A call decided here (denied for want of room) does not wait.
         let all = calls
             .iter()
-            .all(|call| matches!(inner.asked.get(call), Some(Some(_))));
+            .all(|call| matches!(asked.asked.get(call), Some(Some(_))));
         if !all {
-            inner.waker = Some(waker.clone());
+            asked.waker = Some(waker.clone());
         }
         all
     }
@@ -119,21 +127,21 @@ impl Approvals {
     /// Whether the caller's approver — the person — was asked about
     /// `call_id`.
     pub(super) fn was_asked(&self, call_id: &str) -> bool {
-        lock(&self.inner).asked.contains_key(call_id)
+        self.calls().asked.contains_key(call_id)
     }
 
     /// Denies `call_id` with `reason`, whether its approver was asked
     /// already or is about to be.
     pub(super) fn refuse(&self, call_id: &str, reason: &str) {
-        let mut inner = lock(&self.inner);
-        match inner.asked.get_mut(call_id) {
+        let mut calls = self.calls();
+        match calls.asked.get_mut(call_id) {
             Some(answer) => {
                 if let Some(answer) = answer.take() {
                     let _ = answer.send(Decision::deny(reason));
                 }
             }
             None => {
-                inner.refused.insert(call_id.to_owned(), reason.to_owned());
+                calls.refused.insert(call_id.to_owned(), reason.to_owned());
             }
         }
     }
