@@ -150,6 +150,7 @@ mod capacity;
 mod ids;
 pub mod log;
 mod mapper;
+mod outgoing;
 mod refusal;
 mod request;
 mod response;

@@ -18,7 +18,8 @@ use crate::agent::{AgentEvent, AgentStream};
 
 use super::approvals::Approvals;
 use super::capacity::room;
-use super::mapper::{ChunkMapper, Outgoing};
+use super::mapper::ChunkMapper;
+use super::outgoing::Outgoing;
 
 /// A run in progress, between responses when it waits: its events, what
 /// the mapping has said, its approvals.

@@ -20,7 +20,7 @@ use crate::model::ModelService;
 
 use super::approvals::{split_approval_id, Approvals};
 use super::ids::new_id;
-use super::mapper::Outgoing;
+use super::outgoing::Outgoing;
 use super::refusal::{bad_request, refused, resume_refused, session_refused};
 use super::request::{ApprovalAnswer, ChatBody};
 use super::response::{LiveRun, OpenResponse};
