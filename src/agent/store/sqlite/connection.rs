@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures_util::future::BoxFuture;
-use rusqlite::{Connection, TransactionBehavior};
+use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 
 use crate::agent::store::StoreError;
 
@@ -44,9 +44,25 @@ impl Connected {
     }
 }
 
-/// A SQLite error, as the store reports it.
+/// A SQLite error, as the store reports it: always
+/// [`Unavailable`](StoreError::Unavailable) — what a caller retries —,
+/// worded by its cause where SQLite says one a reader can act on.
+///
+/// * Busy or locked: another connection (another process) held the write
+///   lock for longer than the store's busy timeout, which SQLite has
+///   already waited out; a later try may succeed.
+/// * Full: the disk, or the file's `max_page_count`, leaves no room. The
+///   transaction that hit it is rolled back whole (an append is one
+///   transaction), so what was stored before still loads.
 pub(super) fn unavailable(err: rusqlite::Error) -> StoreError {
-    StoreError::unavailable_from(format!("SQLite: {err}"), err)
+    let cause = match err.sqlite_error_code() {
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
+            "the database is locked by another connection (for longer than the busy timeout): "
+        }
+        Some(ErrorCode::DiskFull) => "the disk or the database is full: ",
+        _ => "",
+    };
+    StoreError::unavailable_from(format!("SQLite: {cause}{err}"), err)
 }
 
 impl SqliteStore {

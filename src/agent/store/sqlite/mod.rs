@@ -138,7 +138,25 @@ impl SqliteStore {
         Ok(self)
     }
 
-    /// How long a writer waits for another one (5 s by default).
+    /// Caps the file at `pages` pages of this store's connection
+    /// (`PRAGMA max_page_count`; a page is 4 KiB unless the file says
+    /// otherwise; a cap below the file's size is its size): an append
+    /// that would grow it further fails as a full disk does — the
+    /// [`Unavailable`](StoreError::Unavailable) error says the database
+    /// is full, and nothing of that append is stored. The cap holds for
+    /// this store and its clones, not for other connections to the file.
+    pub fn max_pages(self, pages: u32) -> Result<Self, StoreError> {
+        self.lock()
+            .connection
+            .pragma_update(None, "max_page_count", pages)
+            .map_err(unavailable)?;
+        Ok(self)
+    }
+
+    /// How long a writer waits for another one (5 s by default): SQLite
+    /// retries the lock until then, and an append still locked out after
+    /// it fails as [`Unavailable`](StoreError::Unavailable), saying the
+    /// database is locked by another connection.
     pub fn busy_timeout(self, timeout: Duration) -> Result<Self, StoreError> {
         self.lock()
             .connection
