@@ -66,6 +66,8 @@ mod run_store;
 mod schema;
 mod seed_tools;
 mod shared_quota;
+#[cfg(feature = "sqlite")]
+mod sqlite_faults;
 mod tool_search;
 mod tool_search_meaning;
 mod toolbox;
