@@ -26,6 +26,8 @@ mod agent_session;
 mod ai_sdk;
 #[cfg(feature = "http")]
 mod ai_sdk_client;
+#[cfg(feature = "http")]
+mod ai_sdk_store_down;
 mod anthropic;
 mod assistant_example;
 #[cfg(feature = "http")]

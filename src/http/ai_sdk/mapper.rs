@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use crate::agent::{AgentEvent, StopReason};
 use crate::approval::Decision;
+use crate::ErrorKind;
 
 use super::approvals::Approvals;
 use super::outgoing::{
@@ -44,6 +45,17 @@ pub(super) struct ChunkMapper {
     /// The text of the open text part, and the object it last formed.
     pub(super) answer: String,
     pub(super) formed: Option<Value>,
+    /// The run's last error, held until the next event: when that is the
+    /// run's end because its store did not answer, the `error` chunk says
+    /// so and what the person can do (see [`store_failed_text`]).
+    pub(super) held_error: Option<HeldError>,
+}
+
+/// An error event not yet written: its message, and whether its kind is
+/// a store (or anything) that did not answer.
+pub(super) struct HeldError {
+    message: String,
+    unavailable: bool,
 }
 
 impl ChunkMapper {
@@ -53,6 +65,15 @@ impl ChunkMapper {
         approvals: &Approvals,
         out: &mut VecDeque<Outgoing>,
     ) {
+        if let Some(held) = self.held_error.take() {
+            let store_down =
+                matches!(&event, AgentEvent::Done(done) if done.stop == StopReason::StoreFailed);
+            let text = match store_down && held.unavailable {
+                true => store_failed_text(&held.message),
+                false => held.message,
+            };
+            out.push_back(Outgoing::Chunk(json!({"type": "error", "errorText": text})));
+        }
         let mut push = ChunkWriter::new(out);
         match event {
             AgentEvent::ReasoningDelta(delta) => {
@@ -255,7 +276,12 @@ impl ChunkMapper {
             }
             AgentEvent::Error(err) => {
                 self.close_text(&mut push);
-                push.value(json!({"type": "error", "errorText": err.message()}));
+                // Written with the next event (the run's end, as a rule),
+                // which says whether it is the store's failure.
+                self.held_error = Some(HeldError {
+                    message: err.message().to_owned(),
+                    unavailable: err.kind() == ErrorKind::Unavailable,
+                });
             }
             AgentEvent::Done(done) => {
                 self.finish_step(out);
@@ -309,6 +335,11 @@ impl ChunkMapper {
     }
 
     pub(super) fn finish_step(&mut self, out: &mut VecDeque<Outgoing>) {
+        if let Some(held) = self.held_error.take() {
+            out.push_back(Outgoing::Chunk(
+                json!({"type": "error", "errorText": held.message}),
+            ));
+        }
         let mut push = ChunkWriter::new(out);
         self.close_text(&mut push);
         if std::mem::take(&mut self.step_open) {
@@ -341,6 +372,19 @@ impl ChunkMapper {
             .cloned()
             .unwrap_or_else(|| call_id.to_owned())
     }
+}
+
+/// The `error` chunk's text for a run that ended because its store did
+/// not answer ([`StopReason::StoreFailed`] after an `Unavailable` error):
+/// what happened, that nothing is lost, and what to do — the person (or
+/// the front end, by `finish`'s `messageMetadata.stop: "store_failed"`)
+/// sends the same message or approval answer again once the store is back.
+pub(super) fn store_failed_text(why: &str) -> String {
+    format!(
+        "the run store was unavailable, so this response stopped ({why}); \
+         what was saved is kept: send your message or approval answer again \
+         in a few seconds to go on"
+    )
 }
 
 pub(super) fn finish_reason(stop: StopReason) -> &'static str {

@@ -21,7 +21,7 @@ use crate::model::ModelService;
 use super::approvals::{split_approval_id, Approvals};
 use super::ids::new_id;
 use super::outgoing::Outgoing;
-use super::refusal::{bad_request, refused, resume_refused, session_refused};
+use super::refusal::{bad_request, refused, resume_refused, session_refused, store_unavailable};
 use super::request::{ApprovalAnswer, ChatBody};
 use super::response::{LiveRun, OpenResponse};
 use super::resume;
@@ -269,10 +269,7 @@ where
     match log.active(&chat_id).await {
         Ok(Some(stream_id)) => endpoint.sse(resume::replay(Arc::clone(log), stream_id)),
         Ok(None) => StatusCode::NO_CONTENT.into_response(),
-        Err(err) => {
-            let body = json!({"error": err.to_string(), "kind": "unavailable"});
-            (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
-        }
+        Err(err) => store_unavailable(&err),
     }
 }
 

@@ -1,0 +1,329 @@
+//! The AI SDK endpoint while its run store is down: a refused request is
+//! `503` with `Retry-After` and says why; a run whose store failed
+//! mid-stream ends with an `error` chunk that says the store was
+//! unavailable and that the answer can be sent again.
+//!
+//! The clock is paused in each test: however long the agent rides out the
+//! outage before it gives up, it does so in virtual time.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::header::RETRY_AFTER;
+use axum::http::{HeaderMap, Request, StatusCode};
+use futures_util::future::BoxFuture;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use toolstack::agent::store::{Append, MemoryStore, RunStore, StoreError, Stored, Version};
+use toolstack::agent::Agent;
+use toolstack::approval::Decision;
+use toolstack::http::ai_sdk::{ChatEndpoint, ChunkLog, Logged, MemoryChunkLog};
+use toolstack::model::{ScriptedModel, Turn};
+use toolstack::{tool, ToolError, Toolbox};
+use toolstack_layers::approval::ApprovalLayer;
+
+/// A run store that is down while `down` is set (every call answers
+/// `Unavailable`), and that goes down by itself after `appends_left`
+/// appends.
+#[derive(Clone)]
+struct Outage {
+    inner: MemoryStore,
+    down: Arc<AtomicBool>,
+    appends_left: Arc<AtomicUsize>,
+}
+
+impl Outage {
+    fn new(appends: usize) -> Self {
+        Outage {
+            inner: MemoryStore::new(),
+            down: Arc::default(),
+            appends_left: Arc::new(AtomicUsize::new(appends)),
+        }
+    }
+
+    fn gone<T: Send + 'static>() -> BoxFuture<'static, Result<T, StoreError>> {
+        Box::pin(async { Err(StoreError::unavailable("Redis did not answer within 2s")) })
+    }
+
+    fn is_down(&self) -> bool {
+        self.down.load(Ordering::SeqCst)
+    }
+}
+
+impl RunStore for Outage {
+    fn load<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Option<Stored>, StoreError>> {
+        match self.is_down() {
+            true => Self::gone(),
+            false => self.inner.load(run_id),
+        }
+    }
+    fn append<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<Version, StoreError>> {
+        let left = self.appends_left.load(Ordering::SeqCst);
+        if left == 0 {
+            self.down.store(true, Ordering::SeqCst);
+        }
+        if self.is_down() {
+            return Self::gone();
+        }
+        self.appends_left.store(left - 1, Ordering::SeqCst);
+        self.inner.append(append)
+    }
+    fn waiting_count(&self) -> BoxFuture<'_, Result<usize, StoreError>> {
+        match self.is_down() {
+            true => Self::gone(),
+            false => self.inner.waiting_count(),
+        }
+    }
+    fn expire_waiting(&self, before_ms: u64) -> BoxFuture<'_, Result<usize, StoreError>> {
+        match self.is_down() {
+            true => Self::gone(),
+            false => self.inner.expire_waiting(before_ms),
+        }
+    }
+    fn waiting(&self, limit: usize) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
+        match self.is_down() {
+            true => Self::gone(),
+            false => self.inner.waiting(limit),
+        }
+    }
+    fn delete<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        match self.is_down() {
+            true => Self::gone(),
+            false => self.inner.delete(run_id),
+        }
+    }
+    fn max_record_bytes(&self) -> usize {
+        RunStore::max_record_bytes(&self.inner)
+    }
+}
+
+/// A chunk log kept in the same store: down when it is.
+struct OutageLog {
+    inner: MemoryChunkLog,
+    down: Arc<AtomicBool>,
+}
+
+impl OutageLog {
+    fn gone<T: Send + 'static>(&self) -> Option<BoxFuture<'static, Result<T, StoreError>>> {
+        self.down.load(Ordering::SeqCst).then(|| {
+            Box::pin(async { Err(StoreError::unavailable("Redis did not answer within 2s")) })
+                as BoxFuture<'static, _>
+        })
+    }
+}
+
+impl ChunkLog for OutageLog {
+    fn open<'a>(
+        &'a self,
+        chat_id: &'a str,
+        stream_id: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.gone()
+            .unwrap_or_else(|| self.inner.open(chat_id, stream_id))
+    }
+    fn append<'a>(
+        &'a self,
+        stream_id: &'a str,
+        index: usize,
+        chunk: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.gone()
+            .unwrap_or_else(|| self.inner.append(stream_id, index, chunk))
+    }
+    fn close<'a>(
+        &'a self,
+        chat_id: &'a str,
+        stream_id: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.gone()
+            .unwrap_or_else(|| self.inner.close(chat_id, stream_id))
+    }
+    fn active<'a>(&'a self, chat_id: &'a str) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        self.gone().unwrap_or_else(|| self.inner.active(chat_id))
+    }
+    fn read<'a>(
+        &'a self,
+        stream_id: &'a str,
+        from: usize,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Logged, StoreError>> {
+        self.gone()
+            .unwrap_or_else(|| self.inner.read(stream_id, from, wait))
+    }
+}
+
+fn user(text: &str) -> Value {
+    json!({"id": "u1", "role": "user", "parts": [{"type": "text", "text": text}]})
+}
+
+/// The response: its status, headers, and its chunks (or its one JSON
+/// body when it is not `200`).
+async fn send(app: &axum::Router, request: Request<Body>) -> (StatusCode, HeaderMap, Vec<Value>) {
+    let answer = async {
+        let response = app.clone().oneshot(request).await.unwrap();
+        let (status, headers) = (response.status(), response.headers().clone());
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, headers, bytes)
+    };
+    // Virtual time: long past any bound the agent rides an outage out for.
+    let (status, headers, bytes) = tokio::time::timeout(Duration::from_secs(600), answer)
+        .await
+        .expect("the response ended");
+    let text = String::from_utf8(bytes.to_vec()).unwrap();
+    if status != StatusCode::OK {
+        return (status, headers, vec![serde_json::from_str(&text).unwrap()]);
+    }
+    let chunks = text
+        .split("\n\n")
+        .filter_map(|event| event.strip_prefix("data: "))
+        .filter(|data| *data != "[DONE]")
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect();
+    (status, headers, chunks)
+}
+
+async fn post(app: &axum::Router, body: Value) -> (StatusCode, HeaderMap, Vec<Value>) {
+    let request = Request::post("/")
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    send(app, request).await
+}
+
+/// A `503` that says the store is down, and when to ask again.
+fn assert_store_down(status: StatusCode, headers: &HeaderMap, body: &Value) {
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    let after = headers
+        .get(RETRY_AFTER)
+        .expect("a Retry-After header")
+        .to_str()
+        .unwrap();
+    let secs: u64 = after.parse().expect("Retry-After in seconds");
+    assert!((1..=60).contains(&secs), "Retry-After: {secs}");
+    assert_eq!(body["kind"], "unavailable", "{body}");
+    let error = body["error"].as_str().unwrap();
+    assert!(error.contains("run store is unavailable"), "{error}");
+}
+
+/// A tool behind an approval the person gives.
+fn guarded() -> Toolbox {
+    let delete = tool::from_fn("delete", |_: Value| async { Ok::<_, ToolError>("deleted") });
+    let nobody = |_: &toolstack::approval::ApprovalRequest| async { Decision::deny("nobody here") };
+    Toolbox::new().layered(delete, ApprovalLayer::new(nobody).caller_decides())
+}
+
+fn answered(first: &[Value]) -> Value {
+    let request = first
+        .iter()
+        .find(|c| c["type"] == "tool-approval-request")
+        .expect("an approval request");
+    json!({
+        "id": "a1", "role": "assistant",
+        "parts": [
+            {"type": "step-start"},
+            {"type": "tool-delete", "toolCallId": request["toolCallId"], "state": "approval-responded",
+             "input": {}, "approval": {"id": request["approvalId"], "approved": true}},
+        ],
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_sent_while_the_store_is_down_is_503_with_retry_after() {
+    let store = Outage::new(usize::MAX);
+    let model = ScriptedModel::new([
+        Turn::new().tool_call("delete", "{}"),
+        Turn::new().text("It is gone."),
+    ]);
+    let app = ChatEndpoint::new(Agent::new(model, guarded()).store(store.clone())).into_router();
+    let (status, _, first) = post(&app, json!({"messages": [user("delete it")]})).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(first.last().unwrap()["finishReason"], "tool-calls");
+
+    store.down.store(true, Ordering::SeqCst);
+    let conversation = json!({"messages": [user("delete it"), answered(&first)]});
+    let (status, headers, body) = post(&app, conversation.clone()).await;
+    assert_store_down(status, &headers, &body[0]);
+
+    // Sent again once the store is back, the same answer goes on.
+    store.down.store(false, Ordering::SeqCst);
+    let (status, _, second) = post(&app, conversation).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(second.last().unwrap()["finishReason"], "stop", "{second:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_signed_answer_sent_while_the_store_is_down_is_503_with_retry_after() {
+    // A signed answer is checked against the store before the run resumes.
+    let store = Outage::new(usize::MAX);
+    let model = ScriptedModel::new([Turn::new().tool_call("delete", "{}")]);
+    let keys = toolstack::approval::ApprovalKeys::new("k1", [1u8; 32]).unwrap();
+    let app = ChatEndpoint::new(Agent::new(model, guarded()).store(store.clone()))
+        .sign_approvals(keys)
+        .into_router();
+    let (_, _, first) = post(&app, json!({"messages": [user("delete it")]})).await;
+    let request = first
+        .iter()
+        .find(|c| c["type"] == "tool-approval-request")
+        .unwrap();
+    let mut answer = answered(&first);
+    answer["parts"][1]["approval"]["signature"] = request["signature"].clone();
+    answer["parts"][1]["input"] = request["input"].clone();
+
+    store.down.store(true, Ordering::SeqCst);
+    let (status, headers, body) =
+        post(&app, json!({"messages": [user("delete it"), answer]})).await;
+    assert_store_down(status, &headers, &body[0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_stream_resume_route_is_503_with_retry_after_while_the_store_is_down() {
+    let down = Arc::new(AtomicBool::new(false));
+    let log = OutageLog {
+        inner: MemoryChunkLog::new(),
+        down: Arc::clone(&down),
+    };
+    let model = ScriptedModel::new([Turn::new().text("Hello.")]);
+    let app = ChatEndpoint::new(Agent::new(model, Toolbox::new()))
+        .resumable_streams(log)
+        .into_router();
+    down.store(true, Ordering::SeqCst);
+    let request = Request::get("/chat-1/stream").body(Body::empty()).unwrap();
+    let (status, headers, body) = send(&app, request).await;
+    assert_store_down(status, &headers, &body[0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_whose_store_fails_mid_stream_says_so_and_that_the_answer_can_be_sent_again() {
+    // The run's start is stored; nothing after it is.
+    let store = Outage::new(1);
+    let model = ScriptedModel::new([
+        Turn::new().tool_call("delete", "{}"),
+        Turn::new().text("It is gone."),
+    ]);
+    let app = ChatEndpoint::new(Agent::new(model, guarded()).store(store.clone())).into_router();
+    let (status, _, chunks) = post(&app, json!({"messages": [user("delete it")]})).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(store.is_down(), "the store went down mid-run");
+    let errors: Vec<&str> = chunks
+        .iter()
+        .filter(|c| c["type"] == "error")
+        .map(|c| c["errorText"].as_str().unwrap())
+        .collect();
+    assert_eq!(errors.len(), 1, "{chunks:?}");
+    let text = errors[0];
+    assert!(text.contains("run store was unavailable"), "{text}");
+    assert!(
+        text.contains("send your message or approval answer again"),
+        "{text}"
+    );
+    let finish = chunks.last().unwrap();
+    assert_eq!(finish["type"], "finish", "{chunks:?}");
+    assert_eq!(finish["messageMetadata"]["stop"], "store_failed");
+    // The error comes before the run's end, in the protocol's order.
+    let at = |kind: &str| chunks.iter().position(|c| c["type"] == kind).unwrap();
+    assert!(at("error") < chunks.len() - 1);
+}
