@@ -69,7 +69,9 @@ mod stream;
 
 pub use self::as_tool::{AgentTool, AgentToolStream};
 pub use self::event::{AgentDone, AgentEvent, StopReason, ToolCost};
-pub use self::journal::{OnStoreError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE};
+pub use self::journal::{
+    OnStoreError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE, DEFAULT_STORE_OUTAGE,
+};
 pub use self::output::{partial_json, OutputMode, DEFAULT_OUTPUT_RETRIES, FINAL_ANSWER_TOOL};
 pub use self::resume::{Resume, ResumeError};
 pub use self::search::{

@@ -8,7 +8,9 @@ use crate::toolbox::ToolSearch;
 use crate::Toolbox;
 
 use super::compaction::{Compact, OnCompactionError};
-use super::journal::{Durability, OnStoreError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE};
+use super::journal::{
+    Durability, OnStoreError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE, DEFAULT_STORE_OUTAGE,
+};
 use super::output::{OutputMode, TypedOutput};
 use super::search::DEFAULT_SEARCH_LIMIT;
 use super::step_tools::{PrepareStep, StepContext, StepSettings};
@@ -196,6 +198,7 @@ impl<M> Agent<M> {
             process: Arc::from(crate::id::new_token()),
             lease: DEFAULT_LEASE,
             timeout: DEFAULT_CHECKPOINT_TIMEOUT,
+            outage: DEFAULT_STORE_OUTAGE,
             on_error: OnStoreError::default(),
         });
         self
@@ -232,6 +235,30 @@ impl<M> Agent<M> {
     pub fn checkpoint_timeout(mut self, timeout: Duration) -> Self {
         if let Some(durability) = &mut self.durability {
             durability.timeout = timeout;
+        }
+        self
+    }
+
+    /// How long a run rides out a store that does not answer (15 s by
+    /// default: long enough for a Redis restart or a Sentinel failover):
+    /// each store call the run makes (an append, a load) that fails as
+    /// [`Unavailable`](super::store::StoreError::Unavailable) is tried
+    /// again, with exponential backoff and jitter (50 ms doubling to 1 s),
+    /// each attempt still bounded by
+    /// [`checkpoint_timeout`](Self::checkpoint_timeout); an append whose
+    /// answer was lost but which landed is not applied twice. A conflict,
+    /// a record too large or a format unknown is not tried again. Past the
+    /// bound the save fails ([`OnStoreError`]) with an `Unavailable` error
+    /// that says so. `Duration::ZERO` tries each call once.
+    ///
+    /// The bound used is at most half the [`lease`](Self::lease): while a
+    /// run retries, its lease (from its last append) must not pass, or
+    /// another process could take the run over while this one still means
+    /// to write it. A longer setting is clamped. Needs a
+    /// [`store`](Self::store).
+    pub fn store_outage(mut self, bound: Duration) -> Self {
+        if let Some(durability) = &mut self.durability {
+            durability.outage = bound;
         }
         self
     }
@@ -468,6 +495,8 @@ impl<M> Agent<M> {
             gen_ai.usage.reasoning.output_tokens = tracing::field::Empty,
             toolstack.agent.steps = tracing::field::Empty,
             toolstack.agent.stop = tracing::field::Empty,
+            toolstack.store.retries = tracing::field::Empty,
+            toolstack.store.outage_ms = tracing::field::Empty,
             error.type = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
         )

@@ -516,7 +516,9 @@ async fn a_store_that_fails_stops_the_run_before_the_tool_runs() {
         };
         let agent = Agent::new(deleting_model(), toolbox(&runs))
             .store(store)
-            .checkpoint_timeout(Duration::from_millis(200));
+            .checkpoint_timeout(Duration::from_millis(200))
+            // Each save tried once (tests/it/store_outage.rs rides outages out).
+            .store_outage(Duration::ZERO);
         let started = tokio::time::Instant::now();
         let events = to_the_end(agent.run_with(vec![Message::user("clean")], allowed())).await;
         assert_eq!(done(&events).stop, StopReason::StoreFailed, "hang: {hang}");
@@ -546,6 +548,7 @@ async fn a_run_set_to_go_on_in_memory_goes_on() {
     };
     let agent = Agent::new(deleting_model(), toolbox(&runs))
         .store(store)
+        .store_outage(Duration::ZERO)
         .on_store_error(OnStoreError::Continue);
     let events = to_the_end(agent.run_with(vec![Message::user("clean")], allowed())).await;
     assert_eq!(done(&events).stop, StopReason::Finished);

@@ -70,6 +70,7 @@ mod seed_tools;
 mod shared_quota;
 #[cfg(feature = "sqlite")]
 mod sqlite_faults;
+mod store_outage;
 mod tool_search;
 mod tool_search_meaning;
 mod toolbox;

@@ -1,8 +1,10 @@
 //! How an agent saves its runs: [`Durability`] — the store, this
-//! process's id and lease, the bound on each store call, and what a run
-//! does when a save fails ([`OnStoreError`]).
+//! process's id and lease, the bound on each store call, how long a run
+//! rides out a store that does not answer (retrying with backoff), and
+//! what a run does when a save fails for good ([`OnStoreError`]).
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +20,42 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 /// The default bound on one append to the store: 5 s.
 pub const DEFAULT_CHECKPOINT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The default bound on a store outage a run rides out: 15 s — long
+/// enough for a Redis restart from its append-only file or a Sentinel
+/// failover. See [`Agent::store_outage`](crate::agent::Agent::store_outage).
+pub const DEFAULT_STORE_OUTAGE: Duration = Duration::from_secs(15);
+
+/// The first wait before a store call is tried again; it doubles up to
+/// [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// What a run's store calls cost in outages: how many calls were tried
+/// again, and how long the outages ridden out lasted. Counted only off
+/// the happy path (a first attempt that succeeds touches neither).
+#[derive(Debug, Default)]
+pub(in crate::agent) struct StoreStats {
+    retries: AtomicU64,
+    outage_ms: AtomicU64,
+}
+
+impl StoreStats {
+    /// How many store calls were tried again.
+    pub(in crate::agent) fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
+    }
+
+    /// How long the outages ridden out (or given up on) lasted, in ms.
+    pub(in crate::agent) fn outage_ms(&self) -> u64 {
+        self.outage_ms.load(Ordering::Relaxed)
+    }
+
+    fn outage(&self, lasted: Duration) {
+        let ms = u64::try_from(lasted.as_millis()).unwrap_or(u64::MAX);
+        self.outage_ms.fetch_add(ms, Ordering::Relaxed);
+    }
+}
+
 /// The error a run reports when a save failed: `Unavailable` for a store
 /// that did not answer, `Denied` when another process took the run.
 pub(in crate::agent) fn run_error(err: StoreError) -> ToolError {
@@ -32,6 +70,15 @@ pub(in crate::agent) fn run_error(err: StoreError) -> ToolError {
 }
 
 /// What a run does when its store fails to take a record.
+///
+/// A store that is only unavailable for a while is ridden out first: the
+/// append is tried again with backoff for up to
+/// [`Agent::store_outage`](crate::agent::Agent::store_outage) (15 s by
+/// default), and the run carries on as if nothing happened when the store
+/// answers again; only then does this apply, with an
+/// [`Unavailable`](crate::agent::store::StoreError::Unavailable) error
+/// that says how long the store was away and that the run can be resumed.
+/// A conflict (another process took the run) always stops the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum OnStoreError {
@@ -55,6 +102,9 @@ pub(in crate::agent) struct Durability {
     pub(in crate::agent) process: Arc<str>,
     pub(in crate::agent) lease: Duration,
     pub(in crate::agent) timeout: Duration,
+    /// How long a call is tried again while the store is unavailable
+    /// (used clamped below the lease: [`Durability::outage`]).
+    pub(in crate::agent) outage: Duration,
     pub(in crate::agent) on_error: OnStoreError,
 }
 
@@ -64,6 +114,7 @@ impl fmt::Debug for Durability {
             .field("process", &self.process)
             .field("lease", &self.lease)
             .field("timeout", &self.timeout)
+            .field("outage", &self.outage)
             .field("on_error", &self.on_error)
             .finish_non_exhaustive()
     }
@@ -86,8 +137,139 @@ impl Durability {
         }
     }
 
-    /// `append` within the timeout.
-    pub(super) async fn append(&self, append: Append<'_>) -> Result<Version, StoreError> {
+    /// The bound on an outage ridden out: as set, but at most half the
+    /// lease — while a call is tried again the run stays this process's
+    /// (its lease, from its last append, must not pass meanwhile, or
+    /// another process could take the run over while this one still means
+    /// to write it), and half leaves the rest for the run's own work.
+    pub(super) fn outage(&self) -> Duration {
+        self.outage.min(self.lease / 2)
+    }
+
+    /// `append`, each attempt within the timeout, tried again with backoff
+    /// while the store is unavailable, for at most [`outage`](Self::outage).
+    ///
+    /// Exactly once across a retry: an attempt whose answer was lost may
+    /// have landed, and the next then meets the version fence. So a
+    /// [`StoreError::Conflict`] after an unavailable attempt loads the run
+    /// and is this append's success when the stored run is this append's:
+    /// its version, and its head as this append wrote it (status, holder
+    /// with its lease, and when it was written — the holder alone is not
+    /// enough: a run waiting for a decision has none). Any other conflict
+    /// is another writer's, and stays one.
+    pub(super) async fn append(
+        &self,
+        append: Append<'_>,
+        stats: &StoreStats,
+    ) -> Result<Version, StoreError> {
+        // The happy path: one attempt, no clock read, nothing allocated.
+        let err = match self.append_once(append).await {
+            Err(err @ StoreError::Unavailable { .. }) => err,
+            other => return other,
+        };
+        let started = tokio::time::Instant::now();
+        let mut backoff = Backoff::new(append.run_id);
+        let mut last = err;
+        loop {
+            self.wait(&mut backoff, started, &last, "append", append.run_id, stats)
+                .await?;
+            match self.append_once(append).await {
+                Ok(version) => return Ok(self.recovered(started, stats, version)),
+                Err(err @ StoreError::Unavailable { .. }) => last = err,
+                Err(conflict @ StoreError::Conflict { .. }) => {
+                    match self.load_once(append.run_id).await {
+                        Ok(Some(stored)) if landed(&stored, &append) => {
+                            tracing::info!(
+                                run_id = append.run_id,
+                                version = append.version().0,
+                                "an append whose answer was lost had been stored; not applied again"
+                            );
+                            return Ok(self.recovered(started, stats, append.version()));
+                        }
+                        Err(err @ StoreError::Unavailable { .. }) => last = err,
+                        _ => return Err(conflict),
+                    }
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// The stored run `run_id`, each attempt within the timeout, tried
+    /// again with backoff while the store is unavailable, for at most
+    /// [`outage`](Self::outage).
+    pub(super) async fn load(
+        &self,
+        run_id: &str,
+        stats: &StoreStats,
+    ) -> Result<Option<Stored>, StoreError> {
+        let err = match self.load_once(run_id).await {
+            Err(err @ StoreError::Unavailable { .. }) => err,
+            other => return other,
+        };
+        let started = tokio::time::Instant::now();
+        let mut backoff = Backoff::new(run_id);
+        let mut last = err;
+        loop {
+            self.wait(&mut backoff, started, &last, "load", run_id, stats)
+                .await?;
+            match self.load_once(run_id).await {
+                Ok(stored) => return Ok(self.recovered(started, stats, stored)),
+                Err(err @ StoreError::Unavailable { .. }) => last = err,
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// Counts an outage ridden out.
+    fn recovered<T>(&self, started: tokio::time::Instant, stats: &StoreStats, value: T) -> T {
+        let lasted = started.elapsed();
+        stats.outage(lasted);
+        tracing::info!(
+            outage_ms = lasted.as_millis() as u64,
+            "the run store answered again"
+        );
+        value
+    }
+
+    /// Waits before the next attempt, or gives up: past the bound, the
+    /// last error, said as an outage the run can come back from.
+    async fn wait(
+        &self,
+        backoff: &mut Backoff,
+        started: tokio::time::Instant,
+        last: &StoreError,
+        call: &str,
+        run_id: &str,
+        stats: &StoreStats,
+    ) -> Result<(), StoreError> {
+        let bound = self.outage();
+        if bound.is_zero() {
+            // Set not to ride out outages: the error as it came.
+            return Err(last.clone());
+        }
+        let elapsed = started.elapsed();
+        if elapsed >= bound {
+            stats.outage(elapsed);
+            tracing::warn!(error = %last, run_id, call, "the run store stayed unavailable; giving up");
+            return Err(StoreError::unavailable_from(
+                format!(
+                    "the run store was unavailable for {:.1} s (the bound on an outage a run rides out); \
+                     run {run_id} stopped where it was last stored and can be resumed \
+                     (the answer sent again) once the store is back; last error: {last}",
+                    elapsed.as_secs_f64()
+                ),
+                last.clone(),
+            ));
+        }
+        stats.retries.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(error = %last, run_id, call, "the run store is unavailable; trying again");
+        tokio::time::sleep(backoff.next().min(bound - elapsed)).await;
+        Ok(())
+    }
+
+    /// One `append` within the timeout.
+    async fn append_once(&self, append: Append<'_>) -> Result<Version, StoreError> {
         let timeout = self.timeout;
         match tokio::time::timeout(timeout, self.store.append(append)).await {
             Ok(appended) => appended,
@@ -98,8 +280,8 @@ impl Durability {
         }
     }
 
-    /// The stored run `run_id`, within the timeout.
-    pub(super) async fn load(&self, run_id: &str) -> Result<Option<Stored>, StoreError> {
+    /// One `load` within the timeout.
+    async fn load_once(&self, run_id: &str) -> Result<Option<Stored>, StoreError> {
         tokio::time::timeout(self.timeout, self.store.load(run_id))
             .await
             .unwrap_or_else(|_| {
@@ -108,5 +290,46 @@ impl Durability {
                     self.timeout
                 )))
             })
+    }
+}
+
+/// Whether the stored run is `append`, landed: its version, and the head
+/// this append wrote (a later append by anyone would have moved the
+/// version; another writer at the same version wrote its own head).
+fn landed(stored: &Stored, append: &Append<'_>) -> bool {
+    let (state, head) = (&stored.checkpoint, append.head);
+    stored.version == append.version()
+        && state.status == head.status
+        && state.holder == head.holder
+        && state.saved_at_ms == head.saved_at_ms
+}
+
+/// Exponential backoff with jitter: 50 ms doubling to 1 s, each wait
+/// drawn between half and all of it (so runs that lost the store together
+/// do not all come back at once).
+struct Backoff {
+    next: Duration,
+    seed: u64,
+}
+
+impl Backoff {
+    fn new(run_id: &str) -> Self {
+        use std::hash::BuildHasher;
+        let seed = std::collections::hash_map::RandomState::new().hash_one(run_id);
+        Backoff {
+            next: FIRST_BACKOFF,
+            seed,
+        }
+    }
+
+    fn next(&mut self) -> Duration {
+        // xorshift: cheap, and good enough to spread retries.
+        self.seed ^= self.seed << 13;
+        self.seed ^= self.seed >> 7;
+        self.seed ^= self.seed << 17;
+        let full = self.next;
+        self.next = (self.next * 2).min(MAX_BACKOFF);
+        let half = full / 2;
+        half + half.mul_f64((self.seed % 1024) as f64 / 1024.0)
     }
 }

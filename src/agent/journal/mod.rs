@@ -38,8 +38,10 @@ use self::counts::TurnInFlight;
 use self::writer::{Writer, Written};
 
 pub(super) use self::counts::Counts;
-pub(super) use self::durability::{run_error, Durability};
-pub use self::durability::{OnStoreError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE};
+pub(super) use self::durability::{run_error, Durability, StoreStats};
+pub use self::durability::{
+    OnStoreError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE, DEFAULT_STORE_OUTAGE,
+};
 
 /// A run's state and, with a store, the writer of its journal.
 pub(super) struct RunJournal {
@@ -76,6 +78,7 @@ impl RunJournal {
             Writer {
                 durability,
                 written: tokio::sync::Mutex::new(written),
+                stats: StoreStats::default(),
             }
         });
         state.messages = Arc::new(messages);
@@ -141,7 +144,7 @@ impl RunJournal {
         durability: &Durability,
         run_id: &str,
     ) -> Result<Option<Stored>, StoreError> {
-        durability.load(run_id).await
+        durability.load(run_id, &StoreStats::default()).await
     }
 
     /// The journal of a stored run, as loaded; nothing appended yet.
@@ -165,6 +168,7 @@ impl RunJournal {
                     snapshot_bytes + record_bytes,
                     records,
                 )),
+                stats: StoreStats::default(),
             }),
             session: Mutex::new(None),
         }
@@ -427,6 +431,14 @@ impl RunJournal {
     pub(super) fn counts(&self) -> Counts {
         let recorded = Counts::of(&self.state());
         recorded.with(&self.turn())
+    }
+
+    /// The store's retries and the outages ridden out, in ms (none without
+    /// a store).
+    pub(super) fn store_stats(&self) -> (u64, u64) {
+        self.writer.as_ref().map_or((0, 0), |writer| {
+            (writer.stats.retries(), writer.stats.outage_ms())
+        })
     }
 
     /// The calls of the step in flight, with their states.

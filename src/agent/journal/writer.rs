@@ -11,7 +11,7 @@ use crate::agent::store::{
 };
 use crate::model::Message;
 
-use super::durability::{Durability, OnStoreError};
+use super::durability::{Durability, OnStoreError, StoreStats};
 
 /// The least dead weight (bytes of records that no longer add to the
 /// state: what a compaction replaced, calls' passing states) worth a
@@ -34,6 +34,8 @@ pub(super) fn apply(state: &Mutex<Checkpoint>, records: Vec<Record>) {
 pub(super) struct Writer {
     pub(super) durability: Durability,
     pub(super) written: tokio::sync::Mutex<Written>,
+    /// The store's retries and outages, for the run's span.
+    pub(super) stats: StoreStats,
 }
 
 /// Where the stored journal stands. Held across an append: appends go one
@@ -137,7 +139,7 @@ impl Writer {
             records: &bytes,
             snapshot: snapshot.as_deref(),
         };
-        written.version = self.durability.append(append).await?;
+        written.version = self.durability.append(append, &self.stats).await?;
         match snapshot {
             Some(snapshot) => {
                 written.covered = written.version.0;

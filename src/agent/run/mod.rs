@@ -346,6 +346,11 @@ where
         }
         span.record("toolstack.agent.steps", int(counts.steps as u64));
         span.record("toolstack.agent.stop", stop.as_str());
+        let (retries, outage_ms) = self.journal.store_stats();
+        if retries > 0 {
+            span.record("toolstack.store.retries", int(retries));
+            span.record("toolstack.store.outage_ms", int(outage_ms));
+        }
         if matches!(
             stop,
             StopReason::ModelError

@@ -1,0 +1,344 @@
+//! A run store that goes away for a while: the agent tries each store call
+//! again with backoff for a bounded time (`Agent::store_outage`), so a run
+//! whose store came back carries on as if nothing happened, with every
+//! record stored once — an append whose answer was lost after it landed is
+//! not applied again; past the bound the run stops with a typed error
+//! saying how long the store was away and that the run can be resumed; a
+//! conflict with another writer is never retried away.
+//!
+//! The store is a fault-injecting wrapper around `MemoryStore` ([`Faulty`]);
+//! the clock is paused, so outages last virtual seconds.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use futures_util::StreamExt;
+use toolstack::agent::store::{
+    Append, Head, Holder, MemoryStore, RunStatus, RunStore, StoreError, Stored, Version,
+};
+use toolstack::agent::{Agent, AgentDone, AgentEvent, StopReason};
+use toolstack::model::{Message, ScriptedModel, Turn};
+use toolstack::{tool, ErrorKind, ToolError, Toolbox};
+
+/// What goes wrong, and when (appends counted from 1).
+#[derive(Default)]
+struct Faults {
+    appends: usize,
+    /// Fail this many calls (loads and appends) with `Unavailable`.
+    fail_next: usize,
+    /// At this append (before it is applied), the store goes down for the
+    /// duration: every call fails until then.
+    down_at: Option<(usize, Duration)>,
+    down_until: Option<tokio::time::Instant>,
+    /// This append is applied, and then answers `Unavailable` (a lost
+    /// reply).
+    lose_reply_at: Option<usize>,
+    /// At this append, another writer appends first (the same number of
+    /// records, its own head); `then_unavailable`: and the attempt answers
+    /// `Unavailable`, so the agent retries into the conflict.
+    foreign_at: Option<(usize, bool)>,
+    /// Attempts after the foreign write.
+    after_foreign: usize,
+}
+
+/// A `MemoryStore` that fails as [`Faults`] say.
+#[derive(Clone)]
+struct Faulty {
+    inner: MemoryStore,
+    faults: Arc<Mutex<Faults>>,
+}
+
+impl Faulty {
+    fn new(faults: Faults) -> Self {
+        Faulty {
+            inner: MemoryStore::new(),
+            faults: Arc::new(Mutex::new(faults)),
+        }
+    }
+
+    /// Whether this call fails because the store is down.
+    fn down(&self) -> bool {
+        let mut faults = self.faults.lock().unwrap();
+        if faults.fail_next > 0 {
+            faults.fail_next -= 1;
+            return true;
+        }
+        matches!(faults.down_until, Some(until) if tokio::time::Instant::now() < until)
+    }
+}
+
+fn down() -> StoreError {
+    StoreError::unavailable("the connection was reset (injected)")
+}
+
+impl RunStore for Faulty {
+    fn load<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Option<Stored>, StoreError>> {
+        if self.down() {
+            return Box::pin(async { Err(down()) });
+        }
+        self.inner.load(run_id)
+    }
+
+    fn append<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<Version, StoreError>> {
+        Box::pin(async move {
+            let (lose, foreign) = {
+                let mut faults = self.faults.lock().unwrap();
+                faults.appends += 1;
+                let n = faults.appends;
+                if let Some((at, lasts)) = faults.down_at {
+                    if at == n {
+                        faults.down_until = Some(tokio::time::Instant::now() + lasts);
+                    }
+                }
+                if faults.foreign_at.is_some_and(|(at, _)| at < n) {
+                    faults.after_foreign += 1;
+                }
+                (
+                    faults.lose_reply_at == Some(n),
+                    faults.foreign_at.filter(|(at, _)| *at == n),
+                )
+            };
+            if let Some((_, then_unavailable)) = foreign {
+                let head = Head {
+                    status: RunStatus::Running,
+                    holder: Some(Holder {
+                        process: "another process".into(),
+                        until_ms: append.head.saved_at_ms + 60_000,
+                    }),
+                    ..append.head.clone()
+                };
+                let head_bytes = head.to_bytes();
+                let theirs = Append {
+                    head: &head,
+                    head_bytes: &head_bytes,
+                    snapshot: None,
+                    ..append
+                };
+                self.inner.append(theirs).await.expect("the other writer");
+                if then_unavailable {
+                    return Err(down());
+                }
+            }
+            if self.down() {
+                return Err(down());
+            }
+            let appended = self.inner.append(append).await;
+            match lose {
+                true => appended.and(Err(down())),
+                false => appended,
+            }
+        })
+    }
+
+    fn waiting_count(&self) -> BoxFuture<'_, Result<usize, StoreError>> {
+        self.inner.waiting_count()
+    }
+    fn expire_waiting(&self, before_ms: u64) -> BoxFuture<'_, Result<usize, StoreError>> {
+        self.inner.expire_waiting(before_ms)
+    }
+    fn waiting(&self, limit: usize) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
+        self.inner.waiting(limit)
+    }
+    fn delete<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        self.inner.delete(run_id)
+    }
+}
+
+/// A model that calls `write` once and then answers; `write` counts its
+/// runs.
+fn agent(store: impl RunStore, writes: &Arc<AtomicUsize>) -> Agent<ScriptedModel> {
+    let model = ScriptedModel::new([
+        Turn::new().tool_call("write", r#"{"line": "hello"}"#),
+        Turn::new().text("Written."),
+    ]);
+    let writes = Arc::clone(writes);
+    let write = tool::from_fn("write", move |_: serde_json::Value| {
+        let writes = Arc::clone(&writes);
+        async move {
+            writes.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, ToolError>("written")
+        }
+    });
+    Agent::new(model, Toolbox::new().tool(write)).store(store)
+}
+
+/// Runs to the end: the events, the run's id.
+async fn run(agent: &Agent<ScriptedModel>) -> (Vec<AgentEvent>, String) {
+    let stream = agent.run(vec![Message::user("write hello")]);
+    let run_id = stream.run_id().to_owned();
+    (stream.collect().await, run_id)
+}
+
+fn done(events: &[AgentEvent]) -> &AgentDone {
+    events
+        .iter()
+        .find_map(|e| match e {
+            AgentEvent::Done(done) => Some(done),
+            _ => None,
+        })
+        .expect("a done event")
+}
+
+fn errors(events: &[AgentEvent]) -> Vec<&ToolError> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::Error(err) => Some(err),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The stored run, and what a run that saw no outage stored.
+async fn stored_and_baseline(store: &MemoryStore, run_id: &str) -> (Stored, Stored) {
+    let stored = store
+        .load(run_id)
+        .await
+        .unwrap()
+        .expect("the run is stored");
+    let clean = MemoryStore::new();
+    let writes = Arc::new(AtomicUsize::new(0));
+    let (events, clean_id) = run(&agent(clean.clone(), &writes)).await;
+    assert_eq!(done(&events).stop, StopReason::Finished);
+    let baseline = clean.load(&clean_id).await.unwrap().unwrap();
+    (stored, baseline)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_whose_store_is_down_for_two_seconds_finishes_as_if_nothing_happened() {
+    // Down from the third append (the call's start) for 2 s.
+    for at in [1, 2, 3, 4] {
+        let store = Faulty::new(Faults {
+            down_at: Some((at, Duration::from_secs(2))),
+            ..Faults::default()
+        });
+        let writes = Arc::new(AtomicUsize::new(0));
+        let started = tokio::time::Instant::now();
+        let (events, run_id) = run(&agent(store.clone(), &writes)).await;
+        assert_eq!(done(&events).stop, StopReason::Finished, "down at {at}");
+        assert!(errors(&events).is_empty(), "down at {at}: {events:?}");
+        assert_eq!(writes.load(Ordering::SeqCst), 1, "down at {at}");
+        assert!(started.elapsed() >= Duration::from_secs(2), "down at {at}");
+        let (stored, baseline) = stored_and_baseline(&store.inner, &run_id).await;
+        assert_eq!(stored.version, baseline.version, "down at {at}");
+        assert_eq!(stored.records, baseline.records, "down at {at}");
+        assert_eq!(
+            stored.checkpoint.messages, baseline.checkpoint.messages,
+            "down at {at}"
+        );
+        assert_eq!(stored.checkpoint.status, baseline.checkpoint.status);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_append_whose_reply_was_lost_is_not_applied_twice() {
+    for at in [1, 2, 3, 4, 5] {
+        let store = Faulty::new(Faults {
+            lose_reply_at: Some(at),
+            ..Faults::default()
+        });
+        let writes = Arc::new(AtomicUsize::new(0));
+        let (events, run_id) = run(&agent(store.clone(), &writes)).await;
+        assert!(errors(&events).is_empty(), "lost at {at}: {events:?}");
+        assert_eq!(done(&events).stop, StopReason::Finished, "lost at {at}");
+        assert_eq!(writes.load(Ordering::SeqCst), 1, "lost at {at}");
+        let (stored, baseline) = stored_and_baseline(&store.inner, &run_id).await;
+        // Each record once: as many as a run with no fault stored.
+        assert_eq!(stored.version, baseline.version, "lost at {at}");
+        assert_eq!(stored.records, baseline.records, "lost at {at}");
+        assert_eq!(stored.checkpoint.messages, baseline.checkpoint.messages);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_outage_past_the_bound_stops_the_run_with_a_typed_error() {
+    let store = Faulty::new(Faults {
+        down_at: Some((3, Duration::from_secs(60))),
+        ..Faults::default()
+    });
+    let writes = Arc::new(AtomicUsize::new(0));
+    let agent = agent(store.clone(), &writes).store_outage(Duration::from_secs(5));
+    let started = tokio::time::Instant::now();
+    let (events, _) = run(&agent).await;
+    assert_eq!(done(&events).stop, StopReason::StoreFailed);
+    // The call's start could not be stored: it did not run.
+    assert_eq!(writes.load(Ordering::SeqCst), 0);
+    let errors = errors(&events);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let err = errors[0];
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    let message = err.message();
+    assert!(message.contains("unavailable for 5.0 s"), "{message}");
+    assert!(message.contains("can be resumed"), "{message}");
+    assert!(message.contains("injected"), "the last error: {message}");
+    // The bound, not a minute: retries stop at it.
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= Duration::from_secs(5) && elapsed < Duration::from_secs(6),
+        "{elapsed:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_bound_is_clamped_below_the_lease() {
+    let store = Faulty::new(Faults {
+        down_at: Some((3, Duration::from_secs(600))),
+        ..Faults::default()
+    });
+    let writes = Arc::new(AtomicUsize::new(0));
+    // Asked for ten minutes with a 10 s lease: rides out 5 s at most.
+    let agent = agent(store, &writes)
+        .lease(Duration::from_secs(10))
+        .store_outage(Duration::from_secs(600));
+    let started = tokio::time::Instant::now();
+    let (events, _) = run(&agent).await;
+    assert_eq!(done(&events).stop, StopReason::StoreFailed);
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_conflict_with_another_writer_stays_a_conflict() {
+    // Directly (never retried), and after an unavailable attempt (the
+    // other writer's append at the same version is not taken for ours).
+    for then_unavailable in [false, true] {
+        let store = Faulty::new(Faults {
+            foreign_at: Some((3, then_unavailable)),
+            ..Faults::default()
+        });
+        let writes = Arc::new(AtomicUsize::new(0));
+        let (events, _) = run(&agent(store.clone(), &writes)).await;
+        assert_eq!(done(&events).stop, StopReason::StoreFailed);
+        assert_eq!(writes.load(Ordering::SeqCst), 0);
+        let errors = errors(&events);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].kind(), ErrorKind::Denied, "{}", errors[0]);
+        assert!(
+            errors[0].message().contains("another process"),
+            "{}",
+            errors[0]
+        );
+        let faults = store.faults.lock().unwrap();
+        // The conflicted attempt, and (after the unavailable one) one retry.
+        let expected = usize::from(then_unavailable);
+        assert_eq!(faults.after_foreign, expected, "{then_unavailable}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_few_failed_calls_are_ridden_out() {
+    let store = Faulty::new(Faults {
+        fail_next: 3,
+        ..Faults::default()
+    });
+    let writes = Arc::new(AtomicUsize::new(0));
+    let (events, _) = run(&agent(store, &writes)).await;
+    assert!(errors(&events).is_empty(), "{events:?}");
+    assert_eq!(done(&events).stop, StopReason::Finished);
+    assert_eq!(writes.load(Ordering::SeqCst), 1);
+}
