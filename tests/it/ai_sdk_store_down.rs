@@ -17,7 +17,9 @@ use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
-use toolstack::agent::store::{Append, MemoryStore, RunStore, StoreError, Stored, Version};
+use toolstack::agent::store::{
+    Append, MemoryStore, RunStatus, RunStore, StoreError, Stored, Version,
+};
 use toolstack::agent::Agent;
 use toolstack::approval::Decision;
 use toolstack::http::ai_sdk::{ChatEndpoint, ChunkLog, Logged, MemoryChunkLog};
@@ -27,12 +29,13 @@ use toolstack_layers::approval::ApprovalLayer;
 
 /// A run store that is down while `down` is set (every call answers
 /// `Unavailable`), and that goes down by itself after `appends_left`
-/// appends.
+/// appends, or (`before_waiting`) at the append that suspends a run.
 #[derive(Clone)]
 struct Outage {
     inner: MemoryStore,
     down: Arc<AtomicBool>,
     appends_left: Arc<AtomicUsize>,
+    before_waiting: bool,
 }
 
 impl Outage {
@@ -41,6 +44,7 @@ impl Outage {
             inner: MemoryStore::new(),
             down: Arc::default(),
             appends_left: Arc::new(AtomicUsize::new(appends)),
+            before_waiting: false,
         }
     }
 
@@ -62,7 +66,7 @@ impl RunStore for Outage {
     }
     fn append<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<Version, StoreError>> {
         let left = self.appends_left.load(Ordering::SeqCst);
-        if left == 0 {
+        if left == 0 || (self.before_waiting && append.head.status == RunStatus::Waiting) {
             self.down.store(true, Ordering::SeqCst);
         }
         if self.is_down() {
@@ -326,4 +330,35 @@ async fn a_run_whose_store_fails_mid_stream_says_so_and_that_the_answer_can_be_s
     // The error comes before the run's end, in the protocol's order.
     let at = |kind: &str| chunks.iter().position(|c| c["type"] == kind).unwrap();
     assert!(at("error") < chunks.len() - 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_message_to_a_conversation_kept_on_the_server_is_503_with_retry_after() {
+    let store = Outage::new(usize::MAX);
+    let model = ScriptedModel::new([Turn::new().text("Hello.")]);
+    let app = ChatEndpoint::new(Agent::new(model, Toolbox::new()).store(store.clone()))
+        .server_history()
+        .into_router();
+    store.down.store(true, Ordering::SeqCst);
+    let (status, headers, body) = post(&app, json!({"id": "chat-1", "message": user("hi")})).await;
+    assert_store_down(status, &headers, &body[0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_that_cannot_be_kept_for_its_approval_says_to_send_the_message_again() {
+    let mut store = Outage::new(usize::MAX);
+    store.before_waiting = true;
+    let model = ScriptedModel::new([Turn::new().tool_call("delete", "{}")]);
+    let app = ChatEndpoint::new(Agent::new(model, guarded()).store(store.clone())).into_router();
+    let (status, _, chunks) = post(&app, json!({"messages": [user("delete it")]})).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(store.is_down(), "the store went down at the suspend");
+    let error = chunks
+        .iter()
+        .find(|c| c["type"] == "error")
+        .expect("an error chunk");
+    let text = error["errorText"].as_str().unwrap();
+    assert!(text.contains("run store is unavailable"), "{text}");
+    assert!(text.contains("send your message again"), "{text}");
+    assert_eq!(chunks.last().unwrap()["finishReason"], "error");
 }

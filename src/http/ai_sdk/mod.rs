@@ -75,6 +75,13 @@
 //! ended is refused with `409` (`kind: "ended"`), one for a run another
 //! process holds with `409` (`kind: "held"`).
 //!
+//! While the run store does not answer, a request that needs it (an
+//! answer, a message kept on the server, the stream-resume route) is
+//! refused with `503` (`kind: "unavailable"`) and `Retry-After: 5`; a run
+//! whose store stops answering mid-response ends with an `error` chunk
+//! saying so and that the message or approval answer can be sent again,
+//! then `finish` with `messageMetadata.stop: "store_failed"`.
+//!
 //! Waiting runs are bounded in number ([`max_waiting_runs`](ChatEndpoint::max_waiting_runs),
 //! 10,000, counted in the run store, across every process that shares it)
 //! and time ([`approval_timeout`](ChatEndpoint::approval_timeout), 10

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::http::StatusCode;
 use axum::response::sse::Event;
 use futures_core::Stream;
 use futures_util::{stream, StreamExt};
@@ -215,7 +216,14 @@ impl OpenResponse {
                 json!({"type": "finish", "finishReason": "tool-calls"}),
             )),
             Err(err) => {
-                let text = format!("the conversation could not be kept for the approval: {err}");
+                // A store that did not answer: the message sent again
+                // asks again, once the store is back.
+                let again = match err.status() == StatusCode::SERVICE_UNAVAILABLE {
+                    true => "; send your message again in a few seconds",
+                    false => "",
+                };
+                let text =
+                    format!("the conversation could not be kept for the approval: {err}{again}");
                 self.out
                     .push_back(Outgoing::Chunk(json!({"type": "error", "errorText": text})));
                 self.out.push_back(Outgoing::Chunk(
