@@ -35,7 +35,7 @@ impl Console {
         }
     }
 
-    /// A write waits for the person (from [`terminal_approver`]).
+    /// A write waits for the person (from [`terminal_approver`](super::terminal_approver)).
     pub async fn asked(&mut self, ask: Ask) {
         self.waiting.push(ask);
         ask_the_printed(&mut self.printed, &mut self.waiting).await;
