@@ -149,6 +149,10 @@ impl RunStore for Faulty {
 /// A model that calls `write` once and then answers; `write` counts its
 /// runs.
 fn agent(store: impl RunStore, writes: &Arc<AtomicUsize>) -> Agent<ScriptedModel> {
+    agent_with(store, writes)
+}
+
+fn agent_with(store: impl RunStore, writes: &Arc<AtomicUsize>) -> Agent<ScriptedModel> {
     let model = ScriptedModel::new([
         Turn::new().tool_call("write", r#"{"line": "hello"}"#),
         Turn::new().text("Written."),
@@ -341,4 +345,113 @@ async fn a_few_failed_calls_are_ridden_out() {
     assert!(errors(&events).is_empty(), "{events:?}");
     assert_eq!(done(&events).stop, StopReason::Finished);
     assert_eq!(writes.load(Ordering::SeqCst), 1);
+}
+
+/// A real `redis-server` SIGKILLed while a call runs and restarted from
+/// its append-only file (`appendfsync always`) 2 s later, on the same
+/// port: the store's connection manager reconnects, the agent rides the
+/// outage out, and the run finishes with its write run once.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_rides_out_a_redis_restart() {
+    use std::process::{Child, Command, Stdio};
+    use toolstack::agent::store::redis::RedisStore;
+
+    // The shared helper says whether redis-server is there (and fails
+    // when TOOLSTACK_REQUIRE_REDIS is set and it is not); this test needs
+    // a server it can restart on the same port and directory.
+    let Some(probe) = crate::redis_server::RedisServer::start("a_run_rides_out_a_redis_restart")
+    else {
+        return;
+    };
+    drop(probe);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let dir = std::env::temp_dir().join(format!(
+        "toolstack-store-outage-{}-{port}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let start = {
+        let dir = dir.clone();
+        move || -> Child {
+            Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--dir"])
+                .arg(&dir)
+                .args([
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "yes",
+                    "--appendfsync",
+                    "always",
+                ])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server")
+        }
+    };
+    let server = Arc::new(Mutex::new(Some(start())));
+    let url = format!("redis://127.0.0.1:{port}/");
+    let store = {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            match RedisStore::connect(&url).await {
+                Ok(store) => break store,
+                Err(err) if std::time::Instant::now() > deadline => panic!("{err}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    };
+    let writes = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new([
+        Turn::new().tool_call("write", r#"{"line": "hello"}"#),
+        Turn::new().text("Written."),
+    ]);
+    let write = {
+        let (writes, server) = (Arc::clone(&writes), Arc::clone(&server));
+        tool::from_fn("write", move |_: serde_json::Value| {
+            let (writes, server) = (Arc::clone(&writes), Arc::clone(&server));
+            let start = start.clone();
+            async move {
+                writes.fetch_add(1, Ordering::SeqCst);
+                // Redis dies while the call runs; it is back in 2 s.
+                let mut child = server.lock().unwrap().take().expect("the server");
+                let _ = child.kill();
+                let _ = child.wait();
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_secs(2));
+                    *server.lock().unwrap() = Some(start());
+                });
+                Ok::<_, ToolError>("written")
+            }
+        })
+    };
+    let agent = Agent::new(model, Toolbox::new().tool(write)).store(store.clone());
+    let started = std::time::Instant::now();
+    let (events, run_id) = run(&agent).await;
+    let lasted = started.elapsed();
+    let stop = done(&events).stop;
+    let stored = store.load(&run_id).await;
+    if let Some(mut child) = server.lock().unwrap().take() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(errors(&events).is_empty(), "{events:?}");
+    assert_eq!(stop, StopReason::Finished);
+    assert_eq!(writes.load(Ordering::SeqCst), 1);
+    assert!(lasted >= Duration::from_secs(2), "{lasted:?}");
+    // Stored to its end, each record once (as a run with no outage).
+    let stored = stored.expect("the run loads").expect("the run is stored");
+    let clean = MemoryStore::new();
+    let (_, clean_id) = run(&agent_with(clean.clone(), &Arc::new(AtomicUsize::new(0)))).await;
+    let baseline = clean.load(&clean_id).await.unwrap().unwrap();
+    assert_eq!(stored.version, baseline.version);
+    assert_eq!(stored.checkpoint.status, baseline.checkpoint.status);
+    assert_eq!(stored.checkpoint.messages, baseline.checkpoint.messages);
 }

@@ -18,6 +18,19 @@
 //! [`timeout`](RedisStore::timeout) (2 s by default) for Redis: a store
 //! that is down is [`StoreError::Unavailable`] within that bound.
 //!
+//! A lost connection (Redis restarted, a Sentinel failover, a broken
+//! pipe) is made again by the [`ConnectionManager`] on the next command;
+//! every Redis error is [`StoreError::Unavailable`], which an agent tries
+//! again for its [`store_outage`](crate::agent::Agent::store_outage) — so a
+//! run rides a restart out. [`connect`](RedisStore::connect) sets the
+//! manager for that: no response timeout of its own (each command is
+//! bounded by the store's [`timeout`](RedisStore::timeout), which a
+//! shorter response timeout would override), a connection attempt
+//! bounded by the store's default timeout, and reconnection retries
+//! 100 ms doubling to at most 1 s apart (a restarted Redis is found within
+//! a second of answering). A manager given to [`new`](RedisStore::new) is
+//! used as it is set.
+//!
 //! A run stored before the journal (a hash of `version` and `checkpoint`)
 //! loads as a snapshot with its version, and takes appends. The runs that
 //! were waiting then were kept in a plain set, `{prefix}waiting`, which
@@ -141,7 +154,13 @@ impl RedisStore {
     /// under `toolstack:`; waits at most the timeout for the connection.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         let client = redis::Client::open(url).map_err(unavailable)?;
-        let manager = tokio::time::timeout(DEFAULT_TIMEOUT, ConnectionManager::new(client))
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_response_timeout(None)
+            .set_connection_timeout(Some(DEFAULT_TIMEOUT))
+            .set_min_delay(Duration::from_millis(100))
+            .set_max_delay(Duration::from_secs(1));
+        let connecting = ConnectionManager::new_with_config(client, config);
+        let manager = tokio::time::timeout(DEFAULT_TIMEOUT, connecting)
             .await
             .map_err(|_| {
                 StoreError::unavailable(format!(
