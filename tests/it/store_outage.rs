@@ -455,3 +455,69 @@ async fn a_run_rides_out_a_redis_restart() {
     assert_eq!(stored.checkpoint.status, baseline.checkpoint.status);
     assert_eq!(stored.checkpoint.messages, baseline.checkpoint.messages);
 }
+
+/// The fields the runs' spans recorded, by name (the last value).
+#[derive(Clone, Default)]
+struct Recorded(Arc<Mutex<Vec<(String, i64)>>>);
+
+impl Recorded {
+    fn get(&self, name: &str) -> Option<i64> {
+        let fields = self.0.lock().unwrap();
+        fields
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| *v)
+    }
+}
+
+impl tracing::field::Visit for Recorded {
+    fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
+        self.0
+            .lock()
+            .unwrap()
+            .push((field.name().to_owned(), value));
+    }
+    fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Recorded {
+    fn on_record(
+        &self,
+        _: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        values.record(&mut self.clone());
+    }
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn the_runs_span_counts_the_retries_and_the_outage() {
+    use tracing_subscriber::layer::SubscriberExt;
+    for (down, retried) in [(Duration::ZERO, false), (Duration::from_secs(2), true)] {
+        let recorded = Recorded::default();
+        let subscriber = tracing_subscriber::registry().with(recorded.clone());
+        let _default = tracing::subscriber::set_default(subscriber);
+        let store = Faulty::new(Faults {
+            down_at: Some((3, down)),
+            ..Faults::default()
+        });
+        let writes = Arc::new(AtomicUsize::new(0));
+        let (events, _) = run(&agent(store, &writes)).await;
+        assert_eq!(done(&events).stop, StopReason::Finished);
+        assert!(recorded.get("toolstack.agent.steps").is_some(), "the span");
+        match retried {
+            false => {
+                assert_eq!(recorded.get("toolstack.store.retries"), None);
+                assert_eq!(recorded.get("toolstack.store.outage_ms"), None);
+            }
+            true => {
+                let retries = recorded.get("toolstack.store.retries").expect("retries");
+                assert!(retries >= 3, "{retries}");
+                let outage = recorded.get("toolstack.store.outage_ms").expect("outage");
+                assert!((2000..3200).contains(&outage), "{outage}");
+            }
+        }
+    }
+}
