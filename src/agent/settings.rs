@@ -200,6 +200,7 @@ impl<M> Agent<M> {
             timeout: DEFAULT_CHECKPOINT_TIMEOUT,
             outage: DEFAULT_STORE_OUTAGE,
             on_error: OnStoreError::default(),
+            releases: Default::default(),
         });
         self
     }

@@ -18,7 +18,7 @@ use futures_util::StreamExt;
 use toolstack::agent::store::{
     Append, Head, Holder, MemoryStore, RunStatus, RunStore, StoreError, Stored, Version,
 };
-use toolstack::agent::{Agent, AgentDone, AgentEvent, StopReason};
+use toolstack::agent::{Agent, AgentDone, AgentEvent, Resume, StopReason};
 use toolstack::model::{Message, ScriptedModel, Turn};
 use toolstack::{tool, ErrorKind, ToolError, Toolbox};
 
@@ -520,4 +520,126 @@ async fn the_runs_span_counts_the_retries_and_the_outage() {
             }
         }
     }
+}
+
+/// The agent of another process sharing the store: the model only answers
+/// (it never asks for `write` again), `write` counted with the first's.
+fn other_process(store: impl RunStore, writes: &Arc<AtomicUsize>) -> Agent<ScriptedModel> {
+    let writes = Arc::clone(writes);
+    let write = tool::from_fn("write", move |_: serde_json::Value| {
+        let writes = Arc::clone(&writes);
+        async move {
+            writes.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, ToolError>("written")
+        }
+    });
+    let model = ScriptedModel::new([Turn::new().text("Written, maybe.")]);
+    Agent::new(model, Toolbox::new().tool(write))
+        .store(store)
+        .process_id("another process")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_given_up_on_is_released_once_the_store_is_back_and_another_process_finishes_it() {
+    // Down at the fourth append (the call's result, after `write` ran)
+    // for 20 s; the run gives up after 5 s.
+    let store = Faulty::new(Faults {
+        down_at: Some((4, Duration::from_secs(20))),
+        ..Faults::default()
+    });
+    let writes = Arc::new(AtomicUsize::new(0));
+    let agent = agent(store.clone(), &writes).store_outage(Duration::from_secs(5));
+    let started = tokio::time::Instant::now();
+    let (events, run_id) = run(&agent).await;
+    assert_eq!(done(&events).stop, StopReason::StoreFailed);
+    assert_eq!(writes.load(Ordering::SeqCst), 1);
+    // Stored as it was before the outage: running, held by the first
+    // process (its lease, 60 s by default, has long to go).
+    let held = store.inner.load(&run_id).await.unwrap().unwrap();
+    assert_eq!(held.checkpoint.status, RunStatus::Running);
+    assert!(held.checkpoint.holder.is_some());
+
+    // The store is back at 20 s; within a few (virtual) seconds the run
+    // is held by nobody — long before the lease would have passed.
+    tokio::time::sleep_until(started + Duration::from_secs(23)).await;
+    let released = store.inner.load(&run_id).await.unwrap().unwrap();
+    assert_eq!(released.checkpoint.status, RunStatus::Running);
+    assert_eq!(released.checkpoint.holder, None, "released");
+    assert_eq!(released.version, held.version.after(1));
+
+    // Another process takes it over at once and finishes it: the write,
+    // whose result was never stored, "may have run" and is not run again.
+    let other = other_process(store.clone(), &writes);
+    let stream = other
+        .resume(&run_id, Resume::new())
+        .await
+        .expect("the released run is taken over");
+    let events: Vec<AgentEvent> = stream.collect().await;
+    assert_eq!(done(&events).stop, StopReason::Finished, "{events:?}");
+    let result = events
+        .iter()
+        .find_map(|e| match e {
+            AgentEvent::ToolResult { name, result, .. } if name == "write" => Some(result),
+            _ => None,
+        })
+        .expect("the interrupted call's result");
+    assert_eq!(
+        result.error.as_ref().map(|err| err.kind()),
+        Some(ErrorKind::Interrupted)
+    );
+    assert_eq!(writes.load(Ordering::SeqCst), 1, "not run twice");
+    let finished = store.inner.load(&run_id).await.unwrap().unwrap();
+    assert!(matches!(
+        finished.checkpoint.status,
+        RunStatus::Done {
+            stop: StopReason::Finished
+        }
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_another_process_moved_is_not_released() {
+    // The run gives up; meanwhile (before the store answers the release)
+    // another process appends: the release meets the fence and is dropped.
+    let store = Faulty::new(Faults {
+        down_at: Some((4, Duration::from_secs(20))),
+        ..Faults::default()
+    });
+    let writes = Arc::new(AtomicUsize::new(0));
+    let agent = agent(store.clone(), &writes).store_outage(Duration::from_secs(5));
+    let started = tokio::time::Instant::now();
+    let (events, run_id) = run(&agent).await;
+    assert_eq!(done(&events).stop, StopReason::StoreFailed);
+    let held = store.inner.load(&run_id).await.unwrap().unwrap();
+    // Another writer (straight to the inner store) holds it at the next version.
+    let head = Head {
+        holder: Some(Holder {
+            process: "another process".into(),
+            until_ms: u64::MAX,
+        }),
+        format: toolstack::agent::store::JOURNAL_FORMAT,
+        status: RunStatus::Running,
+        saved_at_ms: held.checkpoint.saved_at_ms + 1,
+    };
+    let head_bytes = head.to_bytes();
+    let records = [toolstack::agent::store::Record::Status {
+        status: RunStatus::Running,
+    }
+    .to_bytes()];
+    store
+        .inner
+        .append(Append {
+            run_id: &run_id,
+            expected: held.version,
+            head: &head,
+            head_bytes: &head_bytes,
+            records: &records,
+            snapshot: None,
+        })
+        .await
+        .unwrap();
+    tokio::time::sleep_until(started + Duration::from_secs(30)).await;
+    let after = store.inner.load(&run_id).await.unwrap().unwrap();
+    assert_eq!(after.version, held.version.after(1));
+    assert_eq!(after.checkpoint.holder, head.holder, "left to its holder");
 }

@@ -14,6 +14,9 @@ use crate::agent::store::{
 };
 use crate::ToolError;
 
+use super::backoff::Backoff;
+use super::release::Releases;
+
 /// The default lease of a running run: 60 s without an append.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 
@@ -24,11 +27,6 @@ pub const DEFAULT_CHECKPOINT_TIMEOUT: Duration = Duration::from_secs(5);
 /// enough for a Redis restart from its append-only file or a Sentinel
 /// failover. See [`Agent::store_outage`](crate::agent::Agent::store_outage).
 pub const DEFAULT_STORE_OUTAGE: Duration = Duration::from_secs(15);
-
-/// The first wait before a store call is tried again; it doubles up to
-/// [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// What a run's store calls cost in outages: how many calls were tried
 /// again, and how long the outages ridden out lasted. Counted only off
@@ -106,6 +104,9 @@ pub(in crate::agent) struct Durability {
     /// (used clamped below the lease: [`Durability::outage`]).
     pub(in crate::agent) outage: Duration,
     pub(in crate::agent) on_error: OnStoreError,
+    /// The runs given up on while the store was down, released once it
+    /// is back (`release.rs`); shared by the agent's clones.
+    pub(in crate::agent) releases: Arc<Releases>,
 }
 
 impl fmt::Debug for Durability {
@@ -171,8 +172,13 @@ impl Durability {
         let mut backoff = Backoff::new(append.run_id);
         let mut last = err;
         loop {
-            self.wait(&mut backoff, started, &last, "append", append.run_id, stats)
-                .await?;
+            if let Err(gave_up) = self
+                .wait(&mut backoff, started, &last, "append", append.run_id, stats)
+                .await
+            {
+                self.give_up(&gave_up, &append);
+                return Err(gave_up);
+            }
             match self.append_once(append).await {
                 Ok(version) => return Ok(self.recovered(started, stats, version)),
                 Err(err @ StoreError::Unavailable { .. }) => last = err,
@@ -192,6 +198,24 @@ impl Durability {
                 }
                 Err(err) => return Err(err),
             }
+        }
+    }
+
+    /// An append stayed unavailable past the bound and the run stops
+    /// ([`OnStoreError::Fail`]): its stored head, at the version it
+    /// expected, is released once the store is back, so no process is
+    /// left holding a run it gave up on. A run that goes on in memory
+    /// ([`OnStoreError::Continue`]) is not: another process must not take
+    /// it while this one still runs it; its lease passing frees it.
+    fn give_up(&self, err: &StoreError, append: &Append<'_>) {
+        if self.on_error == OnStoreError::Fail && matches!(err, StoreError::Unavailable { .. }) {
+            self.releases.schedule(
+                &self.store,
+                &self.process,
+                self.timeout,
+                append.run_id,
+                append.expected,
+            );
         }
     }
 
@@ -302,34 +326,4 @@ fn landed(stored: &Stored, append: &Append<'_>) -> bool {
         && state.status == head.status
         && state.holder == head.holder
         && state.saved_at_ms == head.saved_at_ms
-}
-
-/// Exponential backoff with jitter: 50 ms doubling to 1 s, each wait
-/// drawn between half and all of it (so runs that lost the store together
-/// do not all come back at once).
-struct Backoff {
-    next: Duration,
-    seed: u64,
-}
-
-impl Backoff {
-    fn new(run_id: &str) -> Self {
-        use std::hash::BuildHasher;
-        let seed = std::collections::hash_map::RandomState::new().hash_one(run_id);
-        Backoff {
-            next: FIRST_BACKOFF,
-            seed,
-        }
-    }
-
-    fn next(&mut self) -> Duration {
-        // xorshift: cheap, and good enough to spread retries.
-        self.seed ^= self.seed << 13;
-        self.seed ^= self.seed >> 7;
-        self.seed ^= self.seed << 17;
-        let full = self.next;
-        self.next = (self.next * 2).min(MAX_BACKOFF);
-        let half = full / 2;
-        half + half.mul_f64((self.seed % 1024) as f64 / 1024.0)
-    }
 }

@@ -30,8 +30,10 @@ use super::store::{
     CallRecord, CallState, Checkpoint, Record, RunStatus, StoreError, Stored, Version,
 };
 
+mod backoff;
 mod counts;
 mod durability;
+mod release;
 mod writer;
 
 use self::counts::TurnInFlight;

@@ -1,0 +1,200 @@
+//! Runs given up on while their store was down, released once it is back:
+//! never a run left `running` under a process that stopped writing it.
+//!
+//! A run whose append stayed unavailable past
+//! [`Agent::store_outage`](crate::agent::Agent::store_outage) stops
+//! ([`StopReason::StoreFailed`](crate::agent::StopReason::StoreFailed)),
+//! and its stored head still says `running`, held by this process for the
+//! rest of its lease. So the append that gave up puts the run here
+//! ([`Releases::schedule`]), and a background task — started with the
+//! first entry, ending when none is left — tries, with the ride-out's
+//! backoff, to append a head that holds the run for nobody (status
+//! `running`, no holder: [`Checkpoint::held_by_other`] is false for every
+//! process, so the next resume or resent answer takes it over at once).
+//! The release is fenced at the version this process last stored, and
+//! only applies to a head this process holds: a conflict, or a head
+//! another writer moved, means someone else has the run — the entry is
+//! dropped. A call whose start was stored but not its result stays
+//! `Started`, so the resume reports it "may have run" for a tool that is
+//! not idempotent, and does not run it again.
+//!
+//! Bounded: at most [`MAX_RELEASES`] runs wait here; past that a run is
+//! not registered (a warning says so) and its lease passing frees it, as
+//! before. One pass stops at the first unavailable answer (the store is
+//! still down), so a long outage costs one call per backoff, not one per
+//! run. Nothing here runs unless a run gives up.
+//!
+//! [`Checkpoint::held_by_other`]: crate::agent::store::Checkpoint::held_by_other
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::agent::store::checkpoint::now_ms;
+use crate::agent::store::{
+    Append, Head, Record, RunStatus, RunStore, StoreError, Version, JOURNAL_FORMAT,
+};
+
+use super::backoff::Backoff;
+
+/// The most runs waiting to be released in one agent.
+pub(in crate::agent) const MAX_RELEASES: usize = 10_000;
+
+/// A run to release: where, by whom, at which version.
+struct Entry {
+    store: Arc<dyn RunStore>,
+    process: Arc<str>,
+    timeout: Duration,
+    run_id: String,
+    version: Version,
+}
+
+#[derive(Default)]
+struct Inner {
+    entries: Vec<Entry>,
+    /// The task is running (it clears this when it ends, under the lock).
+    running: bool,
+}
+
+/// The runs this agent gave up on and releases once the store is back;
+/// see the [module docs](self).
+#[derive(Default)]
+pub(in crate::agent) struct Releases {
+    inner: Mutex<Inner>,
+}
+
+/// What one try did.
+enum Tried {
+    Done,
+    StillDown,
+}
+
+impl Releases {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Releases `run_id`, stored by `process` up to `version`, once
+    /// `store` answers again.
+    pub(super) fn schedule(
+        self: &Arc<Self>,
+        store: &Arc<dyn RunStore>,
+        process: &Arc<str>,
+        timeout: Duration,
+        run_id: &str,
+        version: Version,
+    ) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut inner = self.lock();
+        if inner.entries.len() >= MAX_RELEASES {
+            tracing::warn!(
+                run_id,
+                "too many runs wait to be released; this one is freed when its lease passes"
+            );
+            return;
+        }
+        inner.entries.push(Entry {
+            store: Arc::clone(store),
+            process: Arc::clone(process),
+            timeout,
+            run_id: run_id.to_owned(),
+            version,
+        });
+        if !inner.running {
+            inner.running = true;
+            runtime.spawn(Arc::clone(self).run());
+        }
+    }
+
+    /// Waits (with backoff) and tries every entry, until none is left.
+    async fn run(self: Arc<Self>) {
+        let mut backoff = Backoff::new("release");
+        loop {
+            tokio::time::sleep(backoff.next()).await;
+            let entries = std::mem::take(&mut self.lock().entries);
+            let mut left = Vec::new();
+            let mut down = false;
+            for entry in entries {
+                if down {
+                    left.push(entry);
+                    continue;
+                }
+                match release(&entry).await {
+                    Tried::Done => {}
+                    Tried::StillDown => {
+                        down = true;
+                        left.push(entry);
+                    }
+                }
+            }
+            let mut inner = self.lock();
+            inner.entries.extend(left);
+            if inner.entries.is_empty() {
+                inner.running = false;
+                return;
+            }
+        }
+    }
+}
+
+/// One try at releasing `entry`: load the run, and append a head held by
+/// nobody, fenced at its version, if this process still holds it there.
+async fn release(entry: &Entry) -> Tried {
+    let run_id = entry.run_id.as_str();
+    let loaded = tokio::time::timeout(entry.timeout, entry.store.load(run_id)).await;
+    let stored = match loaded {
+        Err(_) | Ok(Err(StoreError::Unavailable { .. })) => return Tried::StillDown,
+        Ok(Err(err)) => {
+            tracing::warn!(run_id, error = %err, "a run given up on could not be loaded to release it");
+            return Tried::Done;
+        }
+        Ok(Ok(None)) => return Tried::Done,
+        Ok(Ok(Some(stored))) => stored,
+    };
+    let state = &stored.checkpoint;
+    let ours = state.status == RunStatus::Running
+        && state
+            .holder
+            .as_ref()
+            .is_some_and(|holder| *holder.process == *entry.process);
+    if stored.version != entry.version || !ours {
+        // Someone else moved it (or the append that gave up landed after
+        // all: its lease frees it).
+        return Tried::Done;
+    }
+    let head = Head {
+        format: JOURNAL_FORMAT,
+        status: RunStatus::Running,
+        holder: None,
+        saved_at_ms: now_ms(),
+    };
+    let head_bytes = head.to_bytes();
+    let records = [Record::Status {
+        status: RunStatus::Running,
+    }
+    .to_bytes()];
+    let append = Append {
+        run_id,
+        expected: entry.version,
+        head: &head,
+        head_bytes: &head_bytes,
+        records: &records,
+        snapshot: None,
+    };
+    match tokio::time::timeout(entry.timeout, entry.store.append(append)).await {
+        Err(_) | Ok(Err(StoreError::Unavailable { .. })) => Tried::StillDown,
+        Ok(Ok(_)) => {
+            tracing::info!(
+                run_id,
+                "a run given up on while the store was down is released"
+            );
+            Tried::Done
+        }
+        Ok(Err(err)) => {
+            // A conflict: another writer has it.
+            tracing::info!(run_id, error = %err, "a run given up on was moved by another writer; not released");
+            Tried::Done
+        }
+    }
+}
