@@ -1,7 +1,8 @@
 //! The AI SDK endpoint while its run store is down: a refused request is
 //! `503` with `Retry-After` and says why; a run whose store failed
 //! mid-stream ends with an `error` chunk that says the store was
-//! unavailable and that the answer can be sent again.
+//! unavailable and that the answer can be sent again — and, once the
+//! store is back, the answer sent again completes the run, in any process.
 //!
 //! The clock is paused in each test: however long the agent rides out the
 //! outage before it gives up, it does so in virtual time.
@@ -361,4 +362,62 @@ async fn a_run_that_cannot_be_kept_for_its_approval_says_to_send_the_message_aga
     assert!(text.contains("run store is unavailable"), "{text}");
     assert!(text.contains("send your message again"), "{text}");
     assert_eq!(chunks.last().unwrap()["finishReason"], "error");
+}
+
+/// A `delete` behind the person's approval that counts its runs and, when
+/// `outage` is given, takes the store down as it runs (so its start is
+/// stored, its result not).
+fn guarded_counting(runs: &Arc<AtomicUsize>, outage: Option<Arc<AtomicBool>>) -> Toolbox {
+    let runs = Arc::clone(runs);
+    let delete = tool::from_fn("delete", move |_: Value| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        if let Some(down) = &outage {
+            down.store(true, Ordering::SeqCst);
+        }
+        async { Ok::<_, ToolError>("deleted") }
+    });
+    let nobody = |_: &toolstack::approval::ApprovalRequest| async { Decision::deny("nobody here") };
+    Toolbox::new().layered(delete, ApprovalLayer::new(nobody).caller_decides())
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_sent_again_after_the_store_is_back_completes_in_another_process() {
+    let store = Outage::new(usize::MAX);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new([Turn::new().tool_call("delete", "{}")]);
+    let agent = Agent::new(
+        model,
+        guarded_counting(&runs, Some(Arc::clone(&store.down))),
+    )
+    .store(store.clone())
+    .process_id("a");
+    let a = ChatEndpoint::new(agent).into_router();
+    let (_, _, first) = post(&a, json!({"messages": [user("delete it")]})).await;
+    let conversation = json!({"messages": [user("delete it"), answered(&first)]});
+
+    // The answer: `delete` runs and the store goes down with its result
+    // unstored; past the bound the response says to send it again.
+    let (status, _, chunks) = post(&a, conversation.clone()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let finish = chunks.last().unwrap();
+    assert_eq!(
+        finish["messageMetadata"]["stop"], "store_failed",
+        "{chunks:?}"
+    );
+
+    // The store comes back; a few seconds later the same answer, sent to
+    // another process, completes the run (not `409 held` for the rest of
+    // the first process's lease), and `delete` is not run again.
+    store.down.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let model = ScriptedModel::new([Turn::new().text("It may be gone.")]);
+    let agent = Agent::new(model, guarded_counting(&runs, None))
+        .store(store.clone())
+        .process_id("b");
+    let b = ChatEndpoint::new(agent).into_router();
+    let (status, _, second) = post(&b, conversation).await;
+    assert_eq!(status, StatusCode::OK, "{second:?}");
+    assert_eq!(second.last().unwrap()["finishReason"], "stop", "{second:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "not run twice");
 }
