@@ -1,7 +1,7 @@
 //! How a run's life ends from outside its loop: the one place that
 //! forgets a stored run or expires the runs that waited too long.
 //!
-//! A run lives in its journal (`journal.rs`), the one writer of its
+//! A run lives in its journal (`journal/`), the one writer of its
 //! state: a run begins there (new, a session's next run, or a waiting
 //! run taken to be resumed), every change is appended there, and its own
 //! loop ends it there — finished, failed or stopped, or suspended to wait

@@ -1,6 +1,6 @@
 //! The server's transports: streamable HTTP ([`McpHttpService`]) and any
 //! byte stream ([`McpServer::serve_io`]), each with the 2025-11-25 task
-//! scheme's edges (see `legacy`).
+//! scheme's edges (see `tasks_2025_11_25`).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
