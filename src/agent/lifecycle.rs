@@ -23,8 +23,10 @@
 //! the sessions running in this process (`running_sessions.rs`), so a session
 //! deleted mid-run is still never run twice at once here.
 
+#[cfg(feature = "http")]
 use std::time::Duration;
 
+#[cfg(feature = "http")]
 use super::store::checkpoint::now_ms;
 use super::store::{RunStore, StoreError};
 
@@ -36,6 +38,8 @@ pub(crate) async fn forget(store: &dyn RunStore, run_id: &str) -> Result<bool, S
 
 /// Forgets the runs of `store` that have waited for a person for longer
 /// than `timeout` (since their last write), the oldest first; how many.
+/// (Only the AI SDK endpoint expires runs that wait.)
+#[cfg(feature = "http")]
 pub(crate) async fn expire_waiting(
     store: &dyn RunStore,
     timeout: Duration,

@@ -231,6 +231,7 @@ impl RedisStore {
     /// chunk log) — the way in for it, so that the store names only the
     /// runs' keys. Its names must not begin as the runs' do (`run:`,
     /// `records:`, `waiting_since`).
+    #[cfg_attr(not(feature = "http"), allow(dead_code))] // only the chunk log uses it
     pub(crate) fn prefixed(&self, name: std::fmt::Arguments<'_>) -> String {
         format!("{}{name}", self.prefix)
     }
@@ -238,6 +239,7 @@ impl RedisStore {
     /// A connection to the store's Redis, shared with the store (a
     /// multiplexed connection: cloning it is cheap); each command on it
     /// goes through [`bounded`](Self::bounded).
+    #[cfg_attr(not(feature = "http"), allow(dead_code))] // only the chunk log uses it
     pub(crate) fn connection(&self) -> ConnectionManager {
         self.manager.clone()
     }

@@ -18,6 +18,7 @@ pub(super) struct Connected {
     pub(super) connection: Connection,
     /// The schemas [`SqliteStore::blocking_with_tables`] made on this
     /// connection: each is run once.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))] // only the chunk log uses it
     made: Vec<&'static str>,
 }
 
@@ -30,6 +31,7 @@ impl Connected {
     }
 
     /// Makes the tables of `schema` unless this connection has already.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))] // only the chunk log uses it
     fn make(&mut self, schema: &'static str) -> rusqlite::Result<()> {
         if self.made.contains(&schema) {
             return Ok(());
@@ -92,6 +94,7 @@ impl SqliteStore {
     /// an existing file's tables are kept as they are. An error of
     /// `schema` or `work` is the store's
     /// [`Unavailable`](StoreError::Unavailable), worded as the runs' are.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))] // only the chunk log uses it
     pub(crate) fn blocking_with_tables<T, F>(
         &self,
         schema: &'static str,
