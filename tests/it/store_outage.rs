@@ -456,6 +456,52 @@ async fn a_run_rides_out_a_redis_restart() {
     assert_eq!(stored.checkpoint.messages, baseline.checkpoint.messages);
 }
 
+/// A Redis error that would come again — here a run's hash that is a
+/// string (`WRONGTYPE` in the load's transaction) — is `Failed` at once:
+/// not taken for an outage and tried again for `store_outage`.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_error_that_would_come_again_is_not_retried() {
+    use toolstack::agent::store::redis::RedisStore;
+    use toolstack::agent::ResumeError;
+
+    let Some(server) = crate::redis_server::RedisServer::start(
+        "a_redis_error_that_would_come_again_is_not_retried",
+    ) else {
+        return;
+    };
+    let store = RedisStore::new(server.patient_manager().await)
+        .prefix("wrongtype:")
+        .timeout(crate::redis_server::PATIENT_TIMEOUT);
+    let mut connection = server.connection().await;
+    let () = redis::cmd("SET")
+        .arg("wrongtype:run:r1")
+        .arg("not a hash")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    let writes = Arc::new(AtomicUsize::new(0));
+    // The default bound (15 s): a retried error would take it all.
+    let agent = agent(store, &writes);
+    let started = std::time::Instant::now();
+    let err = match agent.resume("r1", Resume::new()).await {
+        Ok(_) => panic!("a run whose hash is a string resumed"),
+        Err(err) => err,
+    };
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "retried: {:?}",
+        started.elapsed()
+    );
+    match &err {
+        ResumeError::Store(StoreError::Failed { why, .. }) => {
+            assert!(why.contains("WRONGTYPE"), "{why}")
+        }
+        other => panic!("not Failed: {other}"),
+    }
+    assert_eq!(err.status().as_u16(), 500, "{err}");
+}
+
 /// The fields the runs' spans recorded, by name (the last value).
 #[derive(Clone, Default)]
 struct Recorded(Arc<Mutex<Vec<(String, i64)>>>);

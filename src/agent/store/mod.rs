@@ -274,9 +274,22 @@ pub enum StoreError {
         /// The bound.
         limit: usize,
     },
-    /// The store did not answer (down, too slow, an I/O error).
+    /// The store did not answer (down, too slow, an I/O error), or
+    /// answered that it cannot take the call for now (Redis loading its
+    /// data or failing over, a locked or full SQLite file): an outage that
+    /// passes, which an agent rides out
+    /// ([`Agent::store_outage`](crate::agent::Agent::store_outage)).
     Unavailable {
         /// What happened.
+        why: String,
+        /// The underlying error.
+        source: Option<Source>,
+    },
+    /// The store answered with an error that trying again would not
+    /// change — a script error, a key holding the wrong type, a reply that
+    /// does not parse: not an outage, so it is never retried.
+    Failed {
+        /// What the store said.
         why: String,
         /// The underlying error.
         source: Option<Source>,
@@ -298,6 +311,17 @@ impl StoreError {
         source: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
         StoreError::Unavailable {
+            why: why.into(),
+            source: Some(Arc::new(source)),
+        }
+    }
+
+    /// The store refused the call for good, because of `source`.
+    pub fn failed_from(
+        why: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        StoreError::Failed {
             why: why.into(),
             source: Some(Arc::new(source)),
         }
@@ -343,6 +367,9 @@ impl fmt::Display for StoreError {
                 "{record} of run {run_id} is {bytes} bytes, over the store's limit of {limit} for one record"
             ),
             StoreError::Unavailable { why, .. } => write!(f, "the run store is unavailable: {why}"),
+            StoreError::Failed { why, .. } => {
+                write!(f, "the run store failed (not retried): {why}")
+            }
         }
     }
 }
@@ -351,6 +378,10 @@ impl std::error::Error for StoreError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             StoreError::Unavailable {
+                source: Some(source),
+                ..
+            }
+            | StoreError::Failed {
                 source: Some(source),
                 ..
             } => Some(&**source),

@@ -19,10 +19,15 @@
 //! that is down is [`StoreError::Unavailable`] within that bound.
 //!
 //! A lost connection (Redis restarted, a Sentinel failover, a broken
-//! pipe) is made again by the [`ConnectionManager`] on the next command;
-//! every Redis error is [`StoreError::Unavailable`], which an agent tries
-//! again for its [`store_outage`](crate::agent::Agent::store_outage) — so a
-//! run rides a restart out. [`connect`](RedisStore::connect) sets the
+//! pipe) is made again by the [`ConnectionManager`] on the next command.
+//! An error that passes — the connection's, no answer within the timeout,
+//! a server loading its data, busy, mid-failover or out of room
+//! (`LOADING`, `BUSY`, `TRYAGAIN`, `MASTERDOWN`, `CLUSTERDOWN`,
+//! `READONLY`, `NOREPLICAS`, `OOM`, `MISCONF`) — is
+//! [`StoreError::Unavailable`], which an agent tries again for its
+//! [`store_outage`](crate::agent::Agent::store_outage), so a run rides a
+//! restart out; any other (a script error, a key of the wrong type, a
+//! reply that does not parse) is [`StoreError::Failed`], at once. [`connect`](RedisStore::connect) sets the
 //! manager for that: no response timeout of its own (each command is
 //! bounded by the store's [`timeout`](RedisStore::timeout), which a
 //! shorter response timeout would override), a connection attempt
@@ -145,15 +150,75 @@ impl std::fmt::Debug for RedisStore {
     }
 }
 
-fn unavailable(err: RedisError) -> StoreError {
-    StoreError::unavailable_from(format!("Redis: {err}"), err)
+/// A Redis error as the store's: an outage that passes is
+/// [`Unavailable`](StoreError::Unavailable) (and ridden out), anything
+/// else [`Failed`](StoreError::Failed) (and not tried again).
+fn store_error(err: RedisError) -> StoreError {
+    match passes(&err) {
+        true => StoreError::unavailable_from(format!("Redis: {err}"), err),
+        false => StoreError::failed_from(format!("Redis: {err}"), err),
+    }
+}
+
+/// The error codes of a Redis that cannot take a command for now, but
+/// will: loading its data after a restart (`LOADING`), running a slow
+/// script (`BUSY`), mid-failover (`TRYAGAIN`, `MASTERDOWN`, `CLUSTERDOWN`,
+/// `READONLY` from a primary just demoted, `NOREPLICAS` while too few
+/// replicas answer), or out of room (`OOM` under `maxmemory`, which
+/// finished runs expiring frees; `MISCONF` when it cannot write its
+/// append-only file or snapshot, a full disk) — the faults an agent rides
+/// out, as it does a full SQLite file.
+const PASSING_CODES: [&str; 9] = [
+    "LOADING",
+    "BUSY",
+    "TRYAGAIN",
+    "MASTERDOWN",
+    "CLUSTERDOWN",
+    "READONLY",
+    "NOREPLICAS",
+    "OOM",
+    "MISCONF",
+];
+
+/// Whether `err` is an outage that passes: the connection (refused,
+/// reset, a broken pipe, no answer in time — every I/O error), a
+/// Sentinel or Cluster that has no primary to give yet, or a server state
+/// of [`PASSING_CODES`] (in any command of a pipeline or transaction).
+/// Not: a script error, a key of the wrong type, a reply that does not
+/// parse, a command or configuration Redis refuses — trying again would
+/// meet it again.
+fn passes(err: &RedisError) -> bool {
+    use redis::ErrorKind;
+    if err.is_io_error()
+        || err.is_timeout()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+    {
+        return true;
+    }
+    if matches!(
+        err.kind(),
+        ErrorKind::ClusterConnectionNotFound
+            | ErrorKind::MasterNameNotFoundBySentinel
+            | ErrorKind::NoValidReplicasFoundBySentinel
+    ) {
+        return true;
+    }
+    let passing = |code: &str| PASSING_CODES.contains(&code);
+    if err.code().is_some_and(passing) {
+        return true;
+    }
+    // A pipeline's or transaction's errors, one per failed command.
+    err.clone()
+        .into_server_errors()
+        .is_some_and(|errors| errors.iter().any(|(_, err)| passing(err.code())))
 }
 
 impl RedisStore {
     /// Connects to the Redis at `url` (`redis://host:port/db`), with keys
     /// under `toolstack:`; waits at most the timeout for the connection.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let client = redis::Client::open(url).map_err(unavailable)?;
+        let client = redis::Client::open(url).map_err(store_error)?;
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_response_timeout(None)
             .set_connection_timeout(Some(DEFAULT_TIMEOUT))
@@ -167,7 +232,7 @@ impl RedisStore {
                     "Redis at {url} did not answer within {DEFAULT_TIMEOUT:?}"
                 ))
             })?
-            .map_err(unavailable)?;
+            .map_err(store_error)?;
         Ok(Self::new(manager))
     }
 
@@ -245,14 +310,17 @@ impl RedisStore {
     }
 
     /// Waits at most the store's [`timeout`](Self::timeout) for `command`;
-    /// a Redis error or no answer in time is the store's
-    /// [`Unavailable`](StoreError::Unavailable).
+    /// no answer in time, or a Redis error that passes (the connection, a
+    /// server loading or failing over), is the store's
+    /// [`Unavailable`](StoreError::Unavailable); any other Redis error
+    /// (a script's, a wrong type, a reply that does not parse) is
+    /// [`Failed`](StoreError::Failed).
     pub(crate) async fn bounded<T>(
         &self,
         command: impl std::future::Future<Output = Result<T, RedisError>>,
     ) -> Result<T, StoreError> {
         match tokio::time::timeout(self.timeout, command).await {
-            Ok(answer) => answer.map_err(unavailable),
+            Ok(answer) => answer.map_err(store_error),
             Err(_) => Err(StoreError::unavailable(format!(
                 "Redis did not answer within {:?}",
                 self.timeout
@@ -388,5 +456,76 @@ impl RunStore for RedisStore {
 
     fn max_record_bytes(&self) -> usize {
         self.limit
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The error Redis answers with `line` (a RESP error, `-CODE detail`).
+    fn server(line: &str) -> RedisError {
+        let reply = format!("-{line}\r\n");
+        let value = redis::parse_redis_value(reply.as_bytes()).expect("a RESP error");
+        value.extract_error().expect_err("an error reply")
+    }
+
+    fn io(kind: std::io::ErrorKind) -> RedisError {
+        std::io::Error::new(kind, "injected").into()
+    }
+
+    #[test]
+    fn an_outage_that_passes_is_unavailable() {
+        let passing = [
+            io(std::io::ErrorKind::ConnectionRefused),
+            io(std::io::ErrorKind::ConnectionReset),
+            io(std::io::ErrorKind::BrokenPipe),
+            io(std::io::ErrorKind::TimedOut),
+            io(std::io::ErrorKind::UnexpectedEof),
+            server("LOADING Redis is loading the dataset in memory"),
+            server("BUSY Redis is busy running a script"),
+            server("TRYAGAIN Multiple keys request during rehashing of slot"),
+            server("MASTERDOWN Link with MASTER is down"),
+            server("CLUSTERDOWN The cluster is down"),
+            server("READONLY You can't write against a read only replica."),
+            server("NOREPLICAS Not enough good replicas to write."),
+            server("OOM command not allowed when used memory > 'maxmemory'."),
+            server("MISCONF Errors writing to the AOF file: No space left on device"),
+        ];
+        for err in passing {
+            let text = err.to_string();
+            let classified = store_error(err);
+            assert!(
+                matches!(classified, StoreError::Unavailable { .. }),
+                "{text}: {classified}"
+            );
+            // Said once, with what Redis said.
+            assert!(classified.to_string().contains("Redis: "), "{classified}");
+        }
+    }
+
+    #[test]
+    fn an_error_that_would_come_again_is_failed_and_not_retried() {
+        let lasting = [
+            server("ERR user_script:3: Script attempted to access nonexistent global variable 'x'"),
+            server("WRONGTYPE Operation against a key holding the wrong kind of value"),
+            server("ERR unknown command 'HGETDEL'"),
+            server("NOPERM User has no permissions to run the 'eval' command"),
+            RedisError::from((redis::ErrorKind::UnexpectedReturnType, "not a number")),
+            RedisError::from(redis::ParsingError::from(
+                "Response was of incompatible type".to_owned(),
+            )),
+            RedisError::from((redis::ErrorKind::InvalidClientConfig, "bad url")),
+        ];
+        for err in lasting {
+            let text = err.to_string();
+            let classified = store_error(err);
+            assert!(
+                matches!(classified, StoreError::Failed { .. }),
+                "{text}: {classified}"
+            );
+            let tool: crate::ToolError = classified.into();
+            assert_eq!(tool.kind(), crate::ErrorKind::Failed, "{text}");
+        }
     }
 }
