@@ -1,7 +1,9 @@
 //! A `redis-server` of a proof's own: a free loopback port, a temporary
-//! directory, nothing saved; stopped with SIGKILL, restarted on the same
-//! port. The examples that prove scale-out (`shared_quota`,
-//! `durable_runs`) start one.
+//! directory; stopped with SIGKILL, restarted on the same port — empty, or
+//! ([`RedisProcess::start_durable`]) from its append-only file, written
+//! with `appendfsync always` so that no write it acknowledged is lost. The
+//! examples that prove scale-out (`shared_quota`, `durable_runs`) start
+//! one.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
@@ -14,11 +16,26 @@ pub struct RedisProcess {
     child: Option<Child>,
     port: u16,
     dir: std::path::PathBuf,
+    /// Writes its append-only file (`appendfsync always`) and reloads it
+    /// on a restart.
+    durable: bool,
 }
 
 impl RedisProcess {
     /// Starts one on a free loopback port; `name` names its directory.
     pub fn start(name: &str) -> Result<RedisProcess, Box<dyn std::error::Error>> {
+        Self::start_with(name, false)
+    }
+
+    /// Starts one that keeps every write it acknowledges in its
+    /// append-only file (`appendonly yes`, `appendfsync always`: the
+    /// settings a run store needs) and reloads it when restarted — a store
+    /// that goes away and comes back.
+    pub fn start_durable(name: &str) -> Result<RedisProcess, Box<dyn std::error::Error>> {
+        Self::start_with(name, true)
+    }
+
+    fn start_with(name: &str, durable: bool) -> Result<RedisProcess, Box<dyn std::error::Error>> {
         let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
             .local_addr()?
             .port();
@@ -28,6 +45,7 @@ impl RedisProcess {
             child: None,
             port,
             dir,
+            durable,
         };
         redis.restart()?;
         Ok(redis)
@@ -43,10 +61,23 @@ impl RedisProcess {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
-    /// Stops it (if running) and starts it again on the same port, empty;
-    /// returns once it answers `PING`.
+    /// Stops it (if running) and starts it again on the same port — empty,
+    /// or from its append-only file when durable; returns once it answers
+    /// `PING` (a durable one answers once its file is loaded).
     pub fn restart(&mut self) -> Result<(), Box<dyn std::error::Error>> {
         self.stop();
+        let persistence: &[&str] = if self.durable {
+            &[
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ]
+        } else {
+            &["--save", "", "--appendonly", "no"]
+        };
         let child = Command::new("redis-server")
             .args([
                 "--port",
@@ -56,7 +87,7 @@ impl RedisProcess {
                 "--dir",
             ])
             .arg(&self.dir)
-            .args(["--save", "", "--appendonly", "no"])
+            .args(persistence)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

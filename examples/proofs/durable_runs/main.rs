@@ -5,7 +5,7 @@
 //! approval is answered through the other (or through the same one,
 //! restarted).
 //!
-//! Two rounds:
+//! Three rounds:
 //!
 //! * **Redis, two replicas.** Workers A and B share one `redis-server`
 //!   (the parent's own). The N chats are asked of A; each ends its
@@ -19,6 +19,14 @@
 //!   chats; killed mid-write for half of them, started again on the same
 //!   file with the same process id (so it takes its runs back at once),
 //!   and every approval answered there.
+//! * **The store itself goes away** (`outage.rs`): two workers on one
+//!   `redis-server` that keeps an append-only file (`appendfsync always`);
+//!   once 60 % of the approvals are sent, redis-server is killed with
+//!   SIGKILL and started again from its file — after 2 s (within the bound
+//!   a run rides out, 15 s by default: every run must finish as if nothing
+//!   happened), then, in a round of its own, after 20 s (past it: every
+//!   run finishes after the store returns or ends with a retryable error
+//!   that the answer sent again completes, and no run is left `running`).
 //!
 //! The write counts its own runs in a ledger file (one line per run,
 //! written and synced before it sleeps, so a kill cannot hide one). The
@@ -27,10 +35,11 @@
 //!
 //! ```text
 //! cargo run --release --example durable_runs --features http,redis,sqlite -- --runs 200
+//! cargo run --release --example durable_runs --features http,redis,sqlite -- --runs 2000 --rounds outage
 //! ```
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -39,14 +48,10 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 
-use toolstack::agent::store::RunStore;
-use toolstack::agent::Agent;
-use toolstack::approval::{ApprovalRequest, Decision};
-use toolstack::http::ai_sdk::ChatEndpoint;
-use toolstack::model::{ChatRequest, Message, ModelDelta, ScriptedModel, Turn};
-use toolstack::{tool, ToolAnnotations, ToolError, Toolbox};
 use toolstack_demo::redis_server::RedisProcess;
-use toolstack_layers::approval::ApprovalLayer;
+
+mod outage;
+mod worker;
 
 fn flag<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
     args.iter()
@@ -57,15 +62,19 @@ fn flag<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
 }
 
 const USAGE: &str = "\
-Usage: durable_runs [--runs N] [--write-ms MS] [--lease-ms MS]
+Usage: durable_runs [--runs N] [--write-ms MS] [--lease-ms MS] [--rounds LIST] [--outages-ms LIST]
   (cargo run --release --features http,redis,sqlite --example durable_runs -- ...)
 
 N chats wait for approval on worker processes over Redis, then SQLite; a
-worker is killed and every approval is answered through another.
-  --runs N         chats per round (20)
-  --write-ms MS    how long the approved write takes (1500)
-  --lease-ms MS    a running run's lease (2000)
-  -h, --help       this text
+worker is killed and every approval is answered through another. Then the
+store itself goes away: redis-server is killed mid-answers and restarted
+from its append-only file after each outage.
+  --runs N            chats per round (20)
+  --write-ms MS       how long the approved write takes (1500)
+  --lease-ms MS       a running run's lease in the kill rounds (2000)
+  --rounds LIST       which rounds, comma-separated: redis,sqlite,outage (all)
+  --outages-ms LIST   the store outages of the outage rounds (2000,20000)
+  -h, --help          this text
 ";
 
 #[tokio::main]
@@ -76,7 +85,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     if let Some(at) = args.iter().position(|a| a == "--worker") {
         let name = args.get(at + 1).ok_or("--worker NAME")?.clone();
-        return worker(&name, &args).await;
+        return worker::worker(&name, &args).await;
     }
     let runs: usize = flag(&args, "--runs", 20);
     let write_ms: u64 = flag(&args, "--write-ms", 1_500);
@@ -94,134 +103,41 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "durable runs: {runs} chats per round, writes of {write_ms} ms, a lease of {lease_ms} ms"
     );
-    let redis = proof.redis_round().await;
-    let sqlite = proof.sqlite_round().await;
-    let _ = std::fs::remove_dir_all(&dir);
+    let rounds: String = flag(&args, "--rounds", "redis,sqlite,outage".to_owned());
+    let outages: String = flag(&args, "--outages-ms", "2000,20000".to_owned());
     let mut failed = false;
-    for (round, outcome) in [("redis", redis), ("sqlite", sqlite)] {
-        match outcome {
-            Ok(report) => {
+    let mut say =
+        |round: &str, outcome: Result<(String, bool), Box<dyn std::error::Error>>| match outcome {
+            Ok((report, passed)) => {
                 println!("{round}: {report}");
-                failed |= !report.passed();
+                failed |= !passed;
             }
             Err(err) => {
                 println!("{round}: FAILED: {err}");
                 failed = true;
             }
+        };
+    for round in rounds.split(',') {
+        match round {
+            "redis" => say(round, proof.redis_round().await.map(Report::said)),
+            "sqlite" => say(round, proof.sqlite_round().await.map(Report::said)),
+            "outage" => {
+                for ms in outages.split(',') {
+                    let ms: u64 = ms.parse().map_err(|_| format!("--outages-ms: {ms:?}"))?;
+                    let outage = Duration::from_millis(ms);
+                    let name = format!("store down {:.0} s", outage.as_secs_f64());
+                    say(&name, proof.outage_round(outage).await.map(|r| r.said()));
+                }
+            }
+            other => return Err(format!("--rounds: no round {other:?}").into()),
         }
     }
+    let _ = std::fs::remove_dir_all(&dir);
     if failed {
         println!("FAILED");
         std::process::exit(1);
     }
     println!("PASSED");
-    Ok(())
-}
-
-// ---- the worker -----------------------------------------------------------
-
-/// The model of every chat: asked once, it writes the chat's row; asked
-/// after the write's result, it says what became of it.
-#[derive(Clone)]
-struct RowWriter;
-
-impl tower::Service<ChatRequest> for RowWriter {
-    type Response = futures_util::stream::BoxStream<'static, Result<ModelDelta, ToolError>>;
-    type Error = ToolError;
-    type Future = futures_util::future::Ready<Result<Self::Response, ToolError>>;
-
-    fn poll_ready(
-        &mut self,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), ToolError>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: ChatRequest) -> Self::Future {
-        let row = request
-            .messages
-            .iter()
-            .find_map(|m| match m {
-                Message::User { content } => Some(content.clone()),
-                _ => None,
-            })
-            .unwrap_or_default();
-        let turn = match request.messages.last() {
-            Some(Message::Tool { content, .. }) => Turn::new().text(format!("{row}: {content}")),
-            _ => Turn::new().tool_call("write", json!({ "row": row }).to_string()),
-        };
-        let answer = ScriptedModel::new([turn]).call(request).into_inner();
-        // One call id per chat, so the ledger can tell the runs apart.
-        futures_util::future::ready(answer.map(move |deltas| {
-            deltas
-                .map(move |delta| match delta {
-                    Ok(ModelDelta::ToolCall(mut call)) => {
-                        if call.id.is_some() {
-                            call.id = Some(format!("call-{row}"));
-                        }
-                        Ok(ModelDelta::ToolCall(call))
-                    }
-                    other => other,
-                })
-                .boxed()
-        }))
-    }
-}
-
-#[derive(serde::Deserialize, schemars::JsonSchema)]
-struct Row {
-    row: String,
-}
-
-/// `write`: appends its row to the ledger (synced), then takes its time.
-fn toolbox(ledger: PathBuf, write_ms: u64) -> Toolbox {
-    let write = tool::from_fn("write", move |Row { row }: Row| {
-        let ledger = ledger.clone();
-        async move {
-            let mut file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&ledger)
-                .map_err(|e| ToolError::failed(format!("the ledger: {e}")))?;
-            // One write per line: appends from many calls and processes
-            // never interleave within it.
-            file.write_all(format!("{row}\n").as_bytes())
-                .map_err(|e| ToolError::failed(e.to_string()))?;
-            file.sync_all()
-                .map_err(|e| ToolError::failed(e.to_string()))?;
-            tokio::time::sleep(Duration::from_millis(write_ms)).await;
-            Ok::<_, ToolError>(format!("wrote {row}"))
-        }
-    })
-    .with_annotations(ToolAnnotations::new().destructive(true));
-    let nobody = |_: &ApprovalRequest| async { Decision::deny("nobody here") };
-    Toolbox::new().layered(write, ApprovalLayer::new(nobody).caller_decides())
-}
-
-async fn worker(name: &str, args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
-    let ledger = PathBuf::from(flag(args, "--ledger", String::new()));
-    let write_ms: u64 = flag(args, "--write-ms", 1_500);
-    let lease = Duration::from_millis(flag(args, "--lease-ms", 2_000));
-    let store: Arc<dyn RunStore> = match flag(args, "--store", String::new()).as_str() {
-        "redis" => {
-            let url: String = flag(args, "--url", String::new());
-            Arc::new(toolstack::agent::store::redis::RedisStore::connect(&url).await?)
-        }
-        "sqlite" => {
-            let path: String = flag(args, "--path", String::new());
-            Arc::new(toolstack::agent::store::sqlite::SqliteStore::open(path)?)
-        }
-        other => return Err(format!("--store redis|sqlite, not {other:?}").into()),
-    };
-    let agent = Agent::new(RowWriter, toolbox(ledger, write_ms))
-        .store(store)
-        .process_id(name.to_owned())
-        .lease(lease);
-    let app = axum::Router::new().nest("/api/chat", ChatEndpoint::new(agent).into_router());
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
-    println!("listening on {}", listener.local_addr()?.port());
-    std::io::stdout().flush()?;
-    axum::serve(listener, app).await?;
     Ok(())
 }
 
@@ -273,16 +189,14 @@ impl Report {
     fn passed(&self) -> bool {
         self.finished == self.runs && self.lost == 0 && self.twice == 0
     }
+
+    fn said(self) -> (String, bool) {
+        (self.to_string(), self.passed())
+    }
 }
 
 impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut ms = self.resume_us.clone();
-        ms.sort_unstable();
-        let at = |q: f64| {
-            ms.get(((ms.len() as f64 - 1.0) * q).round() as usize)
-                .copied()
-        };
         write!(
             f,
             "{}/{} runs finished, {} answered approvals lost, {} writes run twice, {} writes cut off by the kill read as interrupted ({} answers refused while the dead process's lease held); resuming a waiting run (its answer to the response's head) took p50 {:.1} ms, p99 {:.1} ms; the runs cut off by the kill were all finished {} ms after it — {}",
@@ -292,8 +206,8 @@ impl std::fmt::Display for Report {
             self.twice,
             self.interrupted,
             self.refused_while_held,
-            at(0.5).unwrap_or(0) as f64 / 1000.0,
-            at(0.99).unwrap_or(0) as f64 / 1000.0,
+            percentile(&self.resume_us, 0.5) as f64 / 1000.0,
+            percentile(&self.resume_us, 0.99) as f64 / 1000.0,
             self.takeover_ms,
             if self.passed() { "ok" } else { "FAILED" },
         )
@@ -305,6 +219,8 @@ struct Answered {
     status: u16,
     /// A refusal's `kind`, when the body is one.
     kind: Option<String>,
+    /// Its `Retry-After`, in seconds, when it has one.
+    retry_after: Option<u64>,
     chunks: Vec<Value>,
     /// From the request to the response's head: for an answer, the time
     /// to load the run and take it (the endpoint resumes before it
@@ -318,6 +234,7 @@ impl Proof {
         name: &str,
         store: &[&str],
         ledger: &Path,
+        lease_ms: u64,
     ) -> Result<Worker, Box<dyn std::error::Error>> {
         let mut child = Command::new(&self.exe)
             .args(["--worker", name])
@@ -325,7 +242,7 @@ impl Proof {
             .arg("--ledger")
             .arg(ledger)
             .args(["--write-ms", &self.write_ms.to_string()])
-            .args(["--lease-ms", &self.lease_ms.to_string()])
+            .args(["--lease-ms", &lease_ms.to_string()])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()?;
@@ -353,6 +270,11 @@ impl Proof {
             .await?;
         let head = asked.elapsed();
         let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
         let text = response.text().await?;
         // A refusal's kind: `held` is worth sending again, `ended` is final.
         let kind = serde_json::from_str::<Value>(&text)
@@ -367,6 +289,7 @@ impl Proof {
         Ok(Answered {
             status,
             kind,
+            retry_after,
             chunks,
             head,
         })
@@ -600,8 +523,8 @@ impl Proof {
         let url = redis.url();
         let ledger = self.dir.join("redis.ledger");
         let store = ["--store", "redis", "--url", url.as_str()];
-        let a = self.spawn("a", &store, &ledger)?;
-        let b = self.spawn("b", &store, &ledger)?;
+        let a = self.spawn("a", &store, &ledger, self.lease_ms)?;
+        let b = self.spawn("b", &store, &ledger, self.lease_ms)?;
         let waiting = self.ask_all(&a.url).await?;
         let (cut, rest) = waiting.split_at(waiting.len() / 2);
         self.start_writes(&a, cut, &ledger).await?;
@@ -619,18 +542,26 @@ impl Proof {
         let path = self.dir.join("runs.db");
         let path = path.to_string_lossy();
         let store = ["--store", "sqlite", "--path", &*path];
-        let first = self.spawn("a", &store, &ledger)?;
+        let first = self.spawn("a", &store, &ledger, self.lease_ms)?;
         let waiting = self.ask_all(&first.url).await?;
         let (cut, rest) = waiting.split_at(waiting.len() / 2);
         self.start_writes(&first, cut, &ledger).await?;
         drop(first);
         let killed = Instant::now();
         // The same process id: it takes its own runs back at once.
-        let again = self.spawn("a", &store, &ledger)?;
+        let again = self.spawn("a", &store, &ledger, self.lease_ms)?;
         let mut report = self.answer_after_kill(&again.url, cut, rest, killed).await;
         self.check_ledger(&ledger, &mut report);
         Ok(report)
     }
+}
+
+/// The `q` quantile of `values` (0 when there are none).
+fn percentile(values: &[u64], q: f64) -> u64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable();
+    let at = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted.get(at).copied().unwrap_or(0)
 }
 
 /// How many times each row is in the ledger.
