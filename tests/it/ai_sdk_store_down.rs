@@ -30,13 +30,16 @@ use toolstack_layers::approval::ApprovalLayer;
 
 /// A run store that is down while `down` is set (every call answers
 /// `Unavailable`), and that goes down by itself after `appends_left`
-/// appends, or (`before_waiting`) at the append that suspends a run.
+/// appends, (`before_waiting`) at the append that suspends a run, or
+/// (`at_decision`, while set) at the append that records a person's
+/// decision.
 #[derive(Clone)]
 struct Outage {
     inner: MemoryStore,
     down: Arc<AtomicBool>,
     appends_left: Arc<AtomicUsize>,
     before_waiting: bool,
+    at_decision: Arc<AtomicBool>,
 }
 
 impl Outage {
@@ -46,6 +49,7 @@ impl Outage {
             down: Arc::default(),
             appends_left: Arc::new(AtomicUsize::new(appends)),
             before_waiting: false,
+            at_decision: Arc::default(),
         }
     }
 
@@ -67,7 +71,15 @@ impl RunStore for Outage {
     }
     fn append<'a>(&'a self, append: Append<'a>) -> BoxFuture<'a, Result<Version, StoreError>> {
         let left = self.appends_left.load(Ordering::SeqCst);
-        if left == 0 || (self.before_waiting && append.head.status == RunStatus::Waiting) {
+        let decision = self.at_decision.load(Ordering::SeqCst)
+            && append
+                .records
+                .iter()
+                .any(|r| String::from_utf8_lossy(r).contains(r#""state":"decided""#));
+        if left == 0
+            || decision
+            || (self.before_waiting && append.head.status == RunStatus::Waiting)
+        {
             self.down.store(true, Ordering::SeqCst);
         }
         if self.is_down() {
@@ -420,4 +432,59 @@ async fn an_answer_sent_again_after_the_store_is_back_completes_in_another_proce
     assert_eq!(status, StatusCode::OK, "{second:?}");
     assert_eq!(second.last().unwrap()["finishReason"], "stop", "{second:?}");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "not run twice");
+}
+
+/// A call resumed with the person's answer records `started`, then the
+/// answer; when the store goes down at the answer's record, the tool does
+/// not run — and once the store is back, the answer sent again runs it,
+/// once, in another process: the model reads its result, not "may have
+/// run" (the release puts the call back to waiting for its answer).
+#[tokio::test(start_paused = true)]
+async fn an_answer_whose_decision_was_not_stored_runs_once_when_sent_again() {
+    let store = Outage::new(usize::MAX);
+    store.at_decision.store(true, Ordering::SeqCst);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let model = ScriptedModel::new([Turn::new().tool_call("delete", "{}")]);
+    let agent = Agent::new(model, guarded_counting(&runs, None))
+        .store(store.clone())
+        .process_id("a");
+    let a = ChatEndpoint::new(agent).into_router();
+    let (_, _, first) = post(&a, json!({"messages": [user("delete it")]})).await;
+    let conversation = json!({"messages": [user("delete it"), answered(&first)]});
+
+    let (status, _, chunks) = post(&a, conversation.clone()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        finish_stop(&chunks),
+        "store_failed",
+        "the store stayed down: {chunks:?}"
+    );
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "its decision was not stored"
+    );
+
+    store.at_decision.store(false, Ordering::SeqCst);
+    store.down.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let model = ScriptedModel::new([Turn::new().text("Deleted.")]);
+    let agent = Agent::new(model, guarded_counting(&runs, None))
+        .store(store.clone())
+        .process_id("b");
+    let b = ChatEndpoint::new(agent).into_router();
+    let (status, _, second) = post(&b, conversation).await;
+    assert_eq!(status, StatusCode::OK, "{second:?}");
+    assert_eq!(second.last().unwrap()["finishReason"], "stop", "{second:?}");
+    let output = second
+        .iter()
+        .find(|c| c["type"] == "tool-output-available")
+        .unwrap_or_else(|| panic!("the tool's result: {second:?}"));
+    assert_eq!(output["output"], "deleted", "{second:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "run once");
+}
+
+/// The `stop` a response's finish chunk names.
+fn finish_stop(chunks: &[Value]) -> &Value {
+    &chunks.last().unwrap()["messageMetadata"]["stop"]
 }

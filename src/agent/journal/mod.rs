@@ -21,6 +21,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use crate::approval::ApprovalRequest;
 use crate::model::{Message, Usage};
 
 use super::resume::ResumeError;
@@ -380,6 +381,20 @@ impl RunJournal {
     /// The deferred tools loaded so far.
     pub(super) fn loaded_tools(&self) -> Vec<String> {
         self.state().loaded_tools.clone()
+    }
+
+    /// The person's decision on a call could not be recorded, so the call
+    /// did not run (its stored state says `started`, which a resume would
+    /// read as "may have run"): once the store is back, the release of the
+    /// run puts the call back to waiting for its answer, which the answer
+    /// sent again then decides. See `release.rs`.
+    pub(super) fn decision_not_recorded(&self, request: ApprovalRequest) {
+        if let Some(writer) = &self.writer {
+            let durability = &writer.durability;
+            durability
+                .releases
+                .not_run(&durability.process, &self.run_id, request);
+        }
     }
 
     /// A call of the step got further.

@@ -18,6 +18,16 @@
 //! `Started`, so the resume reports it "may have run" for a tool that is
 //! not idempotent, and does not run it again.
 //!
+//! One call is known better than its stored state says: a call resumed
+//! with the person's answer records `started`, then the answer as decided
+//! before the tool runs — and when that decision could not be stored, the
+//! tool did not run, though `started` would read as "may have run". The
+//! run registers such a call ([`Releases::not_run`]), and the release puts
+//! it back to waiting for its answer (in the same append, and only if it
+//! is still stored as `started`), so the answer sent again runs it once.
+//! (Registered after the append that gave up: should the store come back
+//! within that moment, the call stays `started` — the safe reading.)
+//!
 //! Bounded: at most [`MAX_RELEASES`] runs wait here; past that a run is
 //! not registered (a warning says so) and its lease passing frees it, as
 //! before. One pass stops at the first unavailable answer (the store is
@@ -31,8 +41,9 @@ use std::time::Duration;
 
 use crate::agent::store::checkpoint::now_ms;
 use crate::agent::store::{
-    Append, Head, Record, RunStatus, RunStore, StoreError, Version, JOURNAL_FORMAT,
+    Append, CallState, Head, Record, RunStatus, RunStore, StoreError, Version, JOURNAL_FORMAT,
 };
+use crate::approval::ApprovalRequest;
 
 use super::backoff::Backoff;
 
@@ -46,6 +57,8 @@ struct Entry {
     timeout: Duration,
     run_id: String,
     version: Version,
+    /// Calls that did not run, their decision unrecorded: back to waiting.
+    not_run: Vec<ApprovalRequest>,
 }
 
 #[derive(Default)]
@@ -100,10 +113,26 @@ impl Releases {
             timeout,
             run_id: run_id.to_owned(),
             version,
+            not_run: Vec::new(),
         });
         if !inner.running {
             inner.running = true;
             runtime.spawn(Arc::clone(self).run());
+        }
+    }
+
+    /// The call `request` names, of the run `run_id` that `process` gave
+    /// up on, did not run: its release puts it back to waiting for its
+    /// answer. (Nothing when the run is not waiting to be released.)
+    pub(super) fn not_run(&self, process: &Arc<str>, run_id: &str, request: ApprovalRequest) {
+        let mut inner = self.lock();
+        let entry = inner
+            .entries
+            .iter_mut()
+            .rev()
+            .find(|entry| entry.run_id == run_id && entry.process == *process);
+        if let Some(entry) = entry {
+            entry.not_run.push(request);
         }
     }
 
@@ -170,10 +199,27 @@ async fn release(entry: &Entry) -> Tried {
         saved_at_ms: now_ms(),
     };
     let head_bytes = head.to_bytes();
-    let records = [Record::Status {
+    let mut records = vec![Record::Status {
         status: RunStatus::Running,
     }
     .to_bytes()];
+    for request in &entry.not_run {
+        let started = state
+            .step
+            .iter()
+            .any(|call| call.call.id == request.call_id && call.state == CallState::Started);
+        if started {
+            records.push(
+                Record::Call {
+                    id: request.call_id.clone(),
+                    state: CallState::WaitingApproval {
+                        request: request.clone(),
+                    },
+                }
+                .to_bytes(),
+            );
+        }
+    }
     let append = Append {
         run_id,
         expected: entry.version,
