@@ -32,7 +32,8 @@ use toolstack_layers::approval::ApprovalLayer;
 /// `Unavailable`), and that goes down by itself after `appends_left`
 /// appends, (`before_waiting`) at the append that suspends a run, or
 /// (`at_decision`, while set) at the append that records a person's
-/// decision.
+/// decision — storing it first when `reply_lost` is set, as a store that
+/// dies between the write and its answer.
 #[derive(Clone)]
 struct Outage {
     inner: MemoryStore,
@@ -40,6 +41,7 @@ struct Outage {
     appends_left: Arc<AtomicUsize>,
     before_waiting: bool,
     at_decision: Arc<AtomicBool>,
+    reply_lost: Arc<AtomicBool>,
 }
 
 impl Outage {
@@ -50,6 +52,7 @@ impl Outage {
             appends_left: Arc::new(AtomicUsize::new(appends)),
             before_waiting: false,
             at_decision: Arc::default(),
+            reply_lost: Arc::default(),
         }
     }
 
@@ -76,6 +79,14 @@ impl RunStore for Outage {
                 .records
                 .iter()
                 .any(|r| String::from_utf8_lossy(r).contains(r#""state":"decided""#));
+        if decision && self.reply_lost.load(Ordering::SeqCst) {
+            self.down.store(true, Ordering::SeqCst);
+            let stored = self.inner.append(append);
+            return Box::pin(async move {
+                stored.await?;
+                Err(StoreError::unavailable("Redis did not answer within 2s"))
+            });
+        }
         if left == 0
             || decision
             || (self.before_waiting && append.head.status == RunStatus::Waiting)
@@ -441,8 +452,22 @@ async fn an_answer_sent_again_after_the_store_is_back_completes_in_another_proce
 /// run" (the release puts the call back to waiting for its answer).
 #[tokio::test(start_paused = true)]
 async fn an_answer_whose_decision_was_not_stored_runs_once_when_sent_again() {
+    decision_not_stored(false).await;
+}
+
+/// The same when the decision's record was stored but its answer lost
+/// with the store: the release recognises the append that gave up, and
+/// the run is not left held by its first process for the rest of its
+/// lease.
+#[tokio::test(start_paused = true)]
+async fn an_answer_whose_decision_was_stored_but_its_answer_lost_runs_once_when_sent_again() {
+    decision_not_stored(true).await;
+}
+
+async fn decision_not_stored(reply_lost: bool) {
     let store = Outage::new(usize::MAX);
     store.at_decision.store(true, Ordering::SeqCst);
+    store.reply_lost.store(reply_lost, Ordering::SeqCst);
     let runs = Arc::new(AtomicUsize::new(0));
     let model = ScriptedModel::new([Turn::new().tool_call("delete", "{}")]);
     let agent = Agent::new(model, guarded_counting(&runs, None))

@@ -184,7 +184,7 @@ impl Durability {
                 Err(err @ StoreError::Unavailable { .. }) => last = err,
                 Err(conflict @ StoreError::Conflict { .. }) => {
                     match self.load_once(append.run_id).await {
-                        Ok(Some(stored)) if landed(&stored, &append) => {
+                        Ok(Some(stored)) if stored.is_as_written(append.version(), append.head) => {
                             tracing::info!(
                                 run_id = append.run_id,
                                 version = append.version().0,
@@ -209,13 +209,8 @@ impl Durability {
     /// it while this one still runs it; its lease passing frees it.
     fn give_up(&self, err: &StoreError, append: &Append<'_>) {
         if self.on_error == OnStoreError::Fail && matches!(err, StoreError::Unavailable { .. }) {
-            self.releases.schedule(
-                &self.store,
-                &self.process,
-                self.timeout,
-                append.run_id,
-                append.expected,
-            );
+            self.releases
+                .schedule(&self.store, &self.process, self.timeout, append);
         }
     }
 
@@ -315,15 +310,4 @@ impl Durability {
                 )))
             })
     }
-}
-
-/// Whether the stored run is `append`, landed: its version, and the head
-/// this append wrote (a later append by anyone would have moved the
-/// version; another writer at the same version wrote its own head).
-fn landed(stored: &Stored, append: &Append<'_>) -> bool {
-    let (state, head) = (&stored.checkpoint, append.head);
-    stored.version == append.version()
-        && state.status == head.status
-        && state.holder == head.holder
-        && state.saved_at_ms == head.saved_at_ms
 }

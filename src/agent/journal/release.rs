@@ -11,7 +11,9 @@
 //! backoff, to append a head that holds the run for nobody (status
 //! `running`, no holder: [`Checkpoint::held_by_other`] is false for every
 //! process, so the next resume or resent answer takes it over at once).
-//! The release is fenced at the version this process last stored, and
+//! The release is fenced at the version this process last stored — or,
+//! when the append that gave up landed after all (its answer lost with the
+//! store), at that append's version, recognised by the head it wrote — and
 //! only applies to a head this process holds: a conflict, or a head
 //! another writer moved, means someone else has the run — the entry is
 //! dropped. A call whose start was stored but not its result stays
@@ -56,7 +58,10 @@ struct Entry {
     process: Arc<str>,
     timeout: Duration,
     run_id: String,
+    /// The version this process last stored.
     version: Version,
+    /// The append that gave up, had it landed: its version and its head.
+    gave_up: (Version, Head),
     /// Calls that did not run, their decision unrecorded: back to waiting.
     not_run: Vec<ApprovalRequest>,
 }
@@ -86,16 +91,17 @@ impl Releases {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Releases `run_id`, stored by `process` up to `version`, once
-    /// `store` answers again.
+    /// Releases the run of `gave_up` (the append that stayed
+    /// unavailable), stored by `process` up to the version it expected,
+    /// once `store` answers again.
     pub(super) fn schedule(
         self: &Arc<Self>,
         store: &Arc<dyn RunStore>,
         process: &Arc<str>,
         timeout: Duration,
-        run_id: &str,
-        version: Version,
+        gave_up: &Append<'_>,
     ) {
+        let run_id = gave_up.run_id;
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -112,7 +118,8 @@ impl Releases {
             process: Arc::clone(process),
             timeout,
             run_id: run_id.to_owned(),
-            version,
+            version: gave_up.expected,
+            gave_up: (gave_up.version(), gave_up.head.clone()),
             not_run: Vec::new(),
         });
         if !inner.running {
@@ -187,9 +194,9 @@ async fn release(entry: &Entry) -> Tried {
             .holder
             .as_ref()
             .is_some_and(|holder| *holder.process == *entry.process);
-    if stored.version != entry.version || !ours {
-        // Someone else moved it (or the append that gave up landed after
-        // all: its lease frees it).
+    let (landed_at, head) = &entry.gave_up;
+    if !ours || !(stored.version == entry.version || stored.is_as_written(*landed_at, head)) {
+        // Someone else moved it.
         return Tried::Done;
     }
     let head = Head {
@@ -204,11 +211,13 @@ async fn release(entry: &Entry) -> Tried {
     }
     .to_bytes()];
     for request in &entry.not_run {
-        let started = state
-            .step
-            .iter()
-            .any(|call| call.call.id == request.call_id && call.state == CallState::Started);
-        if started {
+        // Started, or decided when that record landed after all: either
+        // way the tool did not run.
+        let stalled = state.step.iter().any(|call| {
+            call.call.id == request.call_id
+                && matches!(call.state, CallState::Started | CallState::Decided { .. })
+        });
+        if stalled {
             records.push(
                 Record::Call {
                     id: request.call_id.clone(),
@@ -222,7 +231,7 @@ async fn release(entry: &Entry) -> Tried {
     }
     let append = Append {
         run_id,
-        expected: entry.version,
+        expected: stored.version,
         head: &head,
         head_bytes: &head_bytes,
         records: &records,

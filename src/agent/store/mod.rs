@@ -122,6 +122,21 @@ pub struct Stored {
     pub record_bytes: usize,
 }
 
+impl Stored {
+    /// Whether this is the run as an append of `version` with `head` left
+    /// it: its version, and the head's status, holder and time of writing
+    /// (a later append by anyone would have moved the version; another
+    /// writer at the same version wrote its own head). How an append whose
+    /// answer was lost is recognised as landed.
+    pub(crate) fn is_as_written(&self, version: Version, head: &Head) -> bool {
+        let state = &self.checkpoint;
+        self.version == version
+            && state.status == head.status
+            && state.holder == head.holder
+            && state.saved_at_ms == head.saved_at_ms
+    }
+}
+
 /// One append to a run's journal: see [`RunStore::append`].
 #[derive(Debug, Clone, Copy)]
 pub struct Append<'a> {
