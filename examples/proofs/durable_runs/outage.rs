@@ -53,7 +53,8 @@ struct Answer {
     without_retry_after: usize,
     /// `409`s while the run was held by another process.
     held: usize,
-    /// When it finished.
+    /// When it was first sent, and when it finished.
+    began: Option<Instant>,
     ended: Option<Instant>,
 }
 
@@ -76,7 +77,8 @@ pub(crate) struct OutageReport {
     unavailable: usize,
     without_retry_after: usize,
     held: usize,
-    /// For each answer that ended after the store was back: how long after.
+    /// For each answer sent before the store was back and ended after:
+    /// how long after.
     recovered_us: Vec<u64>,
     /// From the store's return to the last run's end.
     all_done_ms: u64,
@@ -111,7 +113,7 @@ impl std::fmt::Display for OutageReport {
             "{}/{} runs finished ({} as if nothing happened), {} answered approvals lost, {} writes run twice, \
              {} runs left running, {} writes read as interrupted; {} error chunks ({} not saying the store was \
              unavailable and to send again), {} answers refused 503 ({} without Retry-After), {} refused while held; \
-             after the store returned, the {} answers still going finished p50 {:.1} ms, p99 {:.1} ms, the last {} ms after it — {}",
+             of the {} answers sent before the store returned and unfinished then, half finished within {:.1} ms of its return, 99 % within {:.1} ms, the last after {} ms — {}",
             self.finished,
             self.runs,
             self.untouched,
@@ -207,7 +209,10 @@ impl Proof {
     /// Answers `w` through one worker (the other after an error chunk)
     /// until its run finishes, as a front end would: see the module docs.
     async fn answer_through(&self, urls: [&str; 2], i: usize, w: &Waiting) -> Answer {
-        let mut answer = Answer::default();
+        let mut answer = Answer {
+            began: Some(Instant::now()),
+            ..Answer::default()
+        };
         let mut at = i % 2;
         let deadline = Instant::now() + ANSWER_DEADLINE;
         while Instant::now() < deadline {
@@ -295,7 +300,8 @@ impl OutageReport {
         self.unavailable += answer.unavailable;
         self.without_retry_after += answer.without_retry_after;
         self.held += answer.held;
-        if let Some(ended) = answer.ended.filter(|ended| *ended > back) {
+        let in_flight = answer.began.is_some_and(|began| began < back);
+        if let Some(ended) = answer.ended.filter(|ended| in_flight && *ended > back) {
             let after = ended - back;
             self.recovered_us.push(after.as_micros() as u64);
             self.all_done_ms = self.all_done_ms.max(after.as_millis() as u64);
