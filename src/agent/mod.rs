@@ -69,6 +69,8 @@ mod stream;
 
 pub use self::as_tool::{AgentTool, AgentToolStream};
 pub use self::event::{AgentDone, AgentEvent, StopReason, ToolCost};
+#[cfg(feature = "http")]
+pub(crate) use self::journal::RideOut;
 pub use self::journal::{
     OnStoreError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE, DEFAULT_STORE_OUTAGE,
 };

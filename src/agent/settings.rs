@@ -210,6 +210,23 @@ impl<M> Agent<M> {
         self.durability.as_ref().map(|durability| &durability.store)
     }
 
+    /// How a store call made for this agent's runs outside them (the AI
+    /// SDK endpoint's waiting count, expiry, chunk log) rides out an
+    /// outage: as the runs' own calls do
+    /// ([`store_outage`](Self::store_outage), each attempt within the
+    /// [`checkpoint_timeout`](Self::checkpoint_timeout)); tried once
+    /// without a store.
+    #[cfg(feature = "http")]
+    pub(crate) fn store_ride_out(&self) -> super::RideOut {
+        self.durability.as_ref().map_or(
+            super::RideOut {
+                bound: Duration::ZERO,
+                timeout: DEFAULT_CHECKPOINT_TIMEOUT,
+            },
+            Durability::ride_out,
+        )
+    }
+
     /// Names this process in the store (a random id, drawn when the store
     /// is given, by default): a run it
     /// holds is resumed only by it until its lease passes. Set it to

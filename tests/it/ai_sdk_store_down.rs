@@ -42,6 +42,8 @@ struct Outage {
     before_waiting: bool,
     at_decision: Arc<AtomicBool>,
     reply_lost: Arc<AtomicBool>,
+    /// The waiting count (only) does not answer until then.
+    count_down_until: Arc<std::sync::Mutex<Option<tokio::time::Instant>>>,
 }
 
 impl Outage {
@@ -53,6 +55,7 @@ impl Outage {
             before_waiting: false,
             at_decision: Arc::default(),
             reply_lost: Arc::default(),
+            count_down_until: Arc::default(),
         }
     }
 
@@ -100,7 +103,9 @@ impl RunStore for Outage {
         self.inner.append(append)
     }
     fn waiting_count(&self) -> BoxFuture<'_, Result<usize, StoreError>> {
-        match self.is_down() {
+        let until = *self.count_down_until.lock().unwrap();
+        let counting_down = until.is_some_and(|until| tokio::time::Instant::now() < until);
+        match self.is_down() || counting_down {
             true => Self::gone(),
             false => self.inner.waiting_count(),
         }
@@ -128,15 +133,28 @@ impl RunStore for Outage {
     }
 }
 
-/// A chunk log kept in the same store: down when it is.
+/// A chunk log kept in the same store: down when it is, and its appends
+/// also until `appends_down_until`.
 struct OutageLog {
     inner: MemoryChunkLog,
     down: Arc<AtomicBool>,
+    appends_down_until: Option<tokio::time::Instant>,
 }
 
 impl OutageLog {
     fn gone<T: Send + 'static>(&self) -> Option<BoxFuture<'static, Result<T, StoreError>>> {
-        self.down.load(Ordering::SeqCst).then(|| {
+        self.went(false)
+    }
+
+    fn went<T: Send + 'static>(
+        &self,
+        appending: bool,
+    ) -> Option<BoxFuture<'static, Result<T, StoreError>>> {
+        let appends_down = appending
+            && self
+                .appends_down_until
+                .is_some_and(|until| tokio::time::Instant::now() < until);
+        (self.down.load(Ordering::SeqCst) || appends_down).then(|| {
             Box::pin(async { Err(StoreError::unavailable("Redis did not answer within 2s")) })
                 as BoxFuture<'static, _>
         })
@@ -158,7 +176,7 @@ impl ChunkLog for OutageLog {
         index: usize,
         chunk: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.gone()
+        self.went(true)
             .unwrap_or_else(|| self.inner.append(stream_id, index, chunk))
     }
     fn close<'a>(
@@ -313,6 +331,7 @@ async fn the_stream_resume_route_is_503_with_retry_after_while_the_store_is_down
     let log = OutageLog {
         inner: MemoryChunkLog::new(),
         down: Arc::clone(&down),
+        appends_down_until: None,
     };
     let model = ScriptedModel::new([Turn::new().text("Hello.")]);
     let app = ChatEndpoint::new(Agent::new(model, Toolbox::new()))
@@ -343,11 +362,19 @@ async fn a_run_whose_store_fails_mid_stream_says_so_and_that_the_answer_can_be_s
         .collect();
     assert_eq!(errors.len(), 1, "{chunks:?}");
     let text = errors[0];
-    assert!(text.contains("run store was unavailable"), "{text}");
+    assert!(text.contains("run store is unavailable"), "{text}");
+    assert!(text.contains("got no answer for"), "how long: {text}");
     assert!(
-        text.contains("send your message or approval answer again"),
+        text.contains("Redis did not answer"),
+        "the last error: {text}"
+    );
+    assert!(
+        text.contains("send the message or approval answer again once the store is back"),
         "{text}"
     );
+    // Each said once.
+    assert_eq!(text.matches("unavailable").count(), 1, "{text}");
+    assert_eq!(text.matches("again").count(), 1, "{text}");
     let finish = chunks.last().unwrap();
     assert_eq!(finish["type"], "finish", "{chunks:?}");
     assert_eq!(finish["messageMetadata"]["stop"], "store_failed");
@@ -383,7 +410,12 @@ async fn a_run_that_cannot_be_kept_for_its_approval_says_to_send_the_message_aga
         .expect("an error chunk");
     let text = error["errorText"].as_str().unwrap();
     assert!(text.contains("run store is unavailable"), "{text}");
-    assert!(text.contains("send your message again"), "{text}");
+    assert!(
+        text.contains("send the message or approval answer again"),
+        "{text}"
+    );
+    assert_eq!(text.matches("unavailable").count(), 1, "{text}");
+    assert_eq!(text.matches("again").count(), 1, "{text}");
     assert_eq!(chunks.last().unwrap()["finishReason"], "error");
 }
 
@@ -512,4 +544,124 @@ async fn decision_not_stored(reply_lost: bool) {
 /// The `stop` a response's finish chunk names.
 fn finish_stop(chunks: &[Value]) -> &Value {
     &chunks.last().unwrap()["messageMetadata"]["stop"]
+}
+
+/// The chunk of `chunks` of type `kind`.
+fn chunk<'a>(chunks: &'a [Value], kind: &str) -> Option<&'a Value> {
+    chunks.iter().find(|c| c["type"] == kind)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_count_down_for_two_seconds_is_ridden_out_and_the_person_is_asked() {
+    let store = Outage::new(usize::MAX);
+    *store.count_down_until.lock().unwrap() =
+        Some(tokio::time::Instant::now() + Duration::from_secs(2));
+    let model = ScriptedModel::new([Turn::new().tool_call("delete", "{}")]);
+    let app = ChatEndpoint::new(Agent::new(model, guarded()).store(store.clone())).into_router();
+    let started = tokio::time::Instant::now();
+    let (status, _, chunks) = post(&app, json!({"messages": [user("delete it")]})).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(started.elapsed() >= Duration::from_secs(2), "ridden out");
+    // Asked of the person (not denied for want of room), and kept.
+    let request = chunk(&chunks, "tool-approval-request").expect("an approval request");
+    assert_ne!(request["isAutomatic"], true, "{chunks:?}");
+    assert!(
+        chunk(&chunks, "tool-approval-response").is_none(),
+        "{chunks:?}"
+    );
+    assert!(chunk(&chunks, "error").is_none(), "{chunks:?}");
+    assert_eq!(chunks.last().unwrap()["finishReason"], "tool-calls");
+    assert_eq!(store.inner.waiting_count().await.unwrap(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_count_down_past_the_bound_denies_the_call_saying_why() {
+    let store = Outage::new(usize::MAX);
+    *store.count_down_until.lock().unwrap() =
+        Some(tokio::time::Instant::now() + Duration::from_secs(60));
+    let model = ScriptedModel::new([
+        Turn::new().tool_call("delete", "{}"),
+        Turn::new().text("Not deleted."),
+    ]);
+    let agent = Agent::new(model, guarded())
+        .store(store.clone())
+        .store_outage(Duration::from_secs(5));
+    let app = ChatEndpoint::new(agent).into_router();
+    let started = tokio::time::Instant::now();
+    let (status, _, chunks) = post(&app, json!({"messages": [user("delete it")]})).await;
+    assert_eq!(status, StatusCode::OK);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(5) && waited < Duration::from_secs(6),
+        "the agent's bound: {waited:?}"
+    );
+    let request = chunk(&chunks, "tool-approval-request").expect("an approval request");
+    assert_eq!(request["isAutomatic"], true, "{chunks:?}");
+    let denied = chunk(&chunks, "tool-approval-response").expect("the denial");
+    let reason = denied["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("got no answer for 5.0 s"), "{reason}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_chunk_log_down_for_two_seconds_is_ridden_out_and_a_reconnect_reads_it_all() {
+    // The log's appends fail for 2 s from the response's start: the
+    // response goes on live, and the chunks reach the log once it is back.
+    let log = OutageLog {
+        inner: MemoryChunkLog::new(),
+        down: Arc::default(),
+        appends_down_until: Some(tokio::time::Instant::now() + Duration::from_secs(2)),
+    };
+    let model = ScriptedModel::new([Turn::new().text("Hello there.")]);
+    let app = ChatEndpoint::new(Agent::new(model, Toolbox::new()))
+        .resumable_streams(log)
+        .into_router();
+    let started = tokio::time::Instant::now();
+    let (status, _, live) = post(&app, json!({"id": "chat-1", "messages": [user("hi")]})).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "the response waited for the log"
+    );
+    // Reconnecting while the log is still down: the whole response, from
+    // its first chunk, with no error.
+    let request = Request::get("/chat-1/stream").body(Body::empty()).unwrap();
+    let (status, _, replayed) = send(&app, request).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    assert!(chunk(&replayed, "error").is_none(), "{replayed:?}");
+    assert_eq!(replayed, live);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_chunk_log_down_past_the_bound_tells_a_reconnecting_client_the_rest_was_not_kept() {
+    // The log takes no chunk for 60 s (a Redis out of memory still takes
+    // the close); the agent rides out 5 s.
+    let log = OutageLog {
+        inner: MemoryChunkLog::new(),
+        down: Arc::default(),
+        appends_down_until: Some(tokio::time::Instant::now() + Duration::from_secs(60)),
+    };
+    let model = ScriptedModel::new([Turn::new().text("Hello there.")]);
+    let agent = Agent::new(model, Toolbox::new())
+        .store(MemoryStore::new())
+        .store_outage(Duration::from_secs(5));
+    let app = ChatEndpoint::new(agent)
+        .resumable_streams(log)
+        .into_router();
+    let (status, _, live) = post(&app, json!({"id": "chat-1", "messages": [user("hi")]})).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        live.last().unwrap()["finishReason"],
+        "stop",
+        "the live client is unaffected"
+    );
+    let request = Request::get("/chat-1/stream").body(Body::empty()).unwrap();
+    let (status, _, replayed) = send(&app, request).await;
+    assert_eq!(status, StatusCode::OK);
+    // Not a response that looks whole: the reconnect says the rest was
+    // not kept, and why.
+    assert_eq!(replayed.len(), 1, "{replayed:?}");
+    let text = replayed[0]["errorText"].as_str().expect("an error chunk");
+    assert!(text.contains("was not kept"), "{text}");
+    assert!(text.contains("got no answer for 5.0 s"), "{text}");
 }

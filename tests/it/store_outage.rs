@@ -274,9 +274,15 @@ async fn an_outage_past_the_bound_stops_the_run_with_a_typed_error() {
     let err = errors[0];
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     let message = err.message();
-    assert!(message.contains("unavailable for 5.0 s"), "{message}");
-    assert!(message.contains("can be resumed"), "{message}");
+    assert!(message.contains("no answer for 5.0 s"), "{message}");
+    assert!(message.contains("kept as it was last stored"), "{message}");
+    assert!(
+        message.contains("send the message or approval answer again once the store is back"),
+        "{message}"
+    );
     assert!(message.contains("injected"), "the last error: {message}");
+    // Said once: the last error's words, not its "unavailable" again.
+    assert_eq!(message.matches("unavailable").count(), 1, "{message}");
     // The bound, not a minute: retries stop at it.
     let elapsed = started.elapsed();
     assert!(

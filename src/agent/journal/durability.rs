@@ -32,7 +32,7 @@ pub const DEFAULT_STORE_OUTAGE: Duration = Duration::from_secs(15);
 /// again, and how long the outages ridden out lasted. Counted only off
 /// the happy path (a first attempt that succeeds touches neither).
 #[derive(Debug, Default)]
-pub(in crate::agent) struct StoreStats {
+pub(crate) struct StoreStats {
     retries: AtomicU64,
     outage_ms: AtomicU64,
 }
@@ -147,8 +147,16 @@ impl Durability {
         self.outage.min(self.lease / 2)
     }
 
-    /// `append`, each attempt within the timeout, tried again with backoff
-    /// while the store is unavailable, for at most [`outage`](Self::outage).
+    /// How this agent's store calls ride out an outage: for at most
+    /// [`outage`](Self::outage), each attempt within the timeout.
+    pub(in crate::agent) fn ride_out(&self) -> RideOut {
+        RideOut {
+            bound: self.outage(),
+            timeout: self.timeout,
+        }
+    }
+
+    /// `append`, ridden out ([`RideOut::call`]).
     ///
     /// Exactly once across a retry: an attempt whose answer was lost may
     /// have landed, and the next then meets the version fence. So a
@@ -163,41 +171,61 @@ impl Durability {
         append: Append<'_>,
         stats: &StoreStats,
     ) -> Result<Version, StoreError> {
-        // The happy path: one attempt, no clock read, nothing allocated.
-        let err = match self.append_once(append).await {
-            Err(err @ StoreError::Unavailable { .. }) => err,
-            other => return other,
-        };
-        let started = tokio::time::Instant::now();
-        let mut backoff = Backoff::new(append.run_id);
-        let mut last = err;
-        loop {
-            if let Err(gave_up) = self
-                .wait(&mut backoff, started, &last, "append", append.run_id, stats)
-                .await
-            {
-                self.give_up(&gave_up, &append);
-                return Err(gave_up);
-            }
-            match self.append_once(append).await {
-                Ok(version) => return Ok(self.recovered(started, stats, version)),
-                Err(err @ StoreError::Unavailable { .. }) => last = err,
-                Err(conflict @ StoreError::Conflict { .. }) => {
-                    match self.load_once(append.run_id).await {
-                        Ok(Some(stored)) if stored.is_as_written(append.version(), append.head) => {
-                            tracing::info!(
-                                run_id = append.run_id,
-                                version = append.version().0,
-                                "an append whose answer was lost had been stored; not applied again"
-                            );
-                            return Ok(self.recovered(started, stats, append.version()));
+        let ride_out = self.ride_out();
+        let mut retried = false;
+        let appended = ride_out
+            .call("saving run", append.run_id, Some(stats), || {
+                let again = std::mem::replace(&mut retried, true);
+                async move {
+                    match self.store.append(append).await {
+                        Err(conflict @ StoreError::Conflict { .. }) if again => {
+                            self.landed_after_all(append, conflict, ride_out).await
                         }
-                        Err(err @ StoreError::Unavailable { .. }) => last = err,
-                        _ => return Err(conflict),
+                        other => other,
                     }
                 }
-                Err(err) => return Err(err),
+            })
+            .await;
+        match appended {
+            Err(err @ StoreError::Unavailable { .. }) => {
+                self.give_up(&append);
+                Err(outage_then(
+                    err,
+                    format_args!(
+                        "run {} is kept as it was last stored: send the message or approval \
+                         answer again once the store is back to go on",
+                        append.run_id
+                    ),
+                ))
             }
+            other => other,
+        }
+    }
+
+    /// A retried append met the version fence: this append's success if
+    /// the stored run is the one it wrote (an earlier attempt landed and
+    /// only its answer was lost), else the conflict; unavailable when the
+    /// run cannot be read to tell (the next attempt then tells).
+    async fn landed_after_all(
+        &self,
+        append: Append<'_>,
+        conflict: StoreError,
+        ride_out: RideOut,
+    ) -> Result<Version, StoreError> {
+        let loaded = ride_out
+            .once("loading run", append.run_id, self.store.load(append.run_id))
+            .await;
+        match loaded {
+            Ok(Some(stored)) if stored.is_as_written(append.version(), append.head) => {
+                tracing::info!(
+                    run_id = append.run_id,
+                    version = append.version().0,
+                    "an append whose answer was lost had been stored; not applied again"
+                );
+                Ok(append.version())
+            }
+            Err(err @ StoreError::Unavailable { .. }) => Err(err),
+            _ => Err(conflict),
         }
     }
 
@@ -207,107 +235,171 @@ impl Durability {
     /// left holding a run it gave up on. A run that goes on in memory
     /// ([`OnStoreError::Continue`]) is not: another process must not take
     /// it while this one still runs it; its lease passing frees it.
-    fn give_up(&self, err: &StoreError, append: &Append<'_>) {
-        if self.on_error == OnStoreError::Fail && matches!(err, StoreError::Unavailable { .. }) {
+    fn give_up(&self, append: &Append<'_>) {
+        if self.on_error == OnStoreError::Fail {
             self.releases
                 .schedule(&self.store, &self.process, self.timeout, append);
         }
     }
 
-    /// The stored run `run_id`, each attempt within the timeout, tried
-    /// again with backoff while the store is unavailable, for at most
-    /// [`outage`](Self::outage).
+    /// The stored run `run_id`, ridden out ([`RideOut::call`]).
     pub(super) async fn load(
         &self,
         run_id: &str,
         stats: &StoreStats,
     ) -> Result<Option<Stored>, StoreError> {
-        let err = match self.load_once(run_id).await {
+        self.ride_out()
+            .call("loading run", run_id, Some(stats), || {
+                self.store.load(run_id)
+            })
+            .await
+    }
+}
+
+/// How a store call rides out an outage — the one ride-out of every
+/// store call a run needs: its appends and loads, and the AI SDK
+/// endpoint's waiting count, expiry, forgetting and chunk log. Each
+/// attempt is bounded by `timeout`; one that fails as
+/// [`Unavailable`](StoreError::Unavailable) is tried again, with backoff
+/// and jitter (50 ms doubling to 1 s), until `bound` has passed since the
+/// first failed; any other error is the call's at once.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RideOut {
+    /// The longest outage ridden out (zero: each call is tried once).
+    pub(crate) bound: Duration,
+    /// The bound on one attempt.
+    pub(crate) timeout: Duration,
+}
+
+impl RideOut {
+    /// `attempt`, ridden out. `call` and `subject` name it in the logs and
+    /// in the error (`"loading run"`, `"r1"`); `stats`, when given, counts
+    /// the retries and the outage. Past the bound, an `Unavailable` error
+    /// that says, once, what got no answer, for how long, and the last
+    /// error (the caller adds what follows: [`outage_then`]).
+    pub(crate) async fn call<T, F, Fut>(
+        self,
+        call: &str,
+        subject: &str,
+        stats: Option<&StoreStats>,
+        mut attempt: F,
+    ) -> Result<T, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        // The happy path: one attempt, nothing allocated.
+        let err = match self.once(call, subject, attempt()).await {
             Err(err @ StoreError::Unavailable { .. }) => err,
             other => return other,
         };
         let started = tokio::time::Instant::now();
-        let mut backoff = Backoff::new(run_id);
+        let mut backoff = Backoff::new(subject);
         let mut last = err;
         loop {
-            self.wait(&mut backoff, started, &last, "load", run_id, stats)
+            self.wait(&mut backoff, started, &last, call, subject, stats)
                 .await?;
-            match self.load_once(run_id).await {
-                Ok(stored) => return Ok(self.recovered(started, stats, stored)),
+            match self.once(call, subject, attempt()).await {
+                Ok(value) => {
+                    let lasted = started.elapsed();
+                    if let Some(stats) = stats {
+                        stats.outage(lasted);
+                    }
+                    tracing::info!(
+                        call,
+                        subject,
+                        outage_ms = lasted.as_millis() as u64,
+                        "the run store answered again"
+                    );
+                    return Ok(value);
+                }
                 Err(err @ StoreError::Unavailable { .. }) => last = err,
                 Err(err) => return Err(err),
             }
         }
     }
 
-    /// Counts an outage ridden out.
-    fn recovered<T>(&self, started: tokio::time::Instant, stats: &StoreStats, value: T) -> T {
-        let lasted = started.elapsed();
-        stats.outage(lasted);
-        tracing::info!(
-            outage_ms = lasted.as_millis() as u64,
-            "the run store answered again"
-        );
-        value
+    /// One attempt within the timeout.
+    pub(crate) async fn once<T>(
+        self,
+        call: &str,
+        subject: &str,
+        attempt: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.timeout, attempt).await {
+            Ok(answered) => answered,
+            Err(_) => Err(StoreError::unavailable(format!(
+                "{}: no answer within {:?}",
+                Named(call, subject),
+                self.timeout
+            ))),
+        }
     }
 
-    /// Waits before the next attempt, or gives up: past the bound, the
-    /// last error, said as an outage the run can come back from.
+    /// Waits before the next attempt, or gives up: past the bound, an
+    /// outage said once — what got no answer, for how long, the last error.
     async fn wait(
         &self,
         backoff: &mut Backoff,
         started: tokio::time::Instant,
         last: &StoreError,
         call: &str,
-        run_id: &str,
-        stats: &StoreStats,
+        subject: &str,
+        stats: Option<&StoreStats>,
     ) -> Result<(), StoreError> {
-        let bound = self.outage();
-        if bound.is_zero() {
-            // Set not to ride out outages: the error as it came.
-            return Err(last.clone());
-        }
         let elapsed = started.elapsed();
-        if elapsed >= bound {
-            stats.outage(elapsed);
-            tracing::warn!(error = %last, run_id, call, "the run store stayed unavailable; giving up");
+        if elapsed >= self.bound {
+            if let Some(stats) = stats {
+                stats.outage(elapsed);
+            }
+            tracing::warn!(error = %last, call, subject, "the run store stayed unavailable; giving up");
+            // The last error's own words: its display would say "the run
+            // store is unavailable" a second time.
+            let last_why = match last {
+                StoreError::Unavailable { why, .. } => why.as_str(),
+                _ => "",
+            };
             return Err(StoreError::unavailable_from(
                 format!(
-                    "the run store was unavailable for {:.1} s (the bound on an outage a run rides out); \
-                     run {run_id} stopped where it was last stored and can be resumed \
-                     (the answer sent again) once the store is back; last error: {last}",
+                    "{} got no answer for {:.1} s, the longest a store call waits out \
+                     (last error: {last_why})",
+                    Named(call, subject),
                     elapsed.as_secs_f64()
                 ),
                 last.clone(),
             ));
         }
-        stats.retries.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(error = %last, run_id, call, "the run store is unavailable; trying again");
-        tokio::time::sleep(backoff.next().min(bound - elapsed)).await;
+        if let Some(stats) = stats {
+            stats.retries.fetch_add(1, Ordering::Relaxed);
+        }
+        tracing::warn!(error = %last, call, subject, "the run store is unavailable; trying again");
+        tokio::time::sleep(backoff.next().min(self.bound - elapsed)).await;
         Ok(())
     }
+}
 
-    /// One `append` within the timeout.
-    async fn append_once(&self, append: Append<'_>) -> Result<Version, StoreError> {
-        let timeout = self.timeout;
-        match tokio::time::timeout(timeout, self.store.append(append)).await {
-            Ok(appended) => appended,
-            Err(_) => Err(StoreError::unavailable(format!(
-                "run {} was not saved within {timeout:?}",
-                append.run_id
-            ))),
+/// A store call and what it is about (`saving run r1`; no subject: the
+/// call alone).
+struct Named<'a>(&'a str, &'a str);
+
+impl fmt::Display for Named<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.1 {
+            "" => f.write_str(self.0),
+            subject => write!(f, "{} {subject}", self.0),
         }
     }
+}
 
-    /// One `load` within the timeout.
-    async fn load_once(&self, run_id: &str) -> Result<Option<Stored>, StoreError> {
-        tokio::time::timeout(self.timeout, self.store.load(run_id))
-            .await
-            .unwrap_or_else(|_| {
-                Err(StoreError::unavailable(format!(
-                    "run {run_id} was not loaded within {:?}",
-                    self.timeout
-                )))
-            })
+/// `err`, an outage given up on ([`RideOut::call`]), with what follows
+/// from it said after it (`…; {next}`): what stopped, and what the client
+/// can do. Any other error is returned as it is.
+fn outage_then(err: StoreError, next: fmt::Arguments<'_>) -> StoreError {
+    match err {
+        StoreError::Unavailable { why, source } => StoreError::Unavailable {
+            why: format!("{why}; {next}"),
+            source,
+        },
+        other => other,
     }
 }

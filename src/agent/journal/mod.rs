@@ -41,7 +41,10 @@ use self::counts::TurnInFlight;
 use self::writer::{Writer, Written};
 
 pub(super) use self::counts::Counts;
-pub(super) use self::durability::{run_error, Durability, StoreStats};
+#[cfg(feature = "http")]
+pub(crate) use self::durability::RideOut;
+pub(crate) use self::durability::StoreStats;
+pub(super) use self::durability::{run_error, Durability};
 pub use self::durability::{
     OnStoreError, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_LEASE, DEFAULT_STORE_OUTAGE,
 };

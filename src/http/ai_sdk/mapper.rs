@@ -376,15 +376,13 @@ impl ChunkMapper {
 
 /// The `error` chunk's text for a run that ended because its store did
 /// not answer ([`StopReason::StoreFailed`] after an `Unavailable` error):
-/// what happened, that nothing is lost, and what to do — the person (or
-/// the front end, by `finish`'s `messageMetadata.stop: "store_failed"`)
-/// sends the same message or approval answer again once the store is back.
+/// that the response stopped, then the error, which says the rest once —
+/// what got no answer and for how long, that the run is kept as it was
+/// last stored, and that the person (or the front end, by `finish`'s
+/// `messageMetadata.stop: "store_failed"`) sends the same message or
+/// approval answer again once the store is back.
 pub(super) fn store_failed_text(why: &str) -> String {
-    format!(
-        "the run store was unavailable, so this response stopped ({why}); \
-         what was saved is kept: send your message or approval answer again \
-         in a few seconds to go on"
-    )
+    format!("this response stopped: {why}")
 }
 
 pub(super) fn finish_reason(stop: StopReason) -> &'static str {

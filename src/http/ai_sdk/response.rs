@@ -8,14 +8,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::http::StatusCode;
 use axum::response::sse::Event;
 use futures_core::Stream;
 use futures_util::{stream, StreamExt};
 use serde_json::json;
 
 use crate::agent::store::RunStore;
-use crate::agent::{AgentEvent, AgentStream};
+use crate::agent::{AgentEvent, AgentStream, RideOut};
 
 use super::approvals::Approvals;
 use super::capacity::room;
@@ -54,6 +53,8 @@ pub(super) struct OpenResponse {
     pub(super) store: Arc<dyn RunStore>,
     pub(super) max_waiting_runs: usize,
     pub(super) approval_timeout: Duration,
+    /// How the store's calls ride out an outage: as the agent's runs do.
+    pub(super) ride_out: RideOut,
     /// Whether the store had room for this run to wait, once asked (before
     /// the person is first asked): a run counts once.
     pub(super) room: Option<Result<(), String>>,
@@ -175,7 +176,13 @@ impl OpenResponse {
         if let Some(room) = &self.room {
             return room.clone();
         }
-        let room = match room(&*self.store, self.max_waiting_runs, self.approval_timeout).await {
+        let room = room(
+            &*self.store,
+            self.max_waiting_runs,
+            self.approval_timeout,
+            self.ride_out,
+        );
+        let room = match room.await {
             Ok(true) => Ok(()),
             Ok(false) => Err(format!(
                 "not run: the server holds too many conversations waiting for approval \
@@ -216,14 +223,9 @@ impl OpenResponse {
                 json!({"type": "finish", "finishReason": "tool-calls"}),
             )),
             Err(err) => {
-                // A store that did not answer: the message sent again
-                // asks again, once the store is back.
-                let again = match err.status() == StatusCode::SERVICE_UNAVAILABLE {
-                    true => "; send your message again in a few seconds",
-                    false => "",
-                };
-                let text =
-                    format!("the conversation could not be kept for the approval: {err}{again}");
+                // A store that did not answer says, once, that the message
+                // can be sent again once it is back.
+                let text = format!("the conversation could not be kept for the approval: {err}");
                 self.out
                     .push_back(Outgoing::Chunk(json!({"type": "error", "errorText": text})));
                 self.out.push_back(Outgoing::Chunk(

@@ -1,6 +1,8 @@
 //! Resumable responses: a response run by a task of its own, its chunks
 //! sent to the client and queued for the log; and a reconnecting client's
-//! replay from the log.
+//! replay from the log. Every call to the log rides out a short outage of
+//! the store it is kept in, as the agent's runs do ([`RideOut`]); the
+//! response itself never waits for the log.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -13,8 +15,10 @@ use futures_util::stream;
 use serde_json::json;
 use tokio::sync::mpsc;
 
+use crate::agent::RideOut;
+
 use super::ids::new_token;
-use super::log::ChunkLog;
+use super::log::{ChunkLog, LOG_TTL};
 use super::response::{OpenResponse, DONE};
 
 /// How many chunks may wait for the log before it is given up on.
@@ -30,13 +34,25 @@ pub(super) async fn produce(
     mut open: OpenResponse,
     log: Arc<dyn ChunkLog>,
     chat_id: String,
+    ride_out: RideOut,
 ) -> impl Stream<Item = Result<Event, Infallible>> + Send {
     let stream_id = new_token();
     let (live, to_client) = mpsc::channel::<String>(64);
-    let mut to_log = match log.open(&chat_id, &stream_id).await {
+    let opened = ride_out
+        .call("opening the log of chat", &chat_id, None, || {
+            log.open(&chat_id, &stream_id)
+        })
+        .await;
+    let mut to_log = match opened {
         Ok(()) => {
             let (to_log, queued) = mpsc::channel::<Queued>(LOG_QUEUE);
-            tokio::spawn(write(log, chat_id, stream_id, queued));
+            let writer = LogWriter {
+                log,
+                chat_id,
+                stream_id,
+                ride_out,
+            };
+            tokio::spawn(writer.write(queued));
             Some(to_log)
         }
         Err(err) => {
@@ -87,43 +103,86 @@ enum Queued {
     End,
 }
 
-/// Appends the queued chunks in order, then ends the log — with an
-/// `error` chunk first when the response's end never came (the queue was
-/// given up on, or the task running the response was stopped).
-async fn write(
+/// The writer of one response's log.
+struct LogWriter {
     log: Arc<dyn ChunkLog>,
     chat_id: String,
     stream_id: String,
-    mut queued: mpsc::Receiver<Queued>,
-) {
-    let mut index = 0;
-    let mut failed = false;
-    let mut ended = false;
-    while let Some(queued) = queued.recv().await {
-        let payload = match queued {
-            Queued::Chunk(payload) => payload,
-            Queued::End => {
-                ended = true;
-                break;
+    ride_out: RideOut,
+}
+
+impl LogWriter {
+    /// Appends the queued chunks in order, each riding out an outage,
+    /// then ends the log — with an `error` chunk first when the log lacks
+    /// the response's end (the queue was given up on, the task running
+    /// the response was stopped, or an append failed past the ride-out),
+    /// so that a client reconnecting reads that the rest was not kept.
+    /// That chunk is tried for as long as the log is kept ([`LOG_TTL`]),
+    /// in this task, off the response's way.
+    async fn write(self, mut queued: mpsc::Receiver<Queued>) {
+        let Self {
+            log,
+            chat_id,
+            stream_id,
+            ride_out,
+        } = &self;
+        let mut index = 0;
+        let mut failed = None;
+        let mut ended = false;
+        while let Some(queued) = queued.recv().await {
+            let payload = match queued {
+                Queued::Chunk(payload) => payload,
+                Queued::End => {
+                    ended = true;
+                    break;
+                }
+            };
+            if failed.is_some() {
+                continue;
             }
-        };
-        if failed {
-            continue;
-        }
-        match log.append(&stream_id, index, &payload).await {
-            Ok(()) => index += 1,
-            Err(err) => {
-                tracing::warn!(error = %err, "the chunk log failed; this response is no longer kept");
-                failed = true;
+            let appended = ride_out
+                .call("logging a chunk of response", stream_id, None, || {
+                    log.append(stream_id, index, &payload)
+                })
+                .await;
+            match appended {
+                Ok(()) => index += 1,
+                Err(err) => {
+                    tracing::warn!(error = %err, "the chunk log failed; this response is no longer kept");
+                    failed = Some(err);
+                }
             }
         }
-    }
-    if !ended && !failed {
-        let cut = json!({"type": "error", "errorText": "the rest of this response was not kept; ask again"});
-        let _ = log.append(&stream_id, index, &cut.to_string()).await;
-    }
-    if let Err(err) = log.close(&chat_id, &stream_id).await {
-        tracing::warn!(error = %err, "the chunk log did not close");
+        if !ended || failed.is_some() {
+            let why = match &failed {
+                Some(err) => format!("the rest of this response was not kept ({err}); ask again"),
+                None => "the rest of this response was not kept; ask again".to_owned(),
+            };
+            let cut = json!({"type": "error", "errorText": why}).to_string();
+            // Without it a client reconnecting would read a response cut
+            // short as if it had ended: tried for as long as the log is
+            // kept (a store that refuses chunks may still take the close).
+            let patient = RideOut {
+                bound: LOG_TTL,
+                ..*ride_out
+            };
+            let appended = patient
+                .call("logging the end of response", stream_id, None, || {
+                    log.append(stream_id, index, &cut)
+                })
+                .await;
+            if let Err(err) = appended {
+                tracing::warn!(error = %err, "the chunk log did not take the response's cut");
+            }
+        }
+        let closed = ride_out
+            .call("closing the log of chat", chat_id, None, || {
+                log.close(chat_id, stream_id)
+            })
+            .await;
+        if let Err(err) = closed {
+            tracing::warn!(error = %err, "the chunk log did not close");
+        }
     }
 }
 
@@ -132,18 +191,26 @@ async fn write(
 pub(super) fn replay(
     log: Arc<dyn ChunkLog>,
     stream_id: String,
+    ride_out: RideOut,
 ) -> impl Stream<Item = Result<Event, Infallible>> + Send {
     struct Reading {
         log: Arc<dyn ChunkLog>,
         stream_id: String,
+        ride_out: RideOut,
         from: usize,
         ready: VecDeque<String>,
         ended: bool,
         done: bool,
     }
+    // A read may wait for the next chunk before it answers.
+    let ride_out = RideOut {
+        timeout: ride_out.timeout + READ_WAIT,
+        ..ride_out
+    };
     let reading = Reading {
         log,
         stream_id,
+        ride_out,
         from: 0,
         ready: VecDeque::new(),
         ended: false,
@@ -160,7 +227,13 @@ pub(super) fn replay(
                 }
                 return Some((Ok(Event::default().data(DONE)), r));
             }
-            match r.log.read(&r.stream_id, r.from, READ_WAIT).await {
+            let read = r
+                .ride_out
+                .call("reading response", &r.stream_id, None, || {
+                    r.log.read(&r.stream_id, r.from, READ_WAIT)
+                })
+                .await;
+            match read {
                 Ok(logged) => {
                     r.from += logged.chunks.len();
                     r.ready.extend(logged.chunks);

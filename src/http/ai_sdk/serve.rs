@@ -102,6 +102,7 @@ where
             store: Arc::clone(&self.store),
             max_waiting_runs: self.max_waiting_runs,
             approval_timeout: self.approval_timeout,
+            ride_out: self.agent.store_ride_out(),
             room: None,
         };
         let chat_id = request
@@ -109,7 +110,8 @@ where
             .filter(|id| !id.is_empty() && id.len() <= MAX_CHAT_ID_BYTES);
         match (&self.log, chat_id) {
             (Some(log), Some(chat_id)) => {
-                let live = resume::produce(open, Arc::clone(log), chat_id).await;
+                let ride_out = open.ride_out;
+                let live = resume::produce(open, Arc::clone(log), chat_id, ride_out).await;
                 self.sse(live)
             }
             _ => self.sse(open.into_stream()),
@@ -242,8 +244,19 @@ where
             Ok(events) => Ok(Some(LiveRun::new(events, approvals))),
             Err(ResumeError::NotFound { .. }) => Ok(None),
             Err(ResumeError::Expired { .. }) => {
-                // It waited too long: forget it (its calls never ran).
-                let _ = lifecycle::forget(&*self.store, &run_id).await;
+                // It waited too long: forget it (its calls never ran). A
+                // store that stays down leaves it to the expiry by the
+                // time index.
+                let forgotten = self
+                    .agent
+                    .store_ride_out()
+                    .call("forgetting run", &run_id, None, || {
+                        lifecycle::forget(&*self.store, &run_id)
+                    })
+                    .await;
+                if let Err(err) = forgotten {
+                    tracing::warn!(run_id, error = %err, "a run that waited past the approval timeout was not forgotten");
+                }
                 Ok(None)
             }
             Err(err) => Err(resume_refused(&err)),
@@ -266,8 +279,17 @@ where
     if chat_id.len() > MAX_CHAT_ID_BYTES {
         return bad_request(format!("a chat id is at most {MAX_CHAT_ID_BYTES} bytes"));
     }
-    match log.active(&chat_id).await {
-        Ok(Some(stream_id)) => endpoint.sse(resume::replay(Arc::clone(log), stream_id)),
+    let ride_out = endpoint.agent.store_ride_out();
+    let active = ride_out
+        .call(
+            "finding the response in progress of chat",
+            &chat_id,
+            None,
+            || log.active(&chat_id),
+        )
+        .await;
+    match active {
+        Ok(Some(stream_id)) => endpoint.sse(resume::replay(Arc::clone(log), stream_id, ride_out)),
         Ok(None) => StatusCode::NO_CONTENT.into_response(),
         Err(err) => store_unavailable(&err),
     }
