@@ -530,6 +530,9 @@ impl tracing::field::Visit for Recorded {
             .unwrap()
             .push((field.name().to_owned(), value));
     }
+    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+        self.record_i64(field, i64::try_from(value).unwrap_or(i64::MAX));
+    }
     fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
 }
 
@@ -541,6 +544,10 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Recorded {
         _: tracing_subscriber::layer::Context<'_, S>,
     ) {
         values.record(&mut self.clone());
+    }
+
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        event.record(&mut self.clone());
     }
 }
 
@@ -694,4 +701,86 @@ async fn a_run_another_process_moved_is_not_released() {
     let after = store.inner.load(&run_id).await.unwrap().unwrap();
     assert_eq!(after.version, held.version.after(1));
     assert_eq!(after.checkpoint.holder, head.holder, "left to its holder");
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_release_is_counted_for_the_operator() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let recorded = Recorded::default();
+    let subscriber = tracing_subscriber::registry().with(recorded.clone());
+    let _default = tracing::subscriber::set_default(subscriber);
+    let store = Faulty::new(Faults {
+        down_at: Some((4, Duration::from_secs(20))),
+        ..Faults::default()
+    });
+    // Two runs, each calling `write` (whose result the store does not
+    // take), on one agent.
+    let model = ScriptedModel::new([
+        Turn::new().tool_call("write", r#"{"line": "hello"}"#),
+        Turn::new().tool_call("write", r#"{"line": "again"}"#),
+    ]);
+    let write = tool::from_fn("write", |_: serde_json::Value| async {
+        Ok::<_, ToolError>("written")
+    });
+    let agent = Agent::new(model, Toolbox::new().tool(write))
+        .store(store.clone())
+        .store_outage(Duration::from_secs(5));
+    let started = tokio::time::Instant::now();
+    let (events, _) = run(&agent).await;
+    assert_eq!(done(&events).stop, StopReason::StoreFailed);
+    assert_eq!(
+        recorded.get("toolstack.store.released_runs"),
+        None,
+        "not yet"
+    );
+    tokio::time::sleep_until(started + Duration::from_secs(23)).await;
+    assert_eq!(recorded.get("toolstack.store.released_runs"), Some(1));
+    assert_eq!(
+        recorded.get("monotonic_counter.toolstack.store.runs_released"),
+        Some(1)
+    );
+    // A second run given up on by the same agent counts on.
+    store.faults.lock().unwrap().appends = 0;
+    let again = tokio::time::Instant::now();
+    let (events, _) = run(&agent).await;
+    assert_eq!(done(&events).stop, StopReason::StoreFailed);
+    tokio::time::sleep_until(again + Duration::from_secs(23)).await;
+    assert_eq!(recorded.get("toolstack.store.released_runs"), Some(2));
+}
+
+/// A run whose last append — its end — stays unavailable past the bound
+/// has ended all the same (its client was told how): once the store is
+/// back, its end is stored as it was, so the run is `done`, not left
+/// `running` for nobody to finish.
+#[tokio::test(start_paused = true)]
+async fn a_run_whose_end_could_not_be_stored_is_stored_done_once_the_store_is_back() {
+    let writes = Arc::new(AtomicUsize::new(0));
+    let clean = Faulty::new(Faults::default());
+    run(&agent(clean.clone(), &writes)).await;
+    let last = clean.faults.lock().unwrap().appends;
+
+    let store = Faulty::new(Faults {
+        down_at: Some((last, Duration::from_secs(20))),
+        ..Faults::default()
+    });
+    let (events, run_id) = run(&agent(store.clone(), &writes)).await;
+    assert_eq!(done(&events).stop, StopReason::Finished, "{events:?}");
+    let stored = store.inner.load(&run_id).await.unwrap().unwrap();
+    assert_eq!(
+        stored.checkpoint.status,
+        RunStatus::Running,
+        "not stored yet"
+    );
+
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let stored = store.inner.load(&run_id).await.unwrap().unwrap();
+    assert_eq!(
+        stored.checkpoint.status,
+        RunStatus::Done {
+            stop: StopReason::Finished
+        }
+    );
+    assert_eq!(stored.checkpoint.holder, None);
+    let (_, baseline) = stored_and_baseline(&store.inner, &run_id).await;
+    assert_eq!(stored.checkpoint.messages, baseline.checkpoint.messages);
 }

@@ -36,8 +36,16 @@
 //! still down), so a long outage costs one call per backoff, not one per
 //! run. Nothing here runs unless a run gives up.
 //!
+//! An operator sees each release: an `info` event naming the run, with
+//! `toolstack.store.released_runs` (how many runs this agent has released
+//! so far, as the run's span counts `toolstack.store.retries`) and
+//! `monotonic_counter.toolstack.store.runs_released = 1` (a counter for
+//! tracing-opentelemetry's metrics layer); a run another writer moved
+//! first is an `info` event too, not counted.
+//!
 //! [`Checkpoint::held_by_other`]: crate::agent::store::Checkpoint::held_by_other
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -78,10 +86,16 @@ struct Inner {
 #[derive(Default)]
 pub(in crate::agent) struct Releases {
     inner: Mutex<Inner>,
+    /// How many runs this agent has released: the operator's count (on
+    /// each release's event, `toolstack.store.released_runs`).
+    released: AtomicU64,
 }
 
 /// What one try did.
 enum Tried {
+    /// Released: held by nobody now.
+    Released,
+    /// Nothing to release (another writer moved it, or it is gone).
     Done,
     StillDown,
 }
@@ -157,6 +171,19 @@ impl Releases {
                     continue;
                 }
                 match release(&entry).await {
+                    Tried::Released => {
+                        let released = self.released.fetch_add(1, Ordering::Relaxed) + 1;
+                        // As integers, as the run's span counts its
+                        // retries; `monotonic_counter.` makes it a counter
+                        // for tracing-opentelemetry's metrics layer.
+                        let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+                        tracing::info!(
+                            run_id = entry.run_id.as_str(),
+                            toolstack.store.released_runs = int(released),
+                            monotonic_counter.toolstack.store.runs_released = 1_u64,
+                            "a run given up on while the store was down is released"
+                        );
+                    }
                     Tried::Done => {}
                     Tried::StillDown => {
                         down = true;
@@ -239,13 +266,7 @@ async fn release(entry: &Entry) -> Tried {
     };
     match tokio::time::timeout(entry.timeout, entry.store.append(append)).await {
         Err(_) | Ok(Err(StoreError::Unavailable { .. })) => Tried::StillDown,
-        Ok(Ok(_)) => {
-            tracing::info!(
-                run_id,
-                "a run given up on while the store was down is released"
-            );
-            Tried::Done
-        }
+        Ok(Ok(_)) => Tried::Released,
         Ok(Err(err)) => {
             // A conflict: another writer has it.
             tracing::info!(run_id, error = %err, "a run given up on was moved by another writer; not released");
