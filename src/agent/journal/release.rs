@@ -30,11 +30,10 @@
 //! (Registered after the append that gave up: should the store come back
 //! within that moment, the call stays `started` — the safe reading.)
 //!
-//! Bounded: at most [`MAX_RELEASES`] runs wait here; past that a run is
-//! not registered (a warning says so) and its lease passing frees it, as
-//! before. One pass stops at the first unavailable answer (the store is
-//! still down), so a long outage costs one call per backoff, not one per
-//! run. Nothing here runs unless a run gives up.
+//! A run whose *end* could not be stored did end — its client was told
+//! how — so its release stores that end as it was (the same records, a
+//! `done` head held by nobody) rather than leaving it `running` for nobody
+//! to finish.
 //!
 //! An operator sees each release: an `info` event naming the run, with
 //! `toolstack.store.released_runs` (how many runs this agent has released
@@ -42,6 +41,12 @@
 //! `monotonic_counter.toolstack.store.runs_released = 1` (a counter for
 //! tracing-opentelemetry's metrics layer); a run another writer moved
 //! first is an `info` event too, not counted.
+//!
+//! Bounded: at most [`MAX_RELEASES`] runs wait here; past that a run is
+//! not registered (a warning says so) and its lease passing frees it, as
+//! before. One pass stops at the first unavailable answer (the store is
+//! still down), so a long outage costs one call per backoff, not one per
+//! run. Nothing here runs unless a run gives up.
 //!
 //! [`Checkpoint::held_by_other`]: crate::agent::store::Checkpoint::held_by_other
 
@@ -51,7 +56,8 @@ use std::time::Duration;
 
 use crate::agent::store::checkpoint::now_ms;
 use crate::agent::store::{
-    Append, CallState, Head, Record, RunStatus, RunStore, StoreError, Version, JOURNAL_FORMAT,
+    Append, CallState, Head, Record, RunStatus, RunStore, StoreError, Stored, Version,
+    JOURNAL_FORMAT,
 };
 use crate::approval::ApprovalRequest;
 
@@ -72,6 +78,10 @@ struct Entry {
     gave_up: (Version, Head),
     /// Calls that did not run, their decision unrecorded: back to waiting.
     not_run: Vec<ApprovalRequest>,
+    /// When the append that gave up ended the run: its records and
+    /// snapshot, stored as they were (the run did end, and its client
+    /// was told how).
+    end: Option<(Vec<Vec<u8>>, Option<Vec<u8>>, RunStatus)>,
 }
 
 #[derive(Default)]
@@ -135,6 +145,13 @@ impl Releases {
             version: gave_up.expected,
             gave_up: (gave_up.version(), gave_up.head.clone()),
             not_run: Vec::new(),
+            end: matches!(gave_up.head.status, RunStatus::Done { .. }).then(|| {
+                (
+                    gave_up.records.to_vec(),
+                    gave_up.snapshot.map(<[u8]>::to_vec),
+                    gave_up.head.status.clone(),
+                )
+            }),
         });
         if !inner.running {
             inner.running = true;
@@ -226,13 +243,24 @@ async fn release(entry: &Entry) -> Tried {
         // Someone else moved it.
         return Tried::Done;
     }
+    if let Some((records, snapshot, status)) = &entry.end {
+        if stored.version == entry.version {
+            // The run ended, its end not stored: store it as it was.
+            let head = Head {
+                format: JOURNAL_FORMAT,
+                status: status.clone(),
+                holder: None,
+                saved_at_ms: now_ms(),
+            };
+            return append(entry, &stored, &head, records, snapshot.as_deref()).await;
+        }
+    }
     let head = Head {
         format: JOURNAL_FORMAT,
         status: RunStatus::Running,
         holder: None,
         saved_at_ms: now_ms(),
     };
-    let head_bytes = head.to_bytes();
     let mut records = vec![Record::Status {
         status: RunStatus::Running,
     }
@@ -256,13 +284,27 @@ async fn release(entry: &Entry) -> Tried {
             );
         }
     }
+    append(entry, &stored, &head, &records, None).await
+}
+
+/// Appends `records` (and `snapshot`) with `head` to the run of `entry`,
+/// fenced at the version loaded.
+async fn append(
+    entry: &Entry,
+    stored: &Stored,
+    head: &Head,
+    records: &[Vec<u8>],
+    snapshot: Option<&[u8]>,
+) -> Tried {
+    let run_id = entry.run_id.as_str();
+    let head_bytes = head.to_bytes();
     let append = Append {
         run_id,
         expected: stored.version,
-        head: &head,
+        head,
         head_bytes: &head_bytes,
-        records: &records,
-        snapshot: None,
+        records,
+        snapshot,
     };
     match tokio::time::timeout(entry.timeout, entry.store.append(append)).await {
         Err(_) | Ok(Err(StoreError::Unavailable { .. })) => Tried::StillDown,
