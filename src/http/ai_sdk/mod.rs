@@ -75,7 +75,10 @@
 //! ended is refused with `409` (`kind: "ended"`), one for a run another
 //! process holds with `409` (`kind: "held"`).
 //!
-//! While the run store does not answer, a request that needs it (an
+//! Every store call the endpoint makes (the waiting count and expiry, the
+//! chunk log) rides out a short outage as the agent's runs do
+//! ([`Agent::store_outage`]). While the run store still does not answer, a
+//! request that needs it (an
 //! answer, a message kept on the server, the stream-resume route) is
 //! refused with `503` (`kind: "unavailable"`) and `Retry-After: 5`; a run
 //! whose store stops answering mid-response ends with an `error` chunk
