@@ -747,3 +747,40 @@ async fn a_release_is_counted_for_the_operator() {
     tokio::time::sleep_until(again + Duration::from_secs(23)).await;
     assert_eq!(recorded.get("toolstack.store.released_runs"), Some(2));
 }
+
+/// A run whose last append — its end — stays unavailable past the bound
+/// has ended all the same (its client was told how): once the store is
+/// back, its end is stored as it was, so the run is `done`, not left
+/// `running` for nobody to finish.
+#[tokio::test(start_paused = true)]
+async fn a_run_whose_end_could_not_be_stored_is_stored_done_once_the_store_is_back() {
+    let writes = Arc::new(AtomicUsize::new(0));
+    let clean = Faulty::new(Faults::default());
+    run(&agent(clean.clone(), &writes)).await;
+    let last = clean.faults.lock().unwrap().appends;
+
+    let store = Faulty::new(Faults {
+        down_at: Some((last, Duration::from_secs(20))),
+        ..Faults::default()
+    });
+    let (events, run_id) = run(&agent(store.clone(), &writes)).await;
+    assert_eq!(done(&events).stop, StopReason::Finished, "{events:?}");
+    let stored = store.inner.load(&run_id).await.unwrap().unwrap();
+    assert_eq!(
+        stored.checkpoint.status,
+        RunStatus::Running,
+        "not stored yet"
+    );
+
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let stored = store.inner.load(&run_id).await.unwrap().unwrap();
+    assert_eq!(
+        stored.checkpoint.status,
+        RunStatus::Done {
+            stop: StopReason::Finished
+        }
+    );
+    assert_eq!(stored.checkpoint.holder, None);
+    let (_, baseline) = stored_and_baseline(&store.inner, &run_id).await;
+    assert_eq!(stored.checkpoint.messages, baseline.checkpoint.messages);
+}
