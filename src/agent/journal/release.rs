@@ -66,6 +66,10 @@ use super::backoff::Backoff;
 /// The most runs waiting to be released in one agent.
 pub(in crate::agent) const MAX_RELEASES: usize = 10_000;
 
+/// The end of a run that could not be stored: its records, its snapshot,
+/// its status.
+type End = (Vec<Vec<u8>>, Option<Vec<u8>>, RunStatus);
+
 /// A run to release: where, by whom, at which version.
 struct Entry {
     store: Arc<dyn RunStore>,
@@ -81,7 +85,7 @@ struct Entry {
     /// When the append that gave up ended the run: its records and
     /// snapshot, stored as they were (the run did end, and its client
     /// was told how).
-    end: Option<(Vec<Vec<u8>>, Option<Vec<u8>>, RunStatus)>,
+    end: Option<End>,
 }
 
 #[derive(Default)]
@@ -149,7 +153,7 @@ impl Releases {
                 (
                     gave_up.records.to_vec(),
                     gave_up.snapshot.map(<[u8]>::to_vec),
-                    gave_up.head.status.clone(),
+                    gave_up.head.status,
                 )
             }),
         });
@@ -248,7 +252,7 @@ async fn release(entry: &Entry) -> Tried {
             // The run ended, its end not stored: store it as it was.
             let head = Head {
                 format: JOURNAL_FORMAT,
-                status: status.clone(),
+                status: *status,
                 holder: None,
                 saved_at_ms: now_ms(),
             };
