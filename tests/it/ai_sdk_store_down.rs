@@ -665,3 +665,37 @@ async fn a_chunk_log_down_past_the_bound_tells_a_reconnecting_client_the_rest_wa
     assert!(text.contains("was not kept"), "{text}");
     assert!(text.contains("got no answer for 5.0 s"), "{text}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_chunk_log_that_does_not_open_does_not_hold_the_response() {
+    // The whole log is down for the response's first 2 s: the response
+    // streams at once; its log opens, off the response's way, when the
+    // store is back.
+    let down = Arc::new(AtomicBool::new(true));
+    let log = OutageLog {
+        inner: MemoryChunkLog::new(),
+        down: Arc::clone(&down),
+        appends_down_until: None,
+    };
+    tokio::spawn({
+        let down = Arc::clone(&down);
+        async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            down.store(false, Ordering::SeqCst);
+        }
+    });
+    let model = ScriptedModel::new([Turn::new().text("Hello there.")]);
+    let app = ChatEndpoint::new(Agent::new(model, Toolbox::new()))
+        .resumable_streams(log)
+        .into_router();
+    let started = tokio::time::Instant::now();
+    let (status, _, live) = post(&app, json!({"id": "chat-1", "messages": [user("hi")]})).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "the response waited for the log to open: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(live.last().unwrap()["finishReason"], "stop");
+    assert!(chunk(&live, "error").is_none(), "{live:?}");
+}

@@ -18,6 +18,8 @@ use tokio::sync::mpsc;
 use crate::agent::RideOut;
 
 use super::ids::new_token;
+use crate::agent::store::StoreError;
+
 use super::log::{ChunkLog, LOG_TTL};
 use super::response::{OpenResponse, DONE};
 
@@ -29,7 +31,10 @@ const READ_WAIT: Duration = Duration::from_secs(10);
 
 /// Runs `open` to its end in a task of its own — a client that goes away
 /// does not stop it — logging its chunks under a new stream of
-/// `chat_id`; the client's stream of it.
+/// `chat_id`; the client's stream of it. The log is opened first (a
+/// client reconnecting at once finds it), tried once: a log that is down
+/// is opened, riding the outage out, by its writer's task, off the
+/// response's way.
 pub(super) async fn produce(
     mut open: OpenResponse,
     log: Arc<dyn ChunkLog>,
@@ -39,12 +44,14 @@ pub(super) async fn produce(
     let stream_id = new_token();
     let (live, to_client) = mpsc::channel::<String>(64);
     let opened = ride_out
-        .call("opening the log of chat", &chat_id, None, || {
-            log.open(&chat_id, &stream_id)
-        })
+        .once(
+            "opening the log of chat",
+            &chat_id,
+            log.open(&chat_id, &stream_id),
+        )
         .await;
     let mut to_log = match opened {
-        Ok(()) => {
+        Ok(()) | Err(StoreError::Unavailable { .. }) => {
             let (to_log, queued) = mpsc::channel::<Queued>(LOG_QUEUE);
             let writer = LogWriter {
                 log,
@@ -52,7 +59,7 @@ pub(super) async fn produce(
                 stream_id,
                 ride_out,
             };
-            tokio::spawn(writer.write(queued));
+            tokio::spawn(writer.write(queued, opened.is_err()));
             Some(to_log)
         }
         Err(err) => {
@@ -76,7 +83,10 @@ pub(super) async fn produce(
             if let Some(queue) = &to_log {
                 // One place is kept for the end.
                 let full = queue.capacity() <= 1;
-                if full || queue.try_send(Queued::Chunk(payload.clone())).is_err() {
+                if queue.is_closed() {
+                    // The log did not open (the writer said so).
+                    to_log = None;
+                } else if full || queue.try_send(Queued::Chunk(payload.clone())).is_err() {
                     tracing::warn!("the chunk log fell behind; this response is no longer kept");
                     // Dropping the queue ends the log, marked cut.
                     to_log = None;
@@ -112,20 +122,36 @@ struct LogWriter {
 }
 
 impl LogWriter {
-    /// Appends the queued chunks in order, each riding out an outage,
+    /// Opens the log (when `open`: the response's own try found it down),
+    /// then appends the queued chunks in order, each riding out an outage
+    /// (a log that does not open keeps nothing),
     /// then ends the log — with an `error` chunk first when the log lacks
     /// the response's end (the queue was given up on, the task running
     /// the response was stopped, or an append failed past the ride-out),
     /// so that a client reconnecting reads that the rest was not kept.
     /// That chunk is tried for as long as the log is kept ([`LOG_TTL`]),
     /// in this task, off the response's way.
-    async fn write(self, mut queued: mpsc::Receiver<Queued>) {
+    async fn write(self, mut queued: mpsc::Receiver<Queued>, open: bool) {
         let Self {
             log,
             chat_id,
             stream_id,
             ride_out,
         } = &self;
+        let opened = match open {
+            true => {
+                ride_out
+                    .call("opening the log of chat", chat_id, None, || {
+                        log.open(chat_id, stream_id)
+                    })
+                    .await
+            }
+            false => Ok(()),
+        };
+        if let Err(err) = opened {
+            tracing::warn!(error = %err, "this response cannot be resumed: its log did not open");
+            return;
+        }
         let mut index = 0;
         let mut failed = None;
         let mut ended = false;
