@@ -1,7 +1,10 @@
 //! How an agent saves its runs: [`Durability`] — the store, this
 //! process's id and lease, the bound on each store call, how long a run
 //! rides out a store that does not answer (retrying with backoff), and
-//! what a run does when a save fails for good ([`OnStoreError`]).
+//! what a run does when a save fails for good ([`OnStoreError`]). The
+//! ride-out itself is [`RideOut`], the one loop every store call a run
+//! needs goes through: the journal's appends and loads here, and the AI
+//! SDK endpoint's waiting count, expiry and chunk log.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
