@@ -72,6 +72,13 @@ impl StepCall {
         };
         let mut extensions = self.extensions.clone();
         let mut binding = None;
+        // What the call goes back to should its start not be stored (a
+        // call that waited for the person is cloned: a resume's, rare).
+        let before = match &state {
+            CallState::Planned => Some(CallState::Planned),
+            waiting @ CallState::WaitingApproval { .. } => Some(waiting.clone()),
+            _ => None,
+        };
         match state {
             CallState::Finished { text, .. } => return text.len(),
             CallState::Started
@@ -122,6 +129,10 @@ impl StepCall {
             None => {}
         }
         if let Err(err) = self.journal.call(&call.id, CallState::Started).await {
+            if let Some(before) = before {
+                // Not run: say so once the store is back.
+                self.journal.not_run(&call.id, before);
+            }
             let err = run_error(err);
             fail(&self.failed, err.clone());
             let err = ToolError::new(

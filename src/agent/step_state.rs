@@ -137,7 +137,10 @@ pub(super) fn approval_events(
                 if let Err(err) = journal.call(call_id, state).await {
                     if let ApprovalEvent::Decided(decided) = &event {
                         // The tool does not run: say so once the store is back.
-                        journal.decision_not_recorded(decided.request.clone());
+                        let before = CallState::WaitingApproval {
+                            request: decided.request.clone(),
+                        };
+                        journal.not_run(&decided.request.call_id, before);
                     }
                     let err = run_error(err);
                     fail(&failed, err.clone());

@@ -16,7 +16,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
 use toolstack::agent::store::{
-    Append, Head, Holder, MemoryStore, RunStatus, RunStore, StoreError, Stored, Version,
+    Append, CallState, Head, Holder, MemoryStore, RunStatus, RunStore, StoreError, Stored, Version,
 };
 use toolstack::agent::{Agent, AgentDone, AgentEvent, Resume, StopReason};
 use toolstack::model::{Message, ScriptedModel, Turn};
@@ -783,4 +783,47 @@ async fn a_run_whose_end_could_not_be_stored_is_stored_done_once_the_store_is_ba
     assert_eq!(stored.checkpoint.holder, None);
     let (_, baseline) = stored_and_baseline(&store.inner, &run_id).await;
     assert_eq!(stored.checkpoint.messages, baseline.checkpoint.messages);
+}
+
+/// The call's start is stored but its answer lost with the store, which
+/// then stays down past the bound: the run refuses the call (its start
+/// could not be recorded), so the tool never ran — and once the store is
+/// back, the release puts the call back to planned, so the process that
+/// takes the run over runs it, once, where `started` would have read
+/// "may have run".
+#[tokio::test(start_paused = true)]
+async fn a_call_whose_start_landed_but_was_given_up_on_runs_once_after_the_release() {
+    // The third append (the call's start) lands and answers `Unavailable`;
+    // its retry finds the store down for 20 s.
+    let store = Faulty::new(Faults {
+        lose_reply_at: Some(3),
+        down_at: Some((4, Duration::from_secs(20))),
+        ..Faults::default()
+    });
+    let writes = Arc::new(AtomicUsize::new(0));
+    let agent = agent(store.clone(), &writes).store_outage(Duration::from_secs(5));
+    let (events, run_id) = run(&agent).await;
+    assert_eq!(done(&events).stop, StopReason::StoreFailed, "{events:?}");
+    assert_eq!(writes.load(Ordering::SeqCst), 0, "refused: not run");
+    let stored = store.inner.load(&run_id).await.unwrap().unwrap();
+    assert_eq!(
+        stored.checkpoint.step[0].state,
+        CallState::Started,
+        "landed"
+    );
+
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let released = store.inner.load(&run_id).await.unwrap().unwrap();
+    assert_eq!(released.checkpoint.holder, None, "released");
+    assert_eq!(released.checkpoint.step[0].state, CallState::Planned);
+
+    let other = other_process(store.clone(), &writes);
+    let events: Vec<AgentEvent> = other
+        .resume(&run_id, Resume::new())
+        .await
+        .expect("the released run is taken over")
+        .collect()
+        .await;
+    assert_eq!(done(&events).stop, StopReason::Finished, "{events:?}");
+    assert_eq!(writes.load(Ordering::SeqCst), 1, "run once");
 }

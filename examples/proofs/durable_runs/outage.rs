@@ -257,7 +257,7 @@ impl Proof {
                 .rev()
                 .find(|c| c["type"] == "finish")
                 .is_some_and(|c| c["finishReason"] == "stop");
-            answer.result = answered
+            let output = answered
                 .chunks
                 .iter()
                 .find_map(|c| match c["type"].as_str() {
@@ -267,6 +267,20 @@ impl Proof {
                     Some("tool-output-error") => c["errorText"].as_str().map(str::to_owned),
                     _ => None,
                 });
+            // A run resumed past its write (its result stored before the
+            // store went away) only answers: the model says what the
+            // write returned ("{row}: {result}").
+            let said = || {
+                let text: String = answered
+                    .chunks
+                    .iter()
+                    .filter(|c| c["type"] == "text-delta")
+                    .filter_map(|c| c["delta"].as_str())
+                    .collect();
+                text.strip_prefix(&format!("{}: ", w.row))
+                    .map(str::to_owned)
+            };
+            answer.result = output.or_else(said);
             if !stopped || answer.result.is_none() {
                 answer.result = None;
                 answer.failure = Some(format!(

@@ -21,7 +21,6 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::approval::ApprovalRequest;
 use crate::model::{Message, Usage};
 
 use super::resume::ResumeError;
@@ -386,17 +385,17 @@ impl RunJournal {
         self.state().loaded_tools.clone()
     }
 
-    /// The person's decision on a call could not be recorded, so the call
-    /// did not run (its stored state says `started`, which a resume would
-    /// read as "may have run"): once the store is back, the release of the
-    /// run puts the call back to waiting for its answer, which the answer
-    /// sent again then decides. See `release.rs`.
-    pub(super) fn decision_not_recorded(&self, request: ApprovalRequest) {
+    /// The call `call_id` did not run because its record could not be
+    /// stored (its start, or the person's answer): once the store is
+    /// back, the release of the run puts it back to `before` — planned, or
+    /// waiting for the answer — where a `started` or `decided` that landed
+    /// after all would read as "may have run". See `release.rs`.
+    pub(super) fn not_run(&self, call_id: &str, before: CallState) {
         if let Some(writer) = &self.writer {
             let durability = &writer.durability;
             durability
                 .releases
-                .not_run(&durability.process, &self.run_id, request);
+                .not_run(&durability.process, &self.run_id, call_id, before);
         }
     }
 

@@ -20,15 +20,18 @@
 //! `Started`, so the resume reports it "may have run" for a tool that is
 //! not idempotent, and does not run it again.
 //!
-//! One call is known better than its stored state says: a call resumed
-//! with the person's answer records `started`, then the answer as decided
-//! before the tool runs — and when that decision could not be stored, the
-//! tool did not run, though `started` would read as "may have run". The
-//! run registers such a call ([`Releases::not_run`]), and the release puts
-//! it back to waiting for its answer (in the same append, and only if it
-//! is still stored as `started`), so the answer sent again runs it once.
+//! A call this process refused because its record could not be stored is
+//! known better than its stored state says: a call records `started`
+//! before the tool runs (and a call resumed with the person's answer, the
+//! answer as decided next) — when that record gave up, the tool did not
+//! run, though a `started` or `decided` that landed after all (its answer
+//! lost with the store) would read as "may have run". The run registers
+//! such a call with the state it had before ([`Releases::not_run`]:
+//! planned, or waiting for the person's answer), and the release puts it
+//! back (in the same append, and only if it is stored as `started` or
+//! `decided`), so a resume or the answer sent again runs it once.
 //! (Registered after the append that gave up: should the store come back
-//! within that moment, the call stays `started` — the safe reading.)
+//! within that moment, the call stays as stored — the safe reading.)
 //!
 //! A run whose *end* could not be stored did end — its client was told
 //! how — so its release stores that end as it was (the same records, a
@@ -59,7 +62,6 @@ use crate::agent::store::{
     Append, CallState, Head, Record, RunStatus, RunStore, StoreError, Stored, Version,
     JOURNAL_FORMAT,
 };
-use crate::approval::ApprovalRequest;
 
 use super::backoff::Backoff;
 
@@ -80,8 +82,9 @@ struct Entry {
     version: Version,
     /// The append that gave up, had it landed: its version and its head.
     gave_up: (Version, Head),
-    /// Calls that did not run, their decision unrecorded: back to waiting.
-    not_run: Vec<ApprovalRequest>,
+    /// Calls refused because their record gave up, and the state each
+    /// goes back to.
+    not_run: Vec<(String, CallState)>,
     /// When the append that gave up ended the run: its records and
     /// snapshot, stored as they were (the run did end, and its client
     /// was told how).
@@ -163,10 +166,16 @@ impl Releases {
         }
     }
 
-    /// The call `request` names, of the run `run_id` that `process` gave
-    /// up on, did not run: its release puts it back to waiting for its
-    /// answer. (Nothing when the run is not waiting to be released.)
-    pub(super) fn not_run(&self, process: &Arc<str>, run_id: &str, request: ApprovalRequest) {
+    /// The call `call_id` of the run `run_id` that `process` gave up on
+    /// did not run: its release puts it back to `before`. (Nothing when
+    /// the run is not waiting to be released.)
+    pub(super) fn not_run(
+        &self,
+        process: &Arc<str>,
+        run_id: &str,
+        call_id: &str,
+        before: CallState,
+    ) {
         let mut inner = self.lock();
         let entry = inner
             .entries
@@ -174,7 +183,7 @@ impl Releases {
             .rev()
             .find(|entry| entry.run_id == run_id && entry.process == *process);
         if let Some(entry) = entry {
-            entry.not_run.push(request);
+            entry.not_run.push((call_id.to_owned(), before));
         }
     }
 
@@ -269,20 +278,18 @@ async fn release(entry: &Entry) -> Tried {
         status: RunStatus::Running,
     }
     .to_bytes()];
-    for request in &entry.not_run {
-        // Started, or decided when that record landed after all: either
-        // way the tool did not run.
+    for (call_id, before) in &entry.not_run {
+        // Started or decided (landed after all): either way the tool did
+        // not run.
         let stalled = state.step.iter().any(|call| {
-            call.call.id == request.call_id
+            call.call.id == *call_id
                 && matches!(call.state, CallState::Started | CallState::Decided { .. })
         });
         if stalled {
             records.push(
                 Record::Call {
-                    id: request.call_id.clone(),
-                    state: CallState::WaitingApproval {
-                        request: request.clone(),
-                    },
+                    id: call_id.clone(),
+                    state: before.clone(),
                 }
                 .to_bytes(),
             );
