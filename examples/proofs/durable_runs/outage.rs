@@ -157,7 +157,7 @@ impl Proof {
         let fault = async move {
             // 60 % sent, and some write under way, so that the outage
             // meets runs at every stage.
-            while sent.load(Ordering::SeqCst) < kill_at || count_lines(&ledger).is_empty() {
+            while sent.load(Ordering::SeqCst) < kill_at || count_lines(ledger).is_empty() {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             redis.stop();
