@@ -204,10 +204,16 @@ where
     }
 
     /// Forgets the session; whether the store had it. A run of it going
-    /// on now fails at its next append.
+    /// on now fails at its next append. A store that does not answer is
+    /// ridden out as a run's own calls are
+    /// ([`Agent::store_outage`](crate::agent::Agent::store_outage)).
     pub async fn delete(&self) -> Result<bool, SessionError> {
         let durability = self.checked()?;
-        Ok(super::lifecycle::forget(&*durability.store, &self.id).await?)
+        let forget = || super::lifecycle::forget(&*durability.store, &self.id);
+        let ride_out = durability.ride_out();
+        Ok(ride_out
+            .call("deleting session", &self.id, None, forget)
+            .await?)
     }
 
     /// The agent's store, for a session id that can be stored.

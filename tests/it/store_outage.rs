@@ -142,6 +142,9 @@ impl RunStore for Faulty {
         self.inner.waiting(limit)
     }
     fn delete<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        if self.down() {
+            return Box::pin(async { Err(down()) });
+        }
         self.inner.delete(run_id)
     }
 }
@@ -826,4 +829,24 @@ async fn a_call_whose_start_landed_but_was_given_up_on_runs_once_after_the_relea
         .await;
     assert_eq!(done(&events).stop, StopReason::Finished, "{events:?}");
     assert_eq!(writes.load(Ordering::SeqCst), 1, "run once");
+}
+
+/// Deleting a session rides out a store that fails for a moment, as a
+/// run's own calls do.
+#[tokio::test(start_paused = true)]
+async fn a_session_deleted_while_the_store_fails_for_a_moment_is_deleted() {
+    let store = Faulty::new(Faults::default());
+    let writes = Arc::new(AtomicUsize::new(0));
+    let agent = agent(store.clone(), &writes);
+    let session = agent.session("s1");
+    let events: Vec<AgentEvent> = session
+        .run(Message::user("write hello"))
+        .await
+        .expect("a run of the session")
+        .collect()
+        .await;
+    assert_eq!(done(&events).stop, StopReason::Finished);
+    store.faults.lock().unwrap().fail_next = 3;
+    assert!(session.delete().await.expect("ridden out"), "it was stored");
+    assert!(store.inner.load("s1").await.unwrap().is_none(), "forgotten");
 }
