@@ -11,7 +11,7 @@
 //! | [`catalogue`] | 325 tools as merged MCP servers list them, and 205 queries a user would ask | — | `tests/it/tool_search.rs`, the `tool_search` bench group |
 //! | [`tools`] | the seed's demo tools: weather, calculator, clock, a file's lines, a counter | `examples/tour.rs` | `tests/it/seed_tools.rs` |
 //! | `http` (feature `http`) | a toolbox over HTTP behind bearer auth, with per-caller visibility | `examples/http_server.rs` | `tests/it/http.rs` |
-//! | [`redis_server`] | a `redis-server` of a proof's own (started, killed, restarted) | `examples/proofs/shared_quota.rs`, `examples/proofs/durable_runs.rs` | `tests/it/shared_quota.rs`, `tests/it/durable_runs.rs` |
+//! | [`redis_server`] | a `redis-server` of a proof's own (started, killed, restarted — empty, or from its append-only file) | `examples/proofs/shared_quota.rs`, `examples/proofs/durable_runs/` | `tests/it/shared_quota.rs`, `tests/it/durable_runs.rs` |
 //!
 //! Not published; nothing here is toolstack's API.
 
