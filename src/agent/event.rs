@@ -226,9 +226,12 @@ pub enum StopReason {
     /// step in which it did.
     Guardrail,
     /// A spend limit (tokens or cost, per run, caller or window) refused
-    /// the next model call before it was made (the spend limit layer of
-    /// `toolstack-layers`; the [`AgentEvent::Error`] before names the
-    /// limit and what was spent).
+    /// the next model call before it was made, or cut an answer mid-stream
+    /// (the spend limit layer of `toolstack-layers`; the
+    /// [`AgentEvent::Error`] before names the limit and what was spent). A
+    /// cut answer's text and reasoning so far are kept in the history, its
+    /// text followed by `[answer cut here: …]`; the calls it had begun are
+    /// not run.
     SpendLimit,
     /// The history could not be compacted and the agent is set to stop
     /// then ([`OnCompactionError::Stop`](super::compaction::OnCompactionError::Stop);

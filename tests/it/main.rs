@@ -22,6 +22,7 @@ mod agent_compaction;
 mod agent_output;
 mod agent_resume;
 mod agent_session;
+mod agent_spend_cut;
 #[cfg(feature = "http")]
 mod ai_sdk;
 #[cfg(feature = "http")]

@@ -12,7 +12,10 @@
 //! is told with [`AgentEvent::TurnDiscarded`]. An answer cut off at the
 //! token limit or by a content filter ends the run with
 //! [`StopReason::Length`] / [`StopReason::ContentFilter`], so a truncated
-//! answer is never mistaken for a finished one.
+//! answer is never mistaken for a finished one. An answer a spend limit
+//! cuts mid-stream ends the run with [`StopReason::SpendLimit`]: what it
+//! said so far is kept, its text followed by a note that it was cut and
+//! why; the calls it had begun are not run.
 
 use std::sync::Arc;
 
@@ -87,7 +90,7 @@ pub(super) struct Run<M> {
     output_failures: usize,
 }
 
-/// One model answer, complete.
+/// One model answer, complete — or cut mid-stream by a spend limit.
 pub(super) struct ModelAnswer {
     pub(super) text: String,
     /// The model's reasoning blocks, kept for the next request.
@@ -95,6 +98,17 @@ pub(super) struct ModelAnswer {
     pub(super) calls: Vec<ToolCall>,
     /// The last finish reason the model sent, if any.
     pub(super) finish: Option<FinishReason>,
+    /// The answer was cut mid-stream: what it said before is the text and
+    /// reasoning above (its calls are dropped: a call is known complete
+    /// only when the answer ends).
+    pub(super) cut: Option<Cut>,
+}
+
+/// Why an answer was cut mid-stream: the error that cut it (a spend
+/// limit crossed), and whether it had begun tool calls, which are dropped.
+pub(super) struct Cut {
+    pub(super) error: ToolError,
+    pub(super) calls_begun: bool,
 }
 
 /// A model turn that failed, and whether any delta had arrived before.
@@ -223,6 +237,7 @@ where
                 reasoning,
                 calls,
                 finish,
+                cut,
             } = match answer {
                 Ok(answer) => answer,
                 Err(err) => {
@@ -238,6 +253,9 @@ where
             };
             let model = self.agent.model_name.as_deref();
             self.costs.answered(self.agent.prices.as_ref(), model);
+            if let Some(cut) = cut {
+                return self.cut(text, reasoning, cut).await;
+            }
             let cut_off = match finish {
                 Some(FinishReason::Length) => Some((
                     StopReason::Length,

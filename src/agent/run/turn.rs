@@ -6,15 +6,17 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 use tower::ServiceExt;
 
-use crate::model::ModelService;
-use crate::model::{Accumulator, ChatRequest, ContextExceeded, ModelDelta, Pushed, ReasoningDelta};
-use crate::ToolError;
+use crate::model::{Accumulator, Message, ModelService, Reasoning};
+use crate::model::{ChatRequest, ContextExceeded, ModelDelta, Pushed, ReasoningDelta};
+use crate::{ErrorKind, ToolError};
 
-use crate::agent::event::AgentEvent;
+use crate::agent::event::{AgentEvent, StopReason};
+use crate::agent::journal::run_error;
 use crate::agent::output::OutputMode;
 use crate::agent::search::LoadedTools;
+use crate::agent::step_state::fail;
 
-use super::{ModelAnswer, Run, TurnError};
+use super::{Cut, ModelAnswer, Run, TurnError};
 
 impl<M> Run<M>
 where
@@ -89,7 +91,25 @@ where
         let mut finish = None;
         let mut streamed = false;
         while let Some(delta) = answer.next().await {
-            let delta = delta.map_err(|error| TurnError { error, streamed })?;
+            let delta = match delta {
+                Ok(delta) => delta,
+                // A spend limit crossed mid-answer: what was said is kept,
+                // cut; its calls (none known complete) are not.
+                Err(error)
+                    if error.kind() == ErrorKind::SpendLimited
+                        && !(text.is_empty() && reasoning.is_empty() && calls.is_empty()) =>
+                {
+                    let calls_begun = !calls.is_empty();
+                    return Ok(ModelAnswer {
+                        text,
+                        reasoning,
+                        calls: Vec::new(),
+                        finish: None,
+                        cut: Some(Cut { error, calls_begun }),
+                    });
+                }
+                Err(error) => return Err(TurnError { error, streamed }),
+            };
             streamed = true;
             let event = match delta {
                 ModelDelta::Text(piece) => {
@@ -163,6 +183,42 @@ where
             reasoning,
             calls,
             finish,
+            cut: None,
         })
+    }
+
+    /// An answer cut mid-stream: recorded as any answer, its text followed
+    /// by a note that says it was cut and why — in the message itself, so
+    /// the model reading the history on (a session's next message) and a
+    /// person reading it both see the answer is unfinished —, its begun
+    /// calls not run; then the error, and the run stops.
+    pub(super) async fn cut(
+        &mut self,
+        text: String,
+        reasoning: Vec<Reasoning>,
+        cut: Cut,
+    ) -> StopReason {
+        let Cut { error, calls_begun } = cut;
+        let calls = match calls_begun {
+            true => "; the tool calls it had begun were not run",
+            false => "",
+        };
+        let note = format!("[answer cut here: {}{calls}]", error.message());
+        let content = match text.is_empty() {
+            true => note,
+            false => format!("{text}\n\n{note}"),
+        };
+        let message = Message::Assistant {
+            content: Some(content),
+            tool_calls: Vec::new(),
+            reasoning,
+        };
+        // A paused answer's continuation goes on with it, cut or not.
+        let continues = std::mem::replace(&mut self.paused, false);
+        if let Err(err) = self.journal.answered(message, continues, Vec::new()).await {
+            fail(&self.failed, run_error(err));
+        }
+        let _ = self.tx.send(AgentEvent::Error(error)).await;
+        StopReason::SpendLimit
     }
 }
