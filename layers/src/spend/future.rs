@@ -38,8 +38,8 @@ impl Metering {
         answered: Option<&str>,
     ) -> Option<BoxFuture<'static, ()>> {
         let usage = usage?;
-        let model = answered.or(self.model.as_deref()).unwrap_or_default();
-        self.meter.settle(&self.keys, usage, model)
+        self.meter
+            .settle(&self.keys, usage, answered, self.model.as_deref())
     }
 }
 

@@ -9,7 +9,7 @@ use tower_layer::Layer;
 
 use super::memory::MemoryCounters;
 use super::meter::{Clock, Meter, SharedCounters};
-use super::rules::{CallerOf, Limit, Rule, Rules, Who};
+use super::rules::{CallerOf, Limit, Rule, Rules, Unpriced, Who};
 use super::{SpendLimit, Window};
 
 /// Limits what model calls spend — tokens and cost, per run, per caller,
@@ -29,6 +29,7 @@ pub struct SpendLimitLayer {
     clock: Clock,
     run_ttl: Duration,
     max_entries: usize,
+    unpriced: Unpriced,
 }
 
 /// How many counters a layer keeps in process by default.
@@ -48,6 +49,7 @@ impl SpendLimitLayer {
             clock: Arc::new(SystemTime::now),
             run_ttl: Duration::from_secs(24 * 3_600),
             max_entries: DEFAULT_MAX_COUNTERS,
+            unpriced: Unpriced::Refuse,
         }
     }
 
@@ -105,6 +107,16 @@ impl SpendLimitLayer {
         self
     }
 
+    /// What to do with a model the prices do not price when a cost limit
+    /// applies to the call: refuse it before it is called
+    /// ([`Unpriced::Refuse`], the default), or count its tokens only
+    /// ([`Unpriced::TokensOnly`], with a warning on every such call). A
+    /// fallback price is the table's default entry (`*`).
+    pub fn unpriced(mut self, unpriced: Unpriced) -> Self {
+        self.unpriced = unpriced;
+        self
+    }
+
     /// Reads the windows' time from `clock` instead of the system's (a
     /// test moves it on to roll a window over).
     pub fn clock(mut self, clock: impl Fn() -> SystemTime + Send + Sync + 'static) -> Self {
@@ -146,6 +158,7 @@ impl<S> Layer<S> for SpendLimitLayer {
             clock: Arc::clone(&self.clock),
             run_ttl: self.run_ttl.as_secs().max(1),
             max_entries: self.max_entries,
+            unpriced: self.unpriced,
         };
         SpendLimit::new(inner, Arc::new(meter))
     }
@@ -159,6 +172,7 @@ impl fmt::Debug for SpendLimitLayer {
             .field("store", &self.store)
             .field("run_ttl", &self.run_ttl)
             .field("max_counters", &self.max_entries)
+            .field("unpriced", &self.unpriced)
             .finish_non_exhaustive()
     }
 }

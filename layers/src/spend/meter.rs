@@ -13,7 +13,7 @@ use toolstack::model::{Cost, Prices, Usage};
 use toolstack::{ErrorKind, ToolError};
 
 use super::memory::MemoryCounters;
-use super::rules::{Counted, CounterKey, Rules, Spent};
+use super::rules::{Counted, CounterKey, Rules, Spent, Unpriced};
 use crate::shared_store::{Fallback, SharedStoreError};
 
 /// Counters that several processes share (Redis, see
@@ -53,6 +53,7 @@ pub(super) struct Meter {
     /// Seconds a run's counter lives after its last spend.
     pub(super) run_ttl: u64,
     pub(super) max_entries: usize,
+    pub(super) unpriced: Unpriced,
 }
 
 impl Meter {
@@ -66,6 +67,43 @@ impl Meter {
     /// The counters of a call with these extensions, now.
     pub(super) fn counted(&self, extensions: &Extensions, now: u64) -> Counted {
         self.rules.counted(extensions, now)
+    }
+
+    /// Refuses a call to a model the prices do not price when a cost limit
+    /// applies to it, unless the layer was told to count its tokens only.
+    ///
+    /// `Denied`, not `SpendLimited`: no limit was reached (an agent would
+    /// read it as one, and stop as over budget), and trying again does not
+    /// help — the layer's configuration refuses the call until the model
+    /// is priced, as a policy would.
+    pub(super) fn check_priced(
+        &self,
+        counted: &Counted,
+        model: Option<&str>,
+    ) -> Result<(), ToolError> {
+        let model = model.unwrap_or_default();
+        if self.unpriced != Unpriced::Refuse
+            || !self.rules.on_cost(counted)
+            || self.prices.prices(model)
+        {
+            return Ok(());
+        }
+        let named = if model.is_empty() {
+            "the request names no model, and the spend limit's prices have no default entry (\"*\")"
+                .to_owned()
+        } else {
+            format!("the spend limit has no price for the model `{model}`")
+        };
+        Err(ToolError::new(
+            ErrorKind::Denied,
+            format!(
+                "{named}, and a cost limit applies to this call: its cost could not be counted; \
+                 the model was not called. Price it in the table \
+                 (Prices::builder().model(\"{model}\", Price::per_million_tokens(input, output)), \
+                 or a default entry \"*\" for every model), or count its tokens only \
+                 (SpendLimitLayer::unpriced(Unpriced::TokensOnly))"
+            ),
+        ))
     }
 
     /// Admits the call on what this process counted, or refuses it.
@@ -99,21 +137,32 @@ impl Meter {
         .with_source(err)
     }
 
-    /// Adds what a call used (`usage` on `model`) to its counters: in
-    /// process at once, and in the shared store by the future returned.
+    /// Adds what a call used (`usage` on the model that `answered`, else
+    /// the one `asked` for) to its counters: in process at once, and in
+    /// the shared store by the future returned.
+    ///
+    /// An answering model without a price is priced as the one asked for
+    /// (which was checked before the call): a provider's dated snapshot
+    /// the table does not list still counts.
     pub(super) fn settle(
         &self,
         keys: &[CounterKey],
         usage: Usage,
-        model: &str,
+        answered: Option<&str>,
+        asked: Option<&str>,
     ) -> Option<BoxFuture<'static, ()>> {
-        let cost = self.prices.cost(model, &usage).unwrap_or_else(|| {
-            tracing::warn!(
-                gen_ai.response.model = model,
-                "the spend limit has no price for this model: its tokens count, its cost does not"
-            );
-            Cost::ZERO
-        });
+        let model = answered.or(asked).unwrap_or_default();
+        let cost = self
+            .prices
+            .cost(model, &usage)
+            .or_else(|| self.prices.cost(asked.unwrap_or_default(), &usage))
+            .unwrap_or_else(|| {
+                tracing::warn!(
+                    gen_ai.response.model = model,
+                    "the spend limit has no price for this model: its tokens count, its cost does not"
+                );
+                Cost::ZERO
+            });
         let spent = Spent {
             tokens: usage.total_tokens(),
             cost,
@@ -144,6 +193,7 @@ impl fmt::Debug for Meter {
             .field("counters", &self.memory.len())
             .field("store", &self.store)
             .field("run_ttl_s", &self.run_ttl)
+            .field("unpriced", &self.unpriced)
             .finish_non_exhaustive()
     }
 }

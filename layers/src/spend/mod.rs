@@ -71,9 +71,20 @@
 //! [`ModelDelta::Model`](toolstack::model::ModelDelta::Model), else the
 //! one asked for) and added to every counter of the call. An answer
 //! dropped before its end adds what it had reported so far; one that
-//! reported no usage adds nothing. A model the price table does not price
-//! counts its tokens, not its cost (a warning says so): give the table a
-//! default entry (`*`) to price every model.
+//! reported no usage adds nothing. An answering model the table does not
+//! price is priced as the model asked for.
+//!
+//! # Models without a price
+//!
+//! A call to a model the price table does not price, when a cost limit
+//! applies to it, is refused before the model is called —
+//! [`ErrorKind::Denied`](toolstack::ErrorKind::Denied), naming the model
+//! and how to price it: a cost limit that cannot count a call's cost does
+//! not hold. A limit on tokens alone needs no price. To count such models
+//! at a fallback price, give the table a default entry (`*`); to count
+//! their tokens only, say so with
+//! [`unpriced(Unpriced::TokensOnly)`](SpendLimitLayer::unpriced) (a
+//! warning on every such call says its cost is not covered).
 //!
 //! A call is admitted on what was spent *before* it, so the one call that
 //! crosses a limit goes through, and calls made at the same time are each
@@ -118,7 +129,7 @@ pub use self::layer::{SpendLimitLayer, DEFAULT_MAX_COUNTERS};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use self::redis::RedisSpend;
-pub use self::rules::{Limit, LimitReached, Scope};
+pub use self::rules::{Limit, LimitReached, Scope, Unpriced};
 pub use self::service::SpendLimit;
 pub use self::window::Window;
 pub use toolstack::model::{Cost, Price, PriceError, Prices};

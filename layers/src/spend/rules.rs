@@ -74,6 +74,28 @@ impl Limit {
     }
 }
 
+/// What a spend limit does with a model its [`Prices`](toolstack::model::Prices)
+/// do not price, when a cost limit applies to the call (a limit on tokens
+/// alone counts any model's tokens: it needs no price). Set with
+/// [`SpendLimitLayer::unpriced`](super::SpendLimitLayer::unpriced).
+///
+/// To count an unpriced model at a fallback price, give the table a
+/// default entry: `Prices::builder().model("*", Price::per_million_tokens(..))`
+/// — checked with the rest of the table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Unpriced {
+    /// Refuse the call before the model is called, as
+    /// [`ErrorKind::Denied`](toolstack::ErrorKind::Denied), naming the
+    /// model and how to price it (the default): a cost limit that cannot
+    /// price a call does not hold, and must not look as if it did.
+    #[default]
+    Refuse,
+    /// Call it, and count its tokens but not its cost — a warning on every
+    /// such call says its cost is not covered.
+    TokensOnly,
+}
+
 /// What a counter holds: tokens and their cost.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct Spent {
@@ -244,6 +266,14 @@ impl Rules {
     #[cfg(not(feature = "redis"))]
     fn stable_form(&self, _: Option<&dyn StableHash>) -> Option<Arc<str>> {
         None
+    }
+
+    /// Whether a limit of `counted` is on cost (and so needs a price).
+    pub(super) fn on_cost(&self, counted: &Counted) -> bool {
+        counted
+            .checks
+            .iter()
+            .any(|&(rule, _)| self.rules.get(rule).is_some_and(|r| r.limit.cost.is_some()))
     }
 
     /// The first limit `spent` (one per key of `counted`) has reached.

@@ -67,6 +67,9 @@ where
         if counted.keys.is_empty() {
             return ResponseFuture::called(self.inner.call(request), None);
         }
+        if let Err(refused) = self.meter.check_priced(&counted, model.as_deref()) {
+            return ResponseFuture::refused(refused);
+        }
         let Some(store) = &self.meter.store else {
             if let Err(refused) = self.meter.admit_locally(&counted, now) {
                 return ResponseFuture::refused(refused);

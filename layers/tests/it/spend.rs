@@ -15,7 +15,7 @@ use toolstack::model::{
     Usage,
 };
 use toolstack::{tool, ErrorKind, ToolError, ToolRequest};
-use toolstack_layers::spend::{Limit, LimitReached, Scope, SpendLimitLayer, Window};
+use toolstack_layers::spend::{Limit, LimitReached, Scope, SpendLimitLayer, Unpriced, Window};
 use toolstack_layers::trace::TraceLayer;
 use tower::{Service, ServiceExt};
 use tower_layer::Layer;
@@ -254,22 +254,35 @@ async fn an_answer_that_breaks_off_adds_the_usage_it_reported_then_ends_with_its
     assert!(model.clone().oneshot(request("r")).await.is_err());
 }
 
+/// A model that answers as `answered`, reporting 50,000 prompt and
+/// 50,000 completion tokens.
+fn answered_as(
+    answered: &'static str,
+) -> impl Service<
+    ChatRequest,
+    Response = impl futures_util::Stream<Item = Result<ModelDelta, ToolError>>,
+    Error = ToolError,
+    Future = impl Send,
+> + Clone {
+    tower::service_fn(move |_: ChatRequest| {
+        let answer = stream::iter([
+            Ok(ModelDelta::Model(answered.into())),
+            Ok(ModelDelta::Usage(Usage::new(50_000, 50_000))),
+        ]);
+        futures_util::future::ready(Ok::<_, ToolError>(answer))
+    })
+}
+
 #[tokio::test]
-async fn the_model_that_answered_is_priced_and_an_unpriced_one_counts_tokens_only() {
+async fn the_model_that_answered_is_priced_else_the_one_asked_for() {
     let prices = Prices::builder()
+        .model("m", Price::per_million_tokens(1.0, 1.0))
         .model("m-*", Price::per_million_tokens(10.0, 10.0))
         .build()
         .unwrap();
     // Asked for `m`, answered by the snapshot `m-2026`: $10 per million.
-    let snapshot = tower::service_fn(|_: ChatRequest| {
-        let answer = stream::iter([
-            Ok(ModelDelta::Model("m-2026".into())),
-            Ok(ModelDelta::Usage(Usage::new(50_000, 50_000))),
-        ]);
-        futures_util::future::ready(Ok::<_, ToolError>(answer))
-    });
     let layer = SpendLimitLayer::new(prices.clone()).per_run(Limit::cost(Cost::from_cents(100)));
-    let model = layer.layer(snapshot);
+    let model = layer.layer(answered_as("m-2026"));
     call(&model, request("r")).await.unwrap();
     let err = call(&model, request("r")).await.unwrap_err();
     assert!(
@@ -279,8 +292,91 @@ async fn the_model_that_answered_is_priced_and_an_unpriced_one_counts_tokens_onl
         err.message()
     );
 
-    // `m` itself has no price: its tokens count, its cost does not.
+    // Answered by `x-1`, which the table does not price: priced as `m`,
+    // the model asked for ($1 per million), not left uncounted.
+    let layer = SpendLimitLayer::new(prices).per_run(Limit::cost(Cost::from_cents(10)));
+    let model = layer.layer(answered_as("x-1"));
+    call(&model, request("r")).await.unwrap();
+    let err = call(&model, request("r")).await.unwrap_err();
+    assert!(
+        err.message()
+            .starts_with("this run has spent $0.10 of its $0.10 limit"),
+        "{}",
+        err.message()
+    );
+}
+
+#[tokio::test]
+async fn an_unpriced_model_under_a_cost_limit_is_refused_before_it_is_called() {
+    let prices = Prices::builder()
+        .model("other", Price::per_million_tokens(1.0, 1.0))
+        .build()
+        .unwrap();
+    let inner = script(3);
+    let layer = SpendLimitLayer::new(prices.clone()).per_run(Limit::cost(Cost::from_cents(100)));
+    let model = layer.layer(inner.clone());
+    let err = call(&model, request("r")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Denied);
+    assert!(!err.kind().is_retryable());
+    assert_eq!(
+        err.message(),
+        "the spend limit has no price for the model `m`, and a cost limit applies to this call: \
+         its cost could not be counted; the model was not called. Price it in the table \
+         (Prices::builder().model(\"m\", Price::per_million_tokens(input, output)), or a default \
+         entry \"*\" for every model), or count its tokens only \
+         (SpendLimitLayer::unpriced(Unpriced::TokensOnly))"
+    );
+    assert_eq!(inner.turns_played(), 0, "the model was not called");
+
+    // A request that names no model, with no default price: refused too.
+    let err = call(
+        &model,
+        ChatRequest::new(vec![Message::user("hi")]).with_extension(RunId::new("r")),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Denied);
+    assert!(
+        err.message().starts_with("the request names no model"),
+        "{}",
+        err.message()
+    );
+
+    // A limit on tokens alone needs no price: the call goes, its tokens count.
+    let layer = SpendLimitLayer::new(prices.clone()).per_run(Limit::tokens(150_000));
+    let model = layer.layer(inner.clone());
+    call(&model, request("r")).await.unwrap();
+    let err = call(&model, request("r")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::SpendLimited);
+    assert_eq!(inner.turns_played(), 1);
+
+    // A default entry (`*`) is the fallback price: every model is priced.
+    let fallback = Prices::builder()
+        .model("*", Price::per_million_tokens(1.0, 2.0))
+        .build()
+        .unwrap();
+    let layer = SpendLimitLayer::new(fallback).per_run(Limit::cost(Cost::from_cents(20)));
+    let model = layer.layer(script(2));
+    call(&model, request("r")).await.unwrap();
+    let err = call(&model, request("r")).await.unwrap_err();
+    assert!(
+        err.message()
+            .starts_with("this run has spent $0.20 of its $0.20 limit"),
+        "{}",
+        err.message()
+    );
+}
+
+#[tokio::test]
+async fn an_unpriced_model_counts_its_tokens_only_when_told_to_and_says_so() {
+    let prices = Prices::builder()
+        .model("other", Price::per_million_tokens(1.0, 1.0))
+        .build()
+        .unwrap();
+    let capture = Capture::default();
+    let _guard = capture.install();
     let layer = SpendLimitLayer::new(prices)
+        .unpriced(Unpriced::TokensOnly)
         .per_run(Limit::cost(Cost::from_nanos(1)))
         .per_run(Limit::tokens(150_000));
     let model = layer.layer(script(3));
@@ -291,6 +387,15 @@ async fn the_model_that_answered_is_priced_and_an_unpriced_one_counts_tokens_onl
             .starts_with("this run has used 150,000 of its 150,000 tokens ($0.00 spent)"),
         "{}",
         err.message()
+    );
+    assert_eq!(
+        capture
+            .events_with(
+                "the spend limit has no price for this model: its tokens count, its cost does not"
+            )
+            .len(),
+        1,
+        "a warning says the cost is not covered"
     );
 }
 
