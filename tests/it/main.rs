@@ -28,6 +28,8 @@ mod ai_sdk;
 #[cfg(feature = "http")]
 mod ai_sdk_client;
 #[cfg(feature = "http")]
+mod ai_sdk_spend_cut;
+#[cfg(feature = "http")]
 mod ai_sdk_store_down;
 mod anthropic;
 mod assistant_example;
