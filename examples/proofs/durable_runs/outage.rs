@@ -188,19 +188,20 @@ impl Proof {
             runs: self.runs,
             ..OutageReport::default()
         };
-        for (i, answer) in answers {
-            report.tally(&waiting[i], answer, back);
-        }
         let counts = count_lines(ledger);
         report.twice = counts.values().filter(|n| **n > 1).count();
-        let unwritten = waiting
-            .iter()
-            .filter(|w| !counts.contains_key(&w.row))
-            .count();
-        if unwritten > 0 {
-            eprintln!("lost: {unwritten} approved rows never reached the ledger");
+        for (i, answer) in answers {
+            let w = &waiting[i];
+            if !counts.contains_key(&w.row) {
+                // An approved write that never ran.
+                report.lost += 1;
+                eprintln!(
+                    "lost: {} never reached the ledger; its answer ended with {:?} after the errors {:?}",
+                    w.row, answer.result, answer.errors
+                );
+            }
+            report.tally(w, answer, back);
         }
-        report.lost += unwritten;
         report.stranded = stranded(&redis.url(), &waiting).await?;
         drop((a, b));
         Ok(report)
