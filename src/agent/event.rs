@@ -230,8 +230,8 @@ pub enum StopReason {
     /// (the spend limit layer of `toolstack-layers`; the
     /// [`AgentEvent::Error`] before names the limit and what was spent). A
     /// cut answer's text and reasoning so far are kept in the history, its
-    /// text followed by `[answer cut here: …]`; the calls it had begun are
-    /// not run.
+    /// text followed by `[the rest of this answer was cut by a spend limit:
+    /// …]`; the calls it had begun are not run.
     SpendLimit,
     /// The history could not be compacted and the agent is set to stop
     /// then ([`OnCompactionError::Stop`](super::compaction::OnCompactionError::Stop);

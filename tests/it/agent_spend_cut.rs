@@ -18,6 +18,11 @@ use toolstack::{tool, ErrorKind, ToolError, Toolbox};
 /// The limit's message, as the spend layer words one.
 const LIMIT: &str = "this run has used 1,000 of its 1,000 tokens (0.002 spent)";
 
+/// The note that follows a cut answer's text, `more` after the limit.
+fn note(more: &str) -> String {
+    format!("[the rest of this answer was cut by a spend limit: {LIMIT}{more}]")
+}
+
 fn limited() -> ToolError {
     ToolError::new(ErrorKind::SpendLimited, LIMIT)
 }
@@ -79,9 +84,7 @@ async fn an_answer_cut_by_a_spend_limit_is_kept_marked_as_cut() {
         done.messages,
         vec![
             Message::user("Answer."),
-            Message::assistant(format!(
-                "The first half of the answer\n\n[answer cut here: {LIMIT}]"
-            )),
+            Message::assistant(format!("The first half of the answer\n\n{}", note(""))),
         ]
     );
 }
@@ -112,7 +115,8 @@ async fn a_call_begun_before_the_cut_is_not_run_nor_kept() {
     assert_eq!(
         done.messages.last(),
         Some(&Message::assistant(format!(
-            "Adding.\n\n[answer cut here: {LIMIT}; the tool calls it had begun were not run]"
+            "Adding.\n\n{}",
+            note("; the tool calls it had begun were not run")
         )))
     );
     assert_eq!(done.messages.len(), 2);
@@ -160,7 +164,7 @@ async fn the_cut_answer_is_stored_and_read_by_the_sessions_next_run() {
     let first = session.run(Message::user("Tell me.")).await.unwrap();
     let (_, done) = to_the_end(first).await;
     assert_eq!(done.stop, StopReason::SpendLimit);
-    let cut = Message::assistant(format!("Part one, part\n\n[answer cut here: {LIMIT}]"));
+    let cut = Message::assistant(format!("Part one, part\n\n{}", note("")));
     // The journal stored it as any answer.
     assert_eq!(
         session.history().await.unwrap(),

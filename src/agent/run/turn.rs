@@ -203,7 +203,10 @@ where
             true => "; the tool calls it had begun were not run",
             false => "",
         };
-        let note = format!("[answer cut here: {}{calls}]", error.message());
+        let note = format!(
+            "[the rest of this answer was cut by a spend limit: {}{calls}]",
+            error.message()
+        );
         let content = match text.is_empty() {
             true => note,
             false => format!("{text}\n\n{note}"),
