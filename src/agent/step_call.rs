@@ -128,11 +128,11 @@ impl StepCall {
             }
             None => {}
         }
-        if let Err(err) = self.journal.call(&call.id, CallState::Started).await {
-            if let Some(before) = before {
-                // Not run: say so once the store is back.
-                self.journal.not_run(&call.id, before);
-            }
+        let started = self
+            .journal
+            .call_else(&call.id, CallState::Started, before)
+            .await;
+        if let Err(err) = started {
             let err = run_error(err);
             fail(&self.failed, err.clone());
             let err = ToolError::new(

@@ -119,12 +119,15 @@ pub(super) fn approval_events(
         let (journal, failed) = (Arc::clone(&journal), Arc::clone(&failed));
         async move {
             {
-                let (call_id, state) = match &event {
+                // A decision not stored means the tool does not run: the
+                // call then goes back to waiting for it (`before`).
+                let (call_id, state, before) = match &event {
                     ApprovalEvent::Requested(asked) => (
                         &asked.call_id,
                         CallState::WaitingApproval {
                             request: asked.clone(),
                         },
+                        None,
                     ),
                     ApprovalEvent::Decided(decided) => (
                         &decided.request.call_id,
@@ -132,16 +135,12 @@ pub(super) fn approval_events(
                             decision: decided.decision.clone(),
                             by: decided.by.clone(),
                         },
+                        Some(CallState::WaitingApproval {
+                            request: decided.request.clone(),
+                        }),
                     ),
                 };
-                if let Err(err) = journal.call(call_id, state).await {
-                    if let ApprovalEvent::Decided(decided) = &event {
-                        // The tool does not run: say so once the store is back.
-                        let before = CallState::WaitingApproval {
-                            request: decided.request.clone(),
-                        };
-                        journal.not_run(&decided.request.call_id, before);
-                    }
+                if let Err(err) = journal.call_else(call_id, state, before).await {
                     let err = run_error(err);
                     fail(&failed, err.clone());
                     return Err(ToolError::new(

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use crate::agent::store::checkpoint::now_ms;
 use crate::agent::store::{
-    Append, Head, Holder, RunStatus, RunStore, StoreError, Stored, Version, JOURNAL_FORMAT,
+    Append, CallState, Head, Holder, RunStatus, RunStore, StoreError, Stored, Version,
+    JOURNAL_FORMAT,
 };
 use crate::ToolError;
 
@@ -173,6 +174,7 @@ impl Durability {
         &self,
         append: Append<'_>,
         stats: &StoreStats,
+        not_run: Option<CallState>,
     ) -> Result<Version, StoreError> {
         let ride_out = self.ride_out();
         let mut retried = false;
@@ -191,7 +193,7 @@ impl Durability {
             .await;
         match appended {
             Err(err @ StoreError::Unavailable { .. }) => {
-                self.give_up(&append);
+                self.give_up(&append, not_run);
                 Err(outage_then(
                     err,
                     format_args!(
@@ -238,10 +240,10 @@ impl Durability {
     /// left holding a run it gave up on. A run that goes on in memory
     /// ([`OnStoreError::Continue`]) is not: another process must not take
     /// it while this one still runs it; its lease passing frees it.
-    fn give_up(&self, append: &Append<'_>) {
+    fn give_up(&self, append: &Append<'_>, not_run: Option<CallState>) {
         if self.on_error == OnStoreError::Fail {
             self.releases
-                .schedule(&self.store, &self.process, self.timeout, append);
+                .schedule(&self.store, &self.process, self.timeout, append, not_run);
         }
     }
 

@@ -239,6 +239,18 @@ impl RunJournal {
     /// store, in one append; at a step boundary (`boundary`) a snapshot
     /// may take their place. Without a store they are only applied.
     async fn record(&self, records: Vec<Record>, boundary: bool) -> Result<(), StoreError> {
+        self.record_else(records, boundary, None).await
+    }
+
+    /// [`record`](Self::record), with what the call whose record is the
+    /// last of `records` goes back to should this append give up
+    /// (`not_run`; see `release.rs`).
+    async fn record_else(
+        &self,
+        records: Vec<Record>,
+        boundary: bool,
+        not_run: Option<CallState>,
+    ) -> Result<(), StoreError> {
         let Some(writer) = &self.writer else {
             self.apply(records);
             return Ok(());
@@ -248,6 +260,7 @@ impl RunJournal {
             self.apply(records);
             return written.failed_before();
         }
+        written.not_run = not_run;
         let pending = std::mem::take(&mut written.pending);
         let saved = writer
             .save(
@@ -259,6 +272,8 @@ impl RunJournal {
                 boundary,
             )
             .await;
+        // Only for this append (one that stored nothing leaves it).
+        written.not_run = None;
         written.outcome(saved, &writer.durability)
     }
 
@@ -385,27 +400,28 @@ impl RunJournal {
         self.state().loaded_tools.clone()
     }
 
-    /// The call `call_id` did not run because its record could not be
-    /// stored (its start, or the person's answer): once the store is
-    /// back, the release of the run puts it back to `before` — planned, or
-    /// waiting for the answer — where a `started` or `decided` that landed
-    /// after all would read as "may have run". See `release.rs`.
-    pub(super) fn not_run(&self, call_id: &str, before: CallState) {
-        if let Some(writer) = &self.writer {
-            let durability = &writer.durability;
-            durability
-                .releases
-                .not_run(&durability.process, &self.run_id, call_id, before);
-        }
-    }
-
     /// A call of the step got further.
     pub(super) async fn call(&self, id: &str, state: CallState) -> Result<(), StoreError> {
+        self.call_else(id, state, None).await
+    }
+
+    /// A call of the step got further, to a state the tool runs only once
+    /// it is stored (its start; the person's answer): should the append
+    /// give up, the call did not run, and once the store is back the
+    /// release of the run puts it back to `before` — planned, or waiting
+    /// for the answer — where a record that landed after all would read
+    /// "may have run". See `release.rs`.
+    pub(super) async fn call_else(
+        &self,
+        id: &str,
+        state: CallState,
+        before: Option<CallState>,
+    ) -> Result<(), StoreError> {
         let record = Record::Call {
             id: id.to_owned(),
             state,
         };
-        self.record(vec![record], false).await
+        self.record_else(vec![record], false, before).await
     }
 
     /// The step ended: its results join the history now; the record goes

@@ -25,13 +25,13 @@
 //! before the tool runs (and a call resumed with the person's answer, the
 //! answer as decided next) — when that record gave up, the tool did not
 //! run, though a `started` or `decided` that landed after all (its answer
-//! lost with the store) would read as "may have run". The run registers
-//! such a call with the state it had before ([`Releases::not_run`]:
-//! planned, or waiting for the person's answer), and the release puts it
-//! back (in the same append, and only if it is stored as `started` or
-//! `decided`), so a resume or the answer sent again runs it once.
-//! (Registered after the append that gave up: should the store come back
-//! within that moment, the call stays as stored — the safe reading.)
+//! lost with the store) would read as "may have run". The
+//! append of such a record carries the state the call had before
+//! (`NotRun`: planned, or waiting for the person's answer), handed over
+//! with the run when it gives up — so the release, whenever it comes, puts
+//! the call back (in the same append, and only if it is stored as
+//! `started` or `decided`), and a resume or the answer sent again runs it
+//! once.
 //!
 //! A run whose *end* could not be stored did end — its client was told
 //! how — so its release stores that end as it was (the same records, a
@@ -65,6 +65,14 @@ use crate::agent::store::{
 
 use super::backoff::Backoff;
 
+/// A call refused because its record (its start, or the person's answer)
+/// gave up: the tool runs only once that is stored, so it did not run,
+/// and the release puts it back to `before`.
+struct NotRun {
+    call_id: String,
+    before: CallState,
+}
+
 /// The most runs waiting to be released in one agent.
 pub(in crate::agent) const MAX_RELEASES: usize = 10_000;
 
@@ -82,9 +90,9 @@ struct Entry {
     version: Version,
     /// The append that gave up, had it landed: its version and its head.
     gave_up: (Version, Head),
-    /// Calls refused because their record gave up, and the state each
+    /// The call refused because its record gave up, and the state it
     /// goes back to.
-    not_run: Vec<(String, CallState)>,
+    not_run: Option<NotRun>,
     /// When the append that gave up ended the run: its records and
     /// snapshot, stored as they were (the run did end, and its client
     /// was told how).
@@ -131,6 +139,7 @@ impl Releases {
         process: &Arc<str>,
         timeout: Duration,
         gave_up: &Append<'_>,
+        not_run: Option<CallState>,
     ) {
         let run_id = gave_up.run_id;
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -151,7 +160,7 @@ impl Releases {
             run_id: run_id.to_owned(),
             version: gave_up.expected,
             gave_up: (gave_up.version(), gave_up.head.clone()),
-            not_run: Vec::new(),
+            not_run: not_run.and_then(|before| not_run_call(gave_up, before)),
             end: matches!(gave_up.head.status, RunStatus::Done { .. }).then(|| {
                 (
                     gave_up.records.to_vec(),
@@ -163,27 +172,6 @@ impl Releases {
         if !inner.running {
             inner.running = true;
             runtime.spawn(Arc::clone(self).run());
-        }
-    }
-
-    /// The call `call_id` of the run `run_id` that `process` gave up on
-    /// did not run: its release puts it back to `before`. (Nothing when
-    /// the run is not waiting to be released.)
-    pub(super) fn not_run(
-        &self,
-        process: &Arc<str>,
-        run_id: &str,
-        call_id: &str,
-        before: CallState,
-    ) {
-        let mut inner = self.lock();
-        let entry = inner
-            .entries
-            .iter_mut()
-            .rev()
-            .find(|entry| entry.run_id == run_id && entry.process == *process);
-        if let Some(entry) = entry {
-            entry.not_run.push((call_id.to_owned(), before));
         }
     }
 
@@ -228,6 +216,19 @@ impl Releases {
                 return;
             }
         }
+    }
+}
+
+/// The call whose record is the last of `gave_up` (how the journal
+/// appends a call's start or answer), read back only now that it gave up.
+fn not_run_call(gave_up: &Append<'_>, before: CallState) -> Option<NotRun> {
+    let last = gave_up.records.last()?;
+    match Record::from_bytes(gave_up.run_id, 0, last, usize::MAX) {
+        Ok(Record::Call { id, .. }) => Some(NotRun {
+            call_id: id,
+            before,
+        }),
+        _ => None,
     }
 }
 
@@ -278,7 +279,7 @@ async fn release(entry: &Entry) -> Tried {
         status: RunStatus::Running,
     }
     .to_bytes()];
-    for (call_id, before) in &entry.not_run {
+    if let Some(NotRun { call_id, before }) = &entry.not_run {
         // Started or decided (landed after all): either way the tool did
         // not run.
         let stalled = state.step.iter().any(|call| {

@@ -47,6 +47,9 @@ pub(super) struct Written {
     pub(super) pending: Vec<Record>,
     /// An append failed and the run went on in memory.
     in_memory: bool,
+    /// For the next append, when its last record is a call's start or
+    /// the person's answer: what the call goes back to should it give up.
+    pub(super) not_run: Option<CallState>,
     /// An append failed and the run stops: every later one fails the same
     /// way at once (the store is not waited for again).
     pub(super) broken: Option<StoreError>,
@@ -139,7 +142,8 @@ impl Writer {
             records: &bytes,
             snapshot: snapshot.as_deref(),
         };
-        written.version = self.durability.append(append, &self.stats).await?;
+        let not_run = written.not_run.take();
+        written.version = self.durability.append(append, &self.stats, not_run).await?;
         match snapshot {
             Some(snapshot) => {
                 written.covered = written.version.0;
@@ -191,6 +195,7 @@ impl Written {
             version,
             pending: Vec::new(),
             in_memory: false,
+            not_run: None,
             broken: None,
             covered: version.0.saturating_sub(since as u64),
             since_records: since,
