@@ -14,32 +14,80 @@ use toolstack::ToolError;
 use tower_service::Service;
 
 use super::meter::Meter;
-use super::rules::{Counted, CounterKey, Spent};
+use super::rules::{Counted, CounterKey, Spent, Wanted};
 use crate::shared_store::{Fallback, SharedStoreError};
 
-/// What a call adds to its counters when its answer ends.
+/// What a call reserved, and adds to its counters when its answer ends.
+/// Dropped unsettled — the call failed, was refused by the store, or its
+/// future or answer was dropped — it gives its reservation back.
 pub(super) struct Metering {
     meter: Arc<Meter>,
-    keys: Vec<CounterKey>,
+    /// The call's counters, and which limit reads which.
+    counted: Counted,
     /// The model asked for (priced unless the answer names another).
     model: Option<Arc<str>>,
+    /// What the call may spend at most.
+    wanted: Wanted,
+    /// What it holds in this process's counters until it settles.
+    reserved: Spent,
 }
 
 impl Metering {
-    pub(super) fn new(meter: Arc<Meter>, keys: Vec<CounterKey>, model: Option<Arc<str>>) -> Self {
-        Metering { meter, keys, model }
+    pub(super) fn new(
+        meter: Arc<Meter>,
+        counted: Counted,
+        model: Option<Arc<str>>,
+        wanted: Wanted,
+    ) -> Self {
+        Metering {
+            meter,
+            counted,
+            model,
+            wanted,
+            reserved: Spent::default(),
+        }
     }
 
-    /// Adds `usage` (if the answer reported any), priced for the model
-    /// that answered; the future adds it to the shared store.
+    /// The call's counters.
+    pub(super) fn keys(&self) -> &[CounterKey] {
+        &self.counted.keys
+    }
+
+    /// Admits the call on this process's counters, holding what it
+    /// reserved until it settles.
+    pub(super) fn admit_locally(&mut self, now: u64) -> Result<(), ToolError> {
+        self.reserved = self.meter.admit_locally(&self.counted, now, self.wanted)?;
+        Ok(())
+    }
+
+    /// Gives the reservation back and adds `usage` (if the answer
+    /// reported any), priced for the model that answered; the future adds
+    /// it to the shared store.
     fn settle(
-        self,
+        mut self,
         usage: Option<Usage>,
         answered: Option<&str>,
     ) -> Option<BoxFuture<'static, ()>> {
-        let usage = usage?;
-        self.meter
-            .settle(&self.keys, usage, answered, self.model.as_deref())
+        let reserved = std::mem::take(&mut self.reserved);
+        self.meter.settle(
+            &self.counted.keys,
+            reserved,
+            usage,
+            answered,
+            self.model.as_deref(),
+        )
+    }
+}
+
+impl Drop for Metering {
+    fn drop(&mut self) {
+        if self.reserved != Spent::default() {
+            let reserved = std::mem::take(&mut self.reserved);
+            // Without usage, nothing goes to the shared store.
+            let _ = self
+                .meter
+                .settle(&self.counted.keys, reserved, None, None, None);
+        }
     }
 }
 
@@ -61,7 +109,6 @@ enum State<S> {
         reading: BoxFuture<'static, Result<Vec<Spent>, SharedStoreError>>,
         service: S,
         request: ChatRequest,
-        counted: Counted,
         now: u64,
         // The call's deadline, lent to `call`: past it, the call is held,
         // never made (`call_context.rs`).
@@ -97,7 +144,6 @@ impl<S, F> ResponseFuture<S, F> {
         reading: BoxFuture<'static, Result<Vec<Spent>, SharedStoreError>>,
         service: S,
         request: ChatRequest,
-        counted: Counted,
         now: u64,
         metering: Metering,
     ) -> Self {
@@ -107,7 +153,6 @@ impl<S, F> ResponseFuture<S, F> {
                 reading,
                 service,
                 request,
-                counted,
                 now,
                 deadline: crate::call_context::deadline(),
             },
@@ -133,7 +178,11 @@ where
                 *this.state = State::Done;
                 return Poll::Ready(match answer {
                     Ok(stream) => Ok(ResponseStream::new(stream, this.metering.take())),
-                    Err(err) => Err(err.into()),
+                    Err(err) => {
+                        // The call failed: its reservation goes back now.
+                        this.metering.take();
+                        Err(err.into())
+                    }
                 });
             }
             match this.state {
@@ -142,7 +191,6 @@ where
                     let State::Reading {
                         service,
                         request,
-                        counted,
                         now,
                         deadline,
                         ..
@@ -150,10 +198,10 @@ where
                     else {
                         return Poll::Ready(Err(polled_after_completion()));
                     };
-                    let Some(metering) = this.metering.as_ref() else {
+                    let Some(metering) = this.metering.as_mut() else {
                         return Poll::Ready(Err(polled_after_completion()));
                     };
-                    let admitted = decide(&metering.meter, &counted, now, verdict);
+                    let admitted = decide(metering, now, verdict);
                     if let Err(err) = admitted {
                         return Poll::Ready(Err(err));
                     }
@@ -207,16 +255,16 @@ where
 /// says was spent, or — when it gave no answer — on this process's count
 /// (fail open) or not at all (fail closed).
 fn decide(
-    meter: &Meter,
-    counted: &Counted,
+    metering: &mut Metering,
     now: u64,
     verdict: Result<Vec<Spent>, SharedStoreError>,
 ) -> Result<(), ToolError> {
+    let meter = Arc::clone(&metering.meter);
     let Some(store) = &meter.store else {
-        return meter.admit_locally(counted, now);
+        return metering.admit_locally(now);
     };
     match verdict {
-        Ok(spent) => meter.judge(counted, &spent),
+        Ok(spent) => meter.judge(&metering.counted, &spent),
         Err(err) => {
             let fallback = store.fallback();
             // On the call's span (polled inside the trace layer's), so a
@@ -228,7 +276,7 @@ fn decide(
                 "the shared spend limit's store is unreachable"
             );
             match fallback {
-                Fallback::Open => meter.admit_locally(counted, now),
+                Fallback::Open => metering.admit_locally(now),
                 Fallback::Closed => Err(Meter::unchecked(&**store, err)),
             }
         }

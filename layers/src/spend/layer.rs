@@ -30,7 +30,12 @@ pub struct SpendLimitLayer {
     run_ttl: Duration,
     max_entries: usize,
     unpriced: Unpriced,
+    reserve_output: u64,
 }
+
+/// The output tokens a call reserves by default: the Anthropic client's
+/// default `max_tokens`.
+pub const DEFAULT_RESERVED_OUTPUT: u64 = 4_096;
 
 /// How many counters a layer keeps in process by default.
 pub const DEFAULT_MAX_COUNTERS: usize = 100_000;
@@ -50,6 +55,7 @@ impl SpendLimitLayer {
             run_ttl: Duration::from_secs(24 * 3_600),
             max_entries: DEFAULT_MAX_COUNTERS,
             unpriced: Unpriced::Refuse,
+            reserve_output: DEFAULT_RESERVED_OUTPUT,
         }
     }
 
@@ -117,6 +123,17 @@ impl SpendLimitLayer {
         self
     }
 
+    /// The output tokens each call reserves, with its prompt, before it
+    /// is made (4,096 by default): set it to the model client's
+    /// `max_tokens`, the most a call can write. Calls in flight count
+    /// what they reserved until they end, so that concurrent calls do not
+    /// all take the same headroom; a call writing more than it reserved
+    /// can overshoot a limit by the difference.
+    pub fn reserve_output_tokens(mut self, tokens: u64) -> Self {
+        self.reserve_output = tokens;
+        self
+    }
+
     /// Reads the windows' time from `clock` instead of the system's (a
     /// test moves it on to roll a window over).
     pub fn clock(mut self, clock: impl Fn() -> SystemTime + Send + Sync + 'static) -> Self {
@@ -159,6 +176,7 @@ impl<S> Layer<S> for SpendLimitLayer {
             run_ttl: self.run_ttl.as_secs().max(1),
             max_entries: self.max_entries,
             unpriced: self.unpriced,
+            reserve_output: self.reserve_output,
         };
         SpendLimit::new(inner, Arc::new(meter))
     }
@@ -173,6 +191,7 @@ impl fmt::Debug for SpendLimitLayer {
             .field("run_ttl", &self.run_ttl)
             .field("max_counters", &self.max_entries)
             .field("unpriced", &self.unpriced)
+            .field("reserve_output", &self.reserve_output)
             .finish_non_exhaustive()
     }
 }

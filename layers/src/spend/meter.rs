@@ -9,11 +9,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures_util::future::BoxFuture;
 use http::Extensions;
-use toolstack::model::{Cost, Prices, Usage};
+use toolstack::agent::compaction::estimate_tokens;
+use toolstack::model::{ChatRequest, Cost, Prices, Usage};
 use toolstack::{ErrorKind, ToolError};
 
-use super::memory::MemoryCounters;
-use super::rules::{Counted, CounterKey, Rules, Spent, Unpriced};
+use super::memory::{Bounds, MemoryCounters};
+use super::rules::{Counted, CounterKey, Rules, Spent, Unpriced, Wanted};
 use crate::shared_store::{Fallback, SharedStoreError};
 
 /// Counters that several processes share (Redis, see
@@ -54,6 +55,8 @@ pub(super) struct Meter {
     pub(super) run_ttl: u64,
     pub(super) max_entries: usize,
     pub(super) unpriced: Unpriced,
+    /// The output tokens a call reserves, besides its prompt.
+    pub(super) reserve_output: u64,
 }
 
 impl Meter {
@@ -106,23 +109,49 @@ impl Meter {
         ))
     }
 
-    /// Admits the call on what this process counted, or refuses it.
-    pub(super) fn admit_locally(&self, counted: &Counted, now: u64) -> Result<(), ToolError> {
-        let spent = self.memory.read(&counted.keys, now);
-        self.judge(counted, &spent)
+    /// What `request` may spend at most: its prompt, estimated from its
+    /// messages (bytes / 4, as compaction estimates them — high for most
+    /// text, the safe way), and the output reserved for every call.
+    pub(super) fn wanted(&self, request: &ChatRequest) -> Wanted {
+        let prompt = estimate_tokens(&request.messages);
+        let model = request.model.as_deref().unwrap_or_default();
+        let priced = |usage: Usage| Spent {
+            tokens: usage.total_tokens(),
+            cost: self.prices.cost(model, &usage).unwrap_or(Cost::ZERO),
+        };
+        Wanted {
+            prompt: priced(Usage::new(prompt, 0)),
+            whole: priced(Usage::new(prompt, self.reserve_output)),
+        }
+    }
+
+    fn bounds(&self) -> Bounds {
+        Bounds {
+            run_ttl: self.run_ttl,
+            max_entries: self.max_entries,
+        }
+    }
+
+    /// Admits the call on what this process counted — spent, and reserved
+    /// by the calls in flight — and reserves what it may spend, capped to
+    /// what the limits have left; or refuses it.
+    pub(super) fn admit_locally(
+        &self,
+        counted: &Counted,
+        now: u64,
+        wanted: Wanted,
+    ) -> Result<Spent, ToolError> {
+        self.memory
+            .reserve(&counted.keys, now, self.bounds(), |held| {
+                self.rules.fit(counted, held, wanted)
+            })
+            .map_err(|reached| refusal(*reached))
     }
 
     pub(super) fn judge(&self, counted: &Counted, spent: &[Spent]) -> Result<(), ToolError> {
-        self.rules.judge(counted, spent).map_err(|reached| {
-            tracing::debug!(
-                toolstack.spend.scope = reached.scope.as_str(),
-                toolstack.spend.window = reached.window.map(|w| w.as_str()),
-                toolstack.spend.tokens = reached.spent_tokens,
-                toolstack.spend.cost_nanos = reached.spent.as_nanos(),
-                "spend limit reached; refusing the model call"
-            );
-            reached.into_error()
-        })
+        self.rules
+            .judge(counted, spent)
+            .map_err(|reached| refusal(*reached))
     }
 
     /// The error of a call that the store could not check, failing closed.
@@ -144,13 +173,23 @@ impl Meter {
     /// An answering model without a price is priced as the one asked for
     /// (which was checked before the call): a provider's dated snapshot
     /// the table does not list still counts.
+    /// Without usage, only the reservation is given back.
     pub(super) fn settle(
         &self,
         keys: &[CounterKey],
-        usage: Usage,
+        reserved: Spent,
+        usage: Option<Usage>,
         answered: Option<&str>,
         asked: Option<&str>,
     ) -> Option<BoxFuture<'static, ()>> {
+        let now = self.now();
+        let Some(usage) = usage else {
+            if reserved != Spent::default() {
+                self.memory
+                    .settle(keys, reserved, Spent::default(), now, self.bounds());
+            }
+            return None;
+        };
         let model = answered.or(asked).unwrap_or_default();
         let cost = self
             .prices
@@ -167,9 +206,8 @@ impl Meter {
             tokens: usage.total_tokens(),
             cost,
         };
-        let now = self.now();
         self.memory
-            .add(keys, spent, now, self.run_ttl, self.max_entries);
+            .settle(keys, reserved, spent, now, self.bounds());
         let store = self.store.as_ref()?;
         let name = store.name();
         let adding = store.add(keys, spent, now, self.run_ttl);
@@ -185,6 +223,20 @@ impl Meter {
     }
 }
 
+/// The error of a call a limit refused, logged on the call's span.
+fn refusal(reached: super::LimitReached) -> ToolError {
+    tracing::debug!(
+        toolstack.spend.scope = reached.scope.as_str(),
+        toolstack.spend.window = reached.window.map(|w| w.as_str()),
+        toolstack.spend.tokens = reached.spent_tokens,
+        toolstack.spend.cost_nanos = reached.spent.as_nanos(),
+        toolstack.spend.reserved_tokens = reached.reserved_tokens,
+        toolstack.spend.reserved_nanos = reached.reserved.as_nanos(),
+        "spend limit reached; refusing the model call"
+    );
+    reached.into_error()
+}
+
 impl fmt::Debug for Meter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Meter")
@@ -194,6 +246,7 @@ impl fmt::Debug for Meter {
             .field("store", &self.store)
             .field("run_ttl_s", &self.run_ttl)
             .field("unpriced", &self.unpriced)
+            .field("reserve_output", &self.reserve_output)
             .finish_non_exhaustive()
     }
 }

@@ -57,22 +57,42 @@
 //!
 //! # Before and after a call
 //!
-//! Before a call, the counters it would count in are read: if any limit
-//! is reached (spent ≥ limit), the call fails at once with
+//! Before a call, it is given what it may spend at most: its prompt,
+//! estimated from its messages (bytes / 4, as compaction estimates them —
+//! high for most text), and the output tokens every call reserves
+//! ([`reserve_output_tokens`](SpendLimitLayer::reserve_output_tokens),
+//! 4,096 unless set: the model client's `max_tokens`), priced for the
+//! model asked for. The counters it would count in are read — what was
+//! spent, and what the calls in flight reserved — and, in one hold of
+//! their lock, the call reserves its maximum, capped to what every limit
+//! has left. It fails at once with
 //! [`ErrorKind::SpendLimited`](toolstack::ErrorKind::SpendLimited) — not
-//! retryable — whose message names the limit, what was spent and, for a
-//! window, when it resets; its source is a [`LimitReached`] for code to
-//! read. The model is not called. An agent run ends then with
+//! retryable — when a limit is reached (spent ≥ limit), or when what is
+//! left of one cannot take even its prompt; the message names the limit,
+//! what was spent and reserved, the prompt's estimate and, for a window,
+//! when it resets; its source is a [`LimitReached`] for code to read. The
+//! model is not called. An agent run ends then with
 //! [`StopReason::SpendLimit`](toolstack::agent::StopReason::SpendLimit).
 //!
 //! After the call, when its answer ends (after the last delta, or an
-//! error), the usage it reported — a [`ModelDelta::Usage`], usually last —
-//! is priced for the model that answered (its
-//! [`ModelDelta::Model`](toolstack::model::ModelDelta::Model), else the
-//! one asked for) and added to every counter of the call. An answer
-//! dropped before its end adds what it had reported so far; one that
-//! reported no usage adds nothing. An answering model the table does not
-//! price is priced as the model asked for.
+//! error), its reservation is given back and the usage it reported — a
+//! [`ModelDelta::Usage`], usually last — is priced for the model that
+//! answered (its [`ModelDelta::Model`](toolstack::model::ModelDelta::Model),
+//! else the one asked for) and added to every counter of the call. An
+//! answer dropped before its end adds what it had reported so far; one
+//! that reported no usage adds nothing. A call that fails, or whose future
+//! or answer is dropped, gives its reservation back at once. An answering
+//! model the table does not price is priced as the model asked for.
+//!
+//! Calls made at the same time thus share what is left instead of each
+//! being admitted on it: together they overshoot a limit only by the
+//! estimates' error — a prompt larger than bytes / 4, or an answer longer
+//! than the output reserved. A call admitted with less than its whole
+//! reservation (the last one to fit) can write past what it reserved,
+//! since the request carries no `max_tokens` to lower: set the model's
+//! `max_tokens` to the reserved output to keep every call within it.
+//!
+//! [`ModelDelta::Usage`]: toolstack::model::ModelDelta::Usage
 //!
 //! # Models without a price
 //!
@@ -100,9 +120,12 @@
 //! With the `redis` feature, `SpendLimitLayer::redis(RedisSpend::new(manager))`
 //! keeps the counters in Redis, shared by every process using the same
 //! Redis and prefix: one round trip reads a call's counters, one Lua
-//! script adds to them atomically with their time to live. When Redis does
-//! not answer, the call is decided by this process's own counts (fail
-//! open) or fails as `Unavailable` (fail closed). See `RedisSpend`.
+//! script adds to them atomically with their time to live. A call is then
+//! admitted on what Redis says was spent — not yet on what the calls in
+//! flight in other processes reserved: there, concurrent calls can each
+//! overshoot by one call, as before. When Redis does not answer, the call
+//! is decided by this process's own counts and reservations (fail open)
+//! or fails as `Unavailable` (fail closed). See `RedisSpend`.
 //!
 //! # Differences from other spend limits
 //!
@@ -113,6 +136,8 @@
 //! | windows | monthly | hour, day or month, UTC-aligned, several at once |
 //! | across processes | the provider's | with `redis`: one count for every process on the same Redis and prefix |
 //! | over the limit | an error from the provider, after the request | refused before the model is called, typed, naming the limit |
+//! | concurrent calls | each admitted on what was spent before them all: overshoot by a call per concurrent call | each reserves its prompt and output first: overshoot by the estimates' error (in process) |
+//! | a model without a price | counted by its tokens only, or not at all | refused under a cost limit, naming the model; a `*` fallback price or tokens-only, said explicitly |
 
 mod future;
 mod layer;
@@ -125,7 +150,7 @@ mod service;
 mod window;
 
 pub use self::future::{ResponseFuture, ResponseStream};
-pub use self::layer::{SpendLimitLayer, DEFAULT_MAX_COUNTERS};
+pub use self::layer::{SpendLimitLayer, DEFAULT_MAX_COUNTERS, DEFAULT_RESERVED_OUTPUT};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use self::redis::RedisSpend;

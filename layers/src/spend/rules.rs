@@ -108,6 +108,11 @@ impl Spent {
         self.tokens = self.tokens.saturating_add(other.tokens);
         self.cost = self.cost.saturating_add(other.cost);
     }
+
+    pub(super) fn sub(&mut self, other: Spent) {
+        self.tokens = self.tokens.saturating_sub(other.tokens);
+        self.cost = Cost::from_nanos(self.cost.as_nanos().saturating_sub(other.cost.as_nanos()));
+    }
 }
 
 /// Whose spending a counter counts.
@@ -277,30 +282,86 @@ impl Rules {
     }
 
     /// The first limit `spent` (one per key of `counted`) has reached.
-    pub(super) fn judge(&self, counted: &Counted, spent: &[Spent]) -> Result<(), LimitReached> {
+    pub(super) fn judge(
+        &self,
+        counted: &Counted,
+        spent: &[Spent],
+    ) -> Result<(), Box<LimitReached>> {
+        let held: Vec<(Spent, Spent)> = spent.iter().map(|&s| (s, Spent::default())).collect();
+        self.fit(counted, &held, Wanted::default()).map(drop)
+    }
+
+    /// What a call that may spend `wanted` reserves, given what each key
+    /// of `counted` holds — (spent, reserved by calls in flight): all of
+    /// it, capped to what every limit has left. Refused when a limit is
+    /// reached (spent ≥ limit), or when what is left of one cannot pay
+    /// for even the call's prompt.
+    pub(super) fn fit(
+        &self,
+        counted: &Counted,
+        held: &[(Spent, Spent)],
+        wanted: Wanted,
+    ) -> Result<Spent, Box<LimitReached>> {
+        let mut take = wanted.whole;
         for &(rule, at) in &counted.checks {
-            let (Some(rule), Some(spent), Some(key)) =
-                (self.rules.get(rule), spent.get(at), counted.keys.get(at))
+            let (Some(rule), Some(&(spent, reserved)), Some(key)) =
+                (self.rules.get(rule), held.get(at), counted.keys.get(at))
             else {
                 continue;
             };
+            let tokens_left = rule
+                .limit
+                .tokens
+                .map(|max| max.saturating_sub(spent.tokens.saturating_add(reserved.tokens)));
+            let nanos_left = rule.limit.cost.map(|max| {
+                max.as_nanos().saturating_sub(
+                    spent
+                        .cost
+                        .as_nanos()
+                        .saturating_add(reserved.cost.as_nanos()),
+                )
+            });
             let tokens = rule.limit.tokens.is_some_and(|max| spent.tokens >= max);
             let cost = rule.limit.cost.is_some_and(|max| spent.cost >= max);
-            if tokens || cost {
-                return Err(LimitReached {
+            let tokens_short = tokens_left.is_some_and(|left| wanted.prompt.tokens > left);
+            let cost_short = nanos_left.is_some_and(|left| wanted.prompt.cost.as_nanos() > left);
+            if tokens || cost || tokens_short || cost_short {
+                let reached = tokens || cost;
+                return Err(Box::new(LimitReached {
                     scope: key.scope,
                     window: key.period.map(|p| p.window),
                     resets_at: key.period.map(|p| UNIX_EPOCH + Duration::from_secs(p.end)),
                     resets_text: key.period.map(|p| p.end_text()),
                     spent_tokens: spent.tokens,
                     spent: spent.cost,
+                    reserved_tokens: reserved.tokens,
+                    reserved: reserved.cost,
+                    prompt: (!reached).then_some(wanted.prompt),
                     limit: rule.limit,
-                    on_tokens: tokens && !cost,
-                });
+                    on_tokens: if reached {
+                        tokens && !cost
+                    } else {
+                        tokens_short && !cost_short
+                    },
+                }));
+            }
+            if let Some(left) = tokens_left {
+                take.tokens = take.tokens.min(left);
+            }
+            if let Some(left) = nanos_left {
+                take.cost = Cost::from_nanos(take.cost.as_nanos().min(left));
             }
         }
-        Ok(())
+        Ok(take)
     }
+}
+
+/// What a call may spend at most, known before it starts: its prompt
+/// (estimated) and, with it, the output reserved for it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Wanted {
+    pub(super) prompt: Spent,
+    pub(super) whole: Spent,
 }
 
 /// A spend limit was reached: what refused a model call (the source of
@@ -320,6 +381,13 @@ pub struct LimitReached {
     pub spent_tokens: u64,
     /// What they cost.
     pub spent: Cost,
+    /// The tokens the calls in flight counted here have reserved.
+    pub reserved_tokens: u64,
+    /// What they may cost.
+    pub reserved: Cost,
+    // The call's prompt (estimated), when what is left could not pay for
+    // it (the limit itself not reached).
+    prompt: Option<Spent>,
     /// The limit.
     pub limit: Limit,
     // Whether the tokens, not the cost, reached it.
@@ -347,19 +415,42 @@ impl fmt::Display for LimitReached {
             Some(Window::Month) => " for this month",
         };
         let tokens = thousands(self.spent_tokens);
-        match (self.on_tokens, self.limit.tokens, self.limit.cost) {
-            (true, Some(max), _) | (false, Some(max), None) => write!(
-                f,
-                "{who} used {tokens} of {its} {} tokens{window} ({} spent)",
-                thousands(max),
-                self.spent
-            )?,
-            (_, _, max) => write!(
-                f,
-                "{who} spent {} of {its} {} limit{window} ({tokens} tokens)",
-                self.spent,
-                max.unwrap_or_default()
-            )?,
+        if let Some(prompt) = self.prompt {
+            match (self.on_tokens, self.limit.tokens, self.limit.cost) {
+                (true, Some(max), _) | (false, Some(max), None) => write!(
+                    f,
+                    "{who} used {tokens} of {its} {} tokens{window}, and calls in flight have reserved {}: \
+                     what is left cannot take this call's prompt (about {} tokens)",
+                    thousands(max),
+                    thousands(self.reserved_tokens),
+                    thousands(prompt.tokens),
+                )?,
+                (_, _, max) => write!(
+                    f,
+                    "{who} spent {} of {its} {} limit{window}, and calls in flight have reserved {}: \
+                     what is left cannot pay for this call's prompt (about {} tokens, {})",
+                    self.spent,
+                    max.unwrap_or_default(),
+                    self.reserved,
+                    thousands(prompt.tokens),
+                    prompt.cost,
+                )?,
+            }
+        } else {
+            match (self.on_tokens, self.limit.tokens, self.limit.cost) {
+                (true, Some(max), _) | (false, Some(max), None) => write!(
+                    f,
+                    "{who} used {tokens} of {its} {} tokens{window} ({} spent)",
+                    thousands(max),
+                    self.spent
+                )?,
+                (_, _, max) => write!(
+                    f,
+                    "{who} spent {} of {its} {} limit{window} ({tokens} tokens)",
+                    self.spent,
+                    max.unwrap_or_default()
+                )?,
+            }
         }
         f.write_str("; the model was not called")?;
         if let Some(resets) = &self.resets_text {

@@ -70,21 +70,25 @@ where
         if let Err(refused) = self.meter.check_priced(&counted, model.as_deref()) {
             return ResponseFuture::refused(refused);
         }
+        let mut metering = Metering::new(
+            Arc::clone(&self.meter),
+            counted,
+            model,
+            self.meter.wanted(&request),
+        );
         let Some(store) = &self.meter.store else {
-            if let Err(refused) = self.meter.admit_locally(&counted, now) {
+            if let Err(refused) = metering.admit_locally(now) {
                 return ResponseFuture::refused(refused);
             }
-            let metering = Metering::new(Arc::clone(&self.meter), counted.keys, model);
             return ResponseFuture::called(self.inner.call(request), Some(metering));
         };
-        let metering = Metering::new(Arc::clone(&self.meter), counted.keys.clone(), model);
         // Every call waits for the store's answer: it goes with a fresh
         // clone, readied only once admitted, and the readiness acquired
         // for this call is given back (as the rate limit's shared path).
-        let reading = store.read(&counted.keys);
+        let reading = store.read(metering.keys());
         let fresh = self.inner.clone();
         let service = std::mem::replace(&mut self.inner, fresh);
         drop(service);
-        ResponseFuture::reading(reading, self.inner.clone(), request, counted, now, metering)
+        ResponseFuture::reading(reading, self.inner.clone(), request, now, metering)
     }
 }

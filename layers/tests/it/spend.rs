@@ -172,24 +172,106 @@ async fn a_windows_limit_holds_until_the_window_rolls_over_at_its_utc_boundary()
 }
 
 #[tokio::test]
-async fn usage_is_added_when_the_answer_ends_so_a_call_admitted_meanwhile_goes() {
+async fn usage_is_added_when_the_answer_ends_and_the_reservation_given_back() {
     let inner = script(3);
-    let layer = SpendLimitLayer::new(prices()).per_run(Limit::tokens(1));
+    // "hi": a prompt of about 5 tokens, and 995 reserved for the output.
+    let layer = SpendLimitLayer::new(prices())
+        .per_run(Limit::tokens(1_000))
+        .reserve_output_tokens(995);
     let model = layer.layer(inner.clone());
 
     let first = model.clone().oneshot(request("r")).await.unwrap();
-    // The first answer has not ended: nothing is spent yet, and a call
-    // made now is admitted (one call may overshoot, as documented).
-    let second = model.clone().oneshot(request("r")).await.unwrap();
+    // The first answer has not ended: it holds all the run has left.
+    let err = model.clone().oneshot(request("r")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::SpendLimited);
+    assert_eq!(
+        err.message(),
+        "this run has used 0 of its 1,000 tokens, and calls in flight have reserved 1,000: \
+         what is left cannot take this call's prompt (about 5 tokens); the model was not called"
+    );
+    let reached = std::error::Error::source(&err)
+        .and_then(|s| s.downcast_ref::<LimitReached>())
+        .expect("a LimitReached");
+    assert_eq!((reached.spent_tokens, reached.reserved_tokens), (0, 1_000));
     let _ = first.collect::<Vec<_>>().await;
-    let _ = second.collect::<Vec<_>>().await;
+    // Its usage replaced its reservation: 150,000 tokens spent.
     let err = call(&model, request("r")).await.unwrap_err();
     assert!(
         err.message()
-            .starts_with("this run has used 300,000 of its 1 tokens"),
+            .starts_with("this run has used 150,000 of its 1,000 tokens"),
         "{}",
         err.message()
     );
+    assert_eq!(inner.turns_played(), 1);
+}
+
+#[tokio::test]
+async fn concurrent_calls_reserve_so_together_they_stay_under_the_limit() {
+    // Each answer: 5 prompt tokens ("hi", as estimated) and up to 95
+    // written; each call reserves 5 + 95.
+    let calls = Arc::new(AtomicU64::new(0));
+    let spent = Arc::new(AtomicU64::new(0));
+    let (counter, total) = (Arc::clone(&calls), Arc::clone(&spent));
+    let varied = tower::service_fn(move |_: ChatRequest| {
+        let n = counter.fetch_add(1, Ordering::Relaxed);
+        let usage = Usage::new(5, 50 + n % 46);
+        total.fetch_add(usage.total_tokens(), Ordering::Relaxed);
+        let answer = stream::iter([Ok(ModelDelta::Usage(usage))]);
+        futures_util::future::ready(Ok::<_, ToolError>(answer))
+    });
+    let limit = 1_000;
+    let layer = SpendLimitLayer::new(prices())
+        .global(Window::Day, Limit::tokens(limit))
+        .reserve_output_tokens(95);
+    let model = layer.layer(varied);
+    // All 50 are called before any answer ends.
+    let burst = || async {
+        let calls = (0..50).map(|_| model.clone().oneshot(request("r")));
+        let answers = futures_util::future::join_all(calls).await;
+        let admitted: Vec<_> = answers.into_iter().filter_map(Result::ok).collect();
+        let count = admitted.len() as u64;
+        for answer in admitted {
+            let _ = answer.collect::<Vec<_>>().await;
+        }
+        count
+    };
+    assert_eq!(burst().await, 10, "ten reservations of 100 fill 1,000");
+    let written = spent.load(Ordering::Relaxed);
+    assert!(written <= limit, "{written} spent");
+    // Every reservation was given back as its answer ended: the next
+    // burst has what the ten left, a reservation of 100 a call (the last
+    // one capped).
+    assert_eq!(burst().await, (limit - written).div_ceil(100));
+}
+
+#[tokio::test]
+async fn a_reservation_is_given_back_on_error_drop_and_cancel() {
+    let layer = SpendLimitLayer::new(prices())
+        .per_run(Limit::tokens(100))
+        .reserve_output_tokens(95);
+    // A call whose model fails before answering.
+    let failing = layer.layer(tower::service_fn(|_: ChatRequest| {
+        futures_util::future::ready(Err::<Answer, _>(ToolError::new(
+            ErrorKind::Unavailable,
+            "down",
+        )))
+    }));
+    let err = failing.clone().oneshot(request("r")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+
+    let silent = layer.layer(usage_then_silence(None));
+    // An answer dropped before it ends.
+    let answer = silent.clone().oneshot(request("r")).await.unwrap();
+    assert!(silent.clone().oneshot(request("r")).await.is_err(), "held");
+    drop(answer);
+    // A call cancelled before its future was polled.
+    let mut held = silent.clone();
+    let future = held.ready().await.unwrap().call(request("r"));
+    assert!(silent.clone().oneshot(request("r")).await.is_err(), "held");
+    drop(future);
+    // Each gave its reservation back: the whole limit is free.
+    let answer = silent.clone().oneshot(request("r")).await.unwrap();
+    drop(answer);
 }
 
 type Answer = stream::BoxStream<'static, Result<ModelDelta, ToolError>>;
@@ -218,8 +300,9 @@ async fn an_answer_dropped_early_adds_what_it_had_reported() {
     let err = reported.clone().oneshot(request("r")).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::SpendLimited);
 
-    // One dropped before it reported anything adds nothing.
-    let layer = SpendLimitLayer::new(prices()).per_run(Limit::tokens(1));
+    // One dropped before it reported anything adds nothing (and gives
+    // back what it reserved).
+    let layer = SpendLimitLayer::new(prices()).per_run(Limit::tokens(10));
     let silent = layer.layer(usage_then_silence(None));
     let mut answer = silent.clone().oneshot(request("r")).await.unwrap();
     assert!(matches!(answer.next().await, Some(Ok(ModelDelta::Text(_)))));
@@ -402,7 +485,7 @@ async fn an_unpriced_model_counts_its_tokens_only_when_told_to_and_says_so() {
 #[tokio::test]
 async fn the_counters_kept_in_process_are_bounded() {
     let layer = SpendLimitLayer::new(prices())
-        .per_run(Limit::tokens(1))
+        .per_run(Limit::tokens(100))
         .max_counters(2);
     let model = layer.layer(script(3));
     for run in ["a", "b", "c"] {
