@@ -141,11 +141,20 @@ impl Meter {
         now: u64,
         wanted: Wanted,
     ) -> Result<Spent, ToolError> {
-        self.memory
+        let reserved = self
+            .memory
             .reserve(&counted.keys, now, self.bounds(), |held| {
                 self.rules.fit(counted, held, wanted)
             })
-            .map_err(|reached| refusal(*reached))
+            .map_err(|reached| refusal(*reached))?;
+        // On the call's span (polled inside the trace layer's).
+        tracing::debug!(
+            toolstack.spend.reserved_tokens = reserved.tokens,
+            toolstack.spend.reserved_nanos = reserved.cost.as_nanos(),
+            toolstack.spend.prompt_tokens = wanted.prompt.tokens,
+            "spend reserved"
+        );
+        Ok(reserved)
     }
 
     pub(super) fn judge(&self, counted: &Counted, spent: &[Spent]) -> Result<(), ToolError> {
@@ -185,6 +194,11 @@ impl Meter {
         let now = self.now();
         let Some(usage) = usage else {
             if reserved != Spent::default() {
+                tracing::debug!(
+                    toolstack.spend.released_tokens = reserved.tokens,
+                    toolstack.spend.released_nanos = reserved.cost.as_nanos(),
+                    "spend reservation released: the call reported no usage"
+                );
                 self.memory
                     .settle(keys, reserved, Spent::default(), now, self.bounds());
             }
@@ -206,6 +220,13 @@ impl Meter {
             tokens: usage.total_tokens(),
             cost,
         };
+        tracing::debug!(
+            toolstack.spend.released_tokens = reserved.tokens,
+            toolstack.spend.released_nanos = reserved.cost.as_nanos(),
+            toolstack.spend.settled_tokens = spent.tokens,
+            toolstack.spend.settled_nanos = spent.cost.as_nanos(),
+            "spend settled"
+        );
         self.memory
             .settle(keys, reserved, spent, now, self.bounds());
         let store = self.store.as_ref()?;

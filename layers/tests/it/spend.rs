@@ -180,7 +180,18 @@ async fn usage_is_added_when_the_answer_ends_and_the_reservation_given_back() {
         .reserve_output_tokens(995);
     let model = layer.layer(inner.clone());
 
+    let capture = Capture::default();
+    let _guard = capture.install();
     let first = model.clone().oneshot(request("r")).await.unwrap();
+    let reserved = capture.events_with("spend reserved");
+    assert_eq!(reserved.len(), 1);
+    assert_eq!(
+        reserved[0]
+            .fields
+            .get("toolstack.spend.reserved_tokens")
+            .map(String::as_str),
+        Some("1000")
+    );
     // The first answer has not ended: it holds all the run has left.
     let err = model.clone().oneshot(request("r")).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::SpendLimited);
@@ -194,6 +205,17 @@ async fn usage_is_added_when_the_answer_ends_and_the_reservation_given_back() {
         .expect("a LimitReached");
     assert_eq!((reached.spent_tokens, reached.reserved_tokens), (0, 1_000));
     let _ = first.collect::<Vec<_>>().await;
+    let settled = capture.events_with("spend settled");
+    assert_eq!(settled.len(), 1);
+    let field = |name: &str| settled[0].fields.get(name).cloned();
+    assert_eq!(
+        field("toolstack.spend.released_tokens").as_deref(),
+        Some("1000")
+    );
+    assert_eq!(
+        field("toolstack.spend.settled_tokens").as_deref(),
+        Some("150000")
+    );
     // Its usage replaced its reservation: 150,000 tokens spent.
     let err = call(&model, request("r")).await.unwrap_err();
     assert!(
