@@ -13,8 +13,8 @@ use toolstack::model::{ChatRequest, ModelDelta, Usage};
 use toolstack::ToolError;
 use tower_service::Service;
 
-use super::meter::Meter;
-use super::rules::{Counted, CounterKey, Spent, Wanted};
+use super::meter::{Meter, Reserved, SharedCounters, SharedReservation};
+use super::rules::{Counted, Spent, Wanted};
 use crate::shared_store::{Fallback, SharedStoreError};
 
 /// What a call reserved, and adds to its counters when its answer ends.
@@ -30,6 +30,8 @@ pub(super) struct Metering {
     wanted: Wanted,
     /// What it holds in this process's counters until it settles.
     reserved: Spent,
+    /// What it holds in the shared store until it settles.
+    shared: Option<SharedReservation>,
 }
 
 impl Metering {
@@ -45,12 +47,24 @@ impl Metering {
             model,
             wanted,
             reserved: Spent::default(),
+            shared: None,
         }
     }
 
-    /// The call's counters.
-    pub(super) fn keys(&self) -> &[CounterKey] {
-        &self.counted.keys
+    /// Asks the shared store to reserve what the call may spend.
+    pub(super) fn reserve_shared(
+        &self,
+        store: &dyn SharedCounters,
+        now: u64,
+    ) -> BoxFuture<'static, Result<Reserved, SharedStoreError>> {
+        let limits = self.meter.limits(&self.counted);
+        store.reserve(
+            &self.counted.keys,
+            &limits,
+            self.wanted,
+            now,
+            self.meter.run_ttl,
+        )
     }
 
     /// Admits the call on this process's counters, holding what it
@@ -72,6 +86,7 @@ impl Metering {
         self.meter.settle(
             &self.counted.keys,
             reserved,
+            self.shared.take(),
             usage,
             answered,
             self.model.as_deref(),
@@ -81,13 +96,15 @@ impl Metering {
 
 impl Drop for Metering {
     fn drop(&mut self) {
-        if self.reserved != Spent::default() {
-            let reserved = std::mem::take(&mut self.reserved);
-            // Without usage, nothing goes to the shared store.
-            let _ = self
-                .meter
-                .settle(&self.counted.keys, reserved, None, None, None);
+        if self.reserved == Spent::default() && self.shared.is_none() {
+            return;
         }
+        let reserved = std::mem::take(&mut self.reserved);
+        let shared = self.shared.take();
+        let release = self
+            .meter
+            .settle(&self.counted.keys, reserved, shared, None, None, None);
+        spawn(release);
     }
 }
 
@@ -106,7 +123,7 @@ pin_project! {
 enum State<S> {
     Refused(ToolError),
     Reading {
-        reading: BoxFuture<'static, Result<Vec<Spent>, SharedStoreError>>,
+        reading: BoxFuture<'static, Result<Reserved, SharedStoreError>>,
         service: S,
         request: ChatRequest,
         now: u64,
@@ -141,7 +158,7 @@ impl<S, F> ResponseFuture<S, F> {
     }
 
     pub(super) fn reading(
-        reading: BoxFuture<'static, Result<Vec<Spent>, SharedStoreError>>,
+        reading: BoxFuture<'static, Result<Reserved, SharedStoreError>>,
         service: S,
         request: ChatRequest,
         now: u64,
@@ -257,14 +274,18 @@ where
 fn decide(
     metering: &mut Metering,
     now: u64,
-    verdict: Result<Vec<Spent>, SharedStoreError>,
+    verdict: Result<Reserved, SharedStoreError>,
 ) -> Result<(), ToolError> {
     let meter = Arc::clone(&metering.meter);
     let Some(store) = &meter.store else {
         return metering.admit_locally(now);
     };
     match verdict {
-        Ok(spent) => meter.judge(&metering.counted, &spent),
+        Ok(reserved) if reserved.admitted => {
+            metering.shared = reserved.reservation;
+            Ok(())
+        }
+        Ok(reserved) => meter.refused(&metering.counted, &reserved.held, metering.wanted),
         Err(err) => {
             let fallback = store.fallback();
             // On the call's span (polled inside the trace layer's), so a
@@ -324,15 +345,7 @@ pin_project! {
             let Some(metering) = this.metering.take() else {
                 return;
             };
-            let Some(adding) = metering.settle(this.usage.take(), this.model.as_deref()) else {
-                return;
-            };
-            // A drop cannot wait: the shared store is told by a task of its
-            // own when there is a runtime to run it (this process counted
-            // it already).
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(adding);
-            }
+            spawn(metering.settle(this.usage.take(), this.model.as_deref()));
         }
     }
 }
@@ -402,6 +415,15 @@ impl<St> fmt::Debug for ResponseStream<St> {
         f.debug_struct("ResponseStream")
             .field("usage", &self.usage)
             .finish_non_exhaustive()
+    }
+}
+
+/// Runs what a drop cannot wait for — telling the shared store — on a
+/// task of its own, when there is a runtime to run it (this process
+/// counted it already).
+fn spawn(telling: Option<BoxFuture<'static, ()>>) {
+    if let (Some(telling), Ok(runtime)) = (telling, tokio::runtime::Handle::try_current()) {
+        runtime.spawn(telling);
     }
 }
 

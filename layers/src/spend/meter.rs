@@ -14,7 +14,7 @@ use toolstack::model::{ChatRequest, Cost, Prices, Usage};
 use toolstack::{ErrorKind, ToolError};
 
 use super::memory::{Bounds, MemoryCounters};
-use super::rules::{Counted, CounterKey, Rules, Spent, Unpriced, Wanted};
+use super::rules::{Counted, CounterKey, Limit, Rules, Spent, Unpriced, Wanted};
 use crate::shared_store::{Fallback, SharedStoreError};
 
 /// Counters that several processes share (Redis, see
@@ -26,19 +26,50 @@ pub(super) trait SharedCounters: fmt::Debug + Send + Sync {
     /// What a call does when the store does not answer.
     fn fallback(&self) -> Fallback;
 
-    /// What each of `keys` holds. Resolves within the store's timeout.
-    fn read(&self, keys: &[CounterKey])
-        -> BoxFuture<'static, Result<Vec<Spent>, SharedStoreError>>;
-
-    /// Adds `spent` to each of `keys`, each with its time to live from
-    /// `now`. Resolves within the store's timeout.
-    fn add(
+    /// Reserves up to `wanted` on each of `keys`, capped to what each of
+    /// `limits` (a key's index, its limit) has left, with the
+    /// reservation's time to live — or refuses, with what the keys held.
+    /// Resolves within the store's timeout.
+    fn reserve(
         &self,
         keys: &[CounterKey],
+        limits: &[(usize, Limit)],
+        wanted: Wanted,
+        now: u64,
+        run_ttl: u64,
+    ) -> BoxFuture<'static, Result<Reserved, SharedStoreError>>;
+
+    /// Gives `reservation` back (if any) and adds `spent` to each of
+    /// `keys`, each with its time to live from `now`. Resolves within the
+    /// store's timeout.
+    fn settle(
+        &self,
+        keys: &[CounterKey],
+        reservation: Option<SharedReservation>,
         spent: Spent,
         now: u64,
         run_ttl: u64,
     ) -> BoxFuture<'static, Result<(), SharedStoreError>>;
+}
+
+/// A call's reservation in a shared store: its name there, and amount.
+#[derive(Debug, Clone)]
+pub(super) struct SharedReservation {
+    // Read by the only store, Redis.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(super) member: String,
+    pub(super) amount: Spent,
+}
+
+/// A shared store's answer to a reservation.
+#[derive(Debug)]
+pub(super) struct Reserved {
+    /// The reservation made, `None` when refused (or nothing to reserve).
+    pub(super) reservation: Option<SharedReservation>,
+    /// Whether the call may go.
+    pub(super) admitted: bool,
+    /// What each key held — (spent, reserved) — before.
+    pub(super) held: Vec<(Spent, Spent)>,
 }
 
 /// The wall clock the windows are read on.
@@ -157,9 +188,22 @@ impl Meter {
         Ok(reserved)
     }
 
-    pub(super) fn judge(&self, counted: &Counted, spent: &[Spent]) -> Result<(), ToolError> {
+    /// The limits of `counted`, for a shared store: (key index, limit).
+    pub(super) fn limits(&self, counted: &Counted) -> Vec<(usize, Limit)> {
+        self.rules.limits(counted)
+    }
+
+    /// The refusal of a call the shared store refused, from what it held
+    /// (judged here again, to name the limit).
+    pub(super) fn refused(
+        &self,
+        counted: &Counted,
+        held: &[(Spent, Spent)],
+        wanted: Wanted,
+    ) -> Result<(), ToolError> {
         self.rules
-            .judge(counted, spent)
+            .fit(counted, held, wanted)
+            .map(drop)
             .map_err(|reached| refusal(*reached))
     }
 
@@ -182,56 +226,53 @@ impl Meter {
     /// An answering model without a price is priced as the one asked for
     /// (which was checked before the call): a provider's dated snapshot
     /// the table does not list still counts.
-    /// Without usage, only the reservation is given back.
+    /// Without usage, only the reservations are given back.
     pub(super) fn settle(
         &self,
         keys: &[CounterKey],
         reserved: Spent,
+        shared: Option<SharedReservation>,
         usage: Option<Usage>,
         answered: Option<&str>,
         asked: Option<&str>,
     ) -> Option<BoxFuture<'static, ()>> {
         let now = self.now();
-        let Some(usage) = usage else {
-            if reserved != Spent::default() {
-                tracing::debug!(
-                    toolstack.spend.released_tokens = reserved.tokens,
-                    toolstack.spend.released_nanos = reserved.cost.as_nanos(),
-                    "spend reservation released: the call reported no usage"
-                );
-                self.memory
-                    .settle(keys, reserved, Spent::default(), now, self.bounds());
+        let spent = usage.map_or_else(Spent::default, |usage| {
+            let model = answered.or(asked).unwrap_or_default();
+            let cost = self
+                .prices
+                .cost(model, &usage)
+                .or_else(|| self.prices.cost(asked.unwrap_or_default(), &usage))
+                .unwrap_or_else(|| {
+                    tracing::warn!(
+                        gen_ai.response.model = model,
+                        "the spend limit has no price for this model: its tokens count, its cost does not"
+                    );
+                    Cost::ZERO
+                });
+            Spent {
+                tokens: usage.total_tokens(),
+                cost,
             }
-            return None;
-        };
-        let model = answered.or(asked).unwrap_or_default();
-        let cost = self
-            .prices
-            .cost(model, &usage)
-            .or_else(|| self.prices.cost(asked.unwrap_or_default(), &usage))
-            .unwrap_or_else(|| {
-                tracing::warn!(
-                    gen_ai.response.model = model,
-                    "the spend limit has no price for this model: its tokens count, its cost does not"
-                );
-                Cost::ZERO
-            });
-        let spent = Spent {
-            tokens: usage.total_tokens(),
-            cost,
-        };
+        });
+        let released = shared.as_ref().map_or(reserved, |shared| shared.amount);
         tracing::debug!(
-            toolstack.spend.released_tokens = reserved.tokens,
-            toolstack.spend.released_nanos = reserved.cost.as_nanos(),
+            toolstack.spend.released_tokens = released.tokens,
+            toolstack.spend.released_nanos = released.cost.as_nanos(),
             toolstack.spend.settled_tokens = spent.tokens,
             toolstack.spend.settled_nanos = spent.cost.as_nanos(),
             "spend settled"
         );
-        self.memory
-            .settle(keys, reserved, spent, now, self.bounds());
+        if reserved != Spent::default() || spent != Spent::default() {
+            self.memory
+                .settle(keys, reserved, spent, now, self.bounds());
+        }
         let store = self.store.as_ref()?;
+        if shared.is_none() && usage.is_none() {
+            return None;
+        }
         let name = store.name();
-        let adding = store.add(keys, spent, now, self.run_ttl);
+        let adding = store.settle(keys, shared, spent, now, self.run_ttl);
         Some(Box::pin(async move {
             if let Err(err) = adding.await {
                 tracing::warn!(

@@ -118,14 +118,14 @@
 //! # Shared by processes (feature `redis`)
 //!
 //! With the `redis` feature, `SpendLimitLayer::redis(RedisSpend::new(manager))`
-//! keeps the counters in Redis, shared by every process using the same
-//! Redis and prefix: one round trip reads a call's counters, one Lua
-//! script adds to them atomically with their time to live. A call is then
-//! admitted on what Redis says was spent — not yet on what the calls in
-//! flight in other processes reserved: there, concurrent calls can each
-//! overshoot by one call, as before. When Redis does not answer, the call
-//! is decided by this process's own counts and reservations (fail open)
-//! or fails as `Unavailable` (fail closed). See `RedisSpend`.
+//! keeps the counters and the reservations in Redis, shared by every
+//! process using the same Redis and prefix: one Lua script reserves a
+//! call's maximum on its counters atomically, one settles it. Each
+//! reservation has a time to live (`RedisSpend::reservation_ttl`, 10
+//! minutes by default), so a process that dies mid-call leaves nothing
+//! reserved for longer. When Redis does not answer, the call is decided by
+//! this process's own counts and reservations (fail open) or fails as
+//! `Unavailable` (fail closed). See `RedisSpend`.
 //!
 //! # Differences from other spend limits
 //!
@@ -136,7 +136,7 @@
 //! | windows | monthly | hour, day or month, UTC-aligned, several at once |
 //! | across processes | the provider's | with `redis`: one count for every process on the same Redis and prefix |
 //! | over the limit | an error from the provider, after the request | refused before the model is called, typed, naming the limit |
-//! | concurrent calls | each admitted on what was spent before them all: overshoot by a call per concurrent call | each reserves its prompt and output first: overshoot by the estimates' error (in process) |
+//! | concurrent calls | each admitted on what was spent before them all: overshoot by a call per concurrent call | each reserves its prompt and output first (in Redis for every replica): overshoot by the estimates' error |
 //! | a model without a price | counted by its tokens only, or not at all | refused under a cost limit, naming the model; a `*` fallback price or tokens-only, said explicitly |
 
 mod future;

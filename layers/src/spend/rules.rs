@@ -281,14 +281,13 @@ impl Rules {
             .any(|&(rule, _)| self.rules.get(rule).is_some_and(|r| r.limit.cost.is_some()))
     }
 
-    /// The first limit `spent` (one per key of `counted`) has reached.
-    pub(super) fn judge(
-        &self,
-        counted: &Counted,
-        spent: &[Spent],
-    ) -> Result<(), Box<LimitReached>> {
-        let held: Vec<(Spent, Spent)> = spent.iter().map(|&s| (s, Spent::default())).collect();
-        self.fit(counted, &held, Wanted::default()).map(drop)
+    /// The limits of `counted`, each with the index of its key.
+    pub(super) fn limits(&self, counted: &Counted) -> Vec<(usize, Limit)> {
+        counted
+            .checks
+            .iter()
+            .filter_map(|&(rule, at)| Some((at, self.rules.get(rule)?.limit)))
+            .collect()
     }
 
     /// What a call that may spend `wanted` reserves, given what each key

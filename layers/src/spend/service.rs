@@ -85,7 +85,7 @@ where
         // Every call waits for the store's answer: it goes with a fresh
         // clone, readied only once admitted, and the readiness acquired
         // for this call is given back (as the rate limit's shared path).
-        let reading = store.read(metering.keys());
+        let reading = metering.reserve_shared(&**store, now);
         let fresh = self.inner.clone();
         let service = std::mem::replace(&mut self.inner, fresh);
         drop(service);

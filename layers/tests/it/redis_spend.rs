@@ -216,9 +216,11 @@ async fn an_answer_dropped_early_still_adds_its_usage_to_redis() {
             .chain(futures_util::stream::pending());
         std::future::ready(Ok::<_, ToolError>(answer))
     });
+    // Each call reserves 5 + 40 tokens: a's leaves room for b's.
     let replica = |manager| {
         SpendLimitLayer::new(prices())
             .per_caller::<User>(Window::Hour, Limit::tokens(100))
+            .reserve_output_tokens(40)
             .redis(
                 RedisSpend::new(manager)
                     .prefix("t")
@@ -231,6 +233,7 @@ async fn an_answer_dropped_early_still_adds_its_usage_to_redis() {
     let b = replica(redis.patient_manager().await).layer(free);
     let mut answer = a.clone().oneshot(request("alice")).await.unwrap();
     assert!(answer.next().await.is_some());
+    call(&b, request("alice")).await.unwrap();
     drop(answer);
     // The drop cannot wait for Redis: a task adds it, and replica b sees it.
     eventually(PATIENCE, "the dropped answer's usage in Redis", || {
@@ -243,4 +246,87 @@ async fn an_answer_dropped_early_still_adds_its_usage_to_redis() {
         }
     })
     .await;
+}
+
+/// A model whose answer says "…" and never ends.
+fn endless() -> impl Service<
+    ChatRequest,
+    Response = impl futures_util::Stream<Item = Result<ModelDelta, ToolError>>,
+    Error = ToolError,
+    Future = impl Send,
+> + Clone {
+    tower::service_fn(|_: ChatRequest| {
+        let answer = futures_util::stream::iter([Ok(ModelDelta::Text("…".into()))])
+            .chain(futures_util::stream::pending());
+        std::future::ready(Ok::<_, ToolError>(answer))
+    })
+}
+
+#[tokio::test]
+async fn a_reservation_in_redis_holds_for_every_replica_until_it_is_given_back() {
+    let Some(redis) = RedisServer::start("a_reservation_in_redis_holds_for_every_replica") else {
+        return;
+    };
+    // 5 prompt tokens and 95 written: a whole run's limit per call.
+    let replica = |manager| {
+        SpendLimitLayer::new(prices())
+            .per_run(Limit::tokens(100))
+            .reserve_output_tokens(95)
+            .redis(
+                RedisSpend::new(manager)
+                    .prefix("t")
+                    .timeout(PATIENT_TIMEOUT),
+            )
+    };
+    let a = replica(redis.patient_manager().await).layer(endless());
+    let b = replica(redis.patient_manager().await).layer(endless());
+    let answer = a.clone().oneshot(request("alice")).await.unwrap();
+    // Nothing spent yet, but a's call holds the run's 100 tokens.
+    let err = b.clone().oneshot(request("alice")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::SpendLimited);
+    assert_eq!(
+        err.message(),
+        "this run has used 0 of its 100 tokens, and calls in flight have reserved 100: \
+         what is left cannot take this call's prompt (about 5 tokens); the model was not called"
+    );
+    drop(answer);
+    // Given back by a task (a drop cannot wait): b's call then goes.
+    eventually(PATIENCE, "a's reservation given back", || {
+        let b = b.clone();
+        async move { b.oneshot(request("alice")).await.is_ok() }
+    })
+    .await;
+    // Every answer was dropped: no reservation is left in Redis.
+    eventually(PATIENCE, "no reservation left", || {
+        let redis = &redis;
+        async move { !redis.keys().await.iter().any(|k| k.ends_with(":r")) }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_reservations_of_a_process_that_died_expire() {
+    let Some(redis) = RedisServer::start("the_reservations_of_a_process_that_died_expire") else {
+        return;
+    };
+    let replica = |manager| {
+        SpendLimitLayer::new(prices())
+            .per_run(Limit::tokens(100))
+            .reserve_output_tokens(95)
+            .redis(
+                RedisSpend::new(manager)
+                    .prefix("t")
+                    .timeout(PATIENT_TIMEOUT)
+                    .reservation_ttl(std::time::Duration::from_millis(500)),
+            )
+    };
+    let a = replica(redis.patient_manager().await).layer(endless());
+    let b = replica(redis.patient_manager().await).layer(endless());
+    // a's process "dies": its answer is never dropped, never settled.
+    std::mem::forget(a.clone().oneshot(request("alice")).await.unwrap());
+    assert!(b.clone().oneshot(request("alice")).await.is_err(), "held");
+    // Redis's clock, not tokio's: a real wait past the reservation's TTL.
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let answer = b.clone().oneshot(request("alice")).await;
+    assert!(answer.is_ok(), "the dead process's reservation expired");
 }
