@@ -106,13 +106,6 @@
 //! [`unpriced(Unpriced::TokensOnly)`](SpendLimitLayer::unpriced) (a
 //! warning on every such call says its cost is not covered).
 //!
-//! A call is admitted on what was spent *before* it, so the one call that
-//! crosses a limit goes through, and calls made at the same time are each
-//! admitted on what was spent before them all: a limit can be overshot by
-//! one call (per concurrent call), as every provider's and framework's
-//! spend limit is. Reserving an estimate would refuse calls that fit: how
-//! much a model writes is not known until it has.
-//!
 //! [`ModelDelta::Usage`]: toolstack::model::ModelDelta::Usage
 //!
 //! # Shared by processes (feature `redis`)
