@@ -21,9 +21,8 @@ fn runs_survive_the_kill_of_their_process_and_no_write_runs_twice() {
     if !proof::redis_server_on_path("the durable-runs proof") {
         return;
     }
-    let proof = proof::example("durable_runs");
-    let out = process::output_within(
-        std::process::Command::new(proof).args([
+    let text = run_proof(
+        &[
             "--runs",
             "8",
             "--rounds",
@@ -34,22 +33,11 @@ fn runs_survive_the_kill_of_their_process_and_no_write_runs_twice() {
             "10000",
             "--lease-ms",
             "1500",
-        ]),
-        Duration::from_secs(600),
+        ],
         "the durable-runs proof",
     );
-    let text = String::from_utf8_lossy(&out.stdout);
-    let _ = writeln!(std::io::stderr(), "{text}");
-    assert!(
-        out.status.success(),
-        "{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     for round in ["redis", "sqlite"] {
-        let line = text
-            .lines()
-            .find(|l| l.starts_with(&format!("{round}: ")))
-            .unwrap_or_else(|| panic!("no {round} round in {text}"));
+        let line = round_line(&text, round);
         assert!(line.contains("8/8 runs finished"), "{line}");
         assert!(line.contains(" 0 answered approvals lost"), "{line}");
         assert!(line.contains(" 0 writes run twice"), "{line}");
@@ -74,9 +62,8 @@ fn runs_ride_out_their_stores_restart_and_none_is_stranded_past_the_bound() {
     if !proof::redis_server_on_path("the durable-runs proof's store outage") {
         return;
     }
-    let proof = proof::example("durable_runs");
-    let out = process::output_within(
-        std::process::Command::new(proof).args([
+    let text = run_proof(
+        &[
             "--runs",
             "8",
             "--rounds",
@@ -86,22 +73,11 @@ fn runs_ride_out_their_stores_restart_and_none_is_stranded_past_the_bound() {
             // Writes long enough that the outage meets some mid-write.
             "--write-ms",
             "1000",
-        ]),
-        Duration::from_secs(600),
+        ],
         "the durable-runs proof's store outage",
     );
-    let text = String::from_utf8_lossy(&out.stdout);
-    let _ = writeln!(std::io::stderr(), "{text}");
-    assert!(
-        out.status.success(),
-        "{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     for round in ["store down 2 s", "store down 20 s"] {
-        let line = text
-            .lines()
-            .find(|l| l.starts_with(&format!("{round}: ")))
-            .unwrap_or_else(|| panic!("no {round} round in {text}"));
+        let line = round_line(&text, round);
         assert!(line.contains("8/8 runs finished"), "{line}");
         assert!(line.contains(" 0 answered approvals lost"), "{line}");
         assert!(line.contains(" 0 writes run twice"), "{line}");
@@ -109,10 +85,33 @@ fn runs_ride_out_their_stores_restart_and_none_is_stranded_past_the_bound() {
         assert!(line.contains("(0 not saying the store"), "{line}");
         assert!(line.contains("(0 without Retry-After)"), "{line}");
     }
-    let short = text
-        .lines()
-        .find(|l| l.starts_with("store down 2 s: "))
-        .unwrap();
+    let short = round_line(&text, "store down 2 s");
     assert!(short.contains("(8 as if nothing happened)"), "{short}");
     assert!(short.contains(" 0 error chunks"), "{short}");
+}
+
+/// Runs the proof with `args` (within 10 minutes), says what it printed on
+/// stderr, and returns it once it passed.
+fn run_proof(args: &[&str], what: &str) -> String {
+    let proof = proof::example("durable_runs");
+    let out = process::output_within(
+        std::process::Command::new(proof).args(args),
+        Duration::from_secs(600),
+        what,
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let _ = writeln!(std::io::stderr(), "{text}");
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+/// The report line of `round`.
+fn round_line<'a>(text: &'a str, round: &str) -> &'a str {
+    text.lines()
+        .find(|l| l.starts_with(&format!("{round}: ")))
+        .unwrap_or_else(|| panic!("no {round} round in {text}"))
 }

@@ -228,6 +228,25 @@ struct Answered {
     head: Duration,
 }
 
+impl Answered {
+    /// The response ended its run normally (`finishReason: "stop"`).
+    fn stopped(&self) -> bool {
+        let finish = self.chunks.iter().rev().find(|c| c["type"] == "finish");
+        finish.is_some_and(|c| c["finishReason"] == "stop")
+    }
+
+    /// The write's result, as its output or error chunk says it.
+    fn tool_result(&self) -> Option<String> {
+        self.chunks.iter().find_map(|c| match c["type"].as_str() {
+            Some("tool-output-available") if c.get("preliminary").is_none() => {
+                c["output"].as_str().map(str::to_owned)
+            }
+            Some("tool-output-error") => c["errorText"].as_str().map(str::to_owned),
+            _ => None,
+        })
+    }
+}
+
 impl Proof {
     fn spawn(
         &self,
@@ -367,19 +386,7 @@ impl Proof {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
-            let finish = answered.chunks.iter().rev().find(|c| c["type"] == "finish");
-            let stopped = finish.is_some_and(|c| c["finishReason"] == "stop");
-            let result = answered
-                .chunks
-                .iter()
-                .find_map(|c| match c["type"].as_str() {
-                    Some("tool-output-available") if c.get("preliminary").is_none() => {
-                        c["output"].as_str().map(str::to_owned)
-                    }
-                    Some("tool-output-error") => c["errorText"].as_str().map(str::to_owned),
-                    _ => None,
-                });
-            return match (stopped, result) {
+            return match (answered.stopped(), answered.tool_result()) {
                 (true, Some(result)) => Ok((result, refused, answered.head)),
                 _ => Err(format!(
                     "{}: status {}, {:?}",
@@ -389,7 +396,6 @@ impl Proof {
         }
     }
 
-    /// Answers each of `waiting` through `url` at once; fills `report`.
     /// Answers each of `waiting` through `url`, 64 at once.
     async fn answer_all(
         &self,

@@ -252,22 +252,8 @@ impl Proof {
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 continue;
             }
-            let stopped = answered
-                .chunks
-                .iter()
-                .rev()
-                .find(|c| c["type"] == "finish")
-                .is_some_and(|c| c["finishReason"] == "stop");
-            let output = answered
-                .chunks
-                .iter()
-                .find_map(|c| match c["type"].as_str() {
-                    Some("tool-output-available") if c.get("preliminary").is_none() => {
-                        c["output"].as_str().map(str::to_owned)
-                    }
-                    Some("tool-output-error") => c["errorText"].as_str().map(str::to_owned),
-                    _ => None,
-                });
+            let stopped = answered.stopped();
+            let output = answered.tool_result();
             // A run resumed past its write (its result stored before the
             // store went away) only answers: the model says what the
             // write returned ("{row}: {result}").
