@@ -16,13 +16,17 @@
 //! * streaming: 1,000,000 small items through the toolbox and the stack,
 //!   against draining the bare stream;
 //! * memory: 10,000 streaming calls held open, heap per call (bare toolbox,
-//!   README stack).
+//!   README stack);
+//! * model calls: the spend limit over a model that answers at once, in
+//!   memory and in Redis (on a `redis-server` the bench starts; skipped,
+//!   loudly, when there is none).
 //!
 //! `cargo bench --bench stack` runs criterion on the per-call cases, then
 //! prints the summary the README's figures come from: best of 7
 //! interleaved rounds per case, ratios to the hand-written call of the same
 //! round set, allocations per call from the counting allocator below. With
-//! `-- --summary` only the summary runs.
+//! `-- --summary` only the summary runs; `-- --model` runs the model cases
+//! only.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::future::Future;
@@ -689,8 +693,9 @@ fn instant_model() -> impl Service<
     })
 }
 
-/// One model call, read to its end: the answer's text.
-fn model_call<S>(model: &mut S, request: &toolstack::model::ChatRequest) -> String
+/// One model call, read to its end (the last delta, where the spend limit
+/// settles the call): the answer's text.
+async fn model_call<S>(model: &mut S, request: &toolstack::model::ChatRequest) -> String
 where
     S: Service<
         toolstack::model::ChatRequest,
@@ -698,12 +703,11 @@ where
         Error = toolstack::ToolError,
     >,
 {
-    let answer = model
-        .call(request.clone())
-        .now_or_never()
-        .expect("ready")
-        .expect("answered");
-    let deltas: Vec<_> = answer.collect().now_or_never().expect("ready");
+    std::future::poll_fn(|cx| model.poll_ready(cx))
+        .await
+        .expect("ready");
+    let answer = model.call(request.clone()).await.expect("answered");
+    let deltas: Vec<_> = answer.collect().await;
     deltas
         .into_iter()
         .filter_map(|d| match d {
@@ -716,45 +720,152 @@ where
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct Caller(u64);
 
-/// Model calls: the spend limit in memory, under its limits (a run's, a
-/// caller's day), over a model that answers at once.
-fn model_cases() -> Vec<Case> {
-    let request = toolstack::model::ChatRequest::new(vec![])
-        .with_model("m")
-        .with_extension(toolstack::model::RunId::new("run"))
-        .with_extension(Caller(7));
+/// The spend limit of the model cases: a run's and a caller's day, neither
+/// reached.
+fn spend_limit() -> SpendLimitLayer {
     let prices = toolstack::model::Prices::builder()
         .model("m", toolstack::model::Price::per_million_tokens(1.0, 2.0))
         .build()
         .expect("a good table");
+    SpendLimitLayer::new(prices)
+        .per_run(Limit::tokens(u64::MAX))
+        .per_caller::<Caller>(Window::Day, Limit::tokens(u64::MAX))
+}
+
+fn model_request() -> toolstack::model::ChatRequest {
+    toolstack::model::ChatRequest::new(vec![])
+        .with_model("m")
+        .with_extension(toolstack::model::RunId::new("run"))
+        .with_extension(Caller(7))
+}
+
+/// Model calls: the spend limit in memory, under its limits, over a model
+/// that answers at once; then (when `redis-server` can be started) the
+/// same limit in Redis.
+fn model_cases() -> Vec<Case> {
+    let request = model_request();
     let mut bare = instant_model();
     let mut limited = ServiceBuilder::new()
-        .layer(
-            SpendLimitLayer::new(prices)
-                .per_run(Limit::tokens(u64::MAX))
-                .per_caller::<Caller>(Window::Day, Limit::tokens(u64::MAX)),
-        )
+        .layer(spend_limit())
         .service(instant_model());
     let second = request.clone();
-    vec![
+    let mut cases: Vec<Case> = vec![
         (
             "model answering at once",
-            Box::new(move || model_call(&mut bare, &request)),
+            Box::new(move || {
+                model_call(&mut bare, &request)
+                    .now_or_never()
+                    .expect("ready")
+            }),
         ),
         (
             "spend limit (in memory, under its limit)",
-            Box::new(move || model_call(&mut limited, &second)),
+            Box::new(move || {
+                model_call(&mut limited, &second)
+                    .now_or_never()
+                    .expect("ready")
+            }),
+        ),
+    ];
+    cases.extend(redis_model_cases());
+    cases
+}
+
+/// The spend limit in Redis, on a `redis-server` of the bench's own (over
+/// loopback, one connection), next to a bare `PING` on the same connection:
+/// a call is admitted by one script and settled by another before its
+/// answer's end is passed on, so its cost is about two round trips. Empty,
+/// with a SKIPPED line on stderr, when no `redis-server` can be started.
+fn redis_model_cases() -> Vec<Case> {
+    use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+    use toolstack_demo::redis_server::RedisProcess;
+    use toolstack_layers::spend::RedisSpend;
+
+    let skipped = |why: &dyn std::fmt::Display| {
+        eprintln!(
+            "\n*** SKIPPED: the spend limit in Redis (the model cases' Redis rows): {why} ***\n"
+        );
+        Vec::new()
+    };
+    let server = match RedisProcess::start("bench-spend") {
+        Ok(server) => server,
+        Err(err) => return skipped(&err),
+    };
+    // The connection's I/O runs on this runtime, driven by each call's
+    // `block_on`.
+    let runtime = std::rc::Rc::new(
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime"),
+    );
+    // Generous timeouts: a call that fails fails the bench (the limit is
+    // closed), rather than being measured on the fallback.
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(5)))
+        .set_response_timeout(Some(Duration::from_secs(5)));
+    let client = match redis::Client::open(server.url()) {
+        Ok(client) => client,
+        Err(err) => return skipped(&err),
+    };
+    let manager = match runtime.block_on(ConnectionManager::new_with_config(client, config)) {
+        Ok(manager) => manager,
+        Err(err) => return skipped(&err),
+    };
+    let server = std::rc::Rc::new(server);
+    let mut limited = ServiceBuilder::new()
+        .layer(
+            spend_limit().redis(
+                RedisSpend::new(manager.clone())
+                    .prefix("bench:spend")
+                    .timeout(Duration::from_secs(5))
+                    .fail_closed(),
+            ),
+        )
+        .service(instant_model());
+    let request = model_request();
+    let mut ping = manager;
+    let (on, also) = (std::rc::Rc::clone(&runtime), std::rc::Rc::clone(&server));
+    vec![
+        (
+            "Redis PING (one round trip; the Redis rows' yardstick)",
+            Box::new(move || {
+                let _held = &also;
+                let pong: String = on
+                    .block_on(redis::cmd("PING").query_async(&mut ping))
+                    .expect("PONG");
+                assert_eq!(pong, "PONG");
+                TEXT.to_owned()
+            }),
+        ),
+        (
+            "spend limit (in Redis, under its limit)",
+            Box::new(move || {
+                let _held = &server;
+                runtime.block_on(model_call(&mut limited, &request))
+            }),
         ),
     ]
 }
 
 fn model_summary() {
-    table(
+    let ns = table(
         "a model call through a layer",
         "| layer | ns/call | + ns over the model | allocations/call |",
         &mut checked(model_cases()),
         |ns, i| format!("{:+.1}", ns[i] - ns[0]),
     );
+    println!(
+        "\nspend limit in memory: {:.2}× the model answering at once",
+        ns[1] / ns[0]
+    );
+    if let [_, _, ping, redis] = ns[..] {
+        println!(
+            "spend limit in Redis: {:.1} µs/call, {:.2}× a PING round trip",
+            redis / 1e3,
+            redis / ping
+        );
+    }
 }
 
 fn precise_layer_summary() {
@@ -1289,6 +1400,12 @@ fn main() {
     }
     if args.iter().any(|a| a == "--layers") {
         precise_layer_summary();
+        model_summary();
+        return;
+    }
+    // `-- --model`: the model cases only (the spend limit, in memory and
+    // in Redis).
+    if args.iter().any(|a| a == "--model") {
         model_summary();
         return;
     }
