@@ -12,6 +12,7 @@
 //! | [`tools`] | the seed's demo tools: weather, calculator, clock, a file's lines, a counter | `examples/tour.rs` | `tests/it/seed_tools.rs` |
 //! | `http` (feature `http`) | a toolbox over HTTP behind bearer auth, with per-caller visibility | `examples/http_server.rs` | `tests/it/http.rs` |
 //! | [`redis_server`] | a `redis-server` of a proof's own (started, killed, restarted — empty, or from its append-only file) | `examples/proofs/shared_quota.rs`, `examples/proofs/durable_runs/` | `tests/it/shared_quota.rs`, `tests/it/durable_runs.rs` |
+//! | [`restate_server`] | a `restate-server` of a test's own (free ports, a data directory; started, killed, restarted on it; deployments registered) | — | `tests/it/restate_server.rs` |
 //!
 //! Not published; nothing here is toolstack's API.
 
@@ -27,6 +28,7 @@ pub mod catalogue;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod redis_server;
+pub mod restate_server;
 pub mod tools;
 
 /// `--help` (or `-h`) among the process's arguments: prints `usage` and

@@ -67,6 +67,7 @@ mod openai;
 #[cfg(feature = "openai-tls")]
 mod openai_tls;
 mod record_replay;
+mod restate_server;
 mod run_store;
 mod schema;
 mod seed_tools;
