@@ -14,7 +14,7 @@ use toolstack::model::{ChatRequest, Cost, Prices, Usage};
 use toolstack::{ErrorKind, ToolError};
 
 use super::memory::{Bounds, MemoryCounters};
-use super::rules::{Counted, CounterKey, Limit, Rules, Spent, Unpriced, Wanted};
+use super::rules::{Counted, CounterKey, Limit, Refused, Rules, Spent, Unpriced, Wanted};
 use crate::shared_store::{Fallback, SharedStoreError};
 
 /// Counters that several processes share (Redis, see
@@ -39,13 +39,13 @@ pub(super) trait SharedCounters: fmt::Debug + Send + Sync {
         run_ttl: u64,
     ) -> BoxFuture<'static, Result<Reserved, SharedStoreError>>;
 
-    /// Gives `reservation` back (if any) and adds `spent` to each of
-    /// `keys`, each with its time to live from `now`. Resolves within the
-    /// store's timeout.
+    /// Gives `reservations` back (those not expired yet) and adds `spent`
+    /// to each of `keys`, each with its time to live from `now`. Resolves
+    /// within the store's timeout.
     fn settle(
         &self,
         keys: &[CounterKey],
-        reservation: Option<SharedReservation>,
+        reservations: Vec<SharedReservation>,
         spent: Spent,
         now: u64,
         run_ttl: u64,
@@ -163,21 +163,23 @@ impl Meter {
         }
     }
 
-    /// Admits the call on what this process counted — spent, and reserved
-    /// by the calls in flight — and reserves what it may spend, capped to
-    /// what the limits have left; or refuses it.
+    /// Admits the call (or more of its answer, as `refused` says) on what
+    /// this process counted — spent, and reserved by the calls in flight —
+    /// and reserves what it may spend, capped to what the limits have
+    /// left; or refuses it.
     pub(super) fn admit_locally(
         &self,
         counted: &Counted,
         now: u64,
         wanted: Wanted,
+        refused: Refused,
     ) -> Result<Spent, ToolError> {
         let reserved = self
             .memory
             .reserve(&counted.keys, now, self.bounds(), |held| {
                 self.rules.fit(counted, held, wanted)
             })
-            .map_err(|reached| refusal(*reached))?;
+            .map_err(|reached| refusal(reached.stopping(refused)))?;
         // On the call's span (polled inside the trace layer's).
         tracing::debug!(
             toolstack.spend.reserved_tokens = reserved.tokens,
@@ -200,19 +202,62 @@ impl Meter {
         counted: &Counted,
         held: &[(Spent, Spent)],
         wanted: Wanted,
+        refused: Refused,
     ) -> Result<(), ToolError> {
         self.rules
             .fit(counted, held, wanted)
             .map(drop)
-            .map_err(|reached| refusal(*reached))
+            .map_err(|reached| refusal(reached.stopping(refused)))
+    }
+
+    /// How many output tokens an answer on `model` may write, its prompt
+    /// `prompt` tokens, before it spends more than `held`: on tokens, and
+    /// on cost when the model is priced.
+    pub(super) fn output_allowed(&self, model: &str, prompt: u64, held: Spent) -> u64 {
+        let on_tokens = held.tokens.saturating_sub(prompt);
+        let per_million = self
+            .prices
+            .cost(model, &Usage::new(0, 1_000_000))
+            .map_or(0, Cost::as_nanos);
+        if per_million == 0 {
+            return on_tokens;
+        }
+        let prompt_cost = self
+            .prices
+            .cost(model, &Usage::new(prompt, 0))
+            .map_or(0, Cost::as_nanos);
+        let left = u128::from(held.cost.as_nanos().saturating_sub(prompt_cost));
+        let on_cost = u64::try_from(left * 1_000_000 / u128::from(per_million)).unwrap_or(u64::MAX);
+        on_tokens.min(on_cost)
+    }
+
+    /// What an answer that has written `over` output tokens past its
+    /// reservation asks for more: those at least, and the output every
+    /// call reserves besides, priced for `model`.
+    pub(super) fn more(&self, model: &str, over: u64) -> Wanted {
+        let priced = |tokens: u64| Spent {
+            tokens,
+            cost: self
+                .prices
+                .cost(model, &Usage::new(0, tokens))
+                .unwrap_or(Cost::ZERO),
+        };
+        Wanted {
+            prompt: priced(over),
+            whole: priced(over.saturating_add(self.reserve_output)),
+        }
     }
 
     /// The error of a call that the store could not check, failing closed.
-    pub(super) fn unchecked(store: &dyn SharedCounters, err: SharedStoreError) -> ToolError {
+    pub(super) fn unchecked(
+        store: &dyn SharedCounters,
+        err: SharedStoreError,
+        refused: Refused,
+    ) -> ToolError {
         ToolError::new(
             ErrorKind::Unavailable,
             format!(
-                "the spend limit could not be checked: its store ({}) is unreachable; the model was not called",
+                "the spend limit could not be checked: its store ({}) is unreachable; {refused}",
                 store.name()
             ),
         )
@@ -231,7 +276,7 @@ impl Meter {
         &self,
         keys: &[CounterKey],
         reserved: Spent,
-        shared: Option<SharedReservation>,
+        shared: Vec<SharedReservation>,
         usage: Option<Usage>,
         answered: Option<&str>,
         asked: Option<&str>,
@@ -255,7 +300,10 @@ impl Meter {
                 cost,
             }
         });
-        let released = shared.as_ref().map_or(reserved, |shared| shared.amount);
+        let released = shared.iter().fold(reserved, |mut all, shared| {
+            all.add(shared.amount);
+            all
+        });
         tracing::debug!(
             toolstack.spend.released_tokens = released.tokens,
             toolstack.spend.released_nanos = released.cost.as_nanos(),
@@ -268,7 +316,7 @@ impl Meter {
                 .settle(keys, reserved, spent, now, self.bounds());
         }
         let store = self.store.as_ref()?;
-        if shared.is_none() && usage.is_none() {
+        if shared.is_empty() && usage.is_none() {
             return None;
         }
         let name = store.name();
@@ -294,7 +342,7 @@ fn refusal(reached: super::LimitReached) -> ToolError {
         toolstack.spend.cost_nanos = reached.spent.as_nanos(),
         toolstack.spend.reserved_tokens = reached.reserved_tokens,
         toolstack.spend.reserved_nanos = reached.reserved.as_nanos(),
-        "spend limit reached; refusing the model call"
+        "spend limit reached"
     );
     reached.into_error()
 }

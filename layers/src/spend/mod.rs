@@ -74,23 +74,45 @@
 //! model is not called. An agent run ends then with
 //! [`StopReason::SpendLimit`](toolstack::agent::StopReason::SpendLimit).
 //!
-//! After the call, when its answer ends (after the last delta, or an
-//! error), its reservation is given back and the usage it reported — a
-//! [`ModelDelta::Usage`], usually last — is priced for the model that
-//! answered (its [`ModelDelta::Model`](toolstack::model::ModelDelta::Model),
-//! else the one asked for) and added to every counter of the call. An
-//! answer dropped before its end adds what it had reported so far; one
-//! that reported no usage adds nothing. A call that fails, or whose future
-//! or answer is dropped, gives its reservation back at once. An answering
-//! model the table does not price is priced as the model asked for.
+//! # While the answer streams
+//!
+//! The answer's output is counted as it comes: its text, reasoning and
+//! tool-call bytes / 4 (as the prompt is estimated), or the endpoint's own
+//! count when it streams a [`ModelDelta::Usage`] that says more. An answer
+//! that writes past what its call reserved asks for more — what it wrote
+//! past it and another `reserve_output_tokens` — from the same counters
+//! (in Redis with the `redis` feature), capped to what every limit has
+//! left. When no limit has room even for what it wrote, the answer ends
+//! after the delta that crossed (written, so passed on and counted) with
+//! an [`ErrorKind::SpendLimited`](toolstack::ErrorKind::SpendLimited)
+//! error saying how far it got ("… the answer was cut after about 300
+//! output tokens"); its [`LimitReached`] says
+//! [`cut_an_answer`](LimitReached::cut_an_answer). The agent keeps what
+//! was said before the cut, marked as cut, and stops the run with
+//! [`StopReason::SpendLimit`](toolstack::agent::StopReason::SpendLimit).
+//! Checking costs a comparison per delta: the output the reservation pays
+//! for is worked out once, and again only when more is reserved.
+//!
+//! # After the call
+//!
+//! When the answer ends (after the last delta, or an error), its
+//! reservations are given back and what it spent is priced for the model
+//! that answered (its [`ModelDelta::Model`](toolstack::model::ModelDelta::Model),
+//! else the one asked for) and added to every counter of the call: the
+//! usage it reported — a [`ModelDelta::Usage`], usually last — when it
+//! ended with one; otherwise (an answer cut, failed or dropped before its
+//! end, or an endpoint that reports nothing) what it wrote, counted as
+//! above, on its prompt (reported, else estimated): a provider bills what
+//! it wrote. An answer that neither wrote nor reported anything adds
+//! nothing. A call that fails, or whose future is dropped, gives its
+//! reservation back at once. An answering model the table does not price
+//! is priced as the model asked for.
 //!
 //! Calls made at the same time thus share what is left instead of each
-//! being admitted on it: together they overshoot a limit only by the
-//! estimates' error — a prompt larger than bytes / 4, or an answer longer
-//! than the output reserved. A call admitted with less than its whole
-//! reservation (the last one to fit) can write past what it reserved,
-//! since the request carries no `max_tokens` to lower: set the model's
-//! `max_tokens` to the reserved output to keep every call within it.
+//! being admitted on it, and no answer writes past what its limits have
+//! left by more than the delta that crossed: together they overshoot a
+//! limit only by the estimates' error — a prompt or an output that counts
+//! more tokens than bytes / 4 — and one delta per answer.
 //!
 //! [`ModelDelta::Usage`]: toolstack::model::ModelDelta::Usage
 //!
@@ -130,6 +152,7 @@
 //! | across processes | the provider's | with `redis`: one count for every process on the same Redis and prefix |
 //! | over the limit | an error from the provider, after the request | refused before the model is called, typed, naming the limit |
 //! | concurrent calls | each admitted on what was spent before them all: overshoot by a call per concurrent call | each reserves its prompt and output first (in Redis for every replica): overshoot by the estimates' error |
+//! | an answer that crosses a limit | finished, and billed | counted as it streams, and cut after the delta that crossed: typed, its text kept by the agent |
 //! | a model without a price | counted by its tokens only, or not at all | refused under a cost limit, naming the model; a `*` fallback price or tokens-only, said explicitly |
 
 mod future;

@@ -29,7 +29,7 @@ const RESERVE: &str = r"
 -- KEYS[i]: a counter; KEYS[n + i]: its reservations (n = #KEYS / 2).
 -- ARGV: 1 now (ms), 2 the reservation's expiry (ms), 3 its id,
 -- 4-5 the prompt's tokens and nano-dollars, 6-7 the whole call's,
--- 8 + i: KEYS[i]'s time to live (s); then, per limit, the counter's index
+-- 7 + i: KEYS[i]'s time to live (s); then, per limit, the counter's index
 -- and its bound on tokens and on nanos (-1: none).
 local n = #KEYS / 2
 local now = tonumber(ARGV[1])
@@ -71,9 +71,9 @@ if ok == 1 and (take[1] > 0 or take[2] > 0) then
   for i = 1, n do
     redis.call('HINCRBY', KEYS[i], 'rtokens', take[1])
     redis.call('HINCRBY', KEYS[i], 'rnanos', take[2])
-    redis.call('EXPIRE', KEYS[i], ARGV[8 + i])
+    redis.call('EXPIRE', KEYS[i], ARGV[7 + i])
     redis.call('ZADD', KEYS[n + i], ARGV[2], member)
-    redis.call('EXPIRE', KEYS[n + i], ARGV[8 + i])
+    redis.call('EXPIRE', KEYS[n + i], ARGV[7 + i])
   end
 end
 local reply = {ok, member}
@@ -83,22 +83,27 @@ end
 return reply
 ";
 
-/// Gives a call's reservation back (when it was not expired and dropped
+/// Gives a call's reservations back (those not expired and dropped
 /// already) and adds what it spent to each of its counters, each with its
 /// time to live, atomically.
 const SETTLE: &str = r"
--- KEYS as RESERVE's. ARGV: 1 the reservation's member ('' for none),
--- 2-3 its tokens and nanos, 4-5 what was spent; 5 + i: KEYS[i]'s time
--- to live (s).
+-- KEYS as RESERVE's. ARGV: 1 how many reservations (m), 2..m+1 their
+-- members (each names its tokens and nanos), then what was spent (tokens,
+-- nanos), then KEYS[i]'s time to live (s).
 local n = #KEYS / 2
+local m = tonumber(ARGV[1])
+local tokens, nanos = ARGV[m + 2], ARGV[m + 3]
 for i = 1, n do
-  if ARGV[1] ~= '' and redis.call('ZREM', KEYS[n + i], ARGV[1]) == 1 then
-    redis.call('HINCRBY', KEYS[i], 'rtokens', -tonumber(ARGV[2]))
-    redis.call('HINCRBY', KEYS[i], 'rnanos', -tonumber(ARGV[3]))
+  for r = 2, m + 1 do
+    if redis.call('ZREM', KEYS[n + i], ARGV[r]) == 1 then
+      local t, c = string.match(ARGV[r], ':(%d+):(%d+)$')
+      redis.call('HINCRBY', KEYS[i], 'rtokens', -tonumber(t))
+      redis.call('HINCRBY', KEYS[i], 'rnanos', -tonumber(c))
+    end
   end
-  redis.call('HINCRBY', KEYS[i], 'tokens', ARGV[4])
-  redis.call('HINCRBY', KEYS[i], 'nanos', ARGV[5])
-  redis.call('EXPIRE', KEYS[i], ARGV[5 + i])
+  redis.call('HINCRBY', KEYS[i], 'tokens', tokens)
+  redis.call('HINCRBY', KEYS[i], 'nanos', nanos)
+  redis.call('EXPIRE', KEYS[i], ARGV[m + 3 + i])
 end
 return n
 ";
@@ -364,19 +369,18 @@ impl SharedCounters for RedisCounters {
     fn settle(
         &self,
         keys: &[CounterKey],
-        reservation: Option<SharedReservation>,
+        reservations: Vec<SharedReservation>,
         spent: Spent,
         now: u64,
         run_ttl: u64,
     ) -> BoxFuture<'static, Result<(), SharedStoreError>> {
         let mut invocation = SETTLE_SCRIPT.prepare_invoke();
         self.keys_of(&mut invocation, keys);
-        let (member, amount) =
-            reservation.map_or((String::new(), Spent::default()), |r| (r.member, r.amount));
+        invocation.arg(reservations.len());
+        for reservation in reservations {
+            invocation.arg(reservation.member);
+        }
         invocation
-            .arg(member)
-            .arg(to_i64(amount.tokens))
-            .arg(to_i64(amount.cost.as_nanos()))
             .arg(to_i64(spent.tokens))
             .arg(to_i64(spent.cost.as_nanos()));
         for key in keys {

@@ -337,6 +337,7 @@ impl Rules {
                     reserved: reserved.cost,
                     prompt: (!reached).then_some(wanted.prompt),
                     limit: rule.limit,
+                    refused: Refused::Model,
                     on_tokens: if reached {
                         tokens && !cost
                     } else {
@@ -389,11 +390,48 @@ pub struct LimitReached {
     prompt: Option<Spent>,
     /// The limit.
     pub limit: Limit,
+    // What it stopped: a model call before it was made, a tool call, or
+    // an answer as it streamed.
+    refused: Refused,
     // Whether the tokens, not the cost, reached it.
     on_tokens: bool,
 }
 
+/// What a reached limit stopped, for its message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Refused {
+    /// A model call, before it was made.
+    Model,
+    /// An answer, as it streamed, after about this many output tokens.
+    Cut(u64),
+}
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refused::Model => f.write_str("the model was not called"),
+            Refused::Cut(output) => write!(
+                f,
+                "the answer was cut after about {} output tokens",
+                thousands(*output)
+            ),
+        }
+    }
+}
+
 impl LimitReached {
+    /// The same limit, stopping `refused` instead of a model call.
+    pub(super) fn stopping(mut self, refused: Refused) -> Self {
+        self.refused = refused;
+        self
+    }
+
+    /// Whether it stopped an answer as it streamed (rather than a call
+    /// before it was made).
+    pub fn cut_an_answer(&self) -> bool {
+        matches!(self.refused, Refused::Cut(_))
+    }
+
     pub(super) fn into_error(self) -> ToolError {
         ToolError::new(ErrorKind::SpendLimited, self.to_string()).with_source(self)
     }
@@ -419,18 +457,20 @@ impl fmt::Display for LimitReached {
                 (true, Some(max), _) | (false, Some(max), None) => write!(
                     f,
                     "{who} used {tokens} of {its} {} tokens{window}, and calls in flight have reserved {}: \
-                     what is left cannot take this call's prompt (about {} tokens)",
+                     what is left cannot take {} (about {} tokens)",
                     thousands(max),
                     thousands(self.reserved_tokens),
+                    self.wanted(),
                     thousands(prompt.tokens),
                 )?,
                 (_, _, max) => write!(
                     f,
                     "{who} spent {} of {its} {} limit{window}, and calls in flight have reserved {}: \
-                     what is left cannot pay for this call's prompt (about {} tokens, {})",
+                     what is left cannot pay for {} (about {} tokens, {})",
                     self.spent,
                     max.unwrap_or_default(),
                     self.reserved,
+                    self.wanted(),
                     thousands(prompt.tokens),
                     prompt.cost,
                 )?,
@@ -451,11 +491,22 @@ impl fmt::Display for LimitReached {
                 )?,
             }
         }
-        f.write_str("; the model was not called")?;
+        write!(f, "; {}", self.refused)?;
         if let Some(resets) = &self.resets_text {
             write!(f, "; the limit resets at {resets}")?;
         }
         Ok(())
+    }
+}
+
+impl LimitReached {
+    /// What could not be paid for, in the message of a limit not reached
+    /// but too short for it.
+    fn wanted(&self) -> &'static str {
+        match self.refused {
+            Refused::Model => "this call's prompt",
+            Refused::Cut(_) => "more of this answer",
+        }
     }
 }
 

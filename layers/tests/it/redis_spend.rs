@@ -11,7 +11,8 @@ use std::time::Instant;
 use futures_util::StreamExt;
 use redis_server::{eventually, RedisServer, COMMAND_TIMEOUT, PATIENCE, PATIENT_TIMEOUT, STALL};
 use toolstack::model::{
-    ChatRequest, Cost, Message, ModelDelta, Price, Prices, RunId, ScriptedModel, Turn, Usage,
+    thousands, ChatRequest, Cost, Message, ModelDelta, Price, Prices, RunId, ScriptedModel, Turn,
+    Usage,
 };
 use toolstack::{ErrorKind, ToolError};
 use toolstack_layers::spend::{Limit, RedisSpend, SpendLimit, SpendLimitLayer, Window};
@@ -281,6 +282,17 @@ async fn a_reservation_in_redis_holds_for_every_replica_until_it_is_given_back()
     let a = replica(redis.patient_manager().await).layer(endless());
     let b = replica(redis.patient_manager().await).layer(endless());
     let answer = a.clone().oneshot(request("alice")).await.unwrap();
+    // The counter and its reservations live as long as the reservation
+    // (10 minutes) at least: a long call keeps what it holds.
+    let mut connection = redis.connection().await;
+    for key in redis.keys().await {
+        let ttl: i64 = redis::cmd("TTL")
+            .arg(&key)
+            .query_async(&mut connection)
+            .await
+            .expect("TTL");
+        assert!(ttl > 590, "{key} expires in {ttl} s");
+    }
     // Nothing spent yet, but a's call holds the run's 100 tokens.
     let err = b.clone().oneshot(request("alice")).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::SpendLimited);
@@ -333,4 +345,84 @@ async fn the_reservations_of_a_process_that_died_expire() {
         async move { b.oneshot(request("alice")).await.is_ok() }
     })
     .await;
+}
+
+type Answer = futures_util::stream::BoxStream<'static, Result<ModelDelta, ToolError>>;
+
+/// A model that writes `deltas` pieces of 40 bytes (10 tokens each) and
+/// reports nothing.
+fn writer(
+    deltas: usize,
+) -> impl Service<ChatRequest, Response = Answer, Error = ToolError> + Clone {
+    tower::service_fn(move |_: ChatRequest| {
+        let text = (0..deltas).map(|_| Ok(ModelDelta::Text("x".repeat(40))));
+        let answer: Answer = futures_util::stream::iter(text).boxed();
+        futures_util::future::ready(Ok::<_, ToolError>(answer))
+    })
+}
+
+#[tokio::test]
+async fn answers_on_two_replicas_ask_redis_for_more_and_are_cut_at_the_shared_limit() {
+    let Some(redis) = RedisServer::start("answers_on_two_replicas_are_cut_at_the_shared_limit")
+    else {
+        return;
+    };
+    // 1,000 tokens for the run, 50 output tokens reserved per call: each
+    // answer (2,000 tokens' worth) asks Redis for more as it writes.
+    let replica = |manager| {
+        SpendLimitLayer::new(prices())
+            .per_run(Limit::tokens(1_000))
+            .reserve_output_tokens(50)
+            .redis(
+                RedisSpend::new(manager)
+                    .prefix("t")
+                    .timeout(PATIENT_TIMEOUT),
+            )
+    };
+    let a = replica(redis.patient_manager().await).layer(writer(200));
+    let b = replica(redis.patient_manager().await).layer(writer(200));
+    let read = |answer: Answer| async move {
+        let items: Vec<_> = answer.collect().await;
+        let written: u64 = items
+            .iter()
+            .filter_map(|item| match item {
+                Ok(ModelDelta::Text(text)) => Some(text.len() as u64 / 4),
+                _ => None,
+            })
+            .sum();
+        (written, items.last().cloned())
+    };
+    let (one, two) = tokio::join!(
+        async { read(a.clone().oneshot(request("alice")).await.unwrap().boxed()).await },
+        async { read(b.clone().oneshot(request("alice")).await.unwrap().boxed()).await },
+    );
+    for (_, last) in [&one, &two] {
+        let Some(Err(err)) = last else {
+            panic!("cut: {last:?}");
+        };
+        assert_eq!(err.kind(), ErrorKind::SpendLimited, "{err}");
+        assert!(
+            err.message().contains("the answer was cut after about"),
+            "{err}"
+        );
+    }
+    // Two prompts of 5 and what was written: at most a piece (10 tokens)
+    // each past the limit.
+    let spent = 10 + one.0 + two.0;
+    assert!((960..=1_020).contains(&spent), "spent {spent}");
+    // Every reservation, first and more, was given back.
+    eventually(PATIENCE, "no reservation left", || {
+        let redis = &redis;
+        async move { !redis.keys().await.iter().any(|k| k.ends_with(":r")) }
+    })
+    .await;
+    // What Redis counted is what was written.
+    let err = a.oneshot(request("alice")).await.unwrap_err();
+    assert!(
+        err.message().starts_with(&format!(
+            "this run has used {} of its 1,000 tokens",
+            thousands(spent)
+        )),
+        "{err}"
+    );
 }

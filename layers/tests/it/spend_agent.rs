@@ -197,3 +197,46 @@ async fn without_usage_reports_a_results_tokens_are_estimated_and_an_unread_resu
     assert_eq!(done.stop, StopReason::MaxSteps);
     assert!(done.tool_costs.is_empty());
 }
+
+#[tokio::test]
+async fn an_answer_the_layer_cuts_mid_stream_is_kept_marked_as_cut_and_the_run_stops() {
+    // 4,000 bytes (1,000 tokens' worth), a word at a time, under a run's
+    // limit of 300 tokens: cut after about 1,200 bytes.
+    let model = ScriptedModel::new([Turn::new()
+        .text("word ".repeat(800))
+        .usage(Usage::new(5, 1_000))]);
+    let limited = SpendLimitLayer::new(prices())
+        .per_run(Limit::tokens(300))
+        .reserve_output_tokens(50)
+        .layer(model);
+    let agent = Agent::new(limited, toolbox()).model_name("m");
+    let (events, done) = run(&agent).await;
+    assert_eq!(done.stop, StopReason::SpendLimit);
+    let Some(AgentEvent::Error(err)) = events.last() else {
+        panic!("an error event before Done: {events:?}");
+    };
+    assert_eq!(err.kind(), ErrorKind::SpendLimited);
+    assert!(
+        err.message().contains("the answer was cut after about"),
+        "{err}"
+    );
+    // What was said before the cut is the run's last message, marked.
+    let Some(Message::Assistant { content, .. }) = done.messages.last() else {
+        panic!("the cut answer is kept: {:?}", done.messages);
+    };
+    let content = content.as_deref().unwrap_or_default();
+    let (said, note) = content.split_once("\n\n").expect("the text, then the note");
+    assert!(
+        (1_000..1_300).contains(&said.len()),
+        "{} bytes kept",
+        said.len()
+    );
+    assert!(said.split_whitespace().all(|word| word == "word"));
+    assert_eq!(
+        note,
+        format!(
+            "[the rest of this answer was cut by a spend limit: {}]",
+            err.message()
+        )
+    );
+}
