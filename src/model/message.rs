@@ -283,6 +283,35 @@ impl RunId {
     }
 }
 
+/// The runs a run serves, outermost first: the runs whose tool it is (an
+/// agent run as another run's tool, [`AgentTool`](crate::agent::AgentTool)).
+/// The agent puts it in each request's extensions beside the run's own
+/// [`RunId`] when the run was started with another's, so that a limit per
+/// run (the spend limit of `toolstack-layers`) counts a sub-agent's calls
+/// against every run it serves too.
+///
+/// ```
+/// use toolstack::model::{OuterRuns, RunId};
+///
+/// let outer = OuterRuns::default().within(RunId::new("outer"));
+/// let runs: Vec<&str> = outer.iter().map(RunId::as_str).collect();
+/// assert_eq!(runs, ["outer"]);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OuterRuns(Arc<[RunId]>);
+
+impl OuterRuns {
+    /// These runs and, innermost, `run`.
+    pub fn within(&self, run: RunId) -> OuterRuns {
+        OuterRuns(self.0.iter().cloned().chain([run]).collect())
+    }
+
+    /// The runs, outermost first.
+    pub fn iter(&self) -> impl Iterator<Item = &RunId> {
+        self.0.iter()
+    }
+}
+
 /// The deferred tools loaded so far in a run, in each model request's
 /// extensions when the agent's toolbox has deferred tools: a trace layer
 /// records them on the `chat` span (`toolstack.request.tools_loaded`).

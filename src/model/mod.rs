@@ -15,6 +15,7 @@
 //! | [`Accumulator`], [`ToolCall`] | fragments folded into complete tool calls, at most [`MAX_TOOL_CALLS_PER_ANSWER`] per answer |
 //! | [`Prices`], [`Price`], [`Cost`] | what model calls cost: a price table per model, checked when built; money in whole nano-dollars |
 //! | [`RunId`] | which agent run a request belongs to, in its extensions (a per-run spend limit keys on it) |
+//! | [`OuterRuns`] | the runs a sub-agent's run serves, beside its `RunId` (a per-run spend limit counts it against them too) |
 //! | [`ScriptedModel`], [`Turn`] | a deterministic model: examples and tests with no network and no key |
 //! | [`record`]: `RecordLayer`, `ReplayModel` | a model's traffic recorded to a file once, and replayed from it in tests |
 //! | `OpenAiModel` (feature `openai`) | an OpenAI-compatible chat-completions endpoint, streamed over SSE |
@@ -60,7 +61,9 @@ pub use self::delta::{
     ContextExceeded, FinishReason, ModelDelta, Reasoning, ReasoningDelta, ToolCall, ToolCallDelta,
     Usage,
 };
-pub use self::message::{ChatRequest, LoadedTools, Message, OutputSchema, RunId, ToolChoice};
+pub use self::message::{
+    ChatRequest, LoadedTools, Message, OuterRuns, OutputSchema, RunId, ToolChoice,
+};
 #[cfg(feature = "openai")]
 #[doc(hidden)]
 pub use self::openai::fuzzing;

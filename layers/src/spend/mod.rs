@@ -116,6 +116,20 @@
 //!
 //! [`ModelDelta::Usage`]: toolstack::model::ModelDelta::Usage
 //!
+//! # Tools and sub-agents
+//!
+//! What a tool costs the model is what its result adds to the next prompt
+//! (the agent's [`ToolCost`](toolstack::agent::ToolCost) attributes it):
+//! the next call counts it — reserved from that prompt's estimate before
+//! the call is sent, so a result a limit cannot take refuses the call
+//! that would read it. A sub-agent run as a tool
+//! ([`AgentTool`](toolstack::agent::AgentTool)) has its own run, and the
+//! agent puts the runs it serves in its requests
+//! ([`OuterRuns`](toolstack::model::OuterRuns)): a per-run limit counts
+//! its calls against its own run and every run it serves, so a run's limit
+//! holds for what its sub-agents spend too ("the run this one serves (as
+//! its tool) has used …" when one of those refuses).
+//!
 //! # Models without a price
 //!
 //! A call to a model the price table does not price, when a cost limit

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::Extensions;
-use toolstack::model::{thousands, Cost, RunId};
+use toolstack::model::{thousands, Cost, OuterRuns, RunId};
 use toolstack::{ErrorKind, ToolError};
 
 use super::window::{Period, Window};
@@ -196,6 +196,9 @@ pub(super) struct CounterKey {
     /// store's key), when the layer has one.
     pub(super) stable: Option<Arc<str>>,
     pub(super) period: Option<Period>,
+    /// A run the call's run serves (its message says so; its counter is
+    /// that run's own).
+    pub(super) outer: bool,
 }
 
 /// The counters of one call and which rule reads which.
@@ -223,41 +226,94 @@ impl Rules {
     pub(super) fn counted(&self, extensions: &Extensions, now: u64) -> Counted {
         let mut counted = Counted::default();
         for (index, rule) in self.rules.iter().enumerate() {
-            let (scope, hashed): (Scope, Option<&dyn StableHash>) = match &rule.who {
-                Who::Run => match extensions.get::<RunId>() {
-                    Some(run) => (Scope::Run, Some(run)),
-                    None => continue,
-                },
-                Who::Caller(find) => match find.find(extensions) {
-                    Some(caller) => (Scope::Caller, Some(caller)),
-                    None => (Scope::Anonymous, None),
-                },
-                Who::All => (Scope::All, None),
-            };
-            let id = hashed.map_or(0, |key| {
-                let mut hasher = self.seed.build_hasher();
-                key.stable_hash(&mut hasher);
-                hasher.finish()
-            });
-            let key = CounterKey {
-                scope,
-                id,
-                stable: None,
-                period: rule.window.map(|window| window.period(now)),
-            };
-            let at = match counted.keys.iter().position(|k| *k == key) {
-                Some(at) => at,
-                None => {
-                    counted.keys.push(CounterKey {
-                        stable: self.stable_form(hashed),
-                        ..key
-                    });
-                    counted.keys.len() - 1
+            match &rule.who {
+                Who::Run => {
+                    let Some(run) = extensions.get::<RunId>() else {
+                        continue;
+                    };
+                    // A sub-agent's run counts against the runs it serves.
+                    for outer in extensions
+                        .get::<OuterRuns>()
+                        .into_iter()
+                        .flat_map(OuterRuns::iter)
+                    {
+                        self.count(
+                            &mut counted,
+                            index,
+                            rule,
+                            Scope::Run,
+                            Some(outer),
+                            true,
+                            now,
+                        );
+                    }
+                    self.count(&mut counted, index, rule, Scope::Run, Some(run), false, now);
                 }
-            };
-            counted.checks.push((index, at));
+                Who::Caller(find) => match find.find(extensions) {
+                    Some(caller) => {
+                        self.count(
+                            &mut counted,
+                            index,
+                            rule,
+                            Scope::Caller,
+                            Some(caller),
+                            false,
+                            now,
+                        );
+                    }
+                    None => self.count(
+                        &mut counted,
+                        index,
+                        rule,
+                        Scope::Anonymous,
+                        None,
+                        false,
+                        now,
+                    ),
+                },
+                Who::All => self.count(&mut counted, index, rule, Scope::All, None, false, now),
+            }
         }
         counted
+    }
+
+    /// Counts rule `index` in the counter of `scope` and `hashed` (`outer`:
+    /// a run the call's run serves), the same counter once for rules that
+    /// share it.
+    #[allow(clippy::too_many_arguments)]
+    fn count(
+        &self,
+        counted: &mut Counted,
+        index: usize,
+        rule: &Rule,
+        scope: Scope,
+        hashed: Option<&dyn StableHash>,
+        outer: bool,
+        now: u64,
+    ) {
+        let id = hashed.map_or(0, |key| {
+            let mut hasher = self.seed.build_hasher();
+            key.stable_hash(&mut hasher);
+            hasher.finish()
+        });
+        let key = CounterKey {
+            scope,
+            id,
+            stable: None,
+            period: rule.window.map(|window| window.period(now)),
+            outer,
+        };
+        let at = match counted.keys.iter().position(|k| *k == key) {
+            Some(at) => at,
+            None => {
+                counted.keys.push(CounterKey {
+                    stable: self.stable_form(hashed),
+                    ..key
+                });
+                counted.keys.len() - 1
+            }
+        };
+        counted.checks.push((index, at));
     }
 
     #[cfg(feature = "redis")]
@@ -328,6 +384,7 @@ impl Rules {
                 let reached = tokens || cost;
                 return Err(Box::new(LimitReached {
                     scope: key.scope,
+                    outer: key.outer,
                     window: key.period.map(|p| p.window),
                     resets_at: key.period.map(|p| UNIX_EPOCH + Duration::from_secs(p.end)),
                     resets_text: key.period.map(|p| p.end_text()),
@@ -372,6 +429,8 @@ pub(super) struct Wanted {
 pub struct LimitReached {
     /// Whose spending reached it.
     pub scope: Scope,
+    // A run the call's run serves (as its tool), not the call's own.
+    outer: bool,
     /// The window it counts in; `None` for a run (its whole life).
     pub window: Option<Window>,
     /// When the window ends and the limit no longer holds.
@@ -440,6 +499,7 @@ impl LimitReached {
 impl fmt::Display for LimitReached {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (who, its) = match self.scope {
+            Scope::Run if self.outer => ("the run this one serves (as its tool) has", "its"),
             Scope::Run => ("this run has", "its"),
             Scope::Caller => ("this caller has", "its"),
             Scope::Anonymous => ("anonymous callers have", "their"),

@@ -240,3 +240,97 @@ async fn an_answer_the_layer_cuts_mid_stream_is_kept_marked_as_cut_and_the_run_s
         )
     );
 }
+
+#[tokio::test]
+async fn a_sub_agents_calls_count_against_the_run_it_serves() {
+    // One layer, one run limit of 1,000 tokens, for both agents' models.
+    let layer = SpendLimitLayer::new(prices()).per_run(Limit::tokens(1_000));
+    let inner_model = ScriptedModel::new([Turn::new().text("done").usage(Usage::new(500, 450))]);
+    let inner = Agent::new(layer.layer(inner_model.clone()), Toolbox::new()).model_name("m");
+    let outer_model = ScriptedModel::new([
+        Turn::new()
+            .tool_call("helper", r#"{"message": "help"}"#)
+            .usage(Usage::new(90, 10)),
+        Turn::new().text("never asked").usage(Usage::new(10, 10)),
+    ]);
+    let toolbox = Toolbox::new().tool(toolstack::agent::AgentTool::new("helper", "Helps.", inner));
+    let outer = Agent::new(layer.layer(outer_model.clone()), toolbox).model_name("m");
+    let (events, done) = run(&outer).await;
+
+    // The sub-agent ran within its own limit (950 tokens); the outer run
+    // counts its own 100 and the sub-agent's 950: its next call is refused.
+    assert_eq!(inner_model.turns_played(), 1);
+    assert_eq!(outer_model.turns_played(), 1, "the second turn was refused");
+    assert_eq!(done.stop, StopReason::SpendLimit);
+    let Some(AgentEvent::Error(err)) = events.last() else {
+        panic!("an error event before Done: {events:?}");
+    };
+    assert_eq!(
+        err.message(),
+        "this run has used 1,050 of its 1,000 tokens ($0.00151 spent); the model was not called"
+    );
+}
+
+#[tokio::test]
+async fn a_sub_agent_is_refused_when_the_run_it_serves_has_no_room() {
+    let layer = SpendLimitLayer::new(prices()).per_run(Limit::tokens(1_000));
+    let inner_model = ScriptedModel::new([Turn::new().text("done").usage(Usage::new(5, 5))]);
+    let inner = Agent::new(layer.layer(inner_model.clone()), Toolbox::new()).model_name("m");
+    let outer_model = ScriptedModel::new([
+        Turn::new()
+            .tool_call("helper", r#"{"message": "help"}"#)
+            .usage(Usage::new(900, 100)),
+        Turn::new().text("never asked"),
+    ]);
+    let toolbox = Toolbox::new().tool(toolstack::agent::AgentTool::new("helper", "Helps.", inner));
+    let outer = Agent::new(layer.layer(outer_model), toolbox).model_name("m");
+    let (events, _) = run(&outer).await;
+    assert_eq!(
+        inner_model.turns_played(),
+        0,
+        "the sub-agent's model was not called"
+    );
+    let refused = events
+        .iter()
+        .find_map(|event| match event {
+            AgentEvent::ToolResult { result, .. } => Some(format!("{result:?}")),
+            _ => None,
+        })
+        .expect("the helper's result");
+    assert!(
+        refused
+            .contains("the run this one serves (as its tool) has used 1,000 of its 1,000 tokens"),
+        "{refused}"
+    );
+}
+
+#[tokio::test]
+async fn a_tool_results_tokens_count_against_the_limit_before_the_next_call_is_sent() {
+    // The result (2,000 bytes: about 500 tokens) is in the next prompt,
+    // which the run's 300 tokens cannot take: refused before it is sent.
+    let model = ScriptedModel::new([
+        Turn::new().tool_call("huge", "{}").usage(Usage::new(20, 5)),
+        Turn::new().text("never asked"),
+    ]);
+    let toolbox = Toolbox::new().tool(tool::from_fn("huge", |_: serde_json::Value| async {
+        Ok::<_, ToolError>("x".repeat(2_000))
+    }));
+    let limited = SpendLimitLayer::new(prices())
+        .per_run(Limit::tokens(300))
+        .reserve_output_tokens(10)
+        .layer(model.clone());
+    let agent = Agent::new(limited, toolbox).model_name("m");
+    let (events, done) = run(&agent).await;
+    assert_eq!(done.stop, StopReason::SpendLimit);
+    assert_eq!(model.turns_played(), 1);
+    let Some(AgentEvent::Error(err)) = events.last() else {
+        panic!("an error event before Done: {events:?}");
+    };
+    assert!(
+        err.message().starts_with(
+            "this run has used 25 of its 300 tokens, and calls in flight have reserved 0: \
+             what is left cannot take this call's prompt (about 5"
+        ),
+        "{err}"
+    );
+}

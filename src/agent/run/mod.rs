@@ -23,7 +23,7 @@ use http::Extensions;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::model::{FinishReason, Message, Reasoning, RunId, ToolCall};
+use crate::model::{FinishReason, Message, OuterRuns, Reasoning, RunId, ToolCall};
 use crate::model::{ModelService, ToolChoice};
 use crate::{ErrorKind, ToolError, ToolInfo};
 
@@ -140,6 +140,14 @@ where
         // (the driver runs inside it); a disabled span costs a branch.
         let span = agent.span(journal.is_durable().then_some(&**run_id));
         let mut extensions = extensions;
+        // Started as another run's tool: that run, and those it serves,
+        // are this one's outer runs.
+        if let Some(outer) = extensions.remove::<RunId>() {
+            if outer.as_str() != &**run_id {
+                let runs = extensions.get::<OuterRuns>().cloned().unwrap_or_default();
+                extensions.insert(runs.within(outer));
+            }
+        }
         extensions.insert(RunId::new(Arc::clone(run_id)));
         // A binding decision is the run's to give, per call: none comes in
         // with the caller (an agent run as a tool would pass its own on).
