@@ -7,7 +7,6 @@
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 #[path = "../support/http_request.rs"]
 mod http_request;
-#[cfg(feature = "http")]
 #[path = "../support/process.rs"]
 mod process;
 #[path = "../support/proof.rs"]
@@ -72,6 +71,7 @@ mod run_store;
 mod schema;
 mod seed_tools;
 mod shared_quota;
+mod spend_limits_proof;
 #[cfg(feature = "sqlite")]
 mod sqlite_faults;
 mod store_outage;
