@@ -368,7 +368,10 @@ fn granted(
     };
     match verdict {
         Ok(reserved) if reserved.admitted => {
-            metering.shared.extend(reserved.reservation);
+            if let Some(reservation) = reserved.reservation {
+                super::meter::reserved_event(reservation.amount, wanted);
+                metering.shared.push(reservation);
+            }
             Ok(())
         }
         Ok(reserved) => meter.refused(&metering.counted, &reserved.held, wanted, refused),

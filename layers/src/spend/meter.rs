@@ -180,13 +180,7 @@ impl Meter {
                 self.rules.fit(counted, held, wanted)
             })
             .map_err(|reached| refusal(reached.stopping(refused)))?;
-        // On the call's span (polled inside the trace layer's).
-        tracing::debug!(
-            toolstack.spend.reserved_tokens = reserved.tokens,
-            toolstack.spend.reserved_nanos = reserved.cost.as_nanos(),
-            toolstack.spend.prompt_tokens = wanted.prompt.tokens,
-            "spend reserved"
-        );
+        reserved_event(reserved, wanted);
         Ok(reserved)
     }
 
@@ -304,11 +298,16 @@ impl Meter {
             all.add(shared.amount);
             all
         });
+        // `monotonic_counter.` fields are counters for tracing-opentelemetry's
+        // metrics layer.
         tracing::debug!(
             toolstack.spend.released_tokens = released.tokens,
             toolstack.spend.released_nanos = released.cost.as_nanos(),
             toolstack.spend.settled_tokens = spent.tokens,
             toolstack.spend.settled_nanos = spent.cost.as_nanos(),
+            monotonic_counter.toolstack.spend.settled_tokens = spent.tokens,
+            monotonic_counter.toolstack.spend.settled_nanos = spent.cost.as_nanos(),
+            monotonic_counter.toolstack.spend.released_tokens = released.tokens,
             "spend settled"
         );
         if reserved != Spent::default() || spent != Spent::default() {
@@ -333,6 +332,18 @@ impl Meter {
     }
 }
 
+/// What a call (or more of its answer) reserved, on the call's span
+/// (polled inside the trace layer's).
+pub(super) fn reserved_event(reserved: Spent, wanted: Wanted) {
+    tracing::debug!(
+        toolstack.spend.reserved_tokens = reserved.tokens,
+        toolstack.spend.reserved_nanos = reserved.cost.as_nanos(),
+        toolstack.spend.prompt_tokens = wanted.prompt.tokens,
+        monotonic_counter.toolstack.spend.reserved_tokens = reserved.tokens,
+        "spend reserved"
+    );
+}
+
 /// The error of a call a limit refused, logged on the call's span.
 fn refusal(reached: super::LimitReached) -> ToolError {
     tracing::debug!(
@@ -342,6 +353,9 @@ fn refusal(reached: super::LimitReached) -> ToolError {
         toolstack.spend.cost_nanos = reached.spent.as_nanos(),
         toolstack.spend.reserved_tokens = reached.reserved_tokens,
         toolstack.spend.reserved_nanos = reached.reserved.as_nanos(),
+        toolstack.spend.cut = reached.cut_an_answer(),
+        monotonic_counter.toolstack.spend.refused_calls = u64::from(!reached.cut_an_answer()),
+        monotonic_counter.toolstack.spend.cut_answers = u64::from(reached.cut_an_answer()),
         "spend limit reached"
     );
     reached.into_error()

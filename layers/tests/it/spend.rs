@@ -216,6 +216,31 @@ async fn usage_is_added_when_the_answer_ends_and_the_reservation_given_back() {
         field("toolstack.spend.settled_tokens").as_deref(),
         Some("150000")
     );
+    // The same, as counters for an OpenTelemetry metrics layer; and the
+    // refusal above, counted as one.
+    assert_eq!(
+        field("monotonic_counter.toolstack.spend.settled_tokens").as_deref(),
+        Some("150000")
+    );
+    assert_eq!(
+        field("monotonic_counter.toolstack.spend.released_tokens").as_deref(),
+        Some("1000")
+    );
+    assert_eq!(
+        reserved[0]
+            .fields
+            .get("monotonic_counter.toolstack.spend.reserved_tokens")
+            .map(String::as_str),
+        Some("1000")
+    );
+    let refused = capture.events_with("spend limit reached");
+    assert_eq!(
+        refused[0]
+            .fields
+            .get("monotonic_counter.toolstack.spend.refused_calls")
+            .map(String::as_str),
+        Some("1")
+    );
     // Its usage replaced its reservation: 150,000 tokens spent.
     let err = call(&model, request("r")).await.unwrap_err();
     assert!(
