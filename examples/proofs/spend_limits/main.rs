@@ -90,7 +90,8 @@ per-caller spend limit in Redis; then again, with a worker killed mid-answer.
   --short-words PCT     the share of runs that write short words, whose
                         tokens the layer's bytes / 4 underestimates (25)
   --kill-after-lines L  the kill round kills worker 0 once its ledger has
-                        L lines (a tenth of the runs' worth: runs * 2 / W)
+                        L lines, with answers streaming (20 a run of its
+                        own: about a third of the way at the defaults)
   --seed S              the test model's seed (1)
   --deadline-s S        a round's workers are killed, and it fails, past
                         this (300)
@@ -136,7 +137,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "kill" => Some(flag(
                 &args,
                 "--kill-after-lines",
-                (runs * 2 / workers).max(10) as usize,
+                (runs / workers * 20).max(40) as usize,
             )),
             other => return Err(format!("--rounds: no round {other:?}").into()),
         };
