@@ -90,8 +90,9 @@ per-caller spend limit in Redis; then again, with a worker killed mid-answer.
   --short-words PCT     the share of runs that write short words, whose
                         tokens the layer's bytes / 4 underestimates (25)
   --kill-after-lines L  the kill round kills worker 0 once its ledger has
-                        L lines, with answers streaming (20 a run of its
-                        own: about a third of the way at the defaults)
+                        L lines, answers streaming (20 a run of its own:
+                        at the defaults, a tenth of a second in, within
+                        the reservation ttl of the round's end)
   --seed S              the test model's seed (1)
   --deadline-s S        a round's workers are killed, and it fails, past
                         this (300)
