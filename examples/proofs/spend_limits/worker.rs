@@ -34,7 +34,7 @@ use toolstack::model::{
     ChatRequest, Cost, FinishReason, Message, ModelDelta, Price, Prices, ToolCallDelta, Usage,
 };
 use toolstack::{tool, ErrorKind, ToolError, Toolbox};
-use toolstack_layers::spend::{Limit, RedisSpend, SpendLimitLayer, Window};
+use toolstack_layers::spend::{Limit, LimitReached, RedisSpend, Scope, SpendLimitLayer, Window};
 
 use crate::flag;
 
@@ -519,7 +519,8 @@ struct Ends {
     refused: [u64; 2],
     /// Cut mid-answer, likewise.
     cut: [u64; 2],
-    /// Stopped otherwise, or by a spend limit whose message names none.
+    /// Stopped otherwise, or by a spend limit whose error is not typed or
+    /// does not name its limit.
     other: Vec<String>,
     /// One message of each kind, to show.
     refused_said: Option<String>,
@@ -531,19 +532,35 @@ impl Ends {
         match (stop, error) {
             (Some(StopReason::Finished), None) => self.finished += 1,
             (Some(StopReason::SpendLimit), Some(err)) if err.kind() == ErrorKind::SpendLimited => {
+                // Typed: the limit, for code to read, is the error's source;
+                // what it says, for the model and an operator, must agree.
                 let message = err.message();
-                let limit = if message.starts_with("all model calls together") {
-                    0
-                } else if message.starts_with("this caller") {
-                    1
-                } else {
-                    self.other
-                        .push(format!("a spend limit that names no limit: {message}"));
+                let Some(reached) = std::error::Error::source(&err)
+                    .and_then(|source| source.downcast_ref::<LimitReached>())
+                else {
+                    self.other.push(format!(
+                        "a spend limit's error without its LimitReached: {message}"
+                    ));
                     return;
+                };
+                let limit = match (reached.scope, message) {
+                    (Scope::All, m) if m.starts_with("all model calls together") => 0,
+                    (Scope::Caller, m) if m.starts_with("this caller") => 1,
+                    (scope, _) => {
+                        self.other.push(format!(
+                            "a spend limit ({scope:?}) whose message names another: {message}"
+                        ));
+                        return;
+                    }
                 };
                 // A refusal says the model was not called; a cut, that
                 // the answer was.
-                if message.contains("the model was not called") {
+                let refused = message.contains("the model was not called");
+                if refused == reached.cut_an_answer() {
+                    self.other.push(format!(
+                        "a spend limit whose message and LimitReached disagree on a cut: {message}"
+                    ));
+                } else if refused {
                     self.refused[limit] += 1;
                     self.refused_said.get_or_insert_with(|| message.to_owned());
                 } else {
