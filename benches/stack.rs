@@ -693,6 +693,34 @@ fn instant_model() -> impl Service<
     })
 }
 
+/// The text deltas of [`streaming_model`]'s answer, and each one's text:
+/// an answer of about 250 tokens, streamed as a provider streams one.
+const DELTAS: usize = 64;
+const PIECE: &str = "a streamed word ";
+
+/// A model that answers every call at once with [`DELTAS`] text deltas,
+/// then the usage: what a layer's cost per delta shows on (the spend
+/// limit counts an answer's output as it streams).
+fn streaming_model() -> impl Service<
+    toolstack::model::ChatRequest,
+    Response = impl Stream<Item = Result<toolstack::model::ModelDelta, toolstack::ToolError>>,
+    Error = toolstack::ToolError,
+> + Clone {
+    use toolstack::model::{ModelDelta, Usage};
+    tower::service_fn(|_: toolstack::model::ChatRequest| {
+        let text = (0..DELTAS).map(|_| Ok(ModelDelta::Text(PIECE.to_owned())));
+        let answer = stream::iter(text.chain([Ok(ModelDelta::Usage(Usage::new(1_000, 250)))]));
+        std::future::ready(Ok::<_, toolstack::ToolError>(answer))
+    })
+}
+
+/// The check of a streamed answer's text, then the text the other cases
+/// answer (so that every case passes `checked`).
+fn streamed(text: String) -> String {
+    assert_eq!(text.len(), DELTAS * PIECE.len());
+    TEXT.to_owned()
+}
+
 /// One model call, read to its end (the last delta, where the spend limit
 /// settles the call): the answer's text.
 async fn model_call<S>(model: &mut S, request: &toolstack::model::ChatRequest) -> String
@@ -748,7 +776,11 @@ fn model_cases() -> Vec<Case> {
     let mut limited = ServiceBuilder::new()
         .layer(spend_limit())
         .service(instant_model());
-    let second = request.clone();
+    let mut bare_streaming = streaming_model();
+    let mut limited_streaming = ServiceBuilder::new()
+        .layer(spend_limit())
+        .service(streaming_model());
+    let (second, third, fourth) = (request.clone(), request.clone(), request.clone());
     let mut cases: Vec<Case> = vec![
         (
             "model answering at once",
@@ -764,6 +796,26 @@ fn model_cases() -> Vec<Case> {
                 model_call(&mut limited, &second)
                     .now_or_never()
                     .expect("ready")
+            }),
+        ),
+        (
+            STREAMING_MODEL,
+            Box::new(move || {
+                streamed(
+                    model_call(&mut bare_streaming, &third)
+                        .now_or_never()
+                        .expect("ready"),
+                )
+            }),
+        ),
+        (
+            "spend limit (in memory, under its limit), 64 deltas",
+            Box::new(move || {
+                streamed(
+                    model_call(&mut limited_streaming, &fourth)
+                        .now_or_never()
+                        .expect("ready"),
+                )
             }),
         ),
     ];
@@ -823,9 +875,21 @@ fn redis_model_cases() -> Vec<Case> {
             ),
         )
         .service(instant_model());
+    let mut limited_streaming = ServiceBuilder::new()
+        .layer(
+            spend_limit().redis(
+                RedisSpend::new(manager.clone())
+                    .prefix("bench:spend:streaming")
+                    .timeout(Duration::from_secs(5))
+                    .fail_closed(),
+            ),
+        )
+        .service(streaming_model());
     let request = model_request();
+    let second = request.clone();
     let mut ping = manager;
     let (on, also) = (std::rc::Rc::clone(&runtime), std::rc::Rc::clone(&server));
+    let (on_too, held_too) = (std::rc::Rc::clone(&runtime), std::rc::Rc::clone(&server));
     vec![
         (
             "Redis PING (one round trip; the Redis rows' yardstick)",
@@ -845,25 +909,58 @@ fn redis_model_cases() -> Vec<Case> {
                 runtime.block_on(model_call(&mut limited, &request))
             }),
         ),
+        (
+            "spend limit (in Redis, under its limit), 64 deltas",
+            Box::new(move || {
+                let _held = &held_too;
+                streamed(on_too.block_on(model_call(&mut limited_streaming, &second)))
+            }),
+        ),
     ]
 }
 
+const STREAMING_MODEL: &str = "model streaming 64 deltas at once";
+
 fn model_summary() {
+    let mut cases = checked(model_cases());
     let ns = table(
         "a model call through a layer",
-        "| layer | ns/call | + ns over the model | allocations/call |",
-        &mut checked(model_cases()),
+        "| layer | ns/call | + ns over the model answering at once | allocations/call |",
+        &mut cases,
         |ns, i| format!("{:+.1}", ns[i] - ns[0]),
     );
+    let at = |name: &str| {
+        cases
+            .iter()
+            .position(|(case, _)| *case == name)
+            .map(|i| ns[i])
+    };
+    let (Some(model), Some(memory), Some(streaming), Some(memory_streaming)) = (
+        at("model answering at once"),
+        at("spend limit (in memory, under its limit)"),
+        at(STREAMING_MODEL),
+        at("spend limit (in memory, under its limit), 64 deltas"),
+    ) else {
+        return;
+    };
     println!(
-        "\nspend limit in memory: {:.2}× the model answering at once",
-        ns[1] / ns[0]
+        "\nspend limit in memory: +{:.0} ns, {:.2}× the model answering at once; \
+         +{:.0} ns over a {DELTAS}-delta answer",
+        memory - model,
+        memory / model,
+        memory_streaming - streaming,
     );
-    if let [_, _, ping, redis] = ns[..] {
+    if let (Some(ping), Some(redis), Some(redis_streaming)) = (
+        at("Redis PING (one round trip; the Redis rows' yardstick)"),
+        at("spend limit (in Redis, under its limit)"),
+        at("spend limit (in Redis, under its limit), 64 deltas"),
+    ) {
         println!(
-            "spend limit in Redis: {:.1} µs/call, {:.2}× a PING round trip",
+            "spend limit in Redis: {:.1} µs/call, {:.2}× a PING round trip; \
+             +{:.1} µs over a {DELTAS}-delta answer",
             redis / 1e3,
-            redis / ping
+            redis / ping,
+            (redis_streaming - streaming) / 1e3,
         );
     }
 }
