@@ -43,7 +43,7 @@ fn spend_limits_hold_across_processes_and_a_kill_leaves_no_reservation() {
             "--delta-ms",
             "5",
             "--kill-after-lines",
-            "150",
+            "30",
         ]),
         Duration::from_secs(300),
         "the spend-limits proof",

@@ -90,7 +90,7 @@ per-caller spend limit in Redis; then again, with a worker killed mid-answer.
   --short-words PCT     the share of runs that write short words, whose
                         tokens the layer's bytes / 4 underestimates (25)
   --kill-after-lines L  the kill round kills worker 0 once its ledger has
-                        L lines, answers streaming (20 a run of its own:
+                        L lines and an answer streams (20 a run of its own:
                         at the defaults, a tenth of a second in, within
                         the reservation ttl of the round's end)
   --seed S              the test model's seed (1)
@@ -273,16 +273,18 @@ fn nanos(usage: Usage) -> u64 {
 /// generated.
 fn read_ledger(ledger: &Path) -> Result<HashMap<(u32, u32), Call>, String> {
     let text = std::fs::read_to_string(ledger).unwrap_or_default();
+    parse_ledger(&text).map_err(|line| format!("{}: a torn line {line:?}", ledger.display()))
+}
+
+/// The calls of a ledger's text; the line that is not one, if any.
+fn parse_ledger(text: &str) -> Result<HashMap<(u32, u32), Call>, String> {
     let mut calls = HashMap::new();
     for line in text.lines() {
         let fields: Vec<&str> = line.split(' ').collect();
         let [run, turn, user, prompt, estimate, output, bytes, what] = fields[..] else {
-            return Err(format!("{}: a torn line {line:?}", ledger.display()));
+            return Err(line.to_owned());
         };
-        let n = |s: &str| {
-            s.parse::<u64>()
-                .map_err(|_| format!("{}: {line:?}", ledger.display()))
-        };
+        let n = |s: &str| s.parse::<u64>().map_err(|_| line.to_owned());
         let call: &mut Call = calls.entry((n(run)? as u32, n(turn)? as u32)).or_default();
         *call = Call {
             user: n(user)? as u32,
@@ -294,6 +296,16 @@ fn read_ledger(ledger: &Path) -> Result<HashMap<(u32, u32), Call>, String> {
         };
     }
     Ok(calls)
+}
+
+/// How many whole lines `ledger` has, and how many of its calls are
+/// streaming (made, not ended). A line being written is not read.
+fn streaming(ledger: &Path) -> Result<(usize, usize), String> {
+    let text = std::fs::read_to_string(ledger).unwrap_or_default();
+    let whole = &text[..text.rfind('\n').map_or(0, |at| at + 1)];
+    let calls = parse_ledger(whole).map_err(|line| format!("a torn line {line:?}"))?;
+    let open = calls.values().filter(|call| !call.ended).count();
+    Ok((whole.lines().count(), open))
 }
 
 /// Real spend and the estimates' error, in nano-dollars.
@@ -512,20 +524,18 @@ impl Proof {
         let give_up = began + self.deadline;
 
         // The kill round: worker 0 dies once its ledger has this many
-        // lines — answers streaming.
+        // lines and answers are streaming.
         let mut killed = None;
         if let Some(lines) = kill_after {
             let ledger = workers[0].ledger.clone();
             loop {
-                let written = std::fs::read(&ledger)
-                    .map(|b| b.iter().filter(|c| **c == b'\n').count())
-                    .unwrap_or(0);
-                if written >= lines {
+                let (written, open) = streaming(&ledger)?;
+                if written >= lines && open > 0 {
                     break;
                 }
                 if workers[0].child.try_wait()?.is_some() || Instant::now() > give_up {
                     return Err(format!(
-                        "worker 0 ended (or the deadline passed) with {written} ledger lines, before the kill at {lines}"
+                        "worker 0 ended (or the deadline passed) with {written} ledger lines, before the kill at {lines} with an answer streaming"
                     )
                     .into());
                 }
