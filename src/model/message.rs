@@ -160,6 +160,12 @@ pub struct ChatRequest {
     /// The shape the answer's text must have: a JSON value of this schema
     /// (the provider's structured output), or `None` for free text.
     pub output: Option<OutputSchema>,
+    /// The most output tokens the answer may have, or `None` for the model
+    /// service's own setting. A client sends the smaller of this and its
+    /// own (the OpenAI-compatible client as `max_completion_tokens`, the
+    /// Anthropic client as `max_tokens`); a spend limit lowers it to what
+    /// its limits have left.
+    pub max_tokens: Option<u32>,
 }
 
 /// Which tools a model may or must call in one request, as the OpenAI
@@ -241,6 +247,13 @@ impl ChatRequest {
     /// Asks for an answer that is a JSON value of `output`'s schema.
     pub fn with_output(mut self, output: OutputSchema) -> Self {
         self.output = Some(output);
+        self
+    }
+
+    /// Lets the answer have at most `max_tokens` output tokens (the
+    /// smaller of this and the client's own limit is sent).
+    pub fn with_max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = Some(max_tokens);
         self
     }
 

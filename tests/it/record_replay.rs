@@ -1,7 +1,8 @@
 //! Model traffic recorded once and replayed (`model::record`): an agent's
 //! run replayed exactly, a changed prompt failing with a diff, the two
-//! orders, the recorded timing on a paused clock, an answer dropped while
-//! recorded, and recordings that are truncated, corrupt, edited or newer.
+//! orders, a request's max_tokens matched, the recorded timing on a
+//! paused clock, an answer dropped while recorded, and recordings that
+//! are truncated, corrupt, edited or newer.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -123,6 +124,36 @@ async fn by_match_answers_out_of_order_and_in_order_does_not() {
             .starts_with("call 1 of the replay was not recorded"),
         "{err}"
     );
+    let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test]
+async fn a_requests_max_tokens_is_recorded_and_matched() {
+    let path = file("max-tokens");
+    let recorded = RecordLayer::create(&path)
+        .unwrap()
+        .layer(ScriptedModel::new([Turn::new().text("short")]));
+    let ask = |max_tokens: Option<u32>| {
+        let mut request = ChatRequest::new(vec![Message::user("hi")]);
+        request.max_tokens = max_tokens;
+        request
+    };
+    let _: Vec<_> = recorded
+        .oneshot(ask(Some(100)))
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    // Another limit is another request: it can end the answer sooner.
+    let err = ReplayModel::open(&path)
+        .unwrap()
+        .oneshot(ask(None))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    assert!(err.message().contains(r#"-   "max_tokens": 100"#), "{err}");
+    let same = ReplayModel::open(&path).unwrap().oneshot(ask(Some(100)));
+    assert!(same.await.is_ok());
     let _ = std::fs::remove_file(&path);
 }
 

@@ -91,6 +91,22 @@ impl Metering {
         Ok(())
     }
 
+    /// Lowers `request`'s `max_tokens` to the output the call's
+    /// reservation pays for when the limits capped it below what the call
+    /// wanted — never raising it, never below 1 — so that a model that
+    /// keeps to it ends its answer there, rather than be cut.
+    pub(super) fn fit_output(&self, request: &mut ChatRequest) {
+        let held = self.held();
+        let whole = self.wanted.whole;
+        if held.tokens >= whole.tokens && held.cost >= whole.cost {
+            return;
+        }
+        let paid = u32::try_from(self.output_allowed(None, None))
+            .unwrap_or(u32::MAX)
+            .max(1);
+        request.max_tokens = Some(request.max_tokens.map_or(paid, |asked| asked.min(paid)));
+    }
+
     /// What the call holds, here and in the shared store.
     fn held(&self) -> Spent {
         self.shared.iter().fold(self.reserved, |mut all, shared| {
@@ -274,7 +290,7 @@ where
                     let verdict = ready!(reading.as_mut().poll(cx));
                     let State::Reading {
                         service,
-                        request,
+                        mut request,
                         now,
                         deadline,
                         ..
@@ -289,6 +305,7 @@ where
                     if let Err(err) = admitted {
                         return Poll::Ready(Err(err));
                     }
+                    metering.fit_output(&mut request);
                     *this.state = State::Admitted {
                         service,
                         request,

@@ -123,12 +123,13 @@ impl SpendLimitLayer {
         self
     }
 
-    /// The output tokens each call reserves, with its prompt, before it
-    /// is made (4,096 by default): set it to the model client's
-    /// `max_tokens`, the most a call can write. Calls in flight count
-    /// what they reserved until they end, so that concurrent calls do not
-    /// all take the same headroom; a call writing more than it reserved
-    /// can overshoot a limit by the difference.
+    /// The output tokens a call whose request sets no `max_tokens`
+    /// reserves, with its prompt, before it is made (4,096 by default):
+    /// set it to the model client's `max_tokens`, the most a call can
+    /// write. Calls in flight count what they reserved until they end, so
+    /// that concurrent calls do not all take the same headroom; an answer
+    /// writing more than its call reserved asks for more, and is cut when
+    /// no limit has room.
     pub fn reserve_output_tokens(mut self, tokens: u64) -> Self {
         self.reserve_output = tokens;
         self

@@ -142,9 +142,11 @@ impl Meter {
 
     /// What `request` may spend at most: its prompt, estimated from its
     /// messages (bytes / 4, as compaction estimates them — high for most
-    /// text, the safe way), and the output reserved for every call.
+    /// text, the safe way), and its `max_tokens` of output, else the
+    /// output reserved for every call.
     pub(super) fn wanted(&self, request: &ChatRequest) -> Wanted {
         let prompt = estimate_tokens(&request.messages);
+        let output = request.max_tokens.map_or(self.reserve_output, u64::from);
         let model = request.model.as_deref().unwrap_or_default();
         let priced = |usage: Usage| Spent {
             tokens: usage.total_tokens(),
@@ -152,7 +154,7 @@ impl Meter {
         };
         Wanted {
             prompt: priced(Usage::new(prompt, 0)),
-            whole: priced(Usage::new(prompt, self.reserve_output)),
+            whole: priced(Usage::new(prompt, output)),
         }
     }
 

@@ -59,7 +59,9 @@
 //!
 //! Before a call, it is given what it may spend at most: its prompt,
 //! estimated from its messages (bytes / 4, as compaction estimates them —
-//! high for most text), and the output tokens every call reserves
+//! high for most text), and its output: the request's
+//! [`max_tokens`](toolstack::model::ChatRequest::max_tokens) when set,
+//! else the output tokens every call reserves
 //! ([`reserve_output_tokens`](SpendLimitLayer::reserve_output_tokens),
 //! 4,096 unless set: the model client's `max_tokens`), priced for the
 //! model asked for. The counters it would count in are read — what was
@@ -73,6 +75,13 @@
 //! when it resets; its source is a [`LimitReached`] for code to read. The
 //! model is not called. An agent run ends then with
 //! [`StopReason::SpendLimit`](toolstack::agent::StopReason::SpendLimit).
+//!
+//! A call admitted with less than its maximum — the last to fit — goes to
+//! the model with its request's `max_tokens` lowered to the output its
+//! reservation pays for (never raised, never below 1; with the counters
+//! in Redis, after the store's verdict). The model clients send the
+//! smaller of it and their own limit, so a model that keeps to it ends
+//! its answer within what the limits had left, rather than be cut.
 //!
 //! # While the answer streams
 //!

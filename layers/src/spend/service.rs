@@ -60,7 +60,7 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, request: ChatRequest) -> Self::Future {
+    fn call(&mut self, mut request: ChatRequest) -> Self::Future {
         let now = self.meter.now();
         let counted = self.meter.counted(&request.extensions, now);
         let model = request.model.clone();
@@ -80,6 +80,7 @@ where
             if let Err(refused) = metering.admit_locally(now) {
                 return ResponseFuture::refused(refused);
             }
+            metering.fit_output(&mut request);
             return ResponseFuture::called(self.inner.call(request), Some(metering));
         };
         // Every call waits for the store's answer: it goes with a fresh

@@ -37,6 +37,7 @@ mod saturated_truth;
 mod saturation;
 mod spend;
 mod spend_agent;
+mod spend_max_tokens;
 mod spend_stream;
 mod timeout;
 mod trace;

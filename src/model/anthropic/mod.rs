@@ -28,6 +28,9 @@ use events::Events;
 /// The API version this client speaks, sent as `anthropic-version`.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 
+/// The least thinking budget the API takes.
+const MIN_THINKING_BUDGET: u32 = 1024;
+
 /// The delta stream of an [`AnthropicModel`] answer.
 pub type AnthropicStream = Pin<Box<dyn Stream<Item = Result<ModelDelta, ToolError>> + Send>>;
 
@@ -61,8 +64,11 @@ pub enum CachePoint {
 /// content blocks (consecutive tool results in one user message, as
 /// `tool_result` blocks with `is_error` and the tool's images), the
 /// toolbox's tools with their input schemas, `max_tokens` (the API
-/// requires it: [`max_tokens`](Self::max_tokens), 4096 unless set), and
-/// `thinking` when [asked for](Self::thinking).
+/// requires it: the client's [`max_tokens`](Self::max_tokens), 4096 unless
+/// set, or the request's [`max_tokens`](ChatRequest::max_tokens) when
+/// lower), and `thinking` when [asked for](Self::thinking) — its budget
+/// lowered below a request's lower `max_tokens`, and left out when that
+/// leaves less than the API's least budget (1024 tokens).
 ///
 /// Every failure is a typed [`ToolError`]:
 ///
@@ -183,16 +189,28 @@ impl AnthropicModel {
                 mark_last(blocks);
             }
         }
+        let max_tokens = request
+            .max_tokens
+            .map_or(self.max_tokens, |asked| asked.min(self.max_tokens));
         let mut body = json!({
             "model": request.model.as_deref().unwrap_or(&self.model),
-            "max_tokens": self.max_tokens,
+            "max_tokens": max_tokens,
             "messages": messages,
             "stream": true,
         });
         if !system.is_empty() {
             body["system"] = system.into();
         }
-        if let Some(budget) = self.thinking {
+        // The API refuses a budget not below `max_tokens`, or below its
+        // least: a request's lower `max_tokens` (a spend limit's) lowers
+        // the budget, or leaves thinking out, rather than fail the call.
+        let budget = match self.thinking {
+            Some(budget) if max_tokens < self.max_tokens && budget >= max_tokens => {
+                Some(max_tokens.saturating_sub(1)).filter(|&b| b >= MIN_THINKING_BUDGET)
+            }
+            budget => budget,
+        };
+        if let Some(budget) = budget {
             body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
         }
         if !request.tools.is_empty() {

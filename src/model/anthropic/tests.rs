@@ -346,3 +346,37 @@ fn the_tool_choice_and_the_typed_answer_are_encoded_as_anthropic_reads_them() {
     assert_eq!(format["schema"]["additionalProperties"], false);
     assert_eq!(format["schema"]["properties"]["city"]["type"], "string");
 }
+
+#[test]
+fn the_smaller_of_the_requests_and_the_clients_max_tokens_is_sent() {
+    let model = AnthropicModel::new("claude-test").max_tokens(1000);
+    let sent = |model: &AnthropicModel, asked: Option<u32>| {
+        let mut request = ChatRequest::new(vec![Message::user("hi")]);
+        request.max_tokens = asked;
+        let body = model.body(&request);
+        (body["max_tokens"].as_u64(), body.get("thinking").cloned())
+    };
+    assert_eq!(sent(&model, Some(300)).0, Some(300), "the request's, lower");
+    assert_eq!(
+        sent(&model, Some(5000)).0,
+        Some(1000),
+        "the client's, lower"
+    );
+    assert_eq!(sent(&model, None).0, Some(1000), "the client's, alone");
+    assert_eq!(
+        sent(&AnthropicModel::new("claude-test"), None).0,
+        Some(4096),
+        "the client's default"
+    );
+    // A thinking budget the request's lower limit leaves room for is kept;
+    // one it does not is lowered below it, or left out under the least.
+    let thinking = AnthropicModel::new("claude-test")
+        .max_tokens(16_000)
+        .thinking(8_000);
+    let budget = |asked| sent(&thinking, asked).1.map(|t| t["budget_tokens"].clone());
+    assert_eq!(budget(None), Some(json!(8_000)));
+    assert_eq!(budget(Some(9_000)), Some(json!(8_000)));
+    assert_eq!(budget(Some(5_000)), Some(json!(4_999)));
+    assert_eq!(budget(Some(1_025)), Some(json!(1_024)));
+    assert_eq!(budget(Some(1_024)), None, "below the API's least budget");
+}

@@ -49,13 +49,20 @@ pub type OpenAiStream = Pin<Box<dyn Stream<Item = Result<ModelDelta, ToolError>>
 /// [`retry_after`](ToolError::retry_after), which the retry layer honours.
 ///
 /// A request's [`model`](ChatRequest::model), when set, is asked for
-/// instead of the model the client was made with.
+/// instead of the model the client was made with. Its
+/// [`max_tokens`](ChatRequest::max_tokens) and the client's own
+/// [`max_tokens`](Self::max_tokens), the smaller when both are set, are
+/// sent as `max_completion_tokens` (or `max_tokens`, see
+/// [`legacy_max_tokens`](Self::legacy_max_tokens)); neither set, none is
+/// sent and the endpoint's default applies.
 #[derive(Debug, Clone)]
 pub struct OpenAiModel {
     client: reqwest::Client,
     base_url: String,
     api_key: Option<String>,
     model: String,
+    max_tokens: Option<u32>,
+    legacy_max_tokens: bool,
 }
 
 impl OpenAiModel {
@@ -66,6 +73,8 @@ impl OpenAiModel {
             base_url: base_url.into().trim_end_matches('/').to_owned(),
             api_key: None,
             model: model.into(),
+            max_tokens: None,
+            legacy_max_tokens: false,
         }
     }
 
@@ -80,6 +89,24 @@ impl OpenAiModel {
     /// Sends `api_key` as a bearer token.
     pub fn api_key(mut self, api_key: impl Into<String>) -> Self {
         self.api_key = Some(api_key.into());
+        self
+    }
+
+    /// The most output tokens an answer may have, reasoning included
+    /// (none unless set: the endpoint's default); a request asking for
+    /// fewer gets fewer.
+    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = Some(max_tokens);
+        self
+    }
+
+    /// Sends the output limit as `max_tokens`, the field older
+    /// OpenAI-compatible servers read, instead of `max_completion_tokens`
+    /// (OpenAI's, which its reasoning models require). Ollama and LM Studio
+    /// read only `max_tokens` and ignore the other: without this, a limit
+    /// sent to them — a spend limit's among them — does not stop the answer.
+    pub fn legacy_max_tokens(mut self) -> Self {
+        self.legacy_max_tokens = true;
         self
     }
 
@@ -102,6 +129,18 @@ impl OpenAiModel {
             "stream": true,
             "stream_options": {"include_usage": true},
         });
+        let max_tokens = match (request.max_tokens, self.max_tokens) {
+            (Some(asked), Some(own)) => Some(asked.min(own)),
+            (asked, own) => asked.or(own),
+        };
+        if let Some(max_tokens) = max_tokens {
+            let field = if self.legacy_max_tokens {
+                "max_tokens"
+            } else {
+                "max_completion_tokens"
+            };
+            body[field] = max_tokens.into();
+        }
         if !request.tools.is_empty() {
             let tools: Vec<Value> = request
                 .tools
@@ -263,6 +302,30 @@ mod tests {
         let schema = &format["json_schema"]["schema"];
         assert_eq!(schema["additionalProperties"], false);
         assert_eq!(schema["required"], json!(["city", "days"]));
+    }
+
+    #[test]
+    fn the_smaller_of_the_requests_and_the_clients_max_tokens_is_sent() {
+        let sent = |model: &OpenAiModel, asked: Option<u32>| {
+            let mut request = ChatRequest::new(vec![Message::user("hi")]);
+            request.max_tokens = asked;
+            let body = model.body(&request);
+            assert_eq!(body.get("max_tokens"), None, "the legacy field is not sent");
+            body.get("max_completion_tokens").and_then(Value::as_u64)
+        };
+        let own = OpenAiModel::new("http://127.0.0.1:1", "gpt-test").max_tokens(1000);
+        assert_eq!(sent(&own, Some(300)), Some(300), "the request's, lower");
+        assert_eq!(sent(&own, Some(5000)), Some(1000), "the client's, lower");
+        assert_eq!(sent(&own, None), Some(1000), "the client's, alone");
+        let none = OpenAiModel::new("http://127.0.0.1:1", "gpt-test");
+        assert_eq!(sent(&none, Some(300)), Some(300), "the request's, alone");
+        assert_eq!(sent(&none, None), None, "neither: the endpoint's default");
+        let legacy = own.legacy_max_tokens();
+        let body = legacy.body(&ChatRequest::new(vec![]).with_max_tokens(300));
+        assert_eq!(
+            (body.get("max_tokens"), body.get("max_completion_tokens")),
+            (Some(&json!(300)), None)
+        );
     }
 
     fn fold(bytes: Vec<Vec<u8>>) -> (String, Vec<crate::model::ToolCall>, usize) {

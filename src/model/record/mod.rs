@@ -8,11 +8,11 @@
 //! ```
 //!
 //! * **What is written**: the request's model name, messages and tools
-//!   (name, description, input schema), its tool choice and typed answer's
-//!   schema when set — what a model is sent, nothing
-//!   else: not its extensions (the caller's identity), and no API key,
-//!   which is not part of a request (the client holds it). Recording sits
-//!   above the HTTP client, so no header is written.
+//!   (name, description, input schema), its tool choice, typed answer's
+//!   schema and output limit (`max_tokens`) when set — what a model is
+//!   sent, nothing else: not its extensions (the caller's identity), and
+//!   no API key, which is not part of a request (the client holds it).
+//!   Recording sits above the HTTP client, so no header is written.
 //! * **The digest** is SHA-256 of that request's JSON (field order fixed
 //!   by the types, so the same request gives the same digest): it is what
 //!   a replay matches.
@@ -230,7 +230,7 @@ impl Item {
 
 /// What a request is, as recorded and matched: the model asked for, the
 /// messages, the tools (name, description, input schema), and the tool
-/// choice and the typed answer's schema when set.
+/// choice, the typed answer's schema and the output limit when set.
 pub(crate) fn normalised(request: &ChatRequest) -> Value {
     let tools: Vec<Value> = request
         .tools
@@ -256,6 +256,10 @@ pub(crate) fn normalised(request: &ChatRequest) -> Value {
     if let Some(output) = &request.output {
         normalised["output"] =
             serde_json::json!({"name": &*output.name, "schema": &*output.schema});
+    }
+    // A lower limit can end the answer sooner: another request.
+    if let Some(max_tokens) = request.max_tokens {
+        normalised["max_tokens"] = max_tokens.into();
     }
     normalised
 }
