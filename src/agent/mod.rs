@@ -43,8 +43,9 @@
 // typed output (`output`), each step's tools and choice (`step_tools`),
 // the search tool, the costs; what a resume takes; the sessions running in
 // this process (`running_sessions`); the journal, the one writer of a
-// run's state; the step in flight and its sinks (`step_state`); one call
-// of a step (`step_call`); the agent's settings; the event stream; a run;
+// run's state; the step in flight and its sinks (`step_state`); where
+// model turns and tool calls run (`steps`: here, or as Restate steps);
+// one call of a step (`step_call`); the agent's settings; the event stream; a run;
 // the agent as a service; sessions (runs continuing a stored
 // conversation); the agent as a tool last.
 mod as_tool;
@@ -54,6 +55,8 @@ mod event;
 mod journal;
 pub(crate) mod lifecycle;
 mod output;
+#[cfg(feature = "restate")]
+pub mod restate;
 mod resume;
 mod run;
 mod running_sessions;
@@ -62,6 +65,7 @@ mod service;
 mod session;
 mod settings;
 mod step_call;
+mod steps;
 mod step_state;
 mod step_tools;
 pub mod store;

@@ -12,15 +12,15 @@ use tokio::sync::mpsc;
 
 use crate::approval::{BindingDecision, DecidedBy, Decision};
 use crate::model::ToolCall;
-use crate::result::{Collecting, Seen};
 use crate::toolbox::ToolSearch;
-use crate::{ErrorKind, ToolError, ToolRequest, ToolResult, Toolbox};
+use crate::{ErrorKind, ToolError, ToolResult, Toolbox};
 
 use super::event::AgentEvent;
 use super::journal::{run_error, RunJournal};
 use super::resume::Resumed;
 use super::search::Searched;
 use super::step_state::{fail, FirstFailure, StepState};
+use super::steps::{may_have_run, ToolStep};
 use super::store::CallState;
 
 /// A call of the step in flight: counted down when it ends or is dropped.
@@ -50,6 +50,9 @@ pub(super) struct StepCall {
     pub(super) refused: Option<ToolError>,
     /// For a call of the search tool: the search it runs.
     pub(super) search: Option<SearchCall>,
+    /// Where the toolbox runs the call (none for a call refused or a
+    /// search, which the run answers itself).
+    pub(super) place: Option<ToolStep>,
 }
 
 /// A call of [`SEARCH_TOOLS`](super::SEARCH_TOOLS): run by the agent, not
@@ -86,12 +89,7 @@ impl StepCall {
                 decision: Decision::Allow | Decision::Modify { .. },
                 ..
             } if !self.idempotent => {
-                let err = ToolError::new(
-                    ErrorKind::Interrupted,
-                    "the call may have run; the process stopped before it finished, \
-                     and the tool is not idempotent, so it was not run again",
-                );
-                return self.refused(call, err).await;
+                return self.refused(call, may_have_run()).await;
             }
             CallState::Decided { decision, by } => {
                 binding = Some(BindingDecision::new(&call.id, decision, by));
@@ -146,7 +144,13 @@ impl StepCall {
         }
         let finished = match &self.search {
             Some(search) => self.search(call, search, &extensions).await,
-            None => run_tool(&self.toolbox, call, extensions, &self.tx).await,
+            None => {
+                let place = self.place.take().unwrap_or(ToolStep::Here);
+                let idempotent = self.idempotent;
+                place
+                    .run(&self.toolbox, call, extensions, &self.tx, idempotent)
+                    .await
+            }
         };
         drop(running);
         let length = self.finished(call, finished).await;
@@ -266,49 +270,4 @@ impl StepCall {
         }
         length
     }
-}
-
-/// Runs one call, streaming its items and then its result as events;
-/// returns the result as the model reads it, for the journal.
-pub(super) async fn run_tool(
-    toolbox: &Toolbox,
-    call: &ToolCall,
-    extensions: Extensions,
-    tx: &mpsc::Sender<AgentEvent>,
-) -> CallState {
-    let mut request =
-        ToolRequest::new(call.name.clone(), call.arguments.clone()).with_id(call.id.clone());
-    *request.extensions_mut() = extensions;
-    let result = match toolbox.dispatch(request).await {
-        Err(err) => ToolResult::from_error(err),
-        Ok(items) => {
-            let mut collecting = Collecting::new(items);
-            loop {
-                let event = match collecting.next().await {
-                    Seen::Progress(progress) => AgentEvent::Progress {
-                        call_id: call.id.clone(),
-                        progress,
-                    },
-                    Seen::Output => match collecting.latest() {
-                        Some(output) => AgentEvent::ToolOutput {
-                            call_id: call.id.clone(),
-                            output: output.clone(),
-                        },
-                        None => continue,
-                    },
-                    Seen::Done(result) => break result,
-                };
-                let _ = tx.send(event).await;
-            }
-        }
-    };
-    // The journal needs the text; the event takes the result itself.
-    let finished = CallState::finished(&result);
-    let event = AgentEvent::ToolResult {
-        call_id: call.id.clone(),
-        name: call.name.clone(),
-        result,
-    };
-    let _ = tx.send(event).await;
-    finished
 }

@@ -66,6 +66,8 @@ mod openai;
 #[cfg(feature = "openai-tls")]
 mod openai_tls;
 mod record_replay;
+#[cfg(feature = "restate")]
+mod restate_runs;
 mod restate_server;
 mod run_store;
 mod schema;

@@ -16,7 +16,7 @@ use toolstack_demo::restate_server::{RestateError, RestateProcess};
 
 /// A server for `test`, or `None` (after a loud SKIPPED) when the binary
 /// is not there and not required.
-fn start(test: &str) -> Option<RestateProcess> {
+pub(crate) fn start(test: &str) -> Option<RestateProcess> {
     match RestateProcess::start(test) {
         Ok(restate) => Some(restate),
         Err(missing @ RestateError::Missing { .. }) => {

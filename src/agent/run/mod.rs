@@ -23,7 +23,7 @@ use http::Extensions;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::model::{FinishReason, Message, OuterRuns, Reasoning, RunId, ToolCall};
+use crate::model::{FinishReason, Message, OuterRuns, RunId};
 use crate::model::{ModelService, ToolChoice};
 use crate::{ErrorKind, ToolError, ToolInfo};
 
@@ -35,6 +35,7 @@ use super::resume::Resumed;
 use super::settings::Agent;
 use super::step_state::{approval_events, fail, guardrail_events, FirstFailure, StepState};
 use super::step_tools::StepTools;
+use super::steps::{Cut, ModelAnswer, Steps, TurnError};
 use super::store::RunStatus;
 use super::stream::AgentStream;
 
@@ -84,37 +85,13 @@ pub(super) struct Run<M> {
     compaction_failed: Option<ToolError>,
     /// This step's tools, choice and active set.
     current: StepTools,
+    /// Where its model turns and tool calls run: here, or as durable
+    /// steps.
+    steps: Steps,
     /// The typed answer, once decoded.
     output: Option<serde_json::Value>,
     /// TypedOutcome answers that did not decode so far.
     output_failures: usize,
-}
-
-/// One model answer, complete — or cut mid-stream by a spend limit.
-pub(super) struct ModelAnswer {
-    pub(super) text: String,
-    /// The model's reasoning blocks, kept for the next request.
-    pub(super) reasoning: Vec<Reasoning>,
-    pub(super) calls: Vec<ToolCall>,
-    /// The last finish reason the model sent, if any.
-    pub(super) finish: Option<FinishReason>,
-    /// The answer was cut mid-stream: what it said before is the text and
-    /// reasoning above (its calls are dropped: a call is known complete
-    /// only when the answer ends).
-    pub(super) cut: Option<Cut>,
-}
-
-/// Why an answer was cut mid-stream: the error that cut it (a spend
-/// limit crossed), and whether it had begun tool calls, which are dropped.
-pub(super) struct Cut {
-    pub(super) error: ToolError,
-    pub(super) calls_begun: bool,
-}
-
-/// A model turn that failed, and whether any delta had arrived before.
-pub(super) struct TurnError {
-    pub(super) error: ToolError,
-    pub(super) streamed: bool,
 }
 
 impl<M> Run<M>
@@ -132,6 +109,18 @@ where
         journal: RunJournal,
         extensions: Extensions,
         resumed: Option<Resumed>,
+    ) -> AgentStream {
+        Self::start_on(agent, journal, extensions, resumed, Steps::Here)
+    }
+
+    /// [`start`](Self::start), its model turns and tool calls run by
+    /// `steps`.
+    pub(super) fn start_on(
+        agent: Agent<M>,
+        journal: RunJournal,
+        extensions: Extensions,
+        resumed: Option<Resumed>,
+        steps: Steps,
     ) -> AgentStream {
         let (tx, events) = mpsc::channel(32);
         let journal = Arc::new(journal);
@@ -193,6 +182,7 @@ where
                 choice: ToolChoice::Auto,
                 active: None,
             },
+            steps,
             output: None,
             output_failures: 0,
         };

@@ -70,6 +70,8 @@ where
         let mut lengths: Vec<(usize, usize)> = stream::iter(runs.into_iter().enumerate())
             .map(|(at, (state, refused, search))| {
                 let tool_call = &calls[at];
+                // Taken here, in call order, for a call the toolbox runs.
+                let place = (refused.is_none() && search.is_none()).then(|| self.steps.tool_step());
                 let call = StepCall {
                     toolbox: self.agent.toolbox.clone(),
                     tx: self.tx.clone(),
@@ -86,6 +88,7 @@ where
                     resumed: resumed.clone(),
                     refused,
                     search,
+                    place,
                 };
                 let run = call.run(tool_call, state);
                 async move { (at, run.await) }

@@ -1,0 +1,198 @@
+//! Agent runs as Restate workflows (feature `restate`): each model turn
+//! and each tool call a journaled step of a `restate-server`, so a run
+//! survives the crash of the process running it.
+//!
+//! [`RestateRuns`] is a Restate service: bind it to an [`Endpoint`] (or
+//! [`RestateRuns::serve`] it), register the endpoint with the server's
+//! admin API, and start a run through the server's ingress:
+//! `POST /AgentRuns/{run id}/run` with `{"messages": [...]}`
+//! ([`RunInput`]); the answer is a [`RunOutput`].
+//!
+//! # What a crash does
+//!
+//! The run is the workflow's `run` handler, keyed by the run id. The
+//! agent's loop is the one every run has — compaction, typed answers,
+//! tool search, spend limits' extensions are unchanged —, but its two
+//! ways out, asking the model and running a tool through the toolbox,
+//! are `ctx.run` steps. When the process running a run dies, Restate
+//! runs the handler again on a live process and *replays* it: a step
+//! whose outcome is in the journal is not executed, its outcome is read
+//! back. So a model turn that completed is never asked again, and a tool
+//! call that completed never runs again. A step in flight at the crash
+//! had no outcome: an idempotent tool runs again; a tool not marked
+//! idempotent ([`ToolAnnotations`](crate::ToolAnnotations)) is answered
+//! to the model "the call may have run; …" — the wording and contract of
+//! the run journal's resume — and is not run again. The calls of one turn
+//! are handled concurrently by the loop and their results join the
+//! conversation in call order, but their tool steps take turns:
+//! restate-sdk 0.13 cannot replay two `ctx.run` steps that were both in
+//! flight at a crash (a journal mismatch; see `steps/restate.rs`), so a
+//! turn's calls run one after another until tool calls become calls to a
+//! tool handler (whose commands the SDK journals without awaiting). The
+//! user's toolbox and layers run inside the step, unchanged.
+//!
+//! # A workflow, not a virtual object
+//!
+//! Both are keyed by the run id and give one `run` per key. A workflow's
+//! `run` executes at most once per key (a second submission is answered
+//! `PreviouslyAccepted` with the first's invocation), which is what a
+//! run is; its shared handlers can read and answer while `run` goes on;
+//! and only workflows have durable promises, which approvals will wait
+//! on (suspended: no process holds a waiting run). A virtual object
+//! would queue a second call behind the first and block its other
+//! exclusive handlers while a run waits.
+//!
+//! # Not yet
+//!
+//! Events of a run are not streamed out of the handler (the stream's
+//! events are those of the current execution, replayed steps included);
+//! tool calls needing approval, and the compaction summarizer's model
+//! call, are not steps yet.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use http::Extensions;
+use restate_sdk::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Message, ModelService};
+
+use super::event::AgentEvent;
+use super::journal::RunJournal;
+use super::run::Run;
+use super::settings::Agent;
+use super::steps::restate::{drive, Queue};
+use super::steps::Steps;
+
+/// An agent's runs as a Restate workflow service named `AgentRuns`:
+/// one workflow per run id, its `run` handler the whole run.
+///
+/// ```no_run
+/// # async fn serve(agent: toolstack::agent::Agent<toolstack::model::ScriptedModel>) -> std::io::Result<()> {
+/// use toolstack::agent::restate::RestateRuns;
+///
+/// let listener = RestateRuns::listen("127.0.0.1:9080".parse().unwrap())?;
+/// RestateRuns::new(agent).serve(listener).await;
+/// // then: register http://127.0.0.1:9080 with restate-server's admin API
+/// # Ok(()) }
+/// ```
+pub struct RestateRuns<M> {
+    agent: Agent<M>,
+}
+
+/// What a run starts from: the conversation so far.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunInput {
+    /// The conversation, its last message the user's.
+    pub messages: Vec<Message>,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunOutput {
+    /// The whole conversation, the run's messages included.
+    pub messages: Vec<Message>,
+    /// Why the run stopped ([`StopReason::as_str`](super::StopReason::as_str)).
+    pub stop: String,
+    /// The text of the last answer, if it had one.
+    pub text: Option<String>,
+}
+
+impl<M> RestateRuns<M>
+where
+    M: ModelService + Sync,
+{
+    /// The service running `agent`'s runs.
+    pub fn new(agent: Agent<M>) -> Self {
+        RestateRuns { agent }
+    }
+
+    /// An endpoint serving these runs (and nothing else): what
+    /// [`serve`](Self::serve) serves, or mount it in your own HTTP/2
+    /// server with [`Endpoint::handle`].
+    pub fn endpoint(self) -> Endpoint {
+        Endpoint::builder().bind(self).build()
+    }
+
+    /// A listener for [`serve`](Self::serve) on `addr`, its connections
+    /// with `TCP_NODELAY`: without it each invocation's first step waits
+    /// ~40 ms for Nagle's algorithm.
+    pub fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+        let socket = match addr {
+            SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+            SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+        };
+        // Accepted connections inherit it (Linux, macOS).
+        socket.set_nodelay(true)?;
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        socket.listen(1024)
+    }
+
+    /// Serves the runs on `listener` (HTTP/2, as restate-server calls
+    /// its services) until the returned future is dropped.
+    pub async fn serve(self, listener: tokio::net::TcpListener) {
+        HttpServer::new(self.endpoint())
+            .serve_with_cancel(listener, std::future::pending::<()>())
+            .await
+    }
+}
+
+// The handler, in a module of its own: the macro adds clients whose
+// methods it does not document.
+#[allow(missing_docs, unreachable_pub)]
+mod workflow {
+    use super::*;
+
+    // Restate reserves names that begin with "restate".
+    #[restate_sdk::workflow(name = "AgentRuns")]
+    impl<M> RestateRuns<M>
+    where
+        M: ModelService + Sync,
+    {
+        /// The whole run, keyed by its id: the agent's loop, its model turns
+        /// and tool calls journaled steps.
+        #[handler]
+        async fn run(
+            &self,
+            ctx: WorkflowContext<'_>,
+            input: Json<RunInput>,
+        ) -> Result<Json<RunOutput>, HandlerError> {
+            let RunInput { messages } = input.into_inner();
+            let run_id: Arc<str> = Arc::from(ctx.key());
+            let journal = RunJournal::fresh(run_id, messages, self.agent.durability.clone());
+            let (queue, requests) = Queue::new();
+            let stream = Run::start_on(
+                self.agent.clone(),
+                journal,
+                Extensions::new(),
+                None,
+                Steps::Restate(queue),
+            );
+            let done = drive(&ctx, requests, async move {
+                let mut stream = stream;
+                while let Some(event) = stream.next().await {
+                    if let AgentEvent::Done(done) = event {
+                        return Some(done);
+                    }
+                }
+                None
+            })
+            .await;
+            let Some(done) = done else {
+                return Err(TerminalError::new("the run ended without its final event").into());
+            };
+            let text = match done.messages.last() {
+                Some(Message::Assistant { content, .. }) => content.clone(),
+                _ => None,
+            };
+            Ok(Json(RunOutput {
+                stop: done.stop.as_str().to_owned(),
+                messages: done.messages,
+                text,
+            }))
+        }
+    }
+}
