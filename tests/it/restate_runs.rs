@@ -255,3 +255,70 @@ async fn a_killed_service_is_replaced_without_asking_again_or_writing_twice() {
     );
     assert_eq!(results[1], "read 2 rows", "{results:?}");
 }
+
+/// What a turn costs on Restate: runs of 10 and 100 turns, each a model
+/// step and an (idempotent) tool step, through the ingress, against the
+/// same run in process. Prints µs per turn; run it by hand:
+/// `cargo test -p toolstack --features restate --test it restate_runs::cost -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check"]
+async fn cost_of_a_turn() {
+    let Some(restate) = start("restate_runs_cost") else {
+        return;
+    };
+    let script = |turns: usize| {
+        let mut script: Vec<Turn> = (0..turns - 1)
+            .map(|_| Turn::new().tool_call("add", r#"{"a":2,"b":3}"#))
+            .collect();
+        script.push(Turn::new().text("done"));
+        ScriptedModel::new(script)
+    };
+    let tools = || {
+        Toolbox::new().tool(
+            tool::from_fn(
+                "add",
+                |Add { a, b }| async move { Ok::<_, ToolError>(a + b) },
+            )
+            .with_annotations(ToolAnnotations::new().idempotent(true)),
+        )
+    };
+    let mut service: Option<Service> = None;
+    for (round, turns) in [10usize, 100, 10, 100].into_iter().enumerate() {
+        let model = script(turns);
+        let agent = Agent::new(model.clone(), tools())
+            .max_steps(turns + 1)
+            .max_tool_calls(turns);
+        let started = Instant::now();
+        let done = futures_util::StreamExt::collect::<Vec<_>>(
+            agent.run(vec![toolstack::model::Message::user("go")]),
+        )
+        .await;
+        let here = started.elapsed();
+        assert!(matches!(
+            done.last(),
+            Some(toolstack::agent::AgentEvent::Done(_))
+        ));
+        let model = script(turns);
+        let agent = Agent::new(model.clone(), tools())
+            .max_steps(turns + 1)
+            .max_tool_calls(turns);
+        drop(service.take());
+        let fresh = Service::start(agent, "127.0.0.1:0".parse().unwrap());
+        restate
+            .register(&fresh.uri())
+            .expect("the service registers");
+        service = Some(fresh);
+        let input = json!({"messages": [{"role": "user", "content": "go"}]});
+        let started = Instant::now();
+        let path = format!("/AgentRuns/cost-{round}/run");
+        let (status, output) = call(&restate, &path, Some(input)).await;
+        let durable = started.elapsed();
+        assert_eq!(status, 200, "{output}");
+        assert_eq!(output["text"], "done", "{output}");
+        println!(
+            "{turns} turns: in process {:.0} µs/turn, on Restate {:.0} µs/turn",
+            here.as_micros() as f64 / turns as f64,
+            durable.as_micros() as f64 / turns as f64
+        );
+    }
+}
