@@ -3,8 +3,9 @@
 //! survives the crash of the process running it.
 //!
 //! [`RestateRuns`] is a Restate service: bind it to an [`Endpoint`] (or
-//! [`RestateRuns::serve`] it), register the endpoint with the server's
-//! admin API, and start a run through the server's ingress:
+//! [`RestateRuns::serve`] it on a [`listen`]er), register the endpoint
+//! with the server's admin API, and start a run through the server's
+//! ingress:
 //! `POST /AgentRuns/{run id}/run` with `{"messages": [...]}`
 //! ([`RunInput`]); the answer is a [`RunOutput`].
 //!
@@ -71,9 +72,9 @@ use super::steps::Steps;
 ///
 /// ```no_run
 /// # async fn serve(agent: toolstack::agent::Agent<toolstack::model::ScriptedModel>) -> std::io::Result<()> {
-/// use toolstack::agent::restate::RestateRuns;
+/// use toolstack::agent::restate::{listen, RestateRuns};
 ///
-/// let listener = RestateRuns::listen("127.0.0.1:9080".parse().unwrap())?;
+/// let listener = listen("127.0.0.1:9080".parse().unwrap())?;
 /// RestateRuns::new(agent).serve(listener).await;
 /// // then: register http://127.0.0.1:9080 with restate-server's admin API
 /// # Ok(()) }
@@ -116,21 +117,6 @@ where
         Endpoint::builder().bind(self).build()
     }
 
-    /// A listener for [`serve`](Self::serve) on `addr`, its connections
-    /// with `TCP_NODELAY`: without it each invocation's first step waits
-    /// ~40 ms for Nagle's algorithm.
-    pub fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-        let socket = match addr {
-            SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
-            SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
-        };
-        // Accepted connections inherit it (Linux, macOS).
-        socket.set_nodelay(true)?;
-        socket.set_reuseaddr(true)?;
-        socket.bind(addr)?;
-        socket.listen(1024)
-    }
-
     /// Serves the runs on `listener` (HTTP/2, as restate-server calls
     /// its services) until the returned future is dropped.
     pub async fn serve(self, listener: tokio::net::TcpListener) {
@@ -138,6 +124,21 @@ where
             .serve_with_cancel(listener, std::future::pending::<()>())
             .await
     }
+}
+
+/// A listener for [`RestateRuns::serve`] on `addr`, its connections
+/// with `TCP_NODELAY`: without it each invocation's first step waits
+/// ~40 ms for Nagle's algorithm.
+pub fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    // Accepted connections inherit it (Linux, macOS).
+    socket.set_nodelay(true)?;
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
 }
 
 // The handler, in a module of its own: the macro adds clients whose

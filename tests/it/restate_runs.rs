@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use toolstack::agent::restate::RestateRuns;
+use toolstack::agent::restate::{self, RestateRuns};
 use toolstack::agent::Agent;
 use toolstack::model::{ScriptedModel, Turn};
 use toolstack::{tool, ToolAnnotations, ToolError, Toolbox};
@@ -54,7 +54,7 @@ impl Service {
         let waited = Instant::now();
         let listener = loop {
             let _entered = runtime.enter();
-            match RestateRuns::<ScriptedModel>::listen(addr) {
+            match restate::listen(addr) {
                 Ok(listener) => break listener,
                 Err(e) if waited.elapsed() < Duration::from_secs(10) => {
                     let _ = e;
