@@ -65,9 +65,9 @@ mod service;
 mod session;
 mod settings;
 mod step_call;
-mod steps;
 mod step_state;
 mod step_tools;
+mod steps;
 pub mod store;
 mod stream;
 
