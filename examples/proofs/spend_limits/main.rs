@@ -45,7 +45,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde_json::Value;
 use tower::ServiceExt;
 
 use toolstack::model::{ChatRequest, Cost, Message, Usage};
@@ -54,7 +53,7 @@ use toolstack_demo::redis_server::RedisProcess;
 
 mod worker;
 
-use worker::{Settings, User, MODEL};
+use worker::{Ends, Settings, User, MODEL};
 
 fn flag<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
     args.iter()
@@ -182,57 +181,6 @@ impl Drop for Worker {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// What the workers that lived to the end said.
-#[derive(Default)]
-struct Ends {
-    finished: u64,
-    refused: [u64; 2],
-    cut: [u64; 2],
-    other: Vec<String>,
-    refused_said: Option<String>,
-    cut_said: Option<String>,
-    before_us: Vec<u64>,
-    after_us: Vec<u64>,
-}
-
-impl Ends {
-    fn add(&mut self, report: &Value) {
-        let n = |v: &Value| v.as_u64().unwrap_or(0);
-        self.finished += n(&report["finished"]);
-        for limit in 0..2 {
-            self.refused[limit] += n(&report["refused"][limit]);
-            self.cut[limit] += n(&report["cut"][limit]);
-        }
-        let texts = |v: &Value| -> Vec<String> {
-            v.as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|s| s.as_str().map(str::to_owned))
-                .collect()
-        };
-        self.other.extend(texts(&report["other"]));
-        let said = |v: &Value| v.as_str().map(str::to_owned);
-        self.refused_said = self.refused_said.take().or(said(&report["refused_said"]));
-        self.cut_said = self.cut_said.take().or(said(&report["cut_said"]));
-        let us = |v: &Value| {
-            v.as_array()
-                .into_iter()
-                .flatten()
-                .map(n)
-                .collect::<Vec<_>>()
-        };
-        self.before_us.extend(us(&report["before_us"]));
-        self.after_us.extend(us(&report["after_us"]));
-    }
-
-    fn runs(&self) -> u64 {
-        self.finished
-            + self.refused.iter().sum::<u64>()
-            + self.cut.iter().sum::<u64>()
-            + self.other.len() as u64
     }
 }
 
@@ -569,9 +517,9 @@ impl Proof {
                 format!("the workers did not all report within {:?}", self.deadline)
             })?;
             let line = line?;
-            let report: Value = serde_json::from_str(&line)
+            let report: Ends = serde_json::from_str(&line)
                 .map_err(|e| format!("worker {index}'s report {line:?}: {e}"))?;
-            ends.add(&report);
+            ends.add(report);
             workers[index].child.wait()?;
         }
         let took = began.elapsed();

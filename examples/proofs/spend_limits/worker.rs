@@ -511,23 +511,50 @@ where
 
 // ---- the worker ------------------------------------------------------------
 
-/// How one run ended, as the worker tells the parent.
-#[derive(Default)]
-struct Ends {
-    finished: u64,
+/// How the runs ended, as a worker tells the parent (a line of JSON), and
+/// as the parent adds up what the workers said.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Ends {
+    pub(crate) finished: u64,
     /// Refused before the call, by the global limit and by the caller's.
-    refused: [u64; 2],
+    pub(crate) refused: [u64; 2],
     /// Cut mid-answer, likewise.
-    cut: [u64; 2],
+    pub(crate) cut: [u64; 2],
     /// Stopped otherwise, or by a spend limit whose error is not typed or
     /// does not name its limit.
-    other: Vec<String>,
+    pub(crate) other: Vec<String>,
     /// One message of each kind, to show.
-    refused_said: Option<String>,
-    cut_said: Option<String>,
+    pub(crate) refused_said: Option<String>,
+    pub(crate) cut_said: Option<String>,
+    /// The layer's added latency per model call, in µs: before the answer
+    /// and after its last delta.
+    pub(crate) before_us: Vec<u64>,
+    pub(crate) after_us: Vec<u64>,
 }
 
 impl Ends {
+    /// Adds what another worker said.
+    pub(crate) fn add(&mut self, other: Ends) {
+        self.finished += other.finished;
+        for limit in 0..2 {
+            self.refused[limit] += other.refused[limit];
+            self.cut[limit] += other.cut[limit];
+        }
+        self.other.extend(other.other);
+        self.refused_said = self.refused_said.take().or(other.refused_said);
+        self.cut_said = self.cut_said.take().or(other.cut_said);
+        self.before_us.extend(other.before_us);
+        self.after_us.extend(other.after_us);
+    }
+
+    /// How many runs ended, each way.
+    pub(crate) fn runs(&self) -> u64 {
+        self.finished
+            + self.refused.iter().sum::<u64>()
+            + self.cut.iter().sum::<u64>()
+            + self.other.len() as u64
+    }
+
     fn count(&mut self, stop: Option<StopReason>, error: Option<ToolError>) {
         match (stop, error) {
             (Some(StopReason::Finished), None) => self.finished += 1,
@@ -633,17 +660,9 @@ pub(crate) async fn worker(args: &[String]) -> Result<(), Box<dyn std::error::Er
         let (stop, error) = task.await?;
         ends.count(stop, error);
     }
-    let report = json!({
-        "finished": ends.finished,
-        "refused": ends.refused,
-        "cut": ends.cut,
-        "other": ends.other,
-        "refused_said": ends.refused_said,
-        "cut_said": ends.cut_said,
-        "before_us": *added.before_us.lock().unwrap(),
-        "after_us": *added.after_us.lock().unwrap(),
-    });
-    println!("{report}");
+    ends.before_us = std::mem::take(&mut *added.before_us.lock().unwrap());
+    ends.after_us = std::mem::take(&mut *added.after_us.lock().unwrap());
+    println!("{}", serde_json::to_string(&ends)?);
     std::io::stdout().flush()?;
     Ok(())
 }

@@ -125,9 +125,12 @@ impl Metering {
     }
 
     /// How many output tokens the answer may write on what the call
-    /// holds, its prompt `prompt` tokens (as reported, else estimated).
-    fn output_allowed(&self, answered: Option<&str>, prompt: Option<u64>) -> u64 {
-        let prompt = prompt.unwrap_or(self.wanted.prompt.tokens);
+    /// holds, its prompt as `usage` reported it (else estimated).
+    fn output_allowed(&self, answered: Option<&str>, usage: Option<&Usage>) -> u64 {
+        let prompt = usage
+            .map(|usage| usage.prompt_tokens)
+            .filter(|&tokens| tokens > 0)
+            .unwrap_or(self.wanted.prompt.tokens);
         self.meter
             .output_allowed(self.priced_model(answered), prompt, self.held())
     }
@@ -563,8 +566,8 @@ where
                 let now = metering.meter.now();
                 match granted(metering, now, verdict, more, Refused::Cut(output)) {
                     Ok(()) => {
-                        let prompt = this.usage.map(|usage| usage.prompt_tokens);
-                        *this.allowed = metering.output_allowed(this.model.as_deref(), prompt);
+                        *this.allowed =
+                            metering.output_allowed(this.model.as_deref(), this.usage.as_ref());
                     }
                     Err(cut) => *this.cut = Some(cut),
                 }
@@ -584,16 +587,16 @@ where
             Some(Ok(ModelDelta::Usage(usage))) => {
                 *this.usage.get_or_insert_with(Usage::default) += *usage;
                 if let Some(metering) = this.metering.as_ref() {
-                    let prompt = this.usage.map(|usage| usage.prompt_tokens);
-                    *this.allowed = metering.output_allowed(this.model.as_deref(), prompt);
+                    *this.allowed =
+                        metering.output_allowed(this.model.as_deref(), this.usage.as_ref());
                 }
                 return Poll::Ready(item);
             }
             Some(Ok(ModelDelta::Model(model))) => {
                 *this.model = Some(model.clone());
                 if let Some(metering) = this.metering.as_ref() {
-                    let prompt = this.usage.map(|usage| usage.prompt_tokens);
-                    *this.allowed = metering.output_allowed(this.model.as_deref(), prompt);
+                    *this.allowed =
+                        metering.output_allowed(this.model.as_deref(), this.usage.as_ref());
                 }
                 return Poll::Ready(item);
             }
@@ -608,8 +611,8 @@ where
                 // delta (written, so paid for).
                 match metering.extend(this.model.as_deref(), over, output) {
                     (Extended::Granted, _) => {
-                        let prompt = this.usage.map(|usage| usage.prompt_tokens);
-                        *this.allowed = metering.output_allowed(this.model.as_deref(), prompt);
+                        *this.allowed =
+                            metering.output_allowed(this.model.as_deref(), this.usage.as_ref());
                     }
                     (Extended::Cut(cut), _) => *this.cut = Some(cut),
                     (Extended::Asking(asking), more) => {
