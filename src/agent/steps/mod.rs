@@ -93,11 +93,29 @@ impl ToolStep {
                 let _ = idempotent;
                 run_tool(toolbox, call, extensions, tx).await
             }
+            // Run by its own workflow, where its items stream; the run
+            // hears of its end.
             #[cfg(feature = "restate")]
             ToolStep::Restate(slot) => {
-                let (toolbox, owned, tx) = (toolbox.clone(), call.clone(), tx.clone());
-                let work = async move { run_tool(&toolbox, &owned, extensions, &tx).await };
-                slot.tool(&call.id, idempotent, work).await
+                let _ = (toolbox, extensions);
+                let state = slot.call(call, idempotent).await;
+                if let CallState::Finished { text, is_error, .. } = &state {
+                    let result = match is_error {
+                        true => ToolResult::from_error(ToolError::failed(text.clone())),
+                        false => {
+                            let mut result = ToolResult::default();
+                            result.push(crate::ToolOutput::text(text.clone()));
+                            result
+                        }
+                    };
+                    let event = AgentEvent::ToolResult {
+                        call_id: call.id.clone(),
+                        name: call.name.clone(),
+                        result,
+                    };
+                    let _ = tx.send(event).await;
+                }
+                state
             }
         }
     }
@@ -144,7 +162,7 @@ pub(in crate::agent) struct TurnError {
 
 /// Runs one call, streaming its items and then its result as events;
 /// returns the result as the model reads it, for the journal.
-async fn run_tool(
+pub(super) async fn run_tool(
     toolbox: &Toolbox,
     call: &ToolCall,
     extensions: http::Extensions,

@@ -1,33 +1,27 @@
-//! A run's steps on Restate: each model turn and each tool call is a
-//! `ctx.run` step of the run's workflow invocation.
+//! A run's steps on Restate: each model turn is a `ctx.run` step of the
+//! run's workflow invocation, and each tool call a call to a workflow of
+//! its own (`AgentToolCalls`, keyed `{run}:{call}`), which runs the call
+//! — and waits for a person when it needs one — on any service process.
 //!
 //! The run loop runs beside the handler's body, in the same task, and
-//! hands each step here as an owned future ([`Queue`]); the handler's
-//! body ([`drive`]) makes it a journaled step. Restate replays a
-//! handler by matching its steps, in order, against the journal, so the
-//! steps are issued in the order the loop *took* them (a sequence number
-//! taken in call order, [`Slot`]), never in the order their futures
-//! happen to be polled: a tool call the loop answers itself (refused, a
-//! search) gives its place back unused.
-//!
-//! A tool that is not idempotent gets an *intent* step first: its closure
-//! runs only when the intent is not in the journal yet, so a tool step
-//! that finds its intent's flag unset follows an attempt that got past
-//! the intent and never finished — its call may have run, and it is
-//! answered so rather than run again.
-//!
-//! The steps run one at a time ([`drive`] says why); the queue holds at
-//! most one request per call of a step and one per model turn: the loop
-//! waits for each.
+//! hands each step here ([`Queue`]); the handler's body ([`drive`])
+//! issues it. Restate replays a handler by matching its commands, in
+//! order, against the journal, so the steps are issued in the order the
+//! loop *took* them (a sequence number taken in call order, [`Slot`]),
+//! never in the order their futures happen to be polled: a tool call the
+//! loop answers itself (refused, a search) gives its place back unused.
+//! The queue holds at most one request per call of a step and one per
+//! model turn: the loop waits for each.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Poll;
 
 use futures_util::future::BoxFuture;
+use restate_sdk::context::RequestTarget;
 use restate_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
@@ -37,13 +31,15 @@ use crate::{ToolError, ToolResult};
 
 use crate::agent::store::CallState;
 
-use super::{may_have_run, Asked, Cut, ModelAnswer, TurnError};
+use super::{Asked, Cut, ModelAnswer, TurnError};
 
 /// Where the loop hands its steps to the handler.
 pub(in crate::agent) struct Queue {
     requests: mpsc::UnboundedSender<Request>,
     /// The next step's place.
     next: std::sync::atomic::AtomicU64,
+    /// The run's id: its tool calls' workflows are keyed by it.
+    run_id: Arc<str>,
 }
 
 /// The place of one step in the run's journal order, taken in call order;
@@ -51,6 +47,7 @@ pub(in crate::agent) struct Queue {
 pub(in crate::agent) struct Slot {
     seq: u64,
     requests: Option<mpsc::UnboundedSender<Request>>,
+    run_id: Arc<str>,
 }
 
 /// The handler's end of a [`Queue`].
@@ -64,24 +61,33 @@ pub(in crate::agent) struct Request {
     work: Option<Work>,
 }
 
-/// One step: its name in the journal, its work (the outcome as JSON), and
-/// where its outcome goes.
-struct Work {
-    name: String,
-    run: BoxFuture<'static, String>,
-    /// For a tool not idempotent: the outcome (JSON) when a previous
-    /// attempt got past its intent step.
-    stale: Option<String>,
-    reply: oneshot::Sender<Result<String, TerminalError>>,
+/// One step: a model turn, run here as a `ctx.run` step, or a tool call,
+/// a call to the run's tool-call workflow.
+enum Work {
+    Turn {
+        /// Its name in the journal.
+        name: String,
+        /// The turn; its outcome as JSON.
+        run: BoxFuture<'static, String>,
+        reply: oneshot::Sender<Result<String, TerminalError>>,
+    },
+    Call {
+        /// The tool-call workflow's key: the approval id, `{run}:{call}`.
+        key: String,
+        input: CallInput,
+        reply: oneshot::Sender<Result<CallState, TerminalError>>,
+    },
 }
 
 impl Queue {
-    /// A queue, and the receiving end [`drive`] reads.
-    pub(in crate::agent) fn new() -> (Queue, Requests) {
+    /// A queue, and the receiving end [`drive`] reads; `run_id` keys the
+    /// run's tool-call workflows.
+    pub(in crate::agent) fn new(run_id: &str) -> (Queue, Requests) {
         let (requests, received) = mpsc::unbounded_channel();
         let queue = Queue {
             requests,
             next: std::sync::atomic::AtomicU64::new(0),
+            run_id: Arc::from(run_id),
         };
         (queue, Requests { received })
     }
@@ -91,6 +97,7 @@ impl Queue {
         Slot {
             seq: self.next.fetch_add(1, Ordering::Relaxed),
             requests: Some(self.requests.clone()),
+            run_id: Arc::clone(&self.run_id),
         }
     }
 
@@ -100,13 +107,22 @@ impl Queue {
     where
         F: Future<Output = Asked> + Send + 'static,
     {
-        let slot = self.slot();
+        let mut slot = self.slot();
         let name = format!("model turn {}", slot.seq);
         let run = async move {
             let recorded = Recorded::from(ask.await);
             serde_json::to_string(&recorded).unwrap_or_default()
         };
-        let outcome = slot.step(name, Box::pin(run), None).await;
+        let (reply, outcome) = oneshot::channel();
+        let sent = slot.send(Work::Turn {
+            name,
+            run: Box::pin(run),
+            reply,
+        });
+        let outcome = match sent {
+            Ok(()) => outcome.await.unwrap_or_else(|_| Err(ended())),
+            Err(err) => Err(err),
+        };
         let failed = |why: String| Asked {
             answer: Err(TurnError {
                 error: ToolError::failed(why),
@@ -122,69 +138,58 @@ impl Queue {
                     "the model turn journaled by Restate could not be read back: {err}"
                 )),
             },
-            Err(why) => failed(why),
+            Err(err) => failed(format!("the Restate step failed: {err}")),
         }
     }
 }
 
+/// The handler has ended (the run is being torn down).
+fn ended() -> TerminalError {
+    TerminalError::new("the run's Restate handler has ended")
+}
+
 impl Slot {
-    /// A tool call as a step at this place.
-    pub(super) async fn tool<F>(self, call_id: &str, idempotent: bool, work: F) -> CallState
-    where
-        F: Future<Output = CallState> + Send + 'static,
-    {
-        let name = format!("tool call {call_id}");
-        let run = async move { encode(&work.await) };
-        let stale = (!idempotent).then(|| {
-            encode(&CallState::finished(
-                &ToolResult::from_error(may_have_run()),
-            ))
-        });
-        let outcome = self.step(name, Box::pin(run), stale).await;
-        let error = |why: String| {
-            let err = ToolError::failed(why);
-            CallState::finished(&ToolResult::from_error(err))
+    /// A tool call at this place: a call to the run's tool-call workflow
+    /// (keyed `{run}:{call}`), which runs it on whichever service process
+    /// Restate picks, concurrently with the step's other calls, and waits
+    /// there for a person when the call needs one. Its outcome is what the
+    /// model reads.
+    pub(super) async fn call(mut self, call: &ToolCall, idempotent: bool) -> CallState {
+        let key = approval_key(&self.run_id, &call.id);
+        let input = CallInput {
+            call: call.clone(),
+            idempotent,
         };
-        match outcome {
-            Ok(json) => serde_json::from_str(&json).unwrap_or_else(|err| {
-                error(format!(
-                    "the tool call journaled by Restate could not be read back: {err}"
-                ))
-            }),
-            Err(why) => error(why),
-        }
+        let (reply, outcome) = oneshot::channel();
+        let outcome = match self.send(Work::Call { key, input, reply }) {
+            Ok(()) => outcome.await.unwrap_or_else(|_| Err(ended())),
+            Err(err) => Err(err),
+        };
+        outcome.unwrap_or_else(|err| {
+            let err = ToolError::failed(format!("the Restate tool-call step failed: {err}"));
+            CallState::finished(&ToolResult::from_error(err))
+        })
     }
 
-    /// Hands the step to the handler and waits for its outcome.
-    async fn step(
-        mut self,
-        name: String,
-        run: BoxFuture<'static, String>,
-        stale: Option<String>,
-    ) -> Result<String, String> {
-        let (reply, outcome) = oneshot::channel();
-        let work = Work {
-            name,
-            run,
-            stale,
-            reply,
-        };
-        let sent = match self.requests.take() {
-            Some(requests) => requests.send(Request {
+    /// Hands `work` to the handler at this place.
+    fn send(&mut self, work: Work) -> Result<(), TerminalError> {
+        let requests = self
+            .requests
+            .take()
+            .ok_or_else(|| TerminalError::new("the step's place was used twice"))?;
+        requests
+            .send(Request {
                 seq: self.seq,
                 work: Some(work),
-            }),
-            None => return Err("the step's place was used twice".into()),
-        };
-        if sent.is_err() {
-            return Err("the run's Restate handler has ended".into());
-        }
-        match outcome.await {
-            Ok(Ok(json)) => Ok(json),
-            Ok(Err(err)) => Err(format!("the Restate step failed: {err}")),
-            Err(_) => Err("the run's Restate handler has ended".into()),
-        }
+            })
+            .map_err(|_| ended())
     }
+}
+
+/// The key of `call_id`'s tool-call workflow in run `run_id`: the approval
+/// id a person's answer names.
+pub(in crate::agent) fn approval_key(run_id: &str, call_id: &str) -> String {
+    format!("{run_id}:{call_id}")
 }
 
 impl Drop for Slot {
@@ -198,22 +203,21 @@ impl Drop for Slot {
     }
 }
 
-/// A tool call's outcome as the journal keeps it.
-fn encode(state: &CallState) -> String {
-    serde_json::to_string(state).unwrap_or_default()
-}
-
 /// Runs `run` (the run loop) and, beside it, issues the steps it hands
-/// over as journaled `ctx.run` steps, in the order of their places, one
-/// at a time.
+/// over, in the order of their places: a model turn as a journaled
+/// `ctx.run` step, a tool call as a call to its tool-call workflow.
 ///
-/// One at a time, because restate-sdk 0.13 cannot replay two `ctx.run`
-/// steps that were both in flight at a crash: a run's first poll both
-/// journals its command and awaits it, and on a replay that await comes
-/// while the second step's command is still to be replayed — Restate
-/// fails the invocation with a journal mismatch (RT0016; measured). The
-/// loop's calls still run concurrently up to the toolbox; their tool
-/// steps take turns.
+/// A tool call's command is journaled when it is issued, and its outcome
+/// awaited with the other calls' through Restate's own select, so the
+/// calls of a step run at once and a replay finds them in the journal in
+/// the same order. Model turns are never in flight together, nor with a
+/// call (the loop asks the model only when the step's calls are done).
+/// Tool calls are not `ctx.run` steps here because restate-sdk 0.13
+/// cannot replay two `ctx.run` steps that were both in flight at a
+/// crash: a run's first poll both journals its command and awaits it,
+/// and on a replay that await comes while the second step's command is
+/// still to be replayed — Restate fails the invocation with a journal
+/// mismatch (RT0016; measured).
 pub(in crate::agent) async fn drive<O>(
     ctx: &WorkflowContext<'_>,
     requests: Requests,
@@ -223,17 +227,42 @@ pub(in crate::agent) async fn drive<O>(
     let mut run = pin!(run);
     let mut waiting: BTreeMap<u64, Option<Work>> = BTreeMap::new();
     let mut next = 0u64;
-    // The step in flight, if any. Polled once per wake: a step that fails
-    // (the invocation is suspended, its stream broke) stays pending and
-    // wakes the handler for the SDK to see the failure from the top;
+    // The model turn in flight, if any. Polled once per wake: a step that
+    // fails (the invocation is suspended, its stream broke) stays pending
+    // and wakes the handler for the SDK to see the failure from the top;
     // polled again at once, its spent future would panic.
-    let mut running: Option<BoxFuture<'_, ()>> = None;
+    let mut turn: Option<BoxFuture<'_, ()>> = None;
+    // The tool calls in flight, and where each one's outcome goes.
+    let call_tool = |key: String, input: CallInput| {
+        let target = RequestTarget::workflow(TOOL_CALLS, key, "run");
+        ctx.request::<Json<CallInput>, Json<CallState>>(target, Json(input))
+            .call()
+    };
+    let mut calls = unordered_for(&call_tool);
+    let mut replies: HashMap<usize, oneshot::Sender<Result<CallState, TerminalError>>> =
+        HashMap::new();
     // Closed when the loop has dropped its queue (the run is ending).
     let mut open = true;
     loop {
         tokio::select! {
             out = &mut run => return out,
-            () = poll_once(&mut running), if running.is_some() => {}
+            () = poll_once(&mut turn), if turn.is_some() => {}
+            done = calls.next(), if !calls.is_empty() => match done {
+                Ok(Some((index, outcome))) => {
+                    if let Some(reply) = replies.remove(&index) {
+                        let outcome = outcome.map(Json::<CallState>::into_inner);
+                        let _ = reply.send(outcome);
+                    }
+                }
+                Ok(None) => {}
+                // Cancelled: every call waiting is told.
+                Err(err) => {
+                    for (_, reply) in replies.drain() {
+                        let _ = reply.send(Err(err.clone()));
+                    }
+                    calls = unordered_for(&call_tool);
+                }
+            },
             request = requests.recv(), if open => match request {
                 Some(request) => {
                     waiting.insert(request.seq, request.work);
@@ -241,13 +270,20 @@ pub(in crate::agent) async fn drive<O>(
                 None => open = false,
             },
         }
-        while running.is_none() {
+        while turn.is_none() {
             let Some(work) = waiting.remove(&next) else {
                 break;
             };
             next += 1;
-            if let Some(work) = work {
-                running = issue(ctx, work).await;
+            match work {
+                None => {}
+                Some(Work::Turn { name, run, reply }) => {
+                    turn = issue_turn(ctx, name, run, reply).await
+                }
+                Some(Work::Call { key, input, reply }) => {
+                    let index = calls.push(call_tool(key, input));
+                    replies.insert(index, reply);
+                }
             }
         }
         // Back to the SDK between rounds: a step that failed must be seen
@@ -256,7 +292,13 @@ pub(in crate::agent) async fn drive<O>(
     }
 }
 
-/// Polls the step in flight once; ready (and the step dropped) when it
+/// An empty set of the futures `issue` makes (naming their type, which
+/// the SDK does not).
+fn unordered_for<F>(_issue: &impl Fn(String, CallInput) -> F) -> DurableFuturesUnordered<F> {
+    DurableFuturesUnordered::new()
+}
+
+/// Polls the turn in flight once; ready (and the turn dropped) when it
 /// is done.
 async fn poll_once(running: &mut Option<BoxFuture<'_, ()>>) {
     std::future::poll_fn(
@@ -284,51 +326,33 @@ async fn yield_once() {
     .await
 }
 
-/// Issues one step: its intent first (awaited: the journal's order must
-/// not depend on when the intent completes), then the step itself, polled
-/// once here so its command is journaled now. Returns it unless it is
-/// already done (a replayed step's outcome is in the journal).
-async fn issue<'a>(ctx: &'a WorkflowContext<'_>, work: Work) -> Option<BoxFuture<'a, ()>> {
-    let Work {
-        name,
-        run,
-        stale,
-        reply,
-    } = work;
-    let fresh = match stale.is_some() {
-        true => {
-            let flag = Arc::new(AtomicBool::new(false));
-            let set = Arc::clone(&flag);
-            let intent = ctx
-                .run(move || async move {
-                    set.store(true, Ordering::SeqCst);
-                    Ok(())
-                })
-                .name(format!("{name} intent"))
-                .await;
-            if let Err(err) = intent {
-                let _ = reply.send(Err(err));
-                return None;
-            }
-            Some(flag)
-        }
-        false => None,
-    };
-    let step = ctx
-        .run(move || async move {
-            if let (Some(fresh), Some(stale)) = (fresh, stale) {
-                if !fresh.load(Ordering::SeqCst) {
-                    return Ok(stale);
-                }
-            }
-            Ok(run.await)
-        })
-        .name(name);
+/// Issues a model turn as a `ctx.run` step, polled once here so its
+/// command is journaled now. Returns it unless it is already done (a
+/// replayed turn's outcome is in the journal).
+async fn issue_turn<'a>(
+    ctx: &'a WorkflowContext<'_>,
+    name: String,
+    run: BoxFuture<'static, String>,
+    reply: oneshot::Sender<Result<String, TerminalError>>,
+) -> Option<BoxFuture<'a, ()>> {
+    let step = ctx.run(move || async move { Ok(run.await) }).name(name);
     let mut step: BoxFuture<'a, ()> = Box::pin(async move {
         let _ = reply.send(step.await);
     });
     let done = std::future::poll_fn(|cx| Poll::Ready(step.as_mut().poll(cx).is_ready())).await;
     (!done).then_some(step)
+}
+
+/// The name of the tool-call workflow service.
+pub(in crate::agent) const TOOL_CALLS: &str = "AgentToolCalls";
+
+/// What a tool-call workflow runs: the call, and whether its tool is
+/// idempotent (a call not known to have finished before a crash runs
+/// again only then).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(in crate::agent) struct CallInput {
+    pub(in crate::agent) call: ToolCall,
+    pub(in crate::agent) idempotent: bool,
 }
 
 /// A model turn as the journal keeps it.

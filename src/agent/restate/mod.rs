@@ -14,23 +14,39 @@
 //! The run is the workflow's `run` handler, keyed by the run id. The
 //! agent's loop is the one every run has — compaction, typed answers,
 //! tool search, spend limits' extensions are unchanged —, but its two
-//! ways out, asking the model and running a tool through the toolbox,
-//! are `ctx.run` steps. When the process running a run dies, Restate
-//! runs the handler again on a live process and *replays* it: a step
-//! whose outcome is in the journal is not executed, its outcome is read
-//! back. So a model turn that completed is never asked again, and a tool
-//! call that completed never runs again. A step in flight at the crash
-//! had no outcome: an idempotent tool runs again; a tool not marked
-//! idempotent ([`ToolAnnotations`](crate::ToolAnnotations)) is answered
-//! to the model "the call may have run; …" — the wording and contract of
-//! the run journal's resume — and is not run again. The calls of one turn
-//! are handled concurrently by the loop and their results join the
-//! conversation in call order, but their tool steps take turns:
-//! restate-sdk 0.13 cannot replay two `ctx.run` steps that were both in
-//! flight at a crash (a journal mismatch; see `steps/restate.rs`), so a
-//! turn's calls run one after another until tool calls become calls to a
-//! tool handler (whose commands the SDK journals without awaiting). The
-//! user's toolbox and layers run inside the step, unchanged.
+//! ways out are durable: asking the model is a `ctx.run` step, and each
+//! tool call a call to a workflow of its own, `AgentToolCalls`, keyed by
+//! the call's approval id `{run}:{call}`. When the process running a run
+//! dies, Restate runs the handler again on a live process and *replays*
+//! it: a step whose outcome is in the journal is not executed, its
+//! outcome is read back. So a model turn that completed is never asked
+//! again, and a tool call that completed never runs again. A call in
+//! flight at the crash had no outcome: an idempotent tool runs again; a
+//! tool not marked idempotent ([`ToolAnnotations`](crate::ToolAnnotations))
+//! is answered to the model "the call may have run; …" — the wording and
+//! contract of the run journal's resume — and is not run again.
+//!
+//! The calls of one step are all made at once and run concurrently, each
+//! on whichever service process Restate picks; their results join the
+//! conversation in call order. The user's toolbox and layers run inside
+//! the call's step, unchanged.
+//!
+//! # Approvals
+//!
+//! When an approval layer set to `caller_decides()` asks the person about
+//! a call, the call's workflow takes a seat among the runs waiting (at
+//! most [`max_waiting_runs`](RestateRuns::max_waiting_runs), counted by
+//! the object `AgentWaiting` across every process — with none left, the
+//! call is denied before anyone is asked, and the model reads why), then
+//! waits on a durable promise for
+//! [`approval_timeout`](RestateRuns::approval_timeout). While it waits,
+//! its invocation and the run's suspend (after
+//! [`suspend_after`](RestateRuns::suspend_after)): no process holds them,
+//! and any process carries on when the answer comes. The answer is
+//! `POST /AgentToolCalls/{run}:{call}/decide` with an [`Answer`]; the
+//! first decision binds, and every answer is told the binding one.
+//! `GET`-like `POST /AgentToolCalls/{run}:{call}/asked` tells what the
+//! person is asked, while they are.
 //!
 //! # A workflow, not a virtual object
 //!
@@ -38,20 +54,21 @@
 //! `run` executes at most once per key (a second submission is answered
 //! `PreviouslyAccepted` with the first's invocation), which is what a
 //! run is; its shared handlers can read and answer while `run` goes on;
-//! and only workflows have durable promises, which approvals will wait
-//! on (suspended: no process holds a waiting run). A virtual object
-//! would queue a second call behind the first and block its other
-//! exclusive handlers while a run waits.
+//! and only workflows have durable promises, which approvals wait on. A
+//! virtual object would queue a second call behind the first and block
+//! its other exclusive handlers while a run waits.
 //!
 //! # Not yet
 //!
 //! Events of a run are not streamed out of the handler (the stream's
-//! events are those of the current execution, replayed steps included);
-//! tool calls needing approval, and the compaction summarizer's model
-//! call, are not steps yet.
+//! events are those of the current execution, replayed steps included,
+//! and a tool call's own items stay in its workflow); the compaction
+//! summarizer's model call is not a step yet; the caller's extensions
+//! do not reach the tools.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use http::Extensions;
@@ -67,6 +84,14 @@ use super::settings::Agent;
 use super::steps::restate::{drive, Queue};
 use super::steps::Steps;
 
+use self::tool_calls::ToolCalls;
+use self::waiting::Waiting;
+
+pub use self::tool_calls::Answer;
+
+mod tool_calls;
+mod waiting;
+
 /// An agent's runs as a Restate workflow service named `AgentRuns`:
 /// one workflow per run id, its `run` handler the whole run.
 ///
@@ -81,6 +106,9 @@ use super::steps::Steps;
 /// ```
 pub struct RestateRuns<M> {
     agent: Agent<M>,
+    approval_timeout: Duration,
+    max_waiting_runs: usize,
+    suspend_after: Option<Duration>,
 }
 
 /// What a run starts from: the conversation so far.
@@ -107,14 +135,63 @@ where
 {
     /// The service running `agent`'s runs.
     pub fn new(agent: Agent<M>) -> Self {
-        RestateRuns { agent }
+        RestateRuns {
+            agent,
+            approval_timeout: Duration::from_secs(10 * 60),
+            max_waiting_runs: 10_000,
+            suspend_after: None,
+        }
     }
 
-    /// An endpoint serving these runs (and nothing else): what
-    /// [`serve`](Self::serve) serves, or mount it in your own HTTP/2
-    /// server with [`Endpoint::handle`].
+    /// How long a call waits for a person's answer before it is denied
+    /// (the model reads that nobody answered in time): 10 minutes unless
+    /// set. The wait is a durable timer: it survives restarts.
+    pub fn approval_timeout(mut self, timeout: Duration) -> Self {
+        self.approval_timeout = timeout;
+        self
+    }
+
+    /// How many runs may wait for a person at once, across every process
+    /// of the deployment: 10,000 unless set. A call asked about when the
+    /// count is full is denied before anyone is asked.
+    pub fn max_waiting_runs(mut self, max: usize) -> Self {
+        self.max_waiting_runs = max;
+        self
+    }
+
+    /// How long a run (or a tool call) may wait on Restate — for a
+    /// person, or for its calls — before its invocation is suspended,
+    /// freeing the process; Restate's own default (a minute) unless set.
+    /// A run suspended is replayed from its journal when it goes on.
+    pub fn suspend_after(mut self, inactivity: Duration) -> Self {
+        self.suspend_after = Some(inactivity);
+        self
+    }
+
+    /// An endpoint serving these runs, their tool calls and the count of
+    /// runs waiting (and nothing else): what [`serve`](Self::serve)
+    /// serves, or mount it in your own HTTP/2 server with
+    /// [`Endpoint::handle`].
     pub fn endpoint(self) -> Endpoint {
-        Endpoint::builder().bind(self).build()
+        let options = || {
+            let options = ServiceOptions::new();
+            match self.suspend_after {
+                Some(inactivity) => options.inactivity_timeout(inactivity),
+                None => options,
+            }
+        };
+        let calls = ToolCalls {
+            toolbox: self.agent.toolbox.clone(),
+            approval_timeout: self.approval_timeout,
+            max_waiting_runs: u64::try_from(self.max_waiting_runs).unwrap_or(u64::MAX),
+        };
+        let runs = options();
+        let calls = calls.into_service_definition().options(options());
+        Endpoint::builder()
+            .bind(self.into_service_definition().options(runs))
+            .bind(calls)
+            .bind(Waiting)
+            .build()
     }
 
     /// Serves the runs on `listener` (HTTP/2, as restate-server calls
@@ -164,7 +241,7 @@ mod workflow {
             let RunInput { messages } = input.into_inner();
             let run_id: Arc<str> = Arc::from(ctx.key());
             let journal = RunJournal::fresh(run_id, messages, self.agent.durability.clone());
-            let (queue, requests) = Queue::new();
+            let (queue, requests) = Queue::new(ctx.key());
             let stream = Run::start_on(
                 self.agent.clone(),
                 journal,
