@@ -36,14 +36,19 @@ struct Rows {
 
 /// A service process of its own: its runtime, dropped to kill it (its
 /// connections and the steps running on them die with it).
-struct Service {
+pub(super) struct Service {
     runtime: Option<tokio::runtime::Runtime>,
-    addr: SocketAddr,
+    pub(super) addr: SocketAddr,
 }
 
 impl Service {
     /// Serves `agent`'s runs on `addr` (port 0: a free one).
-    fn start(agent: Agent<ScriptedModel>, addr: SocketAddr) -> Service {
+    pub(super) fn start(agent: Agent<ScriptedModel>, addr: SocketAddr) -> Service {
+        Service::serving(RestateRuns::new(agent), addr)
+    }
+
+    /// Serves `runs` on `addr` (port 0: a free one).
+    pub(super) fn serving(runs: RestateRuns<ScriptedModel>, addr: SocketAddr) -> Service {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -64,19 +69,19 @@ impl Service {
             }
         };
         let addr = listener.local_addr().expect("its address");
-        runtime.spawn(RestateRuns::new(agent).serve(listener));
+        runtime.spawn(runs.serve(listener));
         Service {
             runtime: Some(runtime),
             addr,
         }
     }
 
-    fn uri(&self) -> String {
+    pub(super) fn uri(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// As a SIGKILL would: every task of the process stops where it is.
-    fn kill(&mut self) {
+    pub(super) fn kill(&mut self) {
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
@@ -89,11 +94,18 @@ impl Drop for Service {
     }
 }
 
-/// The ingress's answer to `POST path` with `body`, JSON.
-async fn call(restate: &RestateProcess, path: &str, body: Option<Value>) -> (u16, Value) {
+/// The ingress's answer to `POST path` with `body`, JSON (`null`: none;
+/// no body at all: a `GET`).
+pub(super) async fn call(
+    restate: &RestateProcess,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
     let client = reqwest::Client::new();
     let url = format!("{}{path}", restate.ingress_url());
     let request = match body {
+        // A handler that takes no input: a POST with no body.
+        Some(Value::Null) => client.post(&url),
         Some(body) => client
             .post(&url)
             .header("content-type", "application/json")

@@ -16,7 +16,8 @@
 //! tool search, spend limits' extensions are unchanged —, but its two
 //! ways out are durable: asking the model is a `ctx.run` step, and each
 //! tool call a call to a workflow of its own, `AgentToolCalls`, keyed by
-//! the call's approval id `{run}:{call}`. When the process running a run
+//! the call's approval id `{run}:{place}:{call}` (`place`, the step's
+//! number in the run's order). When the process running a run
 //! dies, Restate runs the handler again on a live process and *replays*
 //! it: a step whose outcome is in the journal is not executed, its
 //! outcome is read back. So a model turn that completed is never asked
@@ -43,9 +44,9 @@
 //! its invocation and the run's suspend (after
 //! [`suspend_after`](RestateRuns::suspend_after)): no process holds them,
 //! and any process carries on when the answer comes. The answer is
-//! `POST /AgentToolCalls/{run}:{call}/decide` with an [`Answer`]; the
+//! `POST /AgentToolCalls/{approval id}/decide` with an [`Answer`]; the
 //! first decision binds, and every answer is told the binding one.
-//! `GET`-like `POST /AgentToolCalls/{run}:{call}/asked` tells what the
+//! `POST /AgentToolCalls/{approval id}/asked` tells what the
 //! person is asked, while they are.
 //!
 //! # A workflow, not a virtual object

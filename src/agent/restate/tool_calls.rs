@@ -1,5 +1,6 @@
 //! One tool call of a run as a workflow of its own, `AgentToolCalls`,
-//! keyed by its approval id, `{run}:{call}`: the run calls it for each
+//! keyed by its approval id, `{run}:{place}:{call}` (the call's place in
+//! the run's order keeps apart two calls a model gave the same id): the run calls it for each
 //! call of a step — all at once — and Restate runs it on any service
 //! process.
 //!
@@ -91,8 +92,11 @@ mod workflow {
             ctx: WorkflowContext<'_>,
             input: Json<CallInput>,
         ) -> Result<Json<CallState>, HandlerError> {
-            let CallInput { call, idempotent } = input.into_inner();
-            let run_id = run_of(ctx.key(), &call.id);
+            let CallInput {
+                run: run_id,
+                call,
+                idempotent,
+            } = input.into_inner();
             let first = self
                 .through_toolbox(&ctx, &call, idempotent, None, "tool call")
                 .await?;
@@ -115,7 +119,13 @@ mod workflow {
                 decision => {
                     let binding = BindingDecision::new(&call.id, decision, answer.by);
                     let decided = self
-                        .through_toolbox(&ctx, &call, idempotent, Some(binding), "tool call decided")
+                        .through_toolbox(
+                            &ctx,
+                            &call,
+                            idempotent,
+                            Some(binding),
+                            "tool call decided",
+                        )
                         .await?;
                     match decided {
                         Stepped::Done(state) => Ok(Json(state)),
@@ -166,15 +176,6 @@ mod workflow {
 const DECISION: &str = "decision";
 /// The state key of what the person is asked, while they are.
 const ASKED: &str = "asked";
-
-/// The run of the tool-call workflow keyed `key`, the approval id of
-/// `call_id`.
-fn run_of(key: &str, call_id: &str) -> String {
-    key.strip_suffix(call_id)
-        .and_then(|run| run.strip_suffix(':'))
-        .unwrap_or(key)
-        .to_owned()
-}
 
 impl ToolCalls {
     /// The call through the toolbox as one journaled step (after an

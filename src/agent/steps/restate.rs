@@ -1,6 +1,6 @@
 //! A run's steps on Restate: each model turn is a `ctx.run` step of the
 //! run's workflow invocation, and each tool call a call to a workflow of
-//! its own (`AgentToolCalls`, keyed `{run}:{call}`), which runs the call
+//! its own (`AgentToolCalls`, keyed by the approval id), which runs the call
 //! — and waits for a person when it needs one — on any service process.
 //!
 //! The run loop runs beside the handler's body, in the same task, and
@@ -72,7 +72,7 @@ enum Work {
         reply: oneshot::Sender<Result<String, TerminalError>>,
     },
     Call {
-        /// The tool-call workflow's key: the approval id, `{run}:{call}`.
+        /// The tool-call workflow's key: the approval id.
         key: String,
         input: CallInput,
         reply: oneshot::Sender<Result<CallState, TerminalError>>,
@@ -150,13 +150,14 @@ fn ended() -> TerminalError {
 
 impl Slot {
     /// A tool call at this place: a call to the run's tool-call workflow
-    /// (keyed `{run}:{call}`), which runs it on whichever service process
+    /// (keyed by [`approval_key`]), which runs it on whichever service process
     /// Restate picks, concurrently with the step's other calls, and waits
     /// there for a person when the call needs one. Its outcome is what the
     /// model reads.
     pub(super) async fn call(mut self, call: &ToolCall, idempotent: bool) -> CallState {
-        let key = approval_key(&self.run_id, &call.id);
+        let key = approval_key(&self.run_id, self.seq, &call.id);
         let input = CallInput {
+            run: self.run_id.to_string(),
             call: call.clone(),
             idempotent,
         };
@@ -186,10 +187,11 @@ impl Slot {
     }
 }
 
-/// The key of `call_id`'s tool-call workflow in run `run_id`: the approval
-/// id a person's answer names.
-pub(in crate::agent) fn approval_key(run_id: &str, call_id: &str) -> String {
-    format!("{run_id}:{call_id}")
+/// The key of the tool-call workflow of `call_id`, at place `seq` of run
+/// `run_id`: the approval id a person's answer names. The place keeps
+/// apart the calls of a model that gives the same id in two turns.
+pub(in crate::agent) fn approval_key(run_id: &str, seq: u64, call_id: &str) -> String {
+    format!("{run_id}:{seq}:{call_id}")
 }
 
 impl Drop for Slot {
@@ -346,11 +348,13 @@ async fn issue_turn<'a>(
 /// The name of the tool-call workflow service.
 pub(in crate::agent) const TOOL_CALLS: &str = "AgentToolCalls";
 
-/// What a tool-call workflow runs: the call, and whether its tool is
+/// What a tool-call workflow runs: the call of a run, and whether its tool is
 /// idempotent (a call not known to have finished before a crash runs
 /// again only then).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(in crate::agent) struct CallInput {
+    /// The run's id.
+    pub(in crate::agent) run: String,
     pub(in crate::agent) call: ToolCall,
     pub(in crate::agent) idempotent: bool,
 }
