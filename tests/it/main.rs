@@ -67,6 +67,8 @@ mod openai;
 mod openai_tls;
 mod record_replay;
 #[cfg(feature = "restate")]
+mod restate_approvals;
+#[cfg(feature = "restate")]
 mod restate_runs;
 mod restate_server;
 mod run_store;
