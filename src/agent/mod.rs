@@ -59,6 +59,8 @@ mod output;
 pub mod restate;
 mod resume;
 mod run;
+#[cfg(feature = "restate")]
+pub mod run_events;
 mod running_sessions;
 mod search;
 mod service;

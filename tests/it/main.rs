@@ -71,6 +71,8 @@ mod restate_approvals;
 #[cfg(feature = "restate")]
 mod restate_runs;
 mod restate_server;
+#[cfg(feature = "restate")]
+mod run_events;
 mod run_store;
 mod schema;
 mod seed_tools;
