@@ -334,3 +334,64 @@ async fn cost_of_a_turn() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_summary_made_before_a_kill_is_not_asked_for_again() {
+    use toolstack::agent::compaction::Summarize;
+    let Some(restate) = start("restate_runs_summary") else {
+        return;
+    };
+    // The history is past the budget from the start: the summarizer is
+    // asked before the first turn, once.
+    let summarizer = ScriptedModel::new([Turn::new().text("they talked at length")]);
+    let model = ScriptedModel::new([
+        Turn::new().tool_call("read", r#"{"rows":2}"#),
+        Turn::new().text("done"),
+    ]);
+    let hang = Arc::new(AtomicBool::new(true));
+    let reads = Arc::new(AtomicUsize::new(0));
+    let agent = Agent::new(
+        model.clone(),
+        hanging("read", "read 2 rows", &reads, &hang, true),
+    )
+    .compaction(500, Summarize::new(summarizer.clone(), 1));
+    let mut service = Service::start(agent.clone(), "127.0.0.1:0".parse().unwrap());
+    let addr = service.addr;
+    restate
+        .register(&service.uri())
+        .expect("the service registers");
+    let long = "a long answer. ".repeat(400);
+    let input = json!({"messages": [
+        {"role": "user", "content": "tell me everything"},
+        {"role": "assistant", "content": long},
+        {"role": "user", "content": "and then?"},
+        {"role": "assistant", "content": "nothing more"},
+        {"role": "user", "content": "now read"},
+    ]});
+    let (status, sent) = call(&restate, "/AgentRuns/summary-1/run/send", Some(input)).await;
+    assert!(status == 202 || status == 200, "{status} {sent}");
+
+    // Killed while the read runs, after the summary and the first turn.
+    started(&reads, 1, "the read").await;
+    assert_eq!(summarizer.turns_played(), 1, "summarized before the turn");
+    service.kill();
+    hang.store(false, Ordering::SeqCst);
+    let _service = Service::start(agent, addr);
+
+    let (status, output) = call(
+        &restate,
+        "/restate/workflow/AgentRuns/summary-1/attach",
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{output}");
+    assert_eq!(output["text"], "done", "{output}");
+    assert_eq!(
+        summarizer.turns_played(),
+        1,
+        "the summary made before the kill is read back, not asked for again"
+    );
+    assert_eq!(model.turns_played(), 2);
+    let text = output["messages"].to_string();
+    assert!(text.contains("they talked at length"), "{output}");
+}

@@ -48,11 +48,10 @@ where
             toolstack.compaction.messages_before = messages.len(),
             toolstack.compaction.messages_after = tracing::field::Empty,
         );
-        let outcome = compaction
-            .strategy
-            .compact(&messages)
-            .instrument(span.clone())
-            .await;
+        // Owned, for a durable run's step to hold.
+        let (strategy, history) = (compaction.strategy.clone(), messages.to_vec());
+        let compact = async move { strategy.compact(&history).await }.instrument(span.clone());
+        let outcome = self.steps.compaction(compact).await;
         let compacted = match outcome.and_then(|compacted| match compacted {
             Some(compacted) => check_compaction(&messages, &compacted).map(|()| Some(compacted)),
             None => Ok(None),

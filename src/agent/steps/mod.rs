@@ -13,10 +13,11 @@ use std::future::Future;
 
 use tokio::sync::mpsc;
 
-use crate::model::{FinishReason, Reasoning, ToolCall, Usage};
+use crate::model::{FinishReason, Message, Reasoning, ToolCall, Usage};
 use crate::result::{Collecting, Seen};
 use crate::{ToolError, ToolRequest, ToolResult, Toolbox};
 
+use super::compaction::CompactionError;
 use super::event::AgentEvent;
 use super::store::CallState;
 
@@ -42,6 +43,10 @@ pub(super) struct Asked {
     pub(super) models: Vec<String>,
 }
 
+/// What a compaction strategy answered: the history compacted, `None`
+/// for nothing to do, or why it failed.
+pub(super) type Compacted = Result<Option<Vec<Message>>, CompactionError>;
+
 /// Where one tool call of a step runs, taken in call order (a durable
 /// step's place in the run's journal is decided when it is taken).
 pub(super) enum ToolStep {
@@ -60,6 +65,21 @@ impl Steps {
             Steps::Here => ask.await,
             #[cfg(feature = "restate")]
             Steps::Restate(queue) => queue.turn(ask).await,
+        }
+    }
+
+    /// One compaction of the history: `compact` is the strategy at work
+    /// (a summarizer asks a model), owning all it needs. On Restate its
+    /// outcome is journaled like a model turn's: a replay does not ask
+    /// the summarizer again.
+    pub(super) async fn compaction<F>(&self, compact: F) -> Compacted
+    where
+        F: Future<Output = Compacted> + Send + 'static,
+    {
+        match self {
+            Steps::Here => compact.await,
+            #[cfg(feature = "restate")]
+            Steps::Restate(queue) => queue.compaction(compact).await,
         }
     }
 

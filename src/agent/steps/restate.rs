@@ -26,12 +26,13 @@ use restate_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::model::{ContextExceeded, FinishReason, Reasoning, ToolCall, Usage};
+use crate::agent::compaction::CompactionError;
+use crate::model::{ContextExceeded, FinishReason, Message, Reasoning, ToolCall, Usage};
 use crate::{ToolError, ToolResult};
 
 use crate::agent::store::CallState;
 
-use super::{Asked, Cut, ModelAnswer, TurnError};
+use super::{Asked, Compacted, Cut, ModelAnswer, TurnError};
 
 /// Where the loop hands its steps to the handler.
 pub(in crate::agent) struct Queue {
@@ -101,28 +102,65 @@ impl Queue {
         }
     }
 
+    /// A step run here (`what`, and its place, name it in the journal):
+    /// its outcome, JSON, is journaled, and read back on a replay instead
+    /// of running `run` again.
+    async fn step(
+        &self,
+        what: &str,
+        run: BoxFuture<'static, String>,
+    ) -> Result<String, TerminalError> {
+        let mut slot = self.slot();
+        let name = format!("{what} {}", slot.seq);
+        let (reply, outcome) = oneshot::channel();
+        match slot.send(Work::Turn { name, run, reply }) {
+            Ok(()) => outcome.await.unwrap_or_else(|_| Err(ended())),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// A compaction as a step: a summarizer is not asked again on a
+    /// replay. A failure is kept as its message (its kind, when the model
+    /// failed).
+    pub(super) async fn compaction<F>(&self, compact: F) -> Compacted
+    where
+        F: Future<Output = Compacted> + Send + 'static,
+    {
+        let run = async move {
+            let kept: Result<Option<Vec<Message>>, Failure> = compact.await.map_err(|err| {
+                let error = match err {
+                    CompactionError::Model(error) => error,
+                    other => ToolError::failed(other.to_string()),
+                };
+                Failure::new(&error, false)
+            });
+            serde_json::to_string(&kept).unwrap_or_default()
+        };
+        let failed = |why: String| CompactionError::Model(ToolError::failed(why));
+        let json = self
+            .step("compaction", Box::pin(run))
+            .await
+            .map_err(|err| failed(format!("the Restate step failed: {err}")))?;
+        let kept: Result<Option<Vec<Message>>, Failure> =
+            serde_json::from_str(&json).map_err(|err| {
+                failed(format!(
+                    "the compaction journaled by Restate could not be read back: {err}"
+                ))
+            })?;
+        kept.map_err(|failure| CompactionError::Model(failure.error()))
+    }
+
     /// A model turn as a step: its outcome is journaled, and read back
     /// on a replay instead of asking the model again.
     pub(super) async fn turn<F>(&self, ask: F) -> Asked
     where
         F: Future<Output = Asked> + Send + 'static,
     {
-        let mut slot = self.slot();
-        let name = format!("model turn {}", slot.seq);
         let run = async move {
             let recorded = Recorded::from(ask.await);
             serde_json::to_string(&recorded).unwrap_or_default()
         };
-        let (reply, outcome) = oneshot::channel();
-        let sent = slot.send(Work::Turn {
-            name,
-            run: Box::pin(run),
-            reply,
-        });
-        let outcome = match sent {
-            Ok(()) => outcome.await.unwrap_or_else(|_| Err(ended())),
-            Err(err) => Err(err),
-        };
+        let outcome = self.step("model turn", Box::pin(run)).await;
         let failed = |why: String| Asked {
             answer: Err(TurnError {
                 error: ToolError::failed(why),
