@@ -69,6 +69,8 @@ mod record_replay;
 #[cfg(feature = "restate")]
 mod restate_approvals;
 #[cfg(feature = "restate")]
+mod restate_events;
+#[cfg(feature = "restate")]
 mod restate_runs;
 mod restate_server;
 #[cfg(feature = "restate")]

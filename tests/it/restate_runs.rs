@@ -48,7 +48,10 @@ impl Service {
     }
 
     /// Serves `runs` on `addr` (port 0: a free one).
-    pub(super) fn serving(runs: RestateRuns<ScriptedModel>, addr: SocketAddr) -> Service {
+    pub(super) fn serving<M>(runs: RestateRuns<M>, addr: SocketAddr) -> Service
+    where
+        M: toolstack::model::ModelService + Sync + 'static,
+    {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()

@@ -67,6 +67,7 @@
 //! summarizer's model call is not a step yet; the caller's extensions
 //! do not reach the tools.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -81,15 +82,18 @@ use crate::model::{Message, ModelService};
 use super::event::AgentEvent;
 use super::journal::RunJournal;
 use super::run::Run;
+use super::run_events::RunEvents;
 use super::settings::Agent;
 use super::steps::restate::{drive, Queue};
 use super::steps::Steps;
 
+use self::events::{part_of, Writer};
 use self::tool_calls::ToolCalls;
 use self::waiting::Waiting;
 
 pub use self::tool_calls::Answer;
 
+pub(super) mod events;
 mod tool_calls;
 mod waiting;
 
@@ -110,6 +114,7 @@ pub struct RestateRuns<M> {
     approval_timeout: Duration,
     max_waiting_runs: usize,
     suspend_after: Option<Duration>,
+    events: Option<Arc<dyn RunEvents>>,
 }
 
 /// What a run starts from: the conversation so far.
@@ -141,7 +146,19 @@ where
             approval_timeout: Duration::from_secs(10 * 60),
             max_waiting_runs: 10_000,
             suspend_after: None,
+            events: None,
         }
+    }
+
+    /// Writes each run's events to `log`, where a front end in any
+    /// process streams them (a Redis log for a deployment of many
+    /// processes): the model's deltas as they come, each tool's items,
+    /// the approvals asked and decided, the loop's own events — each
+    /// once, though Restate replays a run after a crash or a suspension.
+    /// Without a log, a run's events stay in its handler.
+    pub fn events(mut self, log: impl RunEvents) -> Self {
+        self.events = Some(Arc::new(log));
+        self
     }
 
     /// How long a call waits for a person's answer before it is denied
@@ -183,6 +200,7 @@ where
         };
         let calls = ToolCalls {
             toolbox: self.agent.toolbox.clone(),
+            events: self.events.clone(),
             approval_timeout: self.approval_timeout,
             max_waiting_runs: u64::try_from(self.max_waiting_runs).unwrap_or(u64::MAX),
         };
@@ -242,7 +260,7 @@ mod workflow {
             let RunInput { messages } = input.into_inner();
             let run_id: Arc<str> = Arc::from(ctx.key());
             let journal = RunJournal::fresh(run_id, messages, self.agent.durability.clone());
-            let (queue, requests) = Queue::new(ctx.key());
+            let (queue, requests) = Queue::new(ctx.key(), self.events.clone());
             let stream = Run::start_on(
                 self.agent.clone(),
                 journal,
@@ -250,9 +268,26 @@ mod workflow {
                 None,
                 Steps::Restate(queue),
             );
+            let (events, run) = (self.events.clone(), ctx.key().to_owned());
             let done = drive(&ctx, requests, async move {
                 let mut stream = stream;
+                // The loop's events, to the log: the same on every
+                // execution, so a replay's are kept once.
+                let mut writers: HashMap<String, Writer> = HashMap::new();
+                let mut calls = HashMap::new();
                 while let Some(event) = stream.next().await {
+                    if let Some(log) = &events {
+                        let part = part_of(&event, &mut calls);
+                        let writer = writers
+                            .entry(part)
+                            .or_insert_with_key(|part| Writer::replayed(log, &run, part.clone()));
+                        writer.write(&event).await;
+                        if matches!(event, AgentEvent::Done(_)) {
+                            if let Err(err) = log.end(&run).await {
+                                tracing::warn!(run_id = %run, error = %err, "a run's events were not marked ended");
+                            }
+                        }
+                    }
                     if let AgentEvent::Done(done) = event {
                         return Some(done);
                     }

@@ -37,14 +37,20 @@ use restate_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::approval::{ApprovalRequest, BindingDecision, CallerApprover, DecidedBy, Decision};
+use crate::approval::{
+    ApprovalEvent, ApprovalEvents, ApprovalRequest, BindingDecision, CallerApprover, DecidedBy,
+    Decision,
+};
 use crate::model::ToolCall;
 use crate::{ErrorKind, ToolError, ToolResult, Toolbox};
 
+use crate::agent::event::AgentEvent;
+use crate::agent::run_events::RunEvents;
 use crate::agent::steps::restate::CallInput;
 use crate::agent::steps::{may_have_run, run_tool};
 use crate::agent::store::CallState;
 
+use super::events::Writer;
 use super::waiting::{Seat, WAITING, WAITING_KEY};
 
 /// Who decides a call the person is asked about, by name.
@@ -54,6 +60,8 @@ const THE_USER: &str = "the user";
 #[derive(Clone)]
 pub(super) struct ToolCalls {
     pub(super) toolbox: Toolbox,
+    /// Where the call's events go, if anywhere.
+    pub(super) events: Option<Arc<dyn RunEvents>>,
     /// How long a call waits for a person before it is denied.
     pub(super) approval_timeout: Duration,
     /// How many runs may wait for a person at once.
@@ -98,7 +106,7 @@ mod workflow {
                 idempotent,
             } = input.into_inner();
             let first = self
-                .through_toolbox(&ctx, &call, idempotent, None, "tool call")
+                .through_toolbox(&ctx, &run_id, &call, idempotent, None, "tool call")
                 .await?;
             let asked = match first {
                 Stepped::Done(state) => return Ok(Json(state)),
@@ -121,6 +129,7 @@ mod workflow {
                     let decided = self
                         .through_toolbox(
                             &ctx,
+                            &run_id,
                             &call,
                             idempotent,
                             Some(binding),
@@ -184,6 +193,7 @@ impl ToolCalls {
     async fn through_toolbox(
         &self,
         ctx: &WorkflowContext<'_>,
+        run: &str,
         call: &ToolCall,
         idempotent: bool,
         binding: Option<BindingDecision>,
@@ -204,6 +214,8 @@ impl ToolCalls {
             }
         };
         let (toolbox, call) = (self.toolbox.clone(), call.clone());
+        let events = self.events.clone();
+        let (run, part) = (run.to_owned(), format!("tool {} {name}", ctx.key()));
         let Json(stepped) = ctx
             .run(move || async move {
                 if let Some(fresh) = fresh {
@@ -212,7 +224,11 @@ impl ToolCalls {
                         return Ok(Json(Stepped::Done(stale)));
                     }
                 }
-                Ok(Json(asking(&toolbox, &call, binding).await))
+                let writer = match &events {
+                    Some(log) => Some(Writer::live(log, &run, part).await),
+                    None => None,
+                };
+                Ok(Json(asking(&toolbox, &call, binding, writer).await))
             })
             .name(name.to_owned())
             .await?;
@@ -240,18 +256,44 @@ impl ToolCalls {
             )
             .call()
             .await?;
+        // What the person is asked and what was decided, told the same on
+        // every execution of this workflow.
+        let mut told = self
+            .events
+            .as_ref()
+            .map(|log| Writer::replayed(log, run_id, format!("approval {}", ctx.key())));
+        let decided = |answer: &Answer| AgentEvent::ApprovalDecided {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            decision: answer.decision.clone(),
+            by: answer.by.clone(),
+        };
         if !taken {
             let reason = format!(
                 "not run: {} runs already wait for a person's approval, the most this service \
                  keeps; try again later or without this tool",
                 self.max_waiting_runs
             );
-            return Ok(Answer {
+            let answer = Answer {
                 decision: Decision::deny(reason),
                 by: DecidedBy::Policy,
-            });
+            };
+            if let Some(told) = &mut told {
+                told.write(&decided(&answer)).await;
+            }
+            return Ok(answer);
         }
         ctx.set(ASKED, Json(Some(asked.clone())));
+        if let Some(told) = &mut told {
+            let request = AgentEvent::ApprovalRequested {
+                call_id: asked.call_id.clone(),
+                name: asked.tool.clone(),
+                arguments: asked.arguments.clone(),
+                automatic: false,
+                reason: asked.reason.clone(),
+            };
+            told.write(&request).await;
+        }
         let answered = restate_sdk::select! {
             answer = ctx.promise::<Json<Answer>>(DECISION) => Some(answer?.into_inner()),
             _ = ctx.sleep(self.approval_timeout) => None,
@@ -275,6 +317,9 @@ impl ToolCalls {
             }
         };
         ctx.clear(ASKED);
+        if let Some(told) = &mut told {
+            told.write(&decided(&answer)).await;
+        }
         ctx.request::<Json<Seat>, ()>(
             RequestTarget::object(WAITING, WAITING_KEY, "give"),
             Json(seat),
@@ -284,9 +329,16 @@ impl ToolCalls {
     }
 }
 
-/// The call through `toolbox`, its events dropped (they do not leave this
-/// workflow yet), until it ends or its approval layer asks the person.
-async fn asking(toolbox: &Toolbox, call: &ToolCall, binding: Option<BindingDecision>) -> Stepped {
+/// The call through `toolbox` until it ends or its approval layer asks
+/// the person; its events to `writer`, if any. A request for the person
+/// is held back (the workflow tells it once there is room for the run
+/// to wait), and so is a decision `binding` brings (the workflow told it).
+async fn asking(
+    toolbox: &Toolbox,
+    call: &ToolCall,
+    binding: Option<BindingDecision>,
+    writer: Option<Writer>,
+) -> Stepped {
     let (ask, asked) = oneshot::channel::<ApprovalRequest>();
     let ask = std::sync::Mutex::new(Some(ask));
     let caller = CallerApprover::new(THE_USER, move |request: &ApprovalRequest| {
@@ -296,22 +348,82 @@ async fn asking(toolbox: &Toolbox, call: &ToolCall, binding: Option<BindingDecis
         // The step ends with the question; the call goes no further here.
         std::future::pending()
     });
+    let (tx, events) = mpsc::channel(64);
     let mut extensions = http::Extensions::new();
     extensions.insert(caller);
+    extensions.insert(approval_events(&tx, binding.is_some()));
     if let Some(binding) = binding {
         extensions.insert(binding);
     }
-    let (tx, mut events) = mpsc::channel(64);
+    // The result is the run's to tell (once, from the call's outcome).
     let drain = async move {
-        while events.recv().await.is_some() {}
-        // Never done: the channel stays open while the call runs.
-        std::future::pending::<Stepped>().await
+        let mut events = events;
+        let mut writer = writer;
+        while let Some(event) = events.recv().await {
+            if let (Some(writer), false) =
+                (&mut writer, matches!(event, AgentEvent::ToolResult { .. }))
+            {
+                writer.write(&event).await;
+            }
+        }
     };
-    let run = run_tool(toolbox, call, extensions, &tx);
-    tokio::select! {
-        biased;
-        Ok(asked) = asked => Stepped::Asked(asked),
-        state = run => Stepped::Done(state),
-        stepped = drain => stepped,
-    }
+    let (toolbox, call) = (toolbox.clone(), call.clone());
+    let work = async move {
+        let stepped = tokio::select! {
+            biased;
+            Ok(asked) = asked => Stepped::Asked(asked),
+            state = run_tool(&toolbox, &call, extensions, &tx) => Stepped::Done(state),
+        };
+        // The drain ends with the last sender.
+        drop(tx);
+        stepped
+    };
+    let (stepped, ()) = tokio::join!(work, drain);
+    stepped
+}
+
+/// The approval layer's events, as the run's, to `tx` (held weakly: a
+/// request kept past the call must not keep the events from ending). A
+/// request waits to see whether the person is asked (then it is the
+/// workflow's to tell); `bound`: the decisions are the workflow's to tell.
+fn approval_events(tx: &mpsc::Sender<AgentEvent>, bound: bool) -> ApprovalEvents {
+    let tx = tx.downgrade();
+    let held: Arc<std::sync::Mutex<Option<AgentEvent>>> = Arc::default();
+    ApprovalEvents::new(move |event| {
+        let (tx, held) = (tx.upgrade(), Arc::clone(&held));
+        async move {
+            let Some(tx) = tx else { return };
+            let mut send = Vec::new();
+            match event {
+                ApprovalEvent::Requested(asked) => {
+                    let event = AgentEvent::ApprovalRequested {
+                        call_id: asked.call_id,
+                        name: asked.tool,
+                        arguments: asked.arguments,
+                        automatic: asked.automatic,
+                        reason: asked.reason,
+                    };
+                    match asked.automatic {
+                        true => send.push(event),
+                        false => *held.lock().unwrap_or_else(|p| p.into_inner()) = Some(event),
+                    }
+                }
+                ApprovalEvent::Decided(decided) if !bound => {
+                    // Decided here (the layer's own approver): the request
+                    // held back was not the person's.
+                    send.extend(held.lock().unwrap_or_else(|p| p.into_inner()).take());
+                    send.push(AgentEvent::ApprovalDecided {
+                        call_id: decided.request.call_id,
+                        name: decided.request.tool,
+                        decision: decided.decision,
+                        by: decided.by,
+                    });
+                }
+                ApprovalEvent::Decided(_) => {}
+            }
+            for event in send {
+                let _ = tx.send(event).await;
+            }
+        }
+    })
 }

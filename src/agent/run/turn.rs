@@ -79,12 +79,13 @@ where
             .filter(|o| o.mode == OutputMode::Native)
             .map(|o| o.schema.clone());
         self.costs.turn_started();
-        let ask = ask(self.agent.model.clone(), request, self.tx.clone());
+        let model = self.agent.model.clone();
+        let ask = move |tx| ask(model, request, tx);
         let Asked {
             answer,
             used,
             models,
-        } = self.steps.turn(ask).await;
+        } = self.steps.turn(self.tx.clone(), ask).await;
         // What the model reported is counted once the turn is in (on a
         // replay, as the journal kept it).
         for used in used {

@@ -56,15 +56,18 @@ pub(super) enum ToolStep {
 }
 
 impl Steps {
-    /// One model turn: `ask` is the turn, owning all it needs.
-    pub(super) async fn turn<F>(&self, ask: F) -> Asked
+    /// One model turn: `ask` makes the turn, owning all it needs, given
+    /// where its deltas go — `tx`, the run's events, unless the run's
+    /// events are written to a log where they stream to (on Restate).
+    pub(super) async fn turn<A, F>(&self, tx: mpsc::Sender<AgentEvent>, ask: A) -> Asked
     where
+        A: FnOnce(mpsc::Sender<AgentEvent>) -> F + Send + 'static,
         F: Future<Output = Asked> + Send + 'static,
     {
         match self {
-            Steps::Here => ask.await,
+            Steps::Here => ask(tx).await,
             #[cfg(feature = "restate")]
-            Steps::Restate(queue) => queue.turn(ask).await,
+            Steps::Restate(queue) => queue.turn(tx, ask).await,
         }
     }
 

@@ -30,6 +30,9 @@ use crate::agent::compaction::CompactionError;
 use crate::model::{ContextExceeded, FinishReason, Message, Reasoning, ToolCall, Usage};
 use crate::{ToolError, ToolResult};
 
+use crate::agent::event::AgentEvent;
+use crate::agent::restate::events::Writer;
+use crate::agent::run_events::RunEvents;
 use crate::agent::store::CallState;
 
 use super::{Asked, Compacted, Cut, ModelAnswer, TurnError};
@@ -41,6 +44,8 @@ pub(in crate::agent) struct Queue {
     next: std::sync::atomic::AtomicU64,
     /// The run's id: its tool calls' workflows are keyed by it.
     run_id: Arc<str>,
+    /// Where the run's events go, if anywhere but its own stream.
+    events: Option<Arc<dyn RunEvents>>,
 }
 
 /// The place of one step in the run's journal order, taken in call order;
@@ -82,13 +87,18 @@ enum Work {
 
 impl Queue {
     /// A queue, and the receiving end [`drive`] reads; `run_id` keys the
-    /// run's tool-call workflows.
-    pub(in crate::agent) fn new(run_id: &str) -> (Queue, Requests) {
+    /// run's tool-call workflows; its turns write their deltas to
+    /// `events`, if given.
+    pub(in crate::agent) fn new(
+        run_id: &str,
+        events: Option<Arc<dyn RunEvents>>,
+    ) -> (Queue, Requests) {
         let (requests, received) = mpsc::unbounded_channel();
         let queue = Queue {
             requests,
             next: std::sync::atomic::AtomicU64::new(0),
             run_id: Arc::from(run_id),
+            events,
         };
         (queue, Requests { received })
     }
@@ -102,15 +112,15 @@ impl Queue {
         }
     }
 
-    /// A step run here (`what`, and its place, name it in the journal):
-    /// its outcome, JSON, is journaled, and read back on a replay instead
-    /// of running `run` again.
+    /// A step run here at `slot` (`what`, and the place, name it in the
+    /// journal): its outcome, JSON, is journaled, and read back on a
+    /// replay instead of running `run` again.
     async fn step(
         &self,
+        mut slot: Slot,
         what: &str,
         run: BoxFuture<'static, String>,
     ) -> Result<String, TerminalError> {
-        let mut slot = self.slot();
         let name = format!("{what} {}", slot.seq);
         let (reply, outcome) = oneshot::channel();
         match slot.send(Work::Turn { name, run, reply }) {
@@ -138,7 +148,7 @@ impl Queue {
         };
         let failed = |why: String| CompactionError::Model(ToolError::failed(why));
         let json = self
-            .step("compaction", Box::pin(run))
+            .step(self.slot(), "compaction", Box::pin(run))
             .await
             .map_err(|err| failed(format!("the Restate step failed: {err}")))?;
         let kept: Result<Option<Vec<Message>>, Failure> =
@@ -152,15 +162,30 @@ impl Queue {
 
     /// A model turn as a step: its outcome is journaled, and read back
     /// on a replay instead of asking the model again.
-    pub(super) async fn turn<F>(&self, ask: F) -> Asked
+    /// Its deltas go to the run's events log, if it has one (only while
+    /// the turn runs: a replayed turn streams nothing), else to `tx`.
+    pub(super) async fn turn<A, F>(&self, tx: mpsc::Sender<AgentEvent>, ask: A) -> Asked
     where
+        A: FnOnce(mpsc::Sender<AgentEvent>) -> F + Send + 'static,
         F: Future<Output = Asked> + Send + 'static,
     {
-        let run = async move {
-            let recorded = Recorded::from(ask.await);
-            serde_json::to_string(&recorded).unwrap_or_default()
+        let slot = self.slot();
+        let encode =
+            |asked: Asked| serde_json::to_string(&Recorded::from(asked)).unwrap_or_default();
+        let run: BoxFuture<'static, String> = match &self.events {
+            None => Box::pin(async move { encode(ask(tx).await) }),
+            Some(log) => {
+                let (log, run_id) = (Arc::clone(log), Arc::clone(&self.run_id));
+                let part = format!("turn {}", slot.seq);
+                Box::pin(async move {
+                    let writer = Writer::live(&log, &run_id, part).await;
+                    let (deltas, received) = mpsc::channel(64);
+                    let (asked, ()) = tokio::join!(ask(deltas), writer.drain(received));
+                    encode(asked)
+                })
+            }
         };
-        let outcome = self.step("model turn", Box::pin(run)).await;
+        let outcome = self.step(slot, "model turn", run).await;
         let failed = |why: String| Asked {
             answer: Err(TurnError {
                 error: ToolError::failed(why),
