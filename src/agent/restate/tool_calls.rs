@@ -68,8 +68,9 @@ pub(super) struct ToolCalls {
     pub(super) max_waiting_runs: u64,
 }
 
-/// A person's answer to the call a tool-call workflow waits on — or, as
-/// [`ToolCalls::decide`] answers, the decision that binds.
+/// A person's answer to the call a tool-call workflow waits on
+/// (`POST /AgentToolCalls/{approval id}/decide`) — and what that answers:
+/// the decision that binds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Answer {
     /// What was decided.
