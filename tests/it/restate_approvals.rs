@@ -207,7 +207,7 @@ async fn a_waiting_call_suspends_and_its_first_decision_binds() {
     let (status, sent) = call(&restate, "/AgentRuns/approve-1/run/send", Some(input)).await;
     assert!(status == 202 || status == 200, "{status} {sent}");
 
-    let key = "approve-1:1:call_0_0";
+    let key = "approve-1:call_0_0";
     let request = asked(&restate, key).await;
     assert_eq!(request["tool"], "delete", "{request}");
     assert_eq!(
@@ -276,7 +276,7 @@ async fn a_decision_given_while_no_process_serves_survives_a_restart_of_restate(
     let input = json!({"messages": [{"role": "user", "content": "delete /tmp/x"}]});
     let (status, sent) = call(&restate, "/AgentRuns/restart-1/run/send", Some(input)).await;
     assert!(status == 202 || status == 200, "{status} {sent}");
-    let key = "restart-1:1:call_0_0";
+    let key = "restart-1:call_0_0";
     asked(&restate, key).await;
     suspended(&restate, "AgentToolCalls", key).await;
     service.kill();
@@ -335,7 +335,7 @@ async fn with_no_room_a_call_is_denied_before_asking_and_nobody_answering_denies
     let input = json!({"messages": [{"role": "user", "content": "delete /tmp/x"}]});
     let (status, _) = call(&restate, "/AgentRuns/room-1/run/send", Some(input.clone())).await;
     assert!(status == 202 || status == 200);
-    asked(&restate, "room-1:1:call_0_0").await;
+    asked(&restate, "room-1:call_0_0").await;
     let (_, count) = call(&restate, "/AgentWaiting/runs/count", Some(json!(null))).await;
     assert_eq!(count, 1, "one run waits");
 
@@ -353,7 +353,7 @@ async fn with_no_room_a_call_is_denied_before_asking_and_nobody_answering_denies
     // answer is told so.
     let (_, never) = call(
         &restate,
-        "/AgentToolCalls/room-2:1:call_1_0/asked",
+        "/AgentToolCalls/room-2:call_1_0/asked",
         Some(json!(null)),
     )
     .await;
@@ -367,7 +367,7 @@ async fn with_no_room_a_call_is_denied_before_asking_and_nobody_answering_denies
     let allow = json!({"decision": "allow", "by": {"caller": "the user"}});
     let (status, bound) = call(
         &restate,
-        "/AgentToolCalls/room-1:1:call_0_0/decide",
+        "/AgentToolCalls/room-1:call_0_0/decide",
         Some(allow),
     )
     .await;

@@ -142,7 +142,7 @@ async fn a_run_replayed_after_a_suspension_and_a_kill_writes_each_event_once() {
     let allow = json!({"decision": "allow", "by": {"caller": "the user"}});
     let (status, bound) = call(
         &restate,
-        "/AgentToolCalls/events-1:1:call_0_0/decide",
+        "/AgentToolCalls/events-1:call_0_0/decide",
         Some(allow),
     )
     .await;

@@ -16,8 +16,8 @@
 //! tool search, spend limits' extensions are unchanged —, but its two
 //! ways out are durable: asking the model is a `ctx.run` step, and each
 //! tool call a call to a workflow of its own, `AgentToolCalls`, keyed by
-//! the call's approval id `{run}:{place}:{call}` (`place`, the step's
-//! number in the run's order). When the process running a run
+//! the call's approval id `{run}:{call}` (`{run}:{call}#{k}` for the
+//! `k`th call of an id a model gave before). When the process running a run
 //! dies, Restate runs the handler again on a live process and *replays*
 //! it: a step whose outcome is in the journal is not executed, its
 //! outcome is read back. So a model turn that completed is never asked

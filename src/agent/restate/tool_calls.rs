@@ -1,6 +1,6 @@
 //! One tool call of a run as a workflow of its own, `AgentToolCalls`,
-//! keyed by its approval id, `{run}:{place}:{call}` (the call's place in
-//! the run's order keeps apart two calls a model gave the same id): the run calls it for each
+//! keyed by its approval id, `{run}:{call}` (`{run}:{call}#{k}` for the
+//! `k`th call of an id a model gave before): the run calls it for each
 //! call of a step — all at once — and Restate runs it on any service
 //! process.
 //!

@@ -71,7 +71,8 @@ where
             .map(|(at, (state, refused, search))| {
                 let tool_call = &calls[at];
                 // Taken here, in call order, for a call the toolbox runs.
-                let place = (refused.is_none() && search.is_none()).then(|| self.steps.tool_step());
+                let place = (refused.is_none() && search.is_none())
+                    .then(|| self.steps.tool_step(&tool_call.id));
                 let call = StepCall {
                     toolbox: self.agent.toolbox.clone(),
                     tx: self.tx.clone(),

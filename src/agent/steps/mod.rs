@@ -52,7 +52,7 @@ pub(super) type Compacted = Result<Option<Vec<Message>>, CompactionError>;
 pub(super) enum ToolStep {
     Here,
     #[cfg(feature = "restate")]
-    Restate(restate::Slot),
+    Restate(restate::Slot, String),
 }
 
 impl Steps {
@@ -86,13 +86,20 @@ impl Steps {
         }
     }
 
-    /// The place of the next tool call that reaches the toolbox; taken
-    /// in call order, before any of the step's calls runs.
-    pub(super) fn tool_step(&self) -> ToolStep {
+    /// The place of the next tool call that reaches the toolbox, the
+    /// call `call_id`; taken in call order, before any of the step's
+    /// calls runs.
+    pub(super) fn tool_step(&self, call_id: &str) -> ToolStep {
         match self {
-            Steps::Here => ToolStep::Here,
+            Steps::Here => {
+                let _ = call_id;
+                ToolStep::Here
+            }
             #[cfg(feature = "restate")]
-            Steps::Restate(queue) => ToolStep::Restate(queue.slot()),
+            Steps::Restate(queue) => {
+                let key = queue.call_key(call_id);
+                ToolStep::Restate(queue.slot(), key)
+            }
         }
     }
 }
@@ -119,9 +126,9 @@ impl ToolStep {
             // Run by its own workflow, where its items stream; the run
             // hears of its end.
             #[cfg(feature = "restate")]
-            ToolStep::Restate(slot) => {
+            ToolStep::Restate(slot, key) => {
                 let _ = (toolbox, extensions);
-                let state = slot.call(call, idempotent).await;
+                let state = slot.call(key, call, idempotent).await;
                 if let CallState::Finished { text, is_error, .. } = &state {
                     let result = match is_error {
                         true => ToolResult::from_error(ToolError::failed(text.clone())),

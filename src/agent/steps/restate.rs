@@ -46,6 +46,8 @@ pub(in crate::agent) struct Queue {
     run_id: Arc<str>,
     /// Where the run's events go, if anywhere but its own stream.
     events: Option<Arc<dyn RunEvents>>,
+    /// How many calls of each id the run has made.
+    calls: std::sync::Mutex<HashMap<String, u32>>,
 }
 
 /// The place of one step in the run's journal order, taken in call order;
@@ -99,8 +101,18 @@ impl Queue {
             next: std::sync::atomic::AtomicU64::new(0),
             run_id: Arc::from(run_id),
             events,
+            calls: std::sync::Mutex::default(),
         };
         (queue, Requests { received })
+    }
+
+    /// The approval id of the next call of id `call_id` (taken in call
+    /// order, so the same on every execution).
+    pub(in crate::agent) fn call_key(&self, call_id: &str) -> String {
+        let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        let k = calls.entry(call_id.to_owned()).or_insert(0);
+        *k += 1;
+        approval_key(&self.run_id, call_id, *k)
     }
 
     /// The next place.
@@ -217,8 +229,12 @@ impl Slot {
     /// Restate picks, concurrently with the step's other calls, and waits
     /// there for a person when the call needs one. Its outcome is what the
     /// model reads.
-    pub(super) async fn call(mut self, call: &ToolCall, idempotent: bool) -> CallState {
-        let key = approval_key(&self.run_id, self.seq, &call.id);
+    pub(super) async fn call(
+        mut self,
+        key: String,
+        call: &ToolCall,
+        idempotent: bool,
+    ) -> CallState {
         let input = CallInput {
             run: self.run_id.to_string(),
             call: call.clone(),
@@ -250,11 +266,15 @@ impl Slot {
     }
 }
 
-/// The key of the tool-call workflow of `call_id`, at place `seq` of run
-/// `run_id`: the approval id a person's answer names. The place keeps
-/// apart the calls of a model that gives the same id in two turns.
-pub(in crate::agent) fn approval_key(run_id: &str, seq: u64, call_id: &str) -> String {
-    format!("{run_id}:{seq}:{call_id}")
+/// The key of the tool-call workflow of the `k`th call of id `call_id`
+/// in run `run_id`: the approval id a person's answer names —
+/// `{run}:{call}`, and `{run}:{call}#{k}` from the second call of an id
+/// (a model that gives the same id in two turns).
+pub(in crate::agent) fn approval_key(run_id: &str, call_id: &str, k: u32) -> String {
+    match k {
+        0 | 1 => format!("{run_id}:{call_id}"),
+        k => format!("{run_id}:{call_id}#{k}"),
+    }
 }
 
 impl Drop for Slot {
