@@ -1,0 +1,950 @@
+//! The proof that agent runs on Restate outlive the processes that run
+//! them — and the server that keeps them: one `restate-server` of the
+//! proof's own and two service processes (this binary, `--service`),
+//! each serving `RestateRuns` for the same agent, behind ONE deployment
+//! address (a TCP proxy in this process, each connection to a live
+//! service process in turn), so Restate retries a killed process's
+//! invocations on the other.
+//!
+//! N chats start through the ingress; each model calls `write` with its
+//! run id, a tool not idempotent behind an approval layer that only the
+//! caller decides, so every run waits, suspended, for its approval. Once
+//! every chat is asked, every approval is answered `allow` through the
+//! ingress (`POST /AgentToolCalls/{run}:call_0_0/decide`), in random
+//! order, many at once; each write appends its line to a ledger (synced)
+//! before it takes its time, so a kill cannot hide that it ran. One
+//! round of chats meets two kills, at different times:
+//!
+//! * **service kill**: once a third of the answers are in, the first
+//!   service process seen with a write in flight is killed with SIGKILL
+//!   and started again on its port;
+//! * **restate kill**: once two thirds are in, `restate-server` itself is
+//!   killed with SIGKILL while answers are in flight, and started again
+//!   on its data directory; the answers cut off are sent again.
+//!
+//! Then every run's output is read (`attach`). Pass: every run finished;
+//! every run told "wrote" has its line in the ledger exactly once, every
+//! run told "the call may have run" at most once, no line twice; 0
+//! approvals lost (every answer bound `allow`, and every run's tool
+//! result is the write's or "may have run" — never a denial nor a
+//! timeout). It prints how the work spread over the processes, how long
+//! resuming took after each kill (from the restart to the next write and
+//! the next run's end; p50 and p99 from an answer to its run's end
+//! around each kill), and exits non-zero when a check fails.
+//!
+//! ```text
+//! cargo build --release --features restate --example restate_runs
+//! target/release/examples/restate_runs --chats 1000
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use tokio::net::{TcpListener, TcpStream};
+
+use toolstack_demo::restate_server::RestateProcess;
+
+mod service;
+
+fn flag<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|at| args.get(at + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Milliseconds since the epoch: the clock the parent and the service
+/// processes share.
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64
+}
+
+const USAGE: &str = "\
+Usage: restate_runs [--chats N] [options]
+  (cargo run --release --features restate --example restate_runs -- ...;
+   needs restate-server: `npm ci` in restate/, or TOOLSTACK_RESTATE_SERVER)
+
+N chats on two service processes behind one Restate deployment, each
+waiting for the approval of a write that is not idempotent; every approval
+answered in random order while a service process, then restate-server
+itself, is killed with SIGKILL and restarted.
+  --chats N             chats (1000)
+  --answers-at-once C   approvals answered at once (32)
+  --write-ms-min MS     the shortest write (200)
+  --write-ms-max MS     the longest write (500)
+  --suspend-ms MS       a waiting run's invocation suspends after (1000)
+  --restate-down-ms MS  restate-server stays down this long before its
+                        restart (1000)
+  --seed S              the answers' order (1)
+  --deadline-s S        the proof fails past this (900)
+  -h, --help            this text
+";
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if toolstack_demo::help(USAGE) {
+        return Ok(());
+    }
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--service") {
+        return service::service(&args).await;
+    }
+    let settings = Settings {
+        chats: flag(&args, "--chats", 1000_usize).max(1),
+        at_once: flag(&args, "--answers-at-once", 32_usize).max(1),
+        write_ms: (
+            flag(&args, "--write-ms-min", 200),
+            flag(&args, "--write-ms-max", 500),
+        ),
+        suspend_ms: flag(&args, "--suspend-ms", 1_000),
+        down: Duration::from_millis(flag(&args, "--restate-down-ms", 1_000)),
+        seed: flag(&args, "--seed", 1),
+        deadline: Instant::now() + Duration::from_secs(flag(&args, "--deadline-s", 900)),
+    };
+    let dir = std::env::temp_dir().join(format!("toolstack-restate-proof-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let outcome = prove(&settings, &dir).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    match outcome {
+        Ok(true) => {
+            println!("PASSED");
+            Ok(())
+        }
+        Ok(false) => {
+            println!("FAILED");
+            std::process::exit(1);
+        }
+        Err(err) => {
+            println!("FAILED: {err}");
+            std::process::exit(1);
+        }
+    }
+}
+
+struct Settings {
+    chats: usize,
+    at_once: usize,
+    write_ms: (u64, u64),
+    suspend_ms: u64,
+    down: Duration,
+    seed: u64,
+    deadline: Instant,
+}
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// The key of a run's one tool call (its approval id): the model's call
+/// is the first of its turn's script.
+fn call_key(run: &str) -> String {
+    format!("{run}:call_0_0")
+}
+
+// ---- the service processes and the proxy in front of them -----------------
+
+/// A service process, killed with SIGKILL on drop.
+struct ServiceProcess {
+    child: Child,
+    port: u16,
+}
+
+impl ServiceProcess {
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ServiceProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+struct Files {
+    ledger: PathBuf,
+    times: PathBuf,
+}
+
+/// Starts a service process on `port` (0: a free one); returns once it
+/// listens.
+fn spawn_service(settings: &Settings, files: &Files, port: u16) -> Result<ServiceProcess, Error> {
+    let mut child = Command::new(std::env::current_exe()?)
+        .arg("--service")
+        .args(["--port", &port.to_string()])
+        .arg("--ledger")
+        .arg(&files.ledger)
+        .arg("--times")
+        .arg(&files.times)
+        .args(["--write-ms-min", &settings.write_ms.0.to_string()])
+        .args(["--write-ms-max", &settings.write_ms.1.to_string()])
+        .args(["--suspend-ms", &settings.suspend_ms.to_string()])
+        // Room for every chat to wait at once.
+        .args(["--max-waiting", &(settings.chats + 16).to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or("the service's stdout")?;
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line)?;
+    let port = line
+        .trim()
+        .strip_prefix("listening on ")
+        .and_then(|port| port.parse().ok());
+    match port {
+        Some(port) => Ok(ServiceProcess { child, port }),
+        None => {
+            let _ = child.kill();
+            Err(format!("a service process said {line:?}, not `listening on PORT`").into())
+        }
+    }
+}
+
+/// The one deployment address: each connection Restate opens goes to the
+/// next service process in turn, or past it to one that accepts.
+struct Proxy {
+    port: u16,
+    /// Connections made to each backend.
+    connections: Arc<Vec<AtomicUsize>>,
+}
+
+async fn proxy(backends: Vec<u16>) -> Result<Proxy, Error> {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    let port = listener.local_addr()?.port();
+    let connections: Arc<Vec<AtomicUsize>> =
+        Arc::new(backends.iter().map(|_| AtomicUsize::new(0)).collect());
+    let counted = Arc::clone(&connections);
+    tokio::spawn(async move {
+        let mut next = 0;
+        loop {
+            let Ok((mut inbound, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = inbound.set_nodelay(true);
+            let first = next;
+            next = (next + 1) % backends.len();
+            let (backends, counted) = (backends.clone(), Arc::clone(&counted));
+            tokio::spawn(async move {
+                for at in (0..backends.len()).map(|k| (first + k) % backends.len()) {
+                    let Ok(mut outbound) = TcpStream::connect(("127.0.0.1", backends[at])).await
+                    else {
+                        continue;
+                    };
+                    let _ = outbound.set_nodelay(true);
+                    counted[at].fetch_add(1, Ordering::Relaxed);
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    return;
+                }
+                // None accepts: the connection closes, and Restate tries
+                // again.
+            });
+        }
+    });
+    Ok(Proxy { port, connections })
+}
+
+// ---- talking to the ingress ----------------------------------------------
+
+#[derive(Clone)]
+struct Ingress {
+    http: reqwest::Client,
+    url: String,
+}
+
+impl Ingress {
+    /// `POST path` with `body` (`null`: no body at all) or, without one,
+    /// `GET path`: the status and the answer, JSON if it is JSON.
+    async fn call(&self, path: &str, body: Option<Value>) -> Result<(u16, Value), reqwest::Error> {
+        let url = format!("{}{path}", self.url);
+        let request = match body {
+            Some(Value::Null) => self.http.post(&url),
+            Some(body) => self
+                .http
+                .post(&url)
+                .header("content-type", "application/json")
+                .body(body.to_string()),
+            None => self.http.get(&url),
+        };
+        let response = request.send().await?;
+        let status = response.status().as_u16();
+        let text = response.text().await?;
+        let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        Ok((status, value))
+    }
+
+    /// `call` again (every 100 ms) until `done` accepts its answer, or
+    /// the deadline passes; how many tries it took. What the server says
+    /// while it restarts, or a service process while it dies, is not an
+    /// answer.
+    async fn until(
+        &self,
+        path: &str,
+        body: Option<Value>,
+        deadline: Instant,
+        done: impl Fn(u16, &Value) -> bool,
+    ) -> Result<(Value, usize), String> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let last = match self.call(path, body.clone()).await {
+                Ok((status, value)) if done(status, &value) => return Ok((value, tries)),
+                Ok((status, value)) => format!("{status} {value}"),
+                Err(err) => err.to_string(),
+            };
+            if Instant::now() > deadline {
+                return Err(format!("{path}: {tries} tries, the last answered {last}"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+// ---- what the files say ----------------------------------------------------
+
+/// One line of the ledger: a write began.
+#[derive(Clone, Debug)]
+struct Written {
+    run: String,
+    pid: u32,
+    at: u64,
+}
+
+fn read_ledger(ledger: &Path) -> Result<Vec<Written>, String> {
+    let text = std::fs::read_to_string(ledger).unwrap_or_default();
+    // A line being written is not read yet.
+    let whole = &text[..text.rfind('\n').map_or(0, |at| at + 1)];
+    whole
+        .lines()
+        .map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let written = match fields[..] {
+                [run, pid, at] => pid
+                    .parse()
+                    .ok()
+                    .zip(at.parse().ok())
+                    .map(|(pid, at)| Written {
+                        run: run.to_owned(),
+                        pid,
+                        at,
+                    }),
+                _ => None,
+            };
+            written.ok_or_else(|| format!("{}: a torn line {line:?}", ledger.display()))
+        })
+        .collect()
+}
+
+/// The file of times: for each of `done` and `end`, each run's first time
+/// and the process that noted it.
+#[derive(Default)]
+struct Times {
+    done: HashMap<String, (u32, u64)>,
+    end: HashMap<String, (u32, u64)>,
+}
+
+fn read_times(times: &Path) -> Times {
+    let text = std::fs::read_to_string(times).unwrap_or_default();
+    let mut read = Times::default();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let [what, run, pid, at] = fields[..] else {
+            continue;
+        };
+        let (Ok(pid), Ok(at)) = (pid.parse::<u32>(), at.parse::<u64>()) else {
+            continue;
+        };
+        let map = match what {
+            "done" => &mut read.done,
+            "end" => &mut read.end,
+            _ => continue,
+        };
+        let first = map.entry(run.to_owned()).or_insert((pid, at));
+        if at < first.1 {
+            *first = (pid, at);
+        }
+    }
+    read
+}
+
+/// The writes begun and not done: `(run, pid)`.
+fn in_flight(files: &Files) -> Result<Vec<(String, u32)>, String> {
+    let times = read_times(&files.times);
+    Ok(read_ledger(&files.ledger)?
+        .into_iter()
+        .filter(|w| !times.done.contains_key(&w.run))
+        .map(|w| (w.run, w.pid))
+        .collect())
+}
+
+/// The `q` quantile of `values` (0 when there are none).
+fn percentile(values: &[u64], q: f64) -> u64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable();
+    let at = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted.get(at).copied().unwrap_or(0)
+}
+
+/// The runs in a random order (xorshift, from `seed`).
+fn shuffled(runs: &[String], seed: u64) -> Vec<String> {
+    let mut state = seed.max(1);
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut order = runs.to_vec();
+    for i in (1..order.len()).rev() {
+        let j = (next() % (i as u64 + 1)) as usize;
+        order.swap(i, j);
+    }
+    order
+}
+
+// ---- the proof -----------------------------------------------------------
+
+/// One approval's answer: when it was first sent and when the server took
+/// it, how many sends it took, the decision that bound.
+struct Answered {
+    run: String,
+    sent: u64,
+    accepted: u64,
+    tries: usize,
+    bound: Value,
+}
+
+/// What a kill did, and how long things took to go on after it.
+struct Kill {
+    what: String,
+    /// When it was killed, and when it answered again.
+    killed: u64,
+    restarted: u64,
+    /// The writes in flight at the kill.
+    cut: Vec<String>,
+    /// The answers sent and not yet taken at the kill.
+    answers_in_flight: usize,
+}
+
+async fn prove(settings: &Settings, dir: &Path) -> Result<bool, Error> {
+    let files = Files {
+        ledger: dir.join("ledger"),
+        times: dir.join("times"),
+    };
+    let mut restate = RestateProcess::start("restate-runs-proof")?;
+    let mut services = vec![
+        spawn_service(settings, &files, 0)?,
+        spawn_service(settings, &files, 0)?,
+    ];
+    let proxy = proxy(services.iter().map(|s| s.port).collect()).await?;
+    let deployment = format!("http://127.0.0.1:{}", proxy.port);
+    tokio::task::block_in_place(|| restate.register(&deployment))?;
+    let ingress = Ingress {
+        http: reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()?,
+        url: restate.ingress_url(),
+    };
+    let mut pids: Vec<(String, u32)> = vec![
+        ("service 0".to_owned(), services[0].pid()),
+        ("service 1".to_owned(), services[1].pid()),
+    ];
+    println!(
+        "restate runs: {} chats on 2 service processes (pids {} and {}) behind one deployment ({deployment}, a TCP proxy), restate-server at {}; writes of {}–{} ms, suspended after {} ms waiting",
+        settings.chats,
+        pids[0].1,
+        pids[1].1,
+        restate.ingress_url(),
+        settings.write_ms.0,
+        settings.write_ms.1,
+        settings.suspend_ms,
+    );
+
+    // Every chat starts, and waits to be asked.
+    let runs: Vec<String> = (0..settings.chats).map(|i| format!("chat-{i}")).collect();
+    let began = Instant::now();
+    let deadline = settings.deadline;
+    let started = futures_util::stream::iter(runs.iter().cloned())
+        .map(|run| {
+            let ingress = ingress.clone();
+            async move {
+                let input = json!({"messages": [{"role": "user", "content": run}]});
+                ingress
+                    .until(
+                        &format!("/AgentRuns/{run}/run/send"),
+                        Some(input),
+                        deadline,
+                        |status, _| status == 200 || status == 202,
+                    )
+                    .await
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+    for outcome in started {
+        outcome?;
+    }
+    let asked = futures_util::stream::iter(runs.iter().cloned())
+        .map(|run| {
+            let ingress = ingress.clone();
+            async move {
+                let path = format!("/AgentToolCalls/{}/asked", call_key(&run));
+                let (asked, _) = ingress
+                    .until(&path, Some(Value::Null), deadline, |status, asked| {
+                        status == 200 && !asked.is_null()
+                    })
+                    .await?;
+                match asked["tool"].as_str() {
+                    Some("write") => Ok(()),
+                    _ => Err(format!("{run} was asked about {asked}, not the write")),
+                }
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+    for outcome in asked {
+        outcome?;
+    }
+    println!(
+        "asked: all {} chats wait for their approval, {:.1} s after the first started",
+        settings.chats,
+        began.elapsed().as_secs_f64()
+    );
+
+    // Every approval answered, in random order, many at once; the kills
+    // come while they go.
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let sending = Arc::new(AtomicUsize::new(0));
+    let answering = {
+        let (ingress, accepted, sending) =
+            (ingress.clone(), Arc::clone(&accepted), Arc::clone(&sending));
+        let order = shuffled(&runs, settings.seed);
+        let at_once = settings.at_once;
+        tokio::spawn(async move {
+            futures_util::stream::iter(order)
+                .map(|run| {
+                    let (ingress, accepted, sending) =
+                        (ingress.clone(), Arc::clone(&accepted), Arc::clone(&sending));
+                    async move {
+                        sending.fetch_add(1, Ordering::SeqCst);
+                        let sent = now_ms();
+                        let allow = json!({"decision": "allow", "by": {"caller": "the user"}});
+                        let path = format!("/AgentToolCalls/{}/decide", call_key(&run));
+                        let outcome = ingress
+                            .until(&path, Some(allow), deadline, |status, _| status == 200)
+                            .await;
+                        sending.fetch_sub(1, Ordering::SeqCst);
+                        accepted.fetch_add(1, Ordering::SeqCst);
+                        outcome.map(|(bound, tries)| Answered {
+                            run: run.clone(),
+                            sent,
+                            accepted: now_ms(),
+                            tries,
+                            bound,
+                        })
+                    }
+                })
+                .buffer_unordered(at_once)
+                .collect::<Vec<_>>()
+                .await
+        })
+    };
+
+    let mut kills = Vec::new();
+    // The service kill: a third of the answers in, the first process seen
+    // with a write in flight.
+    let third = settings.chats.div_ceil(3);
+    loop {
+        if Instant::now() > deadline {
+            return Err("no write was in flight on a service process to kill".into());
+        }
+        if accepted.load(Ordering::SeqCst) >= third {
+            let flying = in_flight(&files)?;
+            if let Some(at) = services
+                .iter()
+                .position(|s| flying.iter().any(|(_, pid)| *pid == s.pid()))
+            {
+                let pid = services[at].pid();
+                let in_flight_now = sending.load(Ordering::SeqCst);
+                services[at].kill();
+                let killed = now_ms();
+                let cut = flying
+                    .into_iter()
+                    .filter(|(_, p)| *p == pid)
+                    .map(|(run, _)| run)
+                    .collect();
+                let port = services[at].port;
+                services[at] =
+                    tokio::task::block_in_place(|| spawn_service(settings, &files, port))?;
+                let restarted = now_ms();
+                pids.push((format!("service {at}, restarted"), services[at].pid()));
+                kills.push(Kill {
+                    what: format!("service kill (service {at}, pid {pid})"),
+                    killed,
+                    restarted,
+                    cut,
+                    answers_in_flight: in_flight_now,
+                });
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    // The restate kill: two thirds in, answers in flight.
+    let two_thirds = (settings.chats * 2).div_ceil(3);
+    loop {
+        if Instant::now() > deadline {
+            return Err("the answers did not reach two thirds in time".into());
+        }
+        if accepted.load(Ordering::SeqCst) >= two_thirds {
+            let cut = in_flight(&files)?.into_iter().map(|(run, _)| run).collect();
+            let in_flight_now = sending.load(Ordering::SeqCst);
+            restate.kill();
+            let killed = now_ms();
+            tokio::time::sleep(settings.down).await;
+            tokio::task::block_in_place(|| restate.restart())?;
+            kills.push(Kill {
+                what: "restate kill (restate-server, restarted on its data directory)".to_owned(),
+                killed,
+                restarted: now_ms(),
+                cut,
+                answers_in_flight: in_flight_now,
+            });
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    let answers = answering.await?;
+    println!(
+        "answered: {} approvals, {:.1} s after the first was asked",
+        answers.len(),
+        began.elapsed().as_secs_f64()
+    );
+
+    // Every run's output, as its client reads it.
+    let outputs = futures_util::stream::iter(runs.iter().cloned())
+        .map(|run| {
+            let ingress = ingress.clone();
+            async move {
+                let path = format!("/restate/workflow/AgentRuns/{run}/attach");
+                let output = ingress
+                    .until(&path, None, deadline, |status, _| status == 200)
+                    .await
+                    .map(|(output, _)| output);
+                (run, output)
+            }
+        })
+        .buffer_unordered(64)
+        .collect::<Vec<_>>()
+        .await;
+
+    let report = Report::judge(settings, &files, &runs, answers, outputs, &kills)?;
+    for line in report.lines(&kills, &pids, &proxy, &services) {
+        println!("{line}");
+    }
+    Ok(report.passed())
+}
+
+// ---- the judgement ---------------------------------------------------------
+
+#[derive(Default)]
+struct Report {
+    chats: usize,
+    finished: usize,
+    /// Runs told "wrote" / "the call may have run" / anything else.
+    wrote: usize,
+    may_have_run: usize,
+    /// Of the "may have run": in the ledger once / not at all.
+    may_have_run_written: usize,
+    lost: Vec<String>,
+    /// "wrote" runs whose line is not in the ledger exactly once, or not
+    /// by the process that says it wrote.
+    wrote_wrong: Vec<String>,
+    twice: Vec<String>,
+    /// Lines of runs that are not this proof's.
+    strangers: usize,
+    ledger_lines: usize,
+    answers_retried: usize,
+    /// Per process: writes begun, runs ended.
+    writes_by: BTreeMap<u32, usize>,
+    ends_by: BTreeMap<u32, usize>,
+    /// Answer taken → run's end, ms: every run's; around each kill.
+    answer_to_end: Vec<u64>,
+    around: Vec<Vec<u64>>,
+    /// After each kill: from the restart to the next write begun, the
+    /// next write done and the next run's end; from the kill to the end
+    /// of the last run it cut.
+    next_write: Vec<Option<u64>>,
+    next_done: Vec<Option<u64>>,
+    next_end: Vec<Option<u64>>,
+    cut_ended: Vec<Option<u64>>,
+}
+
+impl Report {
+    fn judge(
+        settings: &Settings,
+        files: &Files,
+        runs: &[String],
+        answers: Vec<Result<Answered, String>>,
+        outputs: Vec<(String, Result<Value, String>)>,
+        kills: &[Kill],
+    ) -> Result<Report, Error> {
+        let mut report = Report {
+            chats: settings.chats,
+            ..Report::default()
+        };
+        let ledger = read_ledger(&files.ledger)?;
+        let times = read_times(&files.times);
+        report.ledger_lines = ledger.len();
+        let mut lines: HashMap<&str, Vec<&Written>> = HashMap::new();
+        for written in &ledger {
+            lines.entry(written.run.as_str()).or_default().push(written);
+            *report.writes_by.entry(written.pid).or_default() += 1;
+        }
+        for (pid, _) in times.end.values() {
+            *report.ends_by.entry(*pid).or_default() += 1;
+        }
+        report.strangers = lines
+            .keys()
+            .filter(|run| !runs.iter().any(|r| r == *run))
+            .count();
+        report.twice = lines
+            .iter()
+            .filter(|(_, l)| l.len() > 1)
+            .map(|(run, l)| format!("{run}: {} lines", l.len()))
+            .collect();
+
+        // Every answer bound allow.
+        let mut answered_at = HashMap::new();
+        for answer in answers {
+            match answer {
+                Ok(answer) => {
+                    report.answers_retried += usize::from(answer.tries > 1);
+                    if answer.bound["decision"] != "allow" {
+                        report
+                            .lost
+                            .push(format!("{}: bound {}", answer.run, answer.bound));
+                    }
+                    answered_at.insert(answer.run.clone(), (answer.sent, answer.accepted));
+                }
+                Err(why) => report.lost.push(format!("an answer was not taken: {why}")),
+            }
+        }
+
+        // Every run finished, and told the truth.
+        for (run, output) in outputs {
+            let output = match output {
+                Ok(output) => output,
+                Err(why) => {
+                    report.lost.push(format!("{run}: no output: {why}"));
+                    continue;
+                }
+            };
+            if output["stop"] == "finished" {
+                report.finished += 1;
+            }
+            let results: Vec<&str> = output["messages"]
+                .as_array()
+                .map(|messages| {
+                    messages
+                        .iter()
+                        .filter(|m| m["role"] == "tool")
+                        .filter_map(|m| m["content"].as_str())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let written = lines.get(run.as_str()).map_or(&[][..], Vec::as_slice);
+            match results[..] {
+                [result] if result.starts_with(&format!("wrote {run} in process ")) => {
+                    report.wrote += 1;
+                    let pid = result
+                        .rsplit(' ')
+                        .next()
+                        .and_then(|p| p.parse::<u32>().ok());
+                    if written.len() != 1 || Some(written[0].pid) != pid {
+                        report.wrote_wrong.push(format!(
+                            "{run}: told {result:?}, the ledger has {:?}",
+                            written
+                        ));
+                    }
+                }
+                [result] if result.contains("the call may have run") => {
+                    report.may_have_run += 1;
+                    report.may_have_run_written += usize::from(!written.is_empty());
+                }
+                _ => report
+                    .lost
+                    .push(format!("{run}: the tool results {results:?}")),
+            }
+            if let (Some((_, accepted)), Some((_, end))) =
+                (answered_at.get(&run), times.end.get(&run))
+            {
+                report.answer_to_end.push(end.saturating_sub(*accepted));
+            }
+        }
+
+        // Resuming after each kill.
+        for kill in kills {
+            let after = |at: u64| at >= kill.restarted;
+            let first = |times: &mut dyn Iterator<Item = u64>| {
+                times
+                    .filter(|at| after(*at))
+                    .min()
+                    .map(|at| at - kill.restarted)
+            };
+            report
+                .next_write
+                .push(first(&mut ledger.iter().map(|w| w.at)));
+            report
+                .next_done
+                .push(first(&mut times.done.values().map(|(_, at)| *at)));
+            report
+                .next_end
+                .push(first(&mut times.end.values().map(|(_, at)| *at)));
+            let ends: Vec<Option<u64>> = kill
+                .cut
+                .iter()
+                .map(|run| {
+                    times
+                        .end
+                        .get(run)
+                        .map(|(_, at)| at.saturating_sub(kill.killed))
+                })
+                .collect();
+            report
+                .cut_ended
+                .push(match ends.iter().all(Option::is_some) {
+                    true => ends.into_iter().flatten().max(),
+                    false => None,
+                });
+            // The answers first sent from 2 s before the kill to 2 s after
+            // the restart: from their sending (the outage included) to
+            // their run's end.
+            let window = kill.killed.saturating_sub(2_000)..kill.restarted + 2_000;
+            let around = answered_at
+                .iter()
+                .filter(|(_, (sent, _))| window.contains(sent))
+                .filter_map(|(run, (sent, _))| {
+                    times.end.get(run).map(|(_, end)| end.saturating_sub(*sent))
+                })
+                .collect();
+            report.around.push(around);
+        }
+        Ok(report)
+    }
+
+    fn passed(&self) -> bool {
+        self.finished == self.chats
+            && self.wrote + self.may_have_run == self.chats
+            && self.lost.is_empty()
+            && self.wrote_wrong.is_empty()
+            && self.twice.is_empty()
+            && self.strangers == 0
+    }
+
+    fn lines(
+        &self,
+        kills: &[Kill],
+        pids: &[(String, u32)],
+        proxy: &Proxy,
+        services: &[ServiceProcess],
+    ) -> Vec<String> {
+        let ms = |v: Option<u64>| v.map_or("never".to_owned(), |v| format!("{v} ms"));
+        let mut lines = Vec::new();
+        for (k, kill) in kills.iter().enumerate() {
+            lines.push(format!(
+                "{}: {} writes in flight cut, {} answers in flight; answering again {} ms after the kill; from then the next write began after {}, the next write returned after {}, the next run ended after {}; the runs cut all ended {} after the kill; answers sent around it (2 s either side) to their run's end: p50 {} ms, p99 {} ms ({} answers)",
+                kill.what,
+                kill.cut.len(),
+                kill.answers_in_flight,
+                kill.restarted.saturating_sub(kill.killed),
+                ms(self.next_write[k]),
+                ms(self.next_done[k]),
+                ms(self.next_end[k]),
+                ms(self.cut_ended[k]),
+                percentile(&self.around[k], 0.5),
+                percentile(&self.around[k], 0.99),
+                self.around[k].len(),
+            ));
+        }
+        let spread: Vec<String> = pids
+            .iter()
+            .map(|(name, pid)| {
+                format!(
+                    "{name} (pid {pid}): {} writes, {} runs ended",
+                    self.writes_by.get(pid).copied().unwrap_or(0),
+                    self.ends_by.get(pid).copied().unwrap_or(0)
+                )
+            })
+            .collect();
+        let connections: Vec<String> = proxy
+            .connections
+            .iter()
+            .zip(services)
+            .enumerate()
+            .map(|(i, (n, s))| {
+                format!(
+                    "service {i} (port {}): {}",
+                    s.port,
+                    n.load(Ordering::Relaxed)
+                )
+            })
+            .collect();
+        lines.push(format!(
+            "spread: {}; Restate's connections through the proxy: {}",
+            spread.join("; "),
+            connections.join(", ")
+        ));
+        lines.push(format!(
+            "answered: {} approvals, {} sent more than once (cut off by a kill); answer taken to its run's end: p50 {} ms, p99 {} ms",
+            self.chats,
+            self.answers_retried,
+            percentile(&self.answer_to_end, 0.5),
+            percentile(&self.answer_to_end, 0.99),
+        ));
+        let check = |ok: bool| if ok { "ok" } else { "FAILED" };
+        lines.push(format!(
+            "runs: {}/{} finished; told \"wrote\" {}, \"the call may have run\" {} (of those {} in the ledger once, {} not at all); ledger: {} lines, {} runs written twice, {} \"wrote\" runs not in it exactly once by their process, {} lines of no run of ours; {} approvals lost — {}",
+            self.finished,
+            self.chats,
+            self.wrote,
+            self.may_have_run,
+            self.may_have_run_written,
+            self.may_have_run - self.may_have_run_written,
+            self.ledger_lines,
+            self.twice.len(),
+            self.wrote_wrong.len(),
+            self.strangers,
+            self.lost.len(),
+            check(self.passed()),
+        ));
+        for what in self
+            .lost
+            .iter()
+            .chain(&self.twice)
+            .chain(&self.wrote_wrong)
+            .take(10)
+        {
+            lines.push(format!("  {what}"));
+        }
+        lines
+    }
+}
