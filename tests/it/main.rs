@@ -68,6 +68,8 @@ mod openai_tls;
 mod record_replay;
 #[cfg(feature = "restate")]
 mod restate_approvals;
+#[cfg(all(feature = "restate", feature = "http"))]
+mod restate_chat;
 #[cfg(feature = "restate")]
 mod restate_events;
 #[cfg(feature = "restate")]

@@ -164,11 +164,16 @@ mod outgoing;
 mod refusal;
 mod request;
 mod response;
+#[cfg(feature = "restate")]
+mod restate;
 mod resume;
 mod serve;
 mod verify;
 
 pub use self::log::{ChunkLog, Logged, MemoryChunkLog};
+#[cfg(feature = "restate")]
+#[cfg_attr(docsrs, doc(cfg(feature = "restate")))]
+pub use self::restate::RestateIngress;
 
 /// The default limit on a chat request's body: 4 MiB.
 pub const DEFAULT_CHAT_BODY_LIMIT: usize = 4 * 1024 * 1024;
@@ -206,6 +211,9 @@ pub struct ChatEndpoint<M> {
     sessions: bool,
     /// The store is the endpoint's own (the agent had none).
     own_store: bool,
+    /// The runs are Restate's.
+    #[cfg(feature = "restate")]
+    restate: Option<RestateIngress>,
 }
 
 impl<M: Clone> Clone for ChatEndpoint<M> {
@@ -221,6 +229,8 @@ impl<M: Clone> Clone for ChatEndpoint<M> {
             keys: self.keys.clone(),
             sessions: self.sessions,
             own_store: self.own_store,
+            #[cfg(feature = "restate")]
+            restate: self.restate.clone(),
         }
     }
 }
@@ -275,6 +285,8 @@ impl<M> ChatEndpoint<M> {
             keys: None,
             sessions: false,
             own_store,
+            #[cfg(feature = "restate")]
+            restate: None,
         }
     }
 
@@ -313,6 +325,31 @@ impl<M> ChatEndpoint<M> {
     /// [`max_waiting_runs`](Self::max_waiting_runs)).
     pub fn approval_timeout(mut self, timeout: Duration) -> Self {
         self.approval_timeout = timeout;
+        self
+    }
+
+    /// Runs the chat's runs on Restate (feature `restate`): a new
+    /// message starts a run through `restate`'s ingress — served by
+    /// [`RestateRuns`](crate::agent::restate::RestateRuns) in any number
+    /// of processes, the agent given here unused but for its typed
+    /// answer's schema —, and the response streams the run's events from
+    /// the log the runs write them to. The person's answers go to the
+    /// calls that wait for them (Restate keeps an answer until a process
+    /// takes it) and the next response goes on from where the last one
+    /// ended. What waits for a person is bounded and timed by the
+    /// `RestateRuns` settings, not this endpoint's; with
+    /// [`resumable_streams`](Self::resumable_streams), a reconnecting
+    /// client resumes a response as with runs in process.
+    ///
+    /// Not on Restate yet: [`server_history`](Self::server_history) (the
+    /// conversation is the client's), [`sign_approvals`](Self::sign_approvals)
+    /// (an approval id is entitled by its run id's 128 random bits), and
+    /// the request's extensions (an auth layer's caller does not reach
+    /// the run's tools).
+    #[cfg(feature = "restate")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "restate")))]
+    pub fn restate(mut self, restate: RestateIngress) -> Self {
+        self.restate = Some(restate);
         self
     }
 

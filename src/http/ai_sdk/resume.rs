@@ -35,8 +35,37 @@ const READ_WAIT: Duration = Duration::from_secs(10);
 /// client reconnecting at once finds it), tried once: a log that is down
 /// is opened, riding the outage out, by its writer's task, off the
 /// response's way.
+/// A response's source of SSE data: each chunk's JSON, `[DONE]` last.
+pub(super) trait Payloads: Send + 'static {
+    fn next_payload(&mut self) -> impl std::future::Future<Output = Option<String>> + Send;
+}
+
+impl Payloads for OpenResponse {
+    fn next_payload(&mut self) -> impl std::future::Future<Output = Option<String>> + Send {
+        OpenResponse::next_payload(self)
+    }
+}
+
+#[cfg(feature = "restate")]
+impl Payloads for super::restate::RestateResponse {
+    fn next_payload(&mut self) -> impl std::future::Future<Output = Option<String>> + Send {
+        super::restate::RestateResponse::next_payload(self)
+    }
+}
+
+/// The SSE events of `source`, straight to the client.
+#[cfg(feature = "restate")]
+pub(super) fn payloads(
+    source: impl Payloads,
+) -> impl Stream<Item = Result<Event, Infallible>> + Send {
+    stream::unfold(source, |mut source| async move {
+        let payload = source.next_payload().await?;
+        Some((Ok(Event::default().data(payload)), source))
+    })
+}
+
 pub(super) async fn produce(
-    mut open: OpenResponse,
+    mut open: impl Payloads,
     log: Arc<dyn ChunkLog>,
     chat_id: String,
     ride_out: RideOut,

@@ -50,6 +50,11 @@ where
         request: ChatBody,
         extensions: axum::http::Extensions,
     ) -> Response {
+        #[cfg(feature = "restate")]
+        if let Some(restate) = &self.restate {
+            let _ = extensions;
+            return self.respond_on_restate(restate, request).await;
+        }
         let answers = request.approval_answers();
         let resumed = match answers.is_empty() {
             true => None,
