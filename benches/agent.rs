@@ -14,7 +14,16 @@
 //! file in a fresh temporary directory per run, `--features sqlite`) and
 //! a `RedisStore` (`--features redis`, against a `redis-server` the bench
 //! starts on a free loopback port; the column is empty without one on
-//! `PATH`). Each store is made afresh for each run. It prints µs per turn
+//! `PATH`). Each store is made afresh for each run. With `--features
+//! restate` a fifth column runs the same script on Restate: the agent
+//! served as `RestateRuns` (on a runtime of its own, as a process of its
+//! own would be), registered with a `restate-server` the bench starts
+//! (the one `npm ci` installs in `restate/`; the column is empty, and
+//! says why on stderr, when it cannot start), each run a workflow of a
+//! fresh key, timed from the ingress's `POST /AgentRuns/{key}/run` to
+//! the end of its answer (the whole conversation, as JSON). Its service
+//! is made afresh for each cell, not each run: its scripted model holds
+//! the turns of all the cell's runs. It prints µs per turn
 //! (the whole run's wall time ÷ its turns; best of 30 runs at 10 turns,
 //! of 10 at 100, of 3 at 1,000) and, per output size, the ratio of the longest run's figure to
 //! the 10-turn run's (the target is at most 1.5×). It runs outside
@@ -25,7 +34,7 @@
 //! group goes on.
 //!
 //! ```text
-//! cargo bench --bench agent --features sqlite,redis -- run_length
+//! cargo bench --bench agent --features sqlite,redis,restate -- run_length
 //! ```
 //!
 //! runs that group alone; without a filter it runs after the rest.
@@ -360,17 +369,28 @@ const CELL_BUDGET: Duration = Duration::from_secs(120);
 #[derive(Deserialize, JsonSchema)]
 struct Read {}
 
-/// A column of the run-length table: where the runs are checkpointed.
+/// A column of the run-length table: where the runs are checkpointed
+/// (or, for Restate, journaled step by step and run).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Column {
     None,
     Memory,
     Sqlite,
     Redis,
+    Restate,
 }
 
+/// The columns of the run-length table.
+const COLUMNS: usize = 5;
+
 impl Column {
-    const ALL: [Column; 4] = [Column::None, Column::Memory, Column::Sqlite, Column::Redis];
+    const ALL: [Column; COLUMNS] = [
+        Column::None,
+        Column::Memory,
+        Column::Sqlite,
+        Column::Redis,
+        Column::Restate,
+    ];
 
     fn name(self) -> &'static str {
         match self {
@@ -378,8 +398,40 @@ impl Column {
             Column::Memory => "memory",
             Column::Sqlite => "sqlite",
             Column::Redis => "redis",
+            Column::Restate => "restate",
         }
     }
+}
+
+/// How many runs a cell of the run-length group times, the best kept:
+/// short runs are noisy.
+fn rounds(turns: usize) -> usize {
+    match turns {
+        ..=10 => 30,
+        11..=100 => 10,
+        _ => 3,
+    }
+}
+
+/// The run-length group's script: `turns` turns, each but the last
+/// calling `read`.
+fn run_length_script(turns: usize) -> impl Iterator<Item = Turn> {
+    (0..turns).map(move |at| match at + 1 < turns {
+        true => Turn::new().text("reading").tool_call("read", "{}"),
+        false => Turn::new().text("done"),
+    })
+}
+
+/// The run-length group's toolbox: `read`, returning `bytes` bytes of
+/// text.
+fn read_toolbox(bytes: usize) -> Toolbox {
+    let line = "a line of tool output, 32 bytes\n";
+    let text = line.repeat(bytes / line.len());
+    assert_eq!(text.len(), bytes);
+    Toolbox::new().tool(tool::from_fn("read", move |Read {}| {
+        let text = text.clone();
+        async move { Ok::<_, ToolError>(text) }
+    }))
 }
 
 /// The stores of the run-length group: each run gets a fresh one, so that
@@ -390,6 +442,9 @@ struct RunLengthStores {
     runs: std::cell::Cell<usize>,
     #[cfg(feature = "redis")]
     redis: Option<redis_server::RedisServer>,
+    /// The Restate column, or why it is empty.
+    #[cfg(feature = "restate")]
+    restate: Result<restate_column::RestateColumn, String>,
 }
 
 impl RunLengthStores {
@@ -399,24 +454,41 @@ impl RunLengthStores {
             runs: std::cell::Cell::new(0),
             #[cfg(feature = "redis")]
             redis: redis_server::RedisServer::start("the run-length group's redis column"),
+            #[cfg(feature = "restate")]
+            restate: restate_column::RestateColumn::start(),
         }
     }
 
     /// Why this build or this machine has no such store, if it has none.
-    fn missing(&self, column: Column) -> Option<&'static str> {
+    fn missing(&self, column: Column) -> Option<String> {
         match column {
             Column::None | Column::Memory => None,
             #[cfg(feature = "sqlite")]
             Column::Sqlite => None,
             #[cfg(not(feature = "sqlite"))]
-            Column::Sqlite => Some("built without --features sqlite"),
+            Column::Sqlite => Some("built without --features sqlite".to_owned()),
             #[cfg(feature = "redis")]
             Column::Redis if self.redis.is_some() => None,
             #[cfg(feature = "redis")]
-            Column::Redis => Some("no redis-server on PATH"),
+            Column::Redis => Some("no redis-server on PATH".to_owned()),
             #[cfg(not(feature = "redis"))]
-            Column::Redis => Some("built without --features redis"),
+            Column::Redis => Some("built without --features redis".to_owned()),
+            #[cfg(feature = "restate")]
+            Column::Restate => self.restate.as_ref().err().cloned(),
+            #[cfg(not(feature = "restate"))]
+            Column::Restate => Some("built without --features restate".to_owned()),
         }
+    }
+
+    /// Why `column` cannot run `turns` turns of `bytes` bytes of output,
+    /// when it cannot.
+    #[cfg_attr(not(feature = "restate"), allow(unused_variables))]
+    fn cannot(&self, column: Column, turns: usize, bytes: usize) -> Option<String> {
+        #[cfg(feature = "restate")]
+        if column == Column::Restate {
+            return restate_column::RestateColumn::cannot(turns, bytes);
+        }
+        None
     }
 
     /// `agent` checkpointing into a fresh store of `column`, and the
@@ -485,6 +557,244 @@ impl RunLengthStores {
     }
 }
 
+/// The run-length group's Restate column (`--features restate`): a
+/// `restate-server` of the bench's own (the one `npm ci` installs in
+/// `restate/`, started by the demo's `RestateProcess`), and the agent's
+/// runs served as `RestateRuns` on a runtime of their own, as if in a
+/// process of their own.
+#[cfg(feature = "restate")]
+mod restate_column {
+    use std::cell::{Cell, RefCell};
+    use std::io::Write;
+    use std::time::{Duration, Instant};
+
+    use toolstack::agent::restate::{listen, RestateRuns, RunInput, RunOutput};
+    use toolstack::agent::Agent;
+    use toolstack::model::{Message, ScriptedModel};
+    use toolstack_demo::restate_server::RestateProcess;
+
+    use super::{read_toolbox, rounds, run_length_script, RunEnd, Timed, CELL_BUDGET};
+
+    /// The most of a failed answer's body a report quotes.
+    const QUOTED_BYTES: usize = 512;
+
+    /// The largest message restate-server 1.7 takes from a service by
+    /// default (`hit message size limit: … >= 33816576`): a run's answer
+    /// is one, and one larger is tried again without end.
+    const MESSAGE_LIMIT: usize = 33_816_576;
+
+    /// The server, the client of its ingress, and the service of the cell
+    /// being measured.
+    pub(super) struct RestateColumn {
+        server: RestateProcess,
+        client: reqwest::Client,
+        service: RefCell<Option<Service>>,
+        /// Numbers the runs: each is a workflow of a key of its own.
+        runs: Cell<usize>,
+    }
+
+    /// The service of one cell (run length, output size): an agent whose
+    /// scripted model holds the turns of all the cell's runs, played one
+    /// run after another (a turn a run journaled is not asked again).
+    struct Service {
+        cell: (usize, usize),
+        model: ScriptedModel,
+        /// The turns its script holds.
+        script: usize,
+        /// Its runtime: dropped, the service stops.
+        _runtime: tokio::runtime::Runtime,
+    }
+
+    impl RestateColumn {
+        /// Starts the server, or says loudly why the column stays empty
+        /// (and panics when `TOOLSTACK_REQUIRE_RESTATE` is set).
+        pub(super) fn start() -> Result<RestateColumn, String> {
+            let server = RestateProcess::start("bench-run-length").map_err(|e| {
+                let why = format!("restate-server did not start: {e}");
+                assert!(
+                    std::env::var_os("TOOLSTACK_REQUIRE_RESTATE").is_none(),
+                    "TOOLSTACK_REQUIRE_RESTATE is set but {why}"
+                );
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "!! SKIPPED: the run-length group's restate column did NOT run: {why}"
+                );
+                why
+            })?;
+            Ok(RestateColumn {
+                server,
+                client: reqwest::Client::new(),
+                service: RefCell::new(None),
+                runs: Cell::new(0),
+            })
+        }
+
+        /// Why a run of `turns` turns of `bytes` bytes cannot end on
+        /// Restate, when it cannot: its answer holds every tool output.
+        pub(super) fn cannot(turns: usize, bytes: usize) -> Option<String> {
+            let outputs = turns.saturating_sub(1) * bytes;
+            (outputs >= MESSAGE_LIMIT).then(|| {
+                format!(
+                    "its answer, the whole conversation ({} MiB of tool output), passes \
+                     restate-server's message size limit ({MESSAGE_LIMIT} bytes), and the \
+                     server retries such a run without end",
+                    outputs / (1024 * 1024)
+                )
+            })
+        }
+
+        /// Serves the runs of the cell of `turns` turns of `bytes` bytes
+        /// of output (the script of all its rounds), registered with the
+        /// server.
+        fn serve(&self, turns: usize, bytes: usize) -> Result<Service, String> {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .map_err(|e| format!("a runtime for the service: {e}"))?;
+            let listener = {
+                let _entered = runtime.enter();
+                listen(([127, 0, 0, 1], 0).into())
+            }
+            .map_err(|e| format!("a port for the service: {e}"))?;
+            let addr = listener
+                .local_addr()
+                .map_err(|e| format!("the service's address: {e}"))?;
+            let runs = rounds(turns);
+            let model = ScriptedModel::new((0..runs).flat_map(|_| run_length_script(turns)));
+            let agent = Agent::new(model.clone(), read_toolbox(bytes))
+                .max_steps(turns + 1)
+                .max_tool_calls(turns);
+            runtime.spawn(RestateRuns::new(agent).serve(listener));
+            self.server
+                .register(&format!("http://{addr}"))
+                .map_err(|e| format!("the service did not register: {e}"))?;
+            Ok(Service {
+                cell: (turns, bytes),
+                model,
+                script: runs * turns,
+                _runtime: runtime,
+            })
+        }
+
+        /// One run through the ingress, timed from the POST to the end of
+        /// its answer.
+        pub(super) fn run(
+            &self,
+            runtime: &tokio::runtime::Runtime,
+            turns: usize,
+            bytes: usize,
+        ) -> Timed {
+            let failed = |stop: &str, error: String| Timed {
+                time: Duration::ZERO,
+                turns: 0,
+                end: RunEnd::Stopped {
+                    stop: stop.to_owned(),
+                    error: Some(error),
+                },
+            };
+            let mut service = self.service.borrow_mut();
+            // A fresh service when the cell changes, or when its script
+            // has not a whole run left at a run's start.
+            let fits = service.as_ref().is_some_and(|s| {
+                let played = s.model.turns_played();
+                s.cell == (turns, bytes) && played % turns == 0 && played + turns <= s.script
+            });
+            if !fits {
+                *service = None;
+                match self.serve(turns, bytes) {
+                    Ok(fresh) => *service = Some(fresh),
+                    Err(e) => return failed("no service", e),
+                }
+            }
+            let run = self.runs.get();
+            self.runs.set(run + 1);
+            let url = format!(
+                "{}/AgentRuns/run-length-{}-{run}/run",
+                self.server.ingress_url(),
+                std::process::id()
+            );
+            let input = RunInput {
+                messages: vec![Message::user("go")],
+            };
+            let body = serde_json::to_string(&input).expect("a run's input is JSON");
+            let (time, answer) = runtime.block_on(async {
+                let start = Instant::now();
+                let answer = async {
+                    let response = self
+                        .client
+                        .post(&url)
+                        .header("content-type", "application/json")
+                        .body(body)
+                        .timeout(CELL_BUDGET)
+                        .send()
+                        .await?;
+                    let status = response.status().as_u16();
+                    Ok::<_, reqwest::Error>((status, response.bytes().await?))
+                }
+                .await;
+                (start.elapsed(), answer)
+            });
+            let (status, body) = match answer {
+                Ok(answer) => answer,
+                Err(e) if e.is_timeout() => {
+                    // The run goes on in the server: stop its service, so
+                    // that it stops taking turns beside the next cells.
+                    *service = None;
+                    return Timed {
+                        time,
+                        turns: 0,
+                        end: RunEnd::OutOfTime,
+                    };
+                }
+                Err(e) => return failed("no answer", format!("POST {url}: {e}")),
+            };
+            let quoted = || {
+                let text = String::from_utf8_lossy(&body[..body.len().min(QUOTED_BYTES)]);
+                format!("HTTP {status}: {text}")
+            };
+            if status != 200 {
+                return Timed {
+                    time,
+                    turns: 0,
+                    end: RunEnd::Stopped {
+                        stop: "the ingress refused it".to_owned(),
+                        error: Some(quoted()),
+                    },
+                };
+            }
+            let output: RunOutput = match serde_json::from_slice(&body) {
+                Ok(output) => output,
+                Err(e) => return failed("an answer not a RunOutput", format!("{e}: {}", quoted())),
+            };
+            let steps = output
+                .messages
+                .iter()
+                .filter(|m| matches!(m, Message::Assistant { .. }))
+                .count();
+            let end = if output.stop == "finished" {
+                assert_eq!(steps, turns, "a finished run took every turn");
+                assert_eq!(
+                    output.text.as_deref(),
+                    Some("done"),
+                    "the script's last turn"
+                );
+                RunEnd::Finished
+            } else {
+                RunEnd::Stopped {
+                    stop: output.stop,
+                    error: None,
+                }
+            };
+            Timed {
+                time,
+                turns: steps,
+                end,
+            }
+        }
+    }
+}
+
 /// How a run of the run-length group ended.
 enum RunEnd {
     Finished,
@@ -516,21 +826,16 @@ fn run_length_run(
     turns: usize,
     bytes: usize,
 ) -> Timed {
-    let line = "a line of tool output, 32 bytes\n";
-    let text = line.repeat(bytes / line.len());
-    assert_eq!(text.len(), bytes);
-    let mut script = Vec::with_capacity(turns);
-    for _ in 0..turns - 1 {
-        script.push(Turn::new().text("reading").tool_call("read", "{}"));
+    #[cfg(feature = "restate")]
+    if let (Column::Restate, Ok(restate)) = (column, &stores.restate) {
+        return restate.run(runtime, turns, bytes);
     }
-    script.push(Turn::new().text("done"));
-    let toolbox = Toolbox::new().tool(tool::from_fn("read", move |Read {}| {
-        let text = text.clone();
-        async move { Ok::<_, ToolError>(text) }
-    }));
-    let agent = Agent::new(ScriptedModel::new(script), toolbox)
-        .max_steps(turns + 1)
-        .max_tool_calls(turns);
+    let agent = Agent::new(
+        ScriptedModel::new(run_length_script(turns)),
+        read_toolbox(bytes),
+    )
+    .max_steps(turns + 1)
+    .max_tool_calls(turns);
     let (agent, dir) = stores.attach(column, agent, runtime);
     let timed = runtime.block_on(async {
         let start = Instant::now();
@@ -635,21 +940,20 @@ fn run_length(quick: bool) {
     let mut table = Vec::new();
     for bytes in OUTPUT_BYTES {
         // Per column, the last run measured: its time and its turns.
-        let mut last: [Option<(Duration, usize)>; 4] = [None; 4];
-        let mut over: [bool; 4] = [false; 4];
+        let mut last: [Option<(Duration, usize)>; COLUMNS] = [None; COLUMNS];
+        let mut over: [bool; COLUMNS] = [false; COLUMNS];
         for &turns in lengths {
-            // Short runs are noisy: many rounds, the best kept.
-            let rounds = match turns {
-                ..=10 => 30,
-                11..=100 => 10,
-                _ => 3,
-            };
-            let mut row = [Cell::Missing; 4];
+            let rounds = rounds(turns);
+            let mut row = [Cell::Missing; COLUMNS];
             for (at, column) in Column::ALL.into_iter().enumerate() {
                 if stores.missing(column).is_some() {
                     continue;
                 }
                 let name = format!("run_length/{}/{turns}x{}KiB", column.name(), bytes / 1024);
+                if let Some(why) = stores.cannot(column, turns, bytes) {
+                    println!("{name}: n/a: {why}");
+                    continue;
+                }
                 let predicted = last[at].map(|(time, done)| {
                     time.mul_f64(turns as f64 / done.max(1) as f64 * rounds as f64)
                 });
