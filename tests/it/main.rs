@@ -74,6 +74,8 @@ mod restate_chat;
 mod restate_events;
 #[cfg(feature = "restate")]
 mod restate_runs;
+#[cfg(feature = "restate")]
+mod restate_runs_proof;
 mod restate_server;
 #[cfg(feature = "restate")]
 mod run_events;

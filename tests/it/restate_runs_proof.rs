@@ -1,0 +1,69 @@
+//! The proof of agent runs on Restate, bounded: `examples/proofs/restate_runs`
+//! runs 40 chats on two service processes behind one deployment address,
+//! each waiting for the approval of a write that is not idempotent; every
+//! approval is answered in random order while one service process, then
+//! `restate-server` itself, is killed with SIGKILL and restarted. The
+//! proof judges itself (every run finished; every run told "wrote" in the
+//! ledger exactly once, every run told "may have run" at most once; no
+//! approval lost) and exits non-zero when a check fails. The full run
+//! (1,000 chats, release) is the figure in the CHANGELOG.
+//!
+//! Without the server binary the test says SKIPPED loudly (and fails when
+//! `TOOLSTACK_REQUIRE_RESTATE` is set): see `restate_server.rs`.
+
+use crate::process;
+use crate::proof;
+
+use std::io::Write;
+use std::time::Duration;
+
+use toolstack_demo::restate_server::RestateProcess;
+
+#[test]
+fn runs_on_restate_survive_the_kill_of_a_service_and_of_the_server_and_no_write_runs_twice() {
+    if let Err(missing) = RestateProcess::binary() {
+        assert!(
+            std::env::var_os("TOOLSTACK_REQUIRE_RESTATE").is_none(),
+            "TOOLSTACK_REQUIRE_RESTATE is set but {missing}"
+        );
+        let _ = writeln!(
+            std::io::stderr(),
+            "!! SKIPPED: the Restate runs proof did NOT run: {missing}"
+        );
+        return;
+    }
+    let proof = proof::example("restate_runs");
+    let out = process::output_within(
+        std::process::Command::new(proof).args([
+            "--chats",
+            "40",
+            // Few at once: the answers still go on at each kill, and the
+            // two kills come seconds apart.
+            "--answers-at-once",
+            "4",
+            "--deadline-s",
+            "240",
+        ]),
+        Duration::from_secs(300),
+        "the Restate runs proof",
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let _ = writeln!(std::io::stderr(), "{text}");
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The judgement is the proof's own; these pin that it judged what it
+    // must, after both kills.
+    let runs = text
+        .lines()
+        .find(|l| l.starts_with("runs: "))
+        .unwrap_or_else(|| panic!("no runs line in {text}"));
+    assert!(runs.contains("runs: 40/40 finished"), "{runs}");
+    assert!(runs.contains(" 0 runs written twice"), "{runs}");
+    assert!(runs.contains(" 0 approvals lost — ok"), "{runs}");
+    assert!(text.contains("\nservice kill (service "), "{text}");
+    assert!(text.contains("\nrestate kill (restate-server"), "{text}");
+    assert!(text.contains("\nPASSED"), "{text}");
+}
