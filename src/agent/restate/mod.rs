@@ -127,12 +127,47 @@ pub struct RunInput {
 /// How a run ended.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunOutput {
-    /// The whole conversation, the run's messages included.
+    /// The conversation, the run's messages included — its latest
+    /// [`MAX_OUTPUT_BYTES`] (as JSON): the earliest messages past that
+    /// are left out, and counted in `omitted`.
     pub messages: Vec<Message>,
+    /// How many of the conversation's first messages are left out of
+    /// `messages` to keep the answer within [`MAX_OUTPUT_BYTES`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub omitted: usize,
     /// Why the run stopped ([`StopReason::as_str`](super::StopReason::as_str)).
     pub stop: String,
     /// The text of the last answer, if it had one.
     pub text: Option<String>,
+}
+
+/// The most a run's answer carries of its conversation, as JSON: 16 MiB,
+/// half restate-server's default message limit (32 MiB), which an answer
+/// must fit — a larger one fails the run, and Restate retries it without
+/// end.
+pub const MAX_OUTPUT_BYTES: usize = 16 * 1024 * 1024;
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// The latest of `messages` that fit [`MAX_OUTPUT_BYTES`], and how many
+/// earlier ones are left out.
+fn latest(mut messages: Vec<Message>) -> (Vec<Message>, usize) {
+    let sizes: Vec<usize> = messages
+        .iter()
+        .map(|m| serde_json::to_vec(m).map_or(0, |json| json.len() + 1))
+        .collect();
+    let (mut total, mut keep) = (0usize, 0usize);
+    for size in sizes.iter().rev() {
+        if total + size > MAX_OUTPUT_BYTES {
+            break;
+        }
+        total += size;
+        keep += 1;
+    }
+    let omitted = messages.len() - keep;
+    (messages.split_off(omitted), omitted)
 }
 
 impl<M> RestateRuns<M>
@@ -302,11 +337,28 @@ mod workflow {
                 Some(Message::Assistant { content, .. }) => content.clone(),
                 _ => None,
             };
+            let (messages, omitted) = latest(done.messages);
             Ok(Json(RunOutput {
                 stop: done.stop.as_str().to_owned(),
-                messages: done.messages,
+                messages,
+                omitted,
                 text,
             }))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_keeps_the_latest_messages_that_fit() {
+        let big = "x".repeat(MAX_OUTPUT_BYTES / 3);
+        let messages: Vec<Message> = (0..5).map(|_| Message::user(big.clone())).collect();
+        let (kept, omitted) = latest(messages);
+        assert_eq!((kept.len(), omitted), (2, 3));
+        let small = vec![Message::user("hi"), Message::user("there")];
+        assert_eq!(latest(small.clone()), (small, 0));
     }
 }
