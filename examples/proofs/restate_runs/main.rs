@@ -381,12 +381,13 @@ fn read_times(times: &Path) -> Times {
     read
 }
 
-/// The writes begun and not done: `(run, pid)`.
-fn in_flight(files: &Files) -> Result<Vec<(String, u32)>, String> {
+/// The writes begun and not done on the processes `live`: `(run, pid)`.
+/// (A write a kill cut off earlier is never done, and not in flight.)
+fn in_flight(files: &Files, live: &[u32]) -> Result<Vec<(String, u32)>, String> {
     let times = read_times(&files.times);
     Ok(read_ledger(&files.ledger)?
         .into_iter()
-        .filter(|w| !times.done.contains_key(&w.run))
+        .filter(|w| live.contains(&w.pid) && !times.done.contains_key(&w.run))
         .map(|w| (w.run, w.pid))
         .collect())
 }
@@ -575,7 +576,8 @@ async fn prove(settings: &Settings, dir: &Path) -> Result<bool, Error> {
             return Err("no write was in flight on a service process to kill".into());
         }
         if accepted.load(Ordering::SeqCst) >= third {
-            let flying = in_flight(&files)?;
+            let live: Vec<u32> = services.iter().map(ServiceProcess::pid).collect();
+            let flying = in_flight(&files, &live)?;
             if let Some(at) = services
                 .iter()
                 .position(|s| flying.iter().any(|(_, pid)| *pid == s.pid()))
@@ -614,7 +616,11 @@ async fn prove(settings: &Settings, dir: &Path) -> Result<bool, Error> {
             return Err("the answers did not reach two thirds in time".into());
         }
         if accepted.load(Ordering::SeqCst) >= two_thirds {
-            let cut = in_flight(&files)?.into_iter().map(|(run, _)| run).collect();
+            let live: Vec<u32> = services.iter().map(ServiceProcess::pid).collect();
+            let cut = in_flight(&files, &live)?
+                .into_iter()
+                .map(|(run, _)| run)
+                .collect();
             let in_flight_now = sending.load(Ordering::SeqCst);
             restate.kill();
             let killed = now_ms();
@@ -674,6 +680,9 @@ struct Report {
     may_have_run: usize,
     /// Of the "may have run": in the ledger once / not at all.
     may_have_run_written: usize,
+    /// Of the "may have run": not among the writes in flight at a kill
+    /// (done, or not yet begun, when it came).
+    may_have_run_uncut: usize,
     lost: Vec<String>,
     /// "wrote" runs whose line is not in the ledger exactly once, or not
     /// by the process that says it wrote.
@@ -789,6 +798,8 @@ impl Report {
                 [result] if result.contains("the call may have run") => {
                     report.may_have_run += 1;
                     report.may_have_run_written += usize::from(!written.is_empty());
+                    let cut = kills.iter().any(|kill| kill.cut.contains(&run));
+                    report.may_have_run_uncut += usize::from(!cut);
                 }
                 _ => report
                     .lost
@@ -922,13 +933,14 @@ impl Report {
         ));
         let check = |ok: bool| if ok { "ok" } else { "FAILED" };
         lines.push(format!(
-            "runs: {}/{} finished; told \"wrote\" {}, \"the call may have run\" {} (of those {} in the ledger once, {} not at all); ledger: {} lines, {} runs written twice, {} \"wrote\" runs not in it exactly once by their process, {} lines of no run of ours; {} approvals lost — {}",
+            "runs: {}/{} finished; told \"wrote\" {}, \"the call may have run\" {} (of those {} in the ledger once, {} not at all; {} not among the writes in flight at a kill); ledger: {} lines, {} runs written twice, {} \"wrote\" runs not in it exactly once by their process, {} lines of no run of ours; {} approvals lost — {}",
             self.finished,
             self.chats,
             self.wrote,
             self.may_have_run,
             self.may_have_run_written,
             self.may_have_run - self.may_have_run_written,
+            self.may_have_run_uncut,
             self.ledger_lines,
             self.twice.len(),
             self.wrote_wrong.len(),
