@@ -31,7 +31,7 @@ fn texts(page: &Page) -> Vec<String> {
 async fn read_all<L: RunEvents>(log: &L, run: &str, page: usize) -> (Vec<(Cursor, String)>, bool) {
     let mut all = Vec::new();
     let mut after: Option<Cursor> = None;
-    loop {
+    for _ in 0..100_000 {
         let read = log
             .read(run, after.as_ref(), page, Duration::ZERO)
             .await
@@ -41,12 +41,15 @@ async fn read_all<L: RunEvents>(log: &L, run: &str, page: usize) -> (Vec<(Cursor
         if got.is_empty() {
             return (all, ended);
         }
-        after = read.events.last().map(|(cursor, _)| cursor.clone());
+        let last = read.events.last().map(|(cursor, _)| cursor.clone());
+        assert_ne!(last, after, "a read after a cursor read it again");
+        after = last;
         all.extend(read.events.into_iter().map(|(cursor, _)| cursor).zip(got));
         if ended {
             return (all, ended);
         }
     }
+    panic!("the run's events never ran out");
 }
 
 async fn contract<L: RunEvents>(log: &L) {
@@ -280,6 +283,25 @@ mod on_redis {
         assert_eq!(log.stream_key("r"), "t:events:r");
         let mut connection = server.connection().await;
         for key in &keys {
+            let left: i64 = connection.pttl(key).await.unwrap();
+            assert!(
+                left > 0 && left <= ttl.as_millis() as i64,
+                "{key} expires in {left} ms"
+            );
+        }
+
+        // Each call sets the expiry of what it makes, alone too.
+        log.begin("b", "turn 1").await.unwrap();
+        log.write("w", EventKey::new("run", 1, 0), &text("a"))
+            .await
+            .unwrap();
+        log.end("e").await.unwrap();
+        for key in [
+            "t:event-parts:b",
+            "t:events:w",
+            "t:event-keys:w",
+            "t:events:e",
+        ] {
             let left: i64 = connection.pttl(key).await.unwrap();
             assert!(
                 left > 0 && left <= ttl.as_millis() as i64,
