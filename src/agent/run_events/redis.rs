@@ -87,7 +87,7 @@ end
 return 1
 ";
 
-/// Runs' event logs in Redis; see the [module docs](self). Clones share
+/// Runs' event logs in Redis; see the [module docs](super). Clones share
 /// the connection.
 ///
 /// ```no_run
