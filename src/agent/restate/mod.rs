@@ -151,16 +151,20 @@ fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 
-/// The latest of `messages` that fit [`MAX_OUTPUT_BYTES`], and how many
+/// The most of its conversation a run's last event carries in the events
+/// log, as JSON: half a record's bound there.
+const MAX_EVENT_MESSAGES: usize = super::run_events::MAX_EVENT_BYTES / 2;
+
+/// The latest of `messages` that fit `max` bytes of JSON, and how many
 /// earlier ones are left out.
-fn latest(mut messages: Vec<Message>) -> (Vec<Message>, usize) {
+fn latest(mut messages: Vec<Message>, max: usize) -> (Vec<Message>, usize) {
     let sizes: Vec<usize> = messages
         .iter()
         .map(|m| serde_json::to_vec(m).map_or(0, |json| json.len() + 1))
         .collect();
     let (mut total, mut keep) = (0usize, 0usize);
     for size in sizes.iter().rev() {
-        if total + size > MAX_OUTPUT_BYTES {
+        if total + size > max {
             break;
         }
         total += size;
@@ -313,10 +317,21 @@ mod workflow {
                 while let Some(event) = stream.next().await {
                     if let Some(log) = &events {
                         let part = part_of(&event, &mut calls);
+                        // The end's conversation, as much as a record of
+                        // the log holds (a front end reads its counts).
+                        let trimmed = match &event {
+                            AgentEvent::Done(done) => {
+                                let mut done = done.clone();
+                                done.messages = latest(done.messages, MAX_EVENT_MESSAGES).0;
+                                Some(AgentEvent::Done(done))
+                            }
+                            _ => None,
+                        };
+                        let event = trimmed.as_ref().unwrap_or(&event);
                         let writer = writers
                             .entry(part)
                             .or_insert_with_key(|part| Writer::replayed(log, &run, part.clone()));
-                        writer.write(&event).await;
+                        writer.write(event).await;
                         if matches!(event, AgentEvent::Done(_)) {
                             if let Err(err) = log.end(&run).await {
                                 tracing::warn!(run_id = %run, error = %err, "a run's events were not marked ended");
@@ -337,7 +352,7 @@ mod workflow {
                 Some(Message::Assistant { content, .. }) => content.clone(),
                 _ => None,
             };
-            let (messages, omitted) = latest(done.messages);
+            let (messages, omitted) = latest(done.messages, MAX_OUTPUT_BYTES);
             Ok(Json(RunOutput {
                 stop: done.stop.as_str().to_owned(),
                 messages,
@@ -356,9 +371,9 @@ mod tests {
     fn an_answer_keeps_the_latest_messages_that_fit() {
         let big = "x".repeat(MAX_OUTPUT_BYTES / 3);
         let messages: Vec<Message> = (0..5).map(|_| Message::user(big.clone())).collect();
-        let (kept, omitted) = latest(messages);
+        let (kept, omitted) = latest(messages, MAX_OUTPUT_BYTES);
         assert_eq!((kept.len(), omitted), (2, 3));
         let small = vec![Message::user("hi"), Message::user("there")];
-        assert_eq!(latest(small.clone()), (small, 0));
+        assert_eq!(latest(small.clone(), MAX_OUTPUT_BYTES), (small, 0));
     }
 }
