@@ -320,6 +320,12 @@ pub(super) struct RestateResponse {
     ended: bool,
 }
 
+impl super::resume::Payloads for RestateResponse {
+    fn next_payload(&mut self) -> impl std::future::Future<Output = Option<String>> + Send {
+        RestateResponse::next_payload(self)
+    }
+}
+
 impl RestateResponse {
     fn new(
         restate: &RestateIngress,

@@ -46,13 +46,6 @@ impl Payloads for OpenResponse {
     }
 }
 
-#[cfg(feature = "restate")]
-impl Payloads for super::restate::RestateResponse {
-    fn next_payload(&mut self) -> impl std::future::Future<Output = Option<String>> + Send {
-        super::restate::RestateResponse::next_payload(self)
-    }
-}
-
 /// The SSE events of `source`, straight to the client.
 #[cfg(feature = "restate")]
 pub(super) fn payloads(
