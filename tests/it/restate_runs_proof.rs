@@ -1,12 +1,13 @@
 //! The proof of agent runs on Restate, bounded: `examples/proofs/restate_runs`
 //! runs 40 chats on two service processes behind one deployment address,
-//! each waiting for the approval of a write that is not idempotent; every
-//! approval is answered in random order while one service process, then
-//! `restate-server` itself, is killed with SIGKILL and restarted. The
-//! proof judges itself (every run finished; every run told "wrote" in the
-//! ledger exactly once, every run told "may have run" at most once; no
-//! approval lost) and exits non-zero when a check fails. The full run
-//! (1,000 chats, release) is the figure in the CHANGELOG.
+//! each waiting, suspended, for the approval of a write that is not
+//! idempotent; every approval is answered in random order while one
+//! service process, then `restate-server` itself, is killed with SIGKILL
+//! and restarted. The proof judges itself (every run finished; every run
+//! told "wrote" in the ledger exactly once, every run told "may have run"
+//! at most once; no approval lost; every seat among the runs waiting given
+//! back) and exits non-zero when a check fails. The full run (1,000
+//! chats, release) is the figure in the CHANGELOG.
 //!
 //! Without the server binary the test says SKIPPED loudly (and fails when
 //! `TOOLSTACK_REQUIRE_RESTATE` is set): see `restate_server.rs`.
@@ -63,6 +64,14 @@ fn runs_on_restate_survive_the_kill_of_a_service_and_of_the_server_and_no_write_
     assert!(runs.contains("runs: 40/40 finished"), "{runs}");
     assert!(runs.contains(" 0 runs written twice"), "{runs}");
     assert!(runs.contains(" 0 approvals lost — ok"), "{runs}");
+    assert!(
+        text.contains("\nsuspended: all 40 runs' invocations"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\nseats: 0 runs counted waiting at the end — ok"),
+        "{text}"
+    );
     assert!(text.contains("\nservice kill (service "), "{text}");
     assert!(text.contains("\nrestate kill (restate-server"), "{text}");
     assert!(text.contains("\nPASSED"), "{text}");

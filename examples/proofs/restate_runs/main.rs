@@ -8,12 +8,14 @@
 //!
 //! N chats start through the ingress; each model calls `write` with its
 //! run id, a tool not idempotent behind an approval layer that only the
-//! caller decides, so every run waits, suspended, for its approval. Once
-//! every chat is asked, every approval is answered `allow` through the
-//! ingress (`POST /AgentToolCalls/{run}:call_0_0/decide`), in random
-//! order, many at once; each write appends its line to a ledger (synced)
-//! before it takes its time, so a kill cannot hide that it ran. One
-//! round of chats meets two kills, at different times:
+//! caller decides, so every run waits for its approval — suspended: the
+//! proof checks, by the admin API's SQL, that no process holds any run
+//! before it answers. Then every approval is answered `allow` through
+//! the ingress (`POST /AgentToolCalls/{run}:call_0_0/decide`, not the AI
+//! SDK chat endpoint), in random order, many at once; each write appends
+//! its line to a ledger (synced) before it takes its time, so a kill
+//! cannot hide that it ran. One round of chats meets two kills, at
+//! different times:
 //!
 //! * **service kill**: once a third of the answers are in, the first
 //!   service process seen with a write in flight is killed with SIGKILL
@@ -27,10 +29,11 @@
 //! run told "the call may have run" at most once, no line twice; 0
 //! approvals lost (every answer bound `allow`, and every run's tool
 //! result is the write's or "may have run" — never a denial nor a
-//! timeout). It prints how the work spread over the processes, how long
-//! resuming took after each kill (from the restart to the next write and
-//! the next run's end; p50 and p99 from an answer to its run's end
-//! around each kill), and exits non-zero when a check fails.
+//! timeout); every seat among the runs waiting given back. It prints how
+//! the work spread over the processes, how long resuming took after each
+//! kill (from the restart to the next write and the next run's end; p50
+//! and p99 from an answer to its run's end around each kill), and exits
+//! non-zero when a check fails.
 //!
 //! ```text
 //! cargo build --release --features restate --example restate_runs
@@ -527,6 +530,28 @@ async fn prove(settings: &Settings, dir: &Path) -> Result<bool, Error> {
         settings.chats,
         began.elapsed().as_secs_f64()
     );
+    // While they wait, no process holds them: every run's invocation
+    // suspends.
+    let asked_at = Instant::now();
+    let suspended = loop {
+        let statuses = run_statuses(&ingress.http, &restate.admin_url()).await?;
+        let suspended = statuses.get("suspended").copied().unwrap_or(0);
+        if suspended == settings.chats as u64 {
+            break true;
+        }
+        if asked_at.elapsed() > Duration::from_secs(60) {
+            println!("suspended: FAILED: 60 s after every chat was asked, the runs' invocations are {statuses:?}");
+            break false;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    if suspended {
+        println!(
+            "suspended: all {} runs' invocations, {:.1} s after the last was asked",
+            settings.chats,
+            asked_at.elapsed().as_secs_f64()
+        );
+    }
 
     // Every approval answered, in random order, many at once; the kills
     // come while they go.
@@ -666,7 +691,68 @@ async fn prove(settings: &Settings, dir: &Path) -> Result<bool, Error> {
     for line in report.lines(&kills, &pids, &proxy, &services) {
         println!("{line}");
     }
-    Ok(report.passed())
+    // Every seat among the runs waiting given back (the call gives its
+    // seat in a message of its own, soon after its decision).
+    let (seats, _) = ingress
+        .until(
+            "/AgentWaiting/runs/count",
+            Some(Value::Null),
+            Instant::now() + Duration::from_secs(30),
+            |status, count| status == 200 && count == 0,
+        )
+        .await
+        .map_or_else(|why| (false, why), |_| (true, String::new()));
+    println!(
+        "seats: {} — {}",
+        match seats {
+            true => "0 runs counted waiting at the end".to_owned(),
+            false => format!(
+                "runs still counted waiting 30 s after the end: {}",
+                seats_why(&ingress).await
+            ),
+        },
+        if seats { "ok" } else { "FAILED" }
+    );
+    Ok(report.passed() && suspended && seats)
+}
+
+/// What the count of runs waiting says now.
+async fn seats_why(ingress: &Ingress) -> String {
+    match ingress
+        .call("/AgentWaiting/runs/count", Some(Value::Null))
+        .await
+    {
+        Ok((status, count)) => format!("{status} {count}"),
+        Err(err) => err.to_string(),
+    }
+}
+
+/// How many of the runs' invocations are in each status, by the admin
+/// API's SQL (`sys_invocation`).
+async fn run_statuses(http: &reqwest::Client, admin: &str) -> Result<BTreeMap<String, u64>, Error> {
+    let query = "SELECT status, COUNT(*) AS n FROM sys_invocation \
+                 WHERE target_service_name = 'AgentRuns' AND target_handler_name = 'run' \
+                 GROUP BY status";
+    let text = http
+        .post(format!("{admin}/query"))
+        .header("accept", "application/json")
+        .header("content-type", "application/json")
+        .body(json!({ "query": query }).to_string())
+        .send()
+        .await?
+        .text()
+        .await?;
+    let body: Value = serde_json::from_str(&text)?;
+    let rows = body["rows"]
+        .as_array()
+        .ok_or_else(|| format!("the admin API's query answered {text}"))?;
+    Ok(rows
+        .iter()
+        .map(|row| {
+            let status = row["status"].as_str().unwrap_or("unknown").to_owned();
+            (status, row["n"].as_u64().unwrap_or(0))
+        })
+        .collect())
 }
 
 // ---- the judgement ---------------------------------------------------------
