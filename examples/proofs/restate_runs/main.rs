@@ -968,7 +968,7 @@ impl Report {
         let mut lines = Vec::new();
         for (k, kill) in kills.iter().enumerate() {
             lines.push(format!(
-                "{}: {} writes in flight cut, {} answers in flight; answering again {} ms after the kill; from then the next write began after {}, the next write returned after {}, the next run ended after {}; the runs cut all ended {} after the kill; answers sent around it (2 s either side) to their run's end: p50 {} ms, p99 {} ms ({} answers)",
+                "{}: {} writes in flight cut, {} answers in flight; up again {} ms after the kill; from then the next write began after {}, the next write returned after {}, the next run ended after {}; the runs cut all ended {} after the kill; answers sent around it (2 s either side) to their run's end: p50 {} ms, p99 {} ms ({} answers)",
                 kill.what,
                 kill.cut.len(),
                 kill.answers_in_flight,
