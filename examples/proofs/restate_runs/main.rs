@@ -6,37 +6,49 @@
 //! service process in turn), so Restate retries a killed process's
 //! invocations on the other.
 //!
-//! N chats start through the ingress; each model calls `write` with its
-//! run id, a tool not idempotent behind an approval layer that only the
-//! caller decides, so every run waits for its approval — suspended: the
-//! proof checks, by the admin API's SQL, that no process holds any run
-//! before it answers. Then every approval is answered `allow` through
-//! the ingress (`POST /AgentToolCalls/{run}:call_0_0/decide`, not the AI
-//! SDK chat endpoint), in random order, many at once; each write appends
-//! its line to a ledger (synced) before it takes its time, so a kill
-//! cannot hide that it ran. One round of chats meets two kills, at
-//! different times:
+//! Every chat goes through the AI SDK chat endpoint, served by this
+//! process on a loopback port (`ChatEndpoint::restate`, a real HTTP
+//! server): the runs write their events to a log in a `redis-server` of
+//! the proof's own (`RedisRunEvents`), where the endpoint reads them. N
+//! chats post their user message; each model calls `write` with its
+//! chat's name, a tool not idempotent behind an approval layer that only
+//! the caller decides, so every response ends with the approval request
+//! (`tool-approval-request`, then `finish` `tool-calls`) and every run
+//! waits — suspended: the proof checks, by the admin API's SQL, that no
+//! process holds any run before it answers. Then every approval is
+//! answered `approved: true` the protocol's way (the conversation again,
+//! its assistant message's tool part `approval-responded`), in random
+//! order, many at once, each answer's response read to its end; each
+//! write appends its line to a ledger (synced) before it takes its time,
+//! so a kill cannot hide that it ran. One round of chats meets two kills,
+//! at different times:
 //!
 //! * **service kill**: once a third of the answers are in, the first
 //!   service process seen with a write in flight is killed with SIGKILL
 //!   and started again on its port;
 //! * **restate kill**: once two thirds are in, `restate-server` itself is
 //!   killed with SIGKILL while answers are in flight, and started again
-//!   on its data directory; the answers cut off are sent again.
+//!   on its data directory; an answer the endpoint refuses meanwhile
+//!   (`503`, the ingress down) is sent again, as a client would, and
+//!   counted.
 //!
-//! Then every run's output is read (`attach`). Pass: every run finished;
-//! every run told "wrote" has its line in the ledger exactly once, every
-//! run told "the call may have run" at most once, no line twice; 0
-//! approvals lost (every answer bound `allow`, and every run's tool
-//! result is the write's or "may have run" — never a denial nor a
-//! timeout); every seat among the runs waiting given back. It prints how
+//! What each client is told is what its answer's response says: the
+//! write's output (`tool-output-available`) or that it may have run
+//! (`tool-output-error`), the run's last text, `finish` `stop`. Then every
+//! run's output is read from Restate (`attach`). Pass: every run finished;
+//! every client told what its run's output says; every run told "wrote"
+//! has its line in the ledger exactly once, every run told "the call may
+//! have run" at most once, no line twice; 0 approvals lost (every answer's
+//! response read to its end within its timeout, and every run's tool
+//! result is the write's or "may have run" — never a denial, a timeout
+//! nor a new run); every seat among the runs waiting given back. It prints how
 //! the work spread over the processes, how long resuming took after each
 //! kill (from the restart to the next write and the next run's end; p50
 //! and p99 from an answer to its run's end around each kill), and exits
 //! non-zero when a check fails.
 //!
 //! ```text
-//! cargo build --release --features restate --example restate_runs
+//! cargo build --release --features restate,http,redis --example restate_runs
 //! target/release/examples/restate_runs --chats 1000
 //! ```
 
@@ -52,6 +64,10 @@ use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio::net::{TcpListener, TcpStream};
 
+use toolstack::agent::run_events::RedisRunEvents;
+use toolstack::agent::store::redis::RedisStore;
+use toolstack::http::ai_sdk::{ChatEndpoint, RestateIngress};
+use toolstack_demo::redis_server::RedisProcess;
 use toolstack_demo::restate_server::RestateProcess;
 
 mod service;
@@ -75,20 +91,27 @@ fn now_ms() -> u64 {
 
 const USAGE: &str = "\
 Usage: restate_runs [--chats N] [options]
-  (cargo run --release --features restate --example restate_runs -- ...;
-   needs restate-server: `npm ci` in restate/, or TOOLSTACK_RESTATE_SERVER)
+  (cargo run --release --features restate,http,redis --example restate_runs -- ...;
+   needs restate-server: `npm ci` in restate/, or TOOLSTACK_RESTATE_SERVER;
+   and redis-server on PATH)
 
 N chats on two service processes behind one Restate deployment, each
 waiting for the approval of a write that is not idempotent; every approval
-answered in random order while a service process, then restate-server
-itself, is killed with SIGKILL and restarted.
+answered in random order through the AI SDK chat endpoint while a
+service process, then restate-server itself, is killed with SIGKILL and
+restarted.
   --chats N             chats (1000)
-  --answers-at-once C   approvals answered at once (32)
+  --answers-at-once C   approvals sent at once and not yet taken by the
+                        endpoint (32)
+  --responses-open R    answers' responses open at once, each read to its
+                        run's end (4 × C)
   --write-ms-min MS     the shortest write (200)
   --write-ms-max MS     the longest write (500)
   --suspend-ms MS       a waiting run's invocation suspends after (1000)
   --restate-down-ms MS  restate-server stays down this long before its
                         restart (1000)
+  --response-s S        each response of the endpoint read to its end
+                        within this, or the proof fails (120)
   --seed S              the answers' order (1)
   --deadline-s S        the proof fails past this (900)
   -h, --help            this text
@@ -103,9 +126,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if args.iter().any(|a| a == "--service") {
         return service::service(&args).await;
     }
+    let at_once = flag(&args, "--answers-at-once", 32_usize).max(1);
     let settings = Settings {
         chats: flag(&args, "--chats", 1000_usize).max(1),
-        at_once: flag(&args, "--answers-at-once", 32_usize).max(1),
+        at_once,
+        responses_open: flag(&args, "--responses-open", 4 * at_once).max(at_once),
         write_ms: (
             flag(&args, "--write-ms-min", 200),
             flag(&args, "--write-ms-max", 500),
@@ -113,6 +138,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         suspend_ms: flag(&args, "--suspend-ms", 1_000),
         down: Duration::from_millis(flag(&args, "--restate-down-ms", 1_000)),
         seed: flag(&args, "--seed", 1),
+        response: Duration::from_secs(flag(&args, "--response-s", 120)),
         deadline: Instant::now() + Duration::from_secs(flag(&args, "--deadline-s", 900)),
     };
     let dir = std::env::temp_dir().join(format!("toolstack-restate-proof-{}", std::process::id()));
@@ -138,20 +164,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 struct Settings {
     chats: usize,
     at_once: usize,
+    /// Answers' responses open at once (streaming to their run's end).
+    responses_open: usize,
     write_ms: (u64, u64),
     suspend_ms: u64,
     down: Duration,
     seed: u64,
+    response: Duration,
     deadline: Instant,
 }
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
-
-/// The key of a run's one tool call (its approval id): the model's call
-/// is the first of its turn's script.
-fn call_key(run: &str) -> String {
-    format!("{run}:call_0_0")
-}
 
 // ---- the service processes and the proxy in front of them -----------------
 
@@ -181,6 +204,9 @@ impl Drop for ServiceProcess {
 struct Files {
     ledger: PathBuf,
     times: PathBuf,
+    /// The runs' events log: the Redis and the keys' prefix.
+    redis: String,
+    prefix: String,
 }
 
 /// Starts a service process on `port` (0: a free one); returns once it
@@ -193,6 +219,7 @@ fn spawn_service(settings: &Settings, files: &Files, port: u16) -> Result<Servic
         .arg(&files.ledger)
         .arg("--times")
         .arg(&files.times)
+        .args(["--redis", &files.redis, "--prefix", &files.prefix])
         .args(["--write-ms-min", &settings.write_ms.0.to_string()])
         .args(["--write-ms-max", &settings.write_ms.1.to_string()])
         .args(["--suspend-ms", &settings.suspend_ms.to_string()])
@@ -317,6 +344,197 @@ impl Ingress {
     }
 }
 
+// ---- talking to the AI SDK chat endpoint ------------------------------------
+
+/// A client of the chat endpoint.
+#[derive(Clone)]
+struct Chats {
+    http: reqwest::Client,
+    url: String,
+}
+
+/// What the endpoint answered one request: a stream's chunks (read to its
+/// `[DONE]`), or a refusal (its status and JSON).
+enum Reply {
+    Stream(Vec<Value>),
+    Refused(u16, Value),
+}
+
+impl Chats {
+    /// Sends `body`; `headers` is told the status as soon as it comes.
+    /// The whole response is read within `within`.
+    async fn post(
+        &self,
+        body: &Value,
+        within: Duration,
+        headers: impl FnOnce(u16),
+    ) -> Result<Reply, String> {
+        let exchange = async {
+            let response = self
+                .http
+                .post(&self.url)
+                .header("content-type", "application/json")
+                .body(body.to_string())
+                .send()
+                .await
+                .map_err(|e| format!("the endpoint did not answer: {e}"))?;
+            let status = response.status().as_u16();
+            headers(status);
+            let text = response
+                .text()
+                .await
+                .map_err(|e| format!("the response ({status}) broke off: {e}"))?;
+            Ok::<_, String>((status, text))
+        };
+        let (status, text) = tokio::time::timeout(within, exchange)
+            .await
+            .map_err(|_| format!("timed out: no whole response within {within:?}"))??;
+        match status {
+            200 => chunks(&text).map(Reply::Stream),
+            _ => Ok(Reply::Refused(
+                status,
+                serde_json::from_str(&text).unwrap_or(Value::String(text)),
+            )),
+        }
+    }
+}
+
+/// A stream's chunks, in order; it must end with `[DONE]`. Comments (the
+/// keep-alive) are skipped.
+fn chunks(text: &str) -> Result<Vec<Value>, String> {
+    let mut chunks = Vec::new();
+    let mut done = false;
+    for line in text.lines() {
+        let Some(data) = line.strip_prefix("data: ") else {
+            continue;
+        };
+        if done {
+            return Err(format!("a chunk after [DONE]: {data}"));
+        }
+        if data == "[DONE]" {
+            done = true;
+            continue;
+        }
+        let chunk = serde_json::from_str(data)
+            .map_err(|e| format!("a chunk that is not JSON ({e}): {data}"))?;
+        chunks.push(chunk);
+    }
+    match done {
+        true => Ok(chunks),
+        false => Err(format!(
+            "the stream ended without [DONE], after {} chunks",
+            chunks.len()
+        )),
+    }
+}
+
+fn of_type<'a>(chunks: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    chunks.iter().filter(|c| c["type"] == kind).collect()
+}
+
+/// The last `finish` chunk's reason.
+fn finish_reason(chunks: &[Value]) -> Option<&str> {
+    of_type(chunks, "finish")
+        .last()
+        .and_then(|c| c["finishReason"].as_str())
+}
+
+fn text_of(chunks: &[Value]) -> String {
+    of_type(chunks, "text-delta")
+        .iter()
+        .filter_map(|c| c["delta"].as_str())
+        .collect()
+}
+
+/// The chat's user message: its name, which is what the model writes.
+fn user_message(chat: &str) -> Value {
+    json!({"id": format!("u-{chat}"), "role": "user", "parts": [{"type": "text", "text": chat}]})
+}
+
+/// What a chat's first response asked: the approval of its write.
+#[derive(Clone)]
+struct Asked {
+    chat: String,
+    /// The run, from the approval id (`{run}:{call}`).
+    run: String,
+    approval_id: String,
+    call_id: String,
+    input: Value,
+}
+
+/// The first response of `chat`: it must ask for the approval of the
+/// write of the chat's name, and end there (`finish` `tool-calls`).
+fn asked(chat: &str, chunks: &[Value]) -> Result<Asked, String> {
+    let requests = of_type(chunks, "tool-approval-request");
+    let [request] = requests[..] else {
+        return Err(format!(
+            "{chat}: {} approval requests in its first response: {}",
+            requests.len(),
+            json!(chunks)
+        ));
+    };
+    let approval_id = request["approvalId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let call_id = request["toolCallId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let input = of_type(chunks, "tool-input-available")
+        .into_iter()
+        .find(|c| c["toolCallId"] == call_id.as_str() && c["toolName"] == "write")
+        .map(|c| c["input"].clone())
+        .ok_or_else(|| {
+            format!(
+                "{chat}: the approval asked is not of a write: {}",
+                json!(chunks)
+            )
+        })?;
+    if input["run"] != chat {
+        return Err(format!("{chat}: the write asked about is {input}"));
+    }
+    if request["isAutomatic"] == true {
+        return Err(format!(
+            "{chat}: the call was decided without the person: {request}"
+        ));
+    }
+    if finish_reason(chunks) != Some("tool-calls")
+        || chunks.last().map(|c| &c["type"]) != Some(&json!("finish"))
+    {
+        return Err(format!(
+            "{chat}: the first response does not end with finish tool-calls: {}",
+            json!(chunks)
+        ));
+    }
+    let run = approval_id
+        .split_once(':')
+        .map(|(run, _)| run.to_owned())
+        .filter(|run| !run.is_empty())
+        .ok_or_else(|| format!("{chat}: the approval id {approval_id:?} names no run"))?;
+    Ok(Asked {
+        chat: chat.to_owned(),
+        run,
+        approval_id,
+        call_id,
+        input,
+    })
+}
+
+/// The answer: the conversation again, its assistant message's tool part
+/// `approval-responded`, approved.
+fn answer_body(asked: &Asked) -> Value {
+    let assistant = json!({
+        "id": format!("a-{}", asked.chat), "role": "assistant",
+        "parts": [
+            {"type": "step-start"},
+            {"type": "tool-write", "toolCallId": asked.call_id, "state": "approval-responded",
+             "input": asked.input, "approval": {"id": asked.approval_id, "approved": true}},
+        ],
+    });
+    json!({"id": asked.chat, "messages": [user_message(&asked.chat), assistant]})
+}
+
 // ---- what the files say ----------------------------------------------------
 
 /// One line of the ledger: a write began.
@@ -422,14 +640,16 @@ fn shuffled(runs: &[String], seed: u64) -> Vec<String> {
 
 // ---- the proof -----------------------------------------------------------
 
-/// One approval's answer: when it was first sent and when the server took
-/// it, how many sends it took, the decision that bound.
+/// One approval's answer: when it was first sent and when the endpoint
+/// took it (its response's headers), how many sends it took and what
+/// refused the ones before, the chunks of the response read to its end.
 struct Answered {
-    run: String,
+    asked: Asked,
     sent: u64,
     accepted: u64,
     tries: usize,
-    bound: Value,
+    refusals: Vec<String>,
+    chunks: Vec<Value>,
 }
 
 /// What a kill did, and how long things took to go on after it.
@@ -440,14 +660,19 @@ struct Kill {
     restarted: u64,
     /// The writes in flight at the kill.
     cut: Vec<String>,
-    /// The answers sent and not yet taken at the kill.
+    /// The answers sent and not yet taken at the kill; the answers'
+    /// responses not ended.
     answers_in_flight: usize,
+    responses_open: usize,
 }
 
 async fn prove(settings: &Settings, dir: &Path) -> Result<bool, Error> {
+    let redis = RedisProcess::start("restate-runs-proof").map_err(|e| e.to_string())?;
     let files = Files {
         ledger: dir.join("ledger"),
         times: dir.join("times"),
+        redis: redis.url(),
+        prefix: "restate-runs-proof:".to_owned(),
     };
     let mut restate = RestateProcess::start("restate-runs-proof")?;
     let mut services = vec![
@@ -463,13 +688,42 @@ async fn prove(settings: &Settings, dir: &Path) -> Result<bool, Error> {
             .build()?,
         url: restate.ingress_url(),
     };
+    // The AI SDK chat endpoint, on a loopback port of this process: runs
+    // started and answered through the ingress, their events read from
+    // the log the service processes write to.
+    let store = RedisStore::connect(&files.redis)
+        .await?
+        .prefix(&files.prefix);
+    let endpoint = ChatEndpoint::new(service::agent(
+        files.ledger.clone(),
+        files.times.clone(),
+        settings.write_ms.0,
+        settings.write_ms.1,
+    ))
+    .restate(RestateIngress::new(
+        restate.ingress_url(),
+        RedisRunEvents::new(&store),
+    ));
+    let app: axum::Router = endpoint.into_router();
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    let chats = Chats {
+        http: reqwest::Client::new(),
+        url: format!("http://127.0.0.1:{}/", listener.local_addr()?.port()),
+    };
+    tokio::spawn(async move {
+        if let Err(err) = axum::serve(listener, app).await {
+            eprintln!("the chat endpoint's server stopped: {err}");
+        }
+    });
     let mut pids: Vec<(String, u32)> = vec![
         ("service 0".to_owned(), services[0].pid()),
         ("service 1".to_owned(), services[1].pid()),
     ];
     println!(
-        "restate runs: {} chats on 2 service processes (pids {} and {}) behind one deployment ({deployment}, a TCP proxy), restate-server at {}; writes of {}–{} ms, suspended after {} ms waiting",
+        "restate runs: {} chats through the AI SDK chat endpoint ({}, events from redis-server at {}) on 2 service processes (pids {} and {}) behind one deployment ({deployment}, a TCP proxy), restate-server at {}; writes of {}–{} ms, suspended after {} ms waiting",
         settings.chats,
+        chats.url,
+        files.redis,
         pids[0].1,
         pids[1].1,
         restate.ingress_url(),
@@ -478,55 +732,39 @@ async fn prove(settings: &Settings, dir: &Path) -> Result<bool, Error> {
         settings.suspend_ms,
     );
 
-    // Every chat starts, and waits to be asked.
-    let runs: Vec<String> = (0..settings.chats).map(|i| format!("chat-{i}")).collect();
+    // Every chat starts through the endpoint, and its response ends with
+    // the approval request.
+    let names: Vec<String> = (0..settings.chats).map(|i| format!("chat-{i}")).collect();
     let began = Instant::now();
     let deadline = settings.deadline;
-    let started = futures_util::stream::iter(runs.iter().cloned())
-        .map(|run| {
-            let ingress = ingress.clone();
+    let started = futures_util::stream::iter(names.iter().cloned())
+        .map(|chat| {
+            let chats = chats.clone();
             async move {
-                let input = json!({"messages": [{"role": "user", "content": run}]});
-                ingress
-                    .until(
-                        &format!("/AgentRuns/{run}/run/send"),
-                        Some(input),
-                        deadline,
-                        |status, _| status == 200 || status == 202,
-                    )
-                    .await
-            }
-        })
-        .buffer_unordered(32)
-        .collect::<Vec<_>>()
-        .await;
-    for outcome in started {
-        outcome?;
-    }
-    let asked = futures_util::stream::iter(runs.iter().cloned())
-        .map(|run| {
-            let ingress = ingress.clone();
-            async move {
-                let path = format!("/AgentToolCalls/{}/asked", call_key(&run));
-                let (asked, _) = ingress
-                    .until(&path, Some(Value::Null), deadline, |status, asked| {
-                        status == 200 && !asked.is_null()
-                    })
-                    .await?;
-                match asked["tool"].as_str() {
-                    Some("write") => Ok(()),
-                    _ => Err(format!("{run} was asked about {asked}, not the write")),
+                let body = json!({"id": chat, "messages": [user_message(&chat)]});
+                match chats.post(&body, settings.response, |_| {}).await {
+                    Ok(Reply::Stream(chunks)) => asked(&chat, &chunks),
+                    Ok(Reply::Refused(status, why)) => Err(format!(
+                        "{chat}: the endpoint refused the chat: {status} {why}"
+                    )),
+                    Err(why) => Err(format!("{chat}: {why}")),
                 }
             }
         })
         .buffer_unordered(32)
         .collect::<Vec<_>>()
         .await;
-    for outcome in asked {
-        outcome?;
+    let mut all_asked = Vec::with_capacity(settings.chats);
+    for outcome in started {
+        all_asked.push(outcome?);
     }
+    let runs: Vec<String> = all_asked.iter().map(|a| a.chat.clone()).collect();
+    let run_of: HashMap<String, String> = all_asked
+        .iter()
+        .map(|a| (a.chat.clone(), a.run.clone()))
+        .collect();
     println!(
-        "asked: all {} chats wait for their approval, {:.1} s after the first started",
+        "asked: all {} chats wait for their approval (each first response ends with the tool-approval-request of its write and finish tool-calls), {:.1} s after the first started",
         settings.chats,
         began.elapsed().as_secs_f64()
     );
@@ -553,40 +791,105 @@ async fn prove(settings: &Settings, dir: &Path) -> Result<bool, Error> {
         );
     }
 
-    // Every approval answered, in random order, many at once; the kills
-    // come while they go.
+    // Every approval answered through the endpoint, in random order, many
+    // at once, each response read to its end; the kills come while they
+    // go. An answer the endpoint refuses with 503 (it could not reach the
+    // ingress, or read the events) is sent again, as a client would.
     let accepted = Arc::new(AtomicUsize::new(0));
     let sending = Arc::new(AtomicUsize::new(0));
+    // Answers whose response has not ended.
+    let open = Arc::new(AtomicUsize::new(0));
     let answering = {
-        let (ingress, accepted, sending) =
-            (ingress.clone(), Arc::clone(&accepted), Arc::clone(&sending));
-        let order = shuffled(&runs, settings.seed);
-        let at_once = settings.at_once;
+        let (chats, accepted, sending, open) = (
+            chats.clone(),
+            Arc::clone(&accepted),
+            Arc::clone(&sending),
+            Arc::clone(&open),
+        );
+        let by_chat: HashMap<String, Asked> = all_asked
+            .iter()
+            .map(|a| (a.chat.clone(), a.clone()))
+            .collect();
+        let order: Vec<Asked> = shuffled(&runs, settings.seed)
+            .into_iter()
+            .map(|chat| by_chat[&chat].clone())
+            .collect();
+        let (responses_open, within) = (settings.responses_open, settings.response);
+        // At most `at_once` answers sent and not yet taken (their
+        // response's headers); more responses open, each streaming to its
+        // run's end: a person answers whether or not other chats' runs
+        // have ended, so answers go on while restate-server is down.
+        let taking = Arc::new(tokio::sync::Semaphore::new(settings.at_once));
         tokio::spawn(async move {
             futures_util::stream::iter(order)
-                .map(|run| {
-                    let (ingress, accepted, sending) =
-                        (ingress.clone(), Arc::clone(&accepted), Arc::clone(&sending));
+                .map(|asked| {
+                    let (chats, accepted, sending, open, taking) = (
+                        chats.clone(),
+                        Arc::clone(&accepted),
+                        Arc::clone(&sending),
+                        Arc::clone(&open),
+                        Arc::clone(&taking),
+                    );
                     async move {
-                        sending.fetch_add(1, Ordering::SeqCst);
-                        let sent = now_ms();
-                        let allow = json!({"decision": "allow", "by": {"caller": "the user"}});
-                        let path = format!("/AgentToolCalls/{}/decide", call_key(&run));
-                        let outcome = ingress
-                            .until(&path, Some(allow), deadline, |status, _| status == 200)
-                            .await;
-                        sending.fetch_sub(1, Ordering::SeqCst);
-                        accepted.fetch_add(1, Ordering::SeqCst);
-                        outcome.map(|(bound, tries)| Answered {
-                            run: run.clone(),
-                            sent,
-                            accepted: now_ms(),
+                        open.fetch_add(1, Ordering::SeqCst);
+                        let body = answer_body(&asked);
+                        let mut sent = None;
+                        let mut tries = 0;
+                        let mut refusals = Vec::new();
+                        let mut taken: Option<u64> = None;
+                        let outcome = loop {
+                            let permit = Arc::clone(&taking).acquire_owned().await;
+                            if sent.is_none() {
+                                sent = Some(now_ms());
+                                sending.fetch_add(1, Ordering::SeqCst);
+                            }
+                            tries += 1;
+                            let taken_at = &mut taken;
+                            let (sending, accepted) = (&sending, &accepted);
+                            let took = move |status: u16| {
+                                drop(permit);
+                                if status == 200 {
+                                    *taken_at = Some(now_ms());
+                                    sending.fetch_sub(1, Ordering::SeqCst);
+                                    accepted.fetch_add(1, Ordering::SeqCst);
+                                }
+                            };
+                            match chats.post(&body, within, took).await {
+                                Ok(Reply::Stream(chunks)) => break Ok(chunks),
+                                Ok(Reply::Refused(503, why)) if Instant::now() < deadline => {
+                                    refusals.push(format!("503 {}", why["kind"]));
+                                    tokio::time::sleep(Duration::from_millis(100)).await;
+                                }
+                                Ok(Reply::Refused(status, why)) => {
+                                    break Err(format!(
+                                    "{}: the answer was refused ({tries} sends): {status} {why}",
+                                    asked.chat
+                                ))
+                                }
+                                Err(why) => {
+                                    break Err(format!(
+                                        "{}: the answer's response ({tries} sends): {why}",
+                                        asked.chat
+                                    ))
+                                }
+                            }
+                        };
+                        if taken.is_none() {
+                            sending.fetch_sub(1, Ordering::SeqCst);
+                            accepted.fetch_add(1, Ordering::SeqCst);
+                        }
+                        open.fetch_sub(1, Ordering::SeqCst);
+                        outcome.map(|chunks| Answered {
+                            sent: sent.unwrap_or_default(),
+                            accepted: taken.unwrap_or_else(now_ms),
                             tries,
-                            bound,
+                            refusals,
+                            chunks,
+                            asked,
                         })
                     }
                 })
-                .buffer_unordered(at_once)
+                .buffer_unordered(responses_open)
                 .collect::<Vec<_>>()
                 .await
         })
@@ -609,6 +912,7 @@ async fn prove(settings: &Settings, dir: &Path) -> Result<bool, Error> {
             {
                 let pid = services[at].pid();
                 let in_flight_now = sending.load(Ordering::SeqCst);
+                let open_now = open.load(Ordering::SeqCst);
                 services[at].kill();
                 let killed = now_ms();
                 let cut = flying
@@ -627,6 +931,7 @@ async fn prove(settings: &Settings, dir: &Path) -> Result<bool, Error> {
                     restarted,
                     cut,
                     answers_in_flight: in_flight_now,
+                    responses_open: open_now,
                 });
                 break;
             }
@@ -647,6 +952,7 @@ async fn prove(settings: &Settings, dir: &Path) -> Result<bool, Error> {
                 .map(|(run, _)| run)
                 .collect();
             let in_flight_now = sending.load(Ordering::SeqCst);
+            let open_now = open.load(Ordering::SeqCst);
             restate.kill();
             let killed = now_ms();
             tokio::time::sleep(settings.down).await;
@@ -657,6 +963,7 @@ async fn prove(settings: &Settings, dir: &Path) -> Result<bool, Error> {
                 restarted: now_ms(),
                 cut,
                 answers_in_flight: in_flight_now,
+                responses_open: open_now,
             });
             break;
         }
@@ -665,22 +972,23 @@ async fn prove(settings: &Settings, dir: &Path) -> Result<bool, Error> {
 
     let answers = answering.await?;
     println!(
-        "answered: {} approvals, {:.1} s after the first was asked",
+        "answered: {} approvals through the endpoint, their responses read to their end, {:.1} s after the first chat started",
         answers.len(),
         began.elapsed().as_secs_f64()
     );
 
-    // Every run's output, as its client reads it.
+    // Every run's output, as Restate keeps it: what the clients were told
+    // is checked against it.
     let outputs = futures_util::stream::iter(runs.iter().cloned())
-        .map(|run| {
+        .map(|chat| {
             let ingress = ingress.clone();
+            let path = format!("/restate/workflow/AgentRuns/{}/attach", run_of[&chat]);
             async move {
-                let path = format!("/restate/workflow/AgentRuns/{run}/attach");
                 let output = ingress
                     .until(&path, None, deadline, |status, _| status == 200)
                     .await
                     .map(|(output, _)| output);
-                (run, output)
+                (chat, output)
             }
         })
         .buffer_unordered(64)
@@ -757,6 +1065,76 @@ async fn run_statuses(http: &reqwest::Client, admin: &str) -> Result<BTreeMap<St
 
 // ---- the judgement ---------------------------------------------------------
 
+/// What a client was told by its answer's response.
+enum Told {
+    /// The write's output, and the process it names.
+    Wrote(String, u32),
+    /// A `tool-output-error` that says the call may have run.
+    MayHaveRun,
+}
+
+/// What `answer`'s response told its client: the write's output, or that
+/// it may have run; then the run's last text, which says so, and `finish`
+/// `stop` — in the same assistant message, asking nothing again.
+fn told_by(answer: &Answered) -> Result<Told, String> {
+    let (chat, chunks) = (&answer.asked.chat, &answer.chunks);
+    let shown = |why: String| format!("{chat}: its answer's response {why}: {}", json!(chunks));
+    if chunks.first().map(|c| &c["messageId"]) != Some(&json!(format!("a-{chat}"))) {
+        return Err(shown("does not go on in the assistant message".to_owned()));
+    }
+    for kind in ["tool-approval-request", "tool-output-denied", "error"] {
+        if !of_type(chunks, kind).is_empty() {
+            return Err(shown(format!("has a {kind} chunk")));
+        }
+    }
+    let call = answer.asked.call_id.as_str();
+    // A preliminary output (the tool's own, as it streams) is not its
+    // result.
+    let outputs: Vec<&Value> = of_type(chunks, "tool-output-available")
+        .into_iter()
+        .filter(|c| c["toolCallId"] == call && c["preliminary"] != true)
+        .collect();
+    let errors: Vec<&Value> = of_type(chunks, "tool-output-error")
+        .into_iter()
+        .filter(|c| c["toolCallId"] == call)
+        .collect();
+    let wrote = format!("wrote {chat} in process ");
+    let (told, says) = match (&outputs[..], &errors[..]) {
+        ([output], []) => {
+            let output = output["output"].as_str().unwrap_or_default();
+            let pid = output
+                .strip_prefix(&wrote)
+                .and_then(|pid| pid.parse::<u32>().ok())
+                .ok_or_else(|| shown(format!("has the output {output:?}")))?;
+            (Told::Wrote(output.to_owned(), pid), output.to_owned())
+        }
+        ([], [error]) => {
+            let text = error["errorText"].as_str().unwrap_or_default();
+            if !text.contains("the call may have run") {
+                return Err(shown(format!("has the error {text:?}")));
+            }
+            (Told::MayHaveRun, "the call may have run".to_owned())
+        }
+        _ => {
+            return Err(shown(format!(
+                "has {} outputs and {} errors of the call",
+                outputs.len(),
+                errors.len()
+            )))
+        }
+    };
+    let text = text_of(chunks);
+    if !text.starts_with(&format!("{chat}: ")) || !text.contains(&says) {
+        return Err(shown(format!(
+            "ends with the text {text:?}, not one of {says:?}"
+        )));
+    }
+    if finish_reason(chunks) != Some("stop") {
+        return Err(shown("does not finish with stop".to_owned()));
+    }
+    Ok(told)
+}
+
 #[derive(Default)]
 struct Report {
     chats: usize,
@@ -777,7 +1155,15 @@ struct Report {
     /// Lines of runs that are not this proof's.
     strangers: usize,
     ledger_lines: usize,
+    /// Clients told what their run's output (Restate's) does not say.
+    told_wrong: Vec<String>,
+    /// Answers sent more than once; the sends again; what refused the
+    /// sends before (status and kind, counted); responses not read to
+    /// their end within their timeout.
     answers_retried: usize,
+    resends: usize,
+    refusals: BTreeMap<String, usize>,
+    timed_out: usize,
     /// Per process: writes begun, runs ended.
     writes_by: BTreeMap<u32, usize>,
     ends_by: BTreeMap<u32, usize>,
@@ -827,24 +1213,35 @@ impl Report {
             .map(|(run, l)| format!("{run}: {} lines", l.len()))
             .collect();
 
-        // Every answer bound allow.
+        // What every client was told, by its answer's response.
+        let mut told: HashMap<String, Told> = HashMap::new();
         let mut answered_at = HashMap::new();
         for answer in answers {
             match answer {
                 Ok(answer) => {
                     report.answers_retried += usize::from(answer.tries > 1);
-                    if answer.bound["decision"] != "allow" {
-                        report
-                            .lost
-                            .push(format!("{}: bound {}", answer.run, answer.bound));
+                    report.resends += answer.tries - 1;
+                    for refusal in &answer.refusals {
+                        *report.refusals.entry(refusal.clone()).or_default() += 1;
                     }
-                    answered_at.insert(answer.run.clone(), (answer.sent, answer.accepted));
+                    let chat = answer.asked.chat.clone();
+                    answered_at.insert(chat.clone(), (answer.sent, answer.accepted));
+                    match told_by(&answer) {
+                        Ok(what) => {
+                            told.insert(chat, what);
+                        }
+                        Err(why) => report.lost.push(why),
+                    }
                 }
-                Err(why) => report.lost.push(format!("an answer was not taken: {why}")),
+                Err(why) => {
+                    report.timed_out += usize::from(why.contains("timed out"));
+                    report.lost.push(why);
+                }
             }
         }
 
-        // Every run finished, and told the truth.
+        // Every run finished; every client told what its run's output
+        // says, and the ledger agrees.
         for (run, output) in outputs {
             let output = match output {
                 Ok(output) => output,
@@ -867,29 +1264,35 @@ impl Report {
                 })
                 .unwrap_or_default();
             let written = lines.get(run.as_str()).map_or(&[][..], Vec::as_slice);
-            match results[..] {
-                [result] if result.starts_with(&format!("wrote {run} in process ")) => {
+            match told.get(&run) {
+                // Not told: counted lost above.
+                None => {}
+                Some(Told::Wrote(result, pid)) => {
                     report.wrote += 1;
-                    let pid = result
-                        .rsplit(' ')
-                        .next()
-                        .and_then(|p| p.parse::<u32>().ok());
-                    if written.len() != 1 || Some(written[0].pid) != pid {
+                    if results[..] != [result.as_str()] {
+                        report.told_wrong.push(format!(
+                            "{run}: told {result:?}, its run's tool results are {results:?}"
+                        ));
+                    }
+                    if written.len() != 1 || written[0].pid != *pid {
                         report.wrote_wrong.push(format!(
                             "{run}: told {result:?}, the ledger has {:?}",
                             written
                         ));
                     }
                 }
-                [result] if result.contains("the call may have run") => {
+                Some(Told::MayHaveRun) => {
                     report.may_have_run += 1;
                     report.may_have_run_written += usize::from(!written.is_empty());
                     let cut = kills.iter().any(|kill| kill.cut.contains(&run));
                     report.may_have_run_uncut += usize::from(!cut);
+                    if !matches!(results[..], [result] if result.contains("the call may have run"))
+                    {
+                        report.told_wrong.push(format!(
+                            "{run}: told the call may have run, its run's tool results are {results:?}"
+                        ));
+                    }
                 }
-                _ => report
-                    .lost
-                    .push(format!("{run}: the tool results {results:?}")),
             }
             if let (Some((_, accepted)), Some((_, end))) =
                 (answered_at.get(&run), times.end.get(&run))
@@ -953,6 +1356,8 @@ impl Report {
             && self.wrote + self.may_have_run == self.chats
             && self.lost.is_empty()
             && self.wrote_wrong.is_empty()
+            && self.told_wrong.is_empty()
+            && self.timed_out == 0
             && self.twice.is_empty()
             && self.strangers == 0
     }
@@ -968,10 +1373,11 @@ impl Report {
         let mut lines = Vec::new();
         for (k, kill) in kills.iter().enumerate() {
             lines.push(format!(
-                "{}: {} writes in flight cut, {} answers in flight; up again {} ms after the kill; from then the next write began after {}, the next write returned after {}, the next run ended after {}; the runs cut all ended {} after the kill; answers sent around it (2 s either side) to their run's end: p50 {} ms, p99 {} ms ({} answers)",
+                "{}: {} writes in flight cut, {} answers not yet taken by the endpoint and {} answers' responses open; up again {} ms after the kill; from then the next write began after {}, the next write returned after {}, the next run ended after {}; the runs cut all ended {} after the kill; answers sent around it (2 s either side) to their run's end: p50 {} ms, p99 {} ms ({} answers)",
                 kill.what,
                 kill.cut.len(),
                 kill.answers_in_flight,
+                kill.responses_open,
                 kill.restarted.saturating_sub(kill.killed),
                 ms(self.next_write[k]),
                 ms(self.next_done[k]),
@@ -1010,16 +1416,27 @@ impl Report {
             spread.join("; "),
             connections.join(", ")
         ));
+        let refusals: Vec<String> = self
+            .refusals
+            .iter()
+            .map(|(what, n)| format!("{n} × {what}"))
+            .collect();
         lines.push(format!(
-            "answered: {} approvals, {} sent more than once (cut off by a kill); answer taken to its run's end: p50 {} ms, p99 {} ms",
+            "answers through the AI SDK endpoint: {} approvals; {} needed a retry ({} sends again, after {}); {} responses timed out; answer taken to its run's end: p50 {} ms, p99 {} ms",
             self.chats,
             self.answers_retried,
+            self.resends,
+            match refusals.is_empty() {
+                true => "no refusal".to_owned(),
+                false => refusals.join(", "),
+            },
+            self.timed_out,
             percentile(&self.answer_to_end, 0.5),
             percentile(&self.answer_to_end, 0.99),
         ));
         let check = |ok: bool| if ok { "ok" } else { "FAILED" };
         lines.push(format!(
-            "runs: {}/{} finished; told \"wrote\" {}, \"the call may have run\" {} (of those {} in the ledger once, {} not at all; {} not among the writes in flight at a kill); ledger: {} lines, {} runs written twice, {} \"wrote\" runs not in it exactly once by their process, {} lines of no run of ours; {} approvals lost — {}",
+            "runs: {}/{} finished; told by their answer's response \"wrote\" {}, \"the call may have run\" {} (of those {} in the ledger once, {} not at all; {} not among the writes in flight at a kill); {} clients told what their run's output does not say; ledger: {} lines, {} runs written twice, {} \"wrote\" runs not in it exactly once by their process, {} lines of no run of ours; {} approvals lost — {}",
             self.finished,
             self.chats,
             self.wrote,
@@ -1027,6 +1444,7 @@ impl Report {
             self.may_have_run_written,
             self.may_have_run - self.may_have_run_written,
             self.may_have_run_uncut,
+            self.told_wrong.len(),
             self.ledger_lines,
             self.twice.len(),
             self.wrote_wrong.len(),
@@ -1039,6 +1457,7 @@ impl Report {
             .iter()
             .chain(&self.twice)
             .chain(&self.wrote_wrong)
+            .chain(&self.told_wrong)
             .take(10)
         {
             lines.push(format!("  {what}"));

@@ -5,6 +5,10 @@
 //! caller's approval. The write appends its line to the ledger (synced)
 //! before it takes its time, so a kill cannot hide that it ran.
 //!
+//! The runs write their events to the log in the parent's
+//! `redis-server` (`--redis`, `--prefix`), where the parent's AI SDK chat
+//! endpoint reads them.
+//!
 //! Besides the ledger, the process notes when things happen in a file of
 //! times, one line each: `done {run} {pid} {ms}` when a write returns and
 //! `end {run} {pid} {ms}` when the model gives a run its last answer
@@ -18,6 +22,8 @@ use futures_util::StreamExt;
 use serde_json::json;
 
 use toolstack::agent::restate::{listen, RestateRuns};
+use toolstack::agent::run_events::RedisRunEvents;
+use toolstack::agent::store::redis::RedisStore;
 use toolstack::agent::Agent;
 use toolstack::approval::{ApprovalRequest, Decision};
 use toolstack::model::{ChatRequest, Message, ModelDelta, ScriptedModel, Turn};
@@ -30,7 +36,7 @@ use crate::{flag, now_ms};
 /// it writes that id; asked after the write's result, it says what
 /// became of it. Whatever process asks, the answer is the same.
 #[derive(Clone)]
-struct ChatWriter {
+pub(crate) struct ChatWriter {
     times: PathBuf,
 }
 
@@ -128,6 +134,22 @@ fn toolbox(ledger: PathBuf, times: PathBuf, min_ms: u64, max_ms: u64) -> Toolbox
     Toolbox::new().layered(write, ApprovalLayer::new(nobody).caller_decides())
 }
 
+/// The agent: the scripted writer and its `write`. The service processes
+/// run it; the parent's chat endpoint is given the same one.
+pub(crate) fn agent(
+    ledger: PathBuf,
+    times: PathBuf,
+    min_ms: u64,
+    max_ms: u64,
+) -> Agent<ChatWriter> {
+    Agent::new(
+        ChatWriter {
+            times: times.clone(),
+        },
+        toolbox(ledger, times, min_ms, max_ms),
+    )
+}
+
 /// Serves the runs on `127.0.0.1:{--port}` (0: a free port) until killed;
 /// says `listening on {port}` on stdout once it listens.
 pub(crate) async fn service(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
@@ -141,13 +163,15 @@ pub(crate) async fn service(args: &[String]) -> Result<(), Box<dyn std::error::E
     let max_ms: u64 = flag(args, "--write-ms-max", 500).max(min_ms);
     let suspend_ms: u64 = flag(args, "--suspend-ms", 1_000);
     let waiting: usize = flag(args, "--max-waiting", 10_000);
-    let agent = Agent::new(
-        ChatWriter {
-            times: times.clone(),
-        },
-        toolbox(ledger, times, min_ms, max_ms),
-    );
-    let runs = RestateRuns::new(agent)
+    let redis = flag(args, "--redis", String::new());
+    let prefix = flag(args, "--prefix", String::new());
+    if redis.is_empty() || prefix.is_empty() {
+        return Err("--service needs --redis URL and --prefix P (the runs' events log)".into());
+    }
+    let store = RedisStore::connect(&redis).await?.prefix(&prefix);
+    let runs = RestateRuns::new(agent(ledger, times, min_ms, max_ms))
+        // The runs' events, where the parent's chat endpoint reads them.
+        .events(RedisRunEvents::new(&store))
         // Nobody answering in time would be an approval lost: the proof
         // answers every one, so the timeout is far past its deadline.
         .approval_timeout(Duration::from_secs(3600))
