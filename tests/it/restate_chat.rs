@@ -5,7 +5,8 @@
 //! sent the protocol's way, reaches the call's workflow — after the
 //! service process that ran the run was killed and replaced — and the
 //! next response goes on in the same assistant message to the run's
-//! end; an answer to a run that ended is refused.
+//! end, and a client that reconnects mid-response reads it whole; an
+//! answer to a run that ended is refused.
 //!
 //! Without the server binary the tests say SKIPPED loudly (and fail when
 //! `TOOLSTACK_REQUIRE_RESTATE` is set): see `restate_server.rs`.
@@ -23,7 +24,7 @@ use toolstack::agent::restate::RestateRuns;
 use toolstack::agent::run_events::MemoryRunEvents;
 use toolstack::agent::Agent;
 use toolstack::approval::{ApprovalRequest, Decision};
-use toolstack::http::ai_sdk::{ChatEndpoint, RestateIngress};
+use toolstack::http::ai_sdk::{ChatEndpoint, MemoryChunkLog, RestateIngress};
 use toolstack::model::{ScriptedModel, Turn};
 use toolstack::{tool, ToolAnnotations, ToolError, Toolbox};
 use toolstack_layers::approval::ApprovalLayer;
@@ -96,9 +97,14 @@ async fn a_chat_on_restate_waits_for_its_approval_and_goes_on_after_a_kill() {
     ]);
     let deletes = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&deletes);
+    // The write takes a while: the answer's response is in progress long
+    // enough for a client to reconnect to it.
     let delete = tool::from_fn("delete", move |_: Path| {
         counted.fetch_add(1, Ordering::SeqCst);
-        async move { Ok::<_, ToolError>("deleted") }
+        async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            Ok::<_, ToolError>("deleted")
+        }
     })
     .with_annotations(ToolAnnotations::new().idempotent(false));
     let tools = Toolbox::new().layered(
@@ -118,7 +124,8 @@ async fn a_chat_on_restate_waits_for_its_approval_and_goes_on_after_a_kill() {
         .register(&service.uri())
         .expect("the service registers");
     let endpoint = ChatEndpoint::new(agent.clone())
-        .restate(RestateIngress::new(restate.ingress_url(), log.clone()));
+        .restate(RestateIngress::new(restate.ingress_url(), log.clone()))
+        .resumable_streams(MemoryChunkLog::new());
     let app = axum::Router::new().merge(endpoint.into_router());
 
     let user =
@@ -155,8 +162,40 @@ async fn a_chat_on_restate_waits_for_its_approval_and_goes_on_after_a_kill() {
         ],
     });
     let answer = json!({"id": "chat-1", "messages": [user, assistant]});
-    let (status, second) = post(&app, answer.clone()).await;
+    let answering = {
+        let (app, answer) = (app.clone(), answer.clone());
+        tokio::spawn(async move { post(&app, answer).await })
+    };
+    // A client that reconnects while the answer's response goes on gets
+    // it from its first chunk, then live, to its end.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let request = Request::get("/chat-1/stream").body(Body::empty()).unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::OK,
+        "a response is in progress"
+    );
+    let bytes = tokio::time::timeout(
+        Duration::from_secs(60),
+        axum::body::to_bytes(response.into_body(), usize::MAX),
+    )
+    .await
+    .expect("the replay ends")
+    .unwrap();
+    let replayed: Vec<Value> = String::from_utf8(bytes.to_vec())
+        .unwrap()
+        .split("\n\n")
+        .filter_map(|event| event.strip_prefix("data: "))
+        .filter(|data| *data != "[DONE]")
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect();
+    let (status, second) = answering.await.unwrap();
     assert_eq!(status, StatusCode::OK, "{second:?}");
+    assert_eq!(
+        replayed, second,
+        "the reconnected client reads the same response"
+    );
     assert_eq!(second[0]["type"], "start");
     assert_eq!(
         second[0]["messageId"], "a1",
