@@ -169,6 +169,12 @@ async fn a_chat_on_restate_waits_for_its_approval_and_goes_on_after_a_kill() {
     // A client that reconnects while the answer's response goes on gets
     // it from its first chunk, then live, to its end.
     tokio::time::sleep(Duration::from_millis(800)).await;
+    // And one that sends its answer again (its reply lost) after the
+    // decision was taken is not given a new run: the same response.
+    let resending = {
+        let (app, answer) = (app.clone(), answer.clone());
+        tokio::spawn(async move { post(&app, answer).await })
+    };
     let request = Request::get("/chat-1/stream").body(Body::empty()).unwrap();
     let response = app.clone().oneshot(request).await.unwrap();
     assert_eq!(
@@ -195,6 +201,12 @@ async fn a_chat_on_restate_waits_for_its_approval_and_goes_on_after_a_kill() {
     assert_eq!(
         replayed, second,
         "the reconnected client reads the same response"
+    );
+    let (status, resent) = resending.await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{resent:?}");
+    assert_eq!(
+        resent, second,
+        "an answer sent again reads the same response"
     );
     assert_eq!(second[0]["type"], "start");
     assert_eq!(

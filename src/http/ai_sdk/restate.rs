@@ -183,9 +183,10 @@ where
 
     /// Sends `answers` to the calls of run `run_id` that wait for them
     /// (a waiting call left unanswered is denied), and the response that
-    /// goes on from where the run's last one ended. `None` when the run's
-    /// events are not kept (never, or expired): the conversation then
-    /// starts a new run.
+    /// goes on from where the run's last one ended — also for answers sent
+    /// again after their decision was taken (a lost reply): the first
+    /// decision binds. `None` when the run's events are not kept (never,
+    /// or expired): the conversation then starts a new run.
     async fn answer_on_restate(
         &self,
         restate: &RestateIngress,
@@ -222,7 +223,7 @@ where
             let why = format!("the run {run_id} has ended; its answers can no longer change it");
             return Err(refused(StatusCode::CONFLICT, "ended", why));
         }
-        if scan.waiting.is_empty() {
+        if !scan.kept {
             return Ok(None);
         }
         let mut decisions: HashMap<String, Decision> = HashMap::new();
@@ -255,8 +256,10 @@ where
         }
         let mut response = RestateResponse::new(restate, run_id.to_owned(), self.keys.clone());
         response.after = scan.shown;
-        // The answered calls are the step's, without their results yet.
-        response.open = waiting;
+        // The calls asked about are the step's, without their results yet
+        // (an answer sent again finds them decided already: the decision
+        // that binds is the first, and the response goes on the same).
+        response.open = scan.unfinished.into_iter().collect();
         response.seen = scan.calls;
         Ok(Some(response))
     }
@@ -265,8 +268,12 @@ where
 /// What a run's events say of where it stands.
 #[derive(Default)]
 struct Scan {
+    /// The log keeps the run's events.
+    kept: bool,
     /// The calls the person was asked about and that wait for them.
     waiting: HashSet<String>,
+    /// The calls the person was asked about that have no result yet.
+    unfinished: HashSet<String>,
     /// The calls the run has made.
     calls: HashSet<String>,
     /// Where the last response ended: after the last request shown.
@@ -277,6 +284,7 @@ struct Scan {
 
 impl Scan {
     fn see(&mut self, event: &AgentEvent, at: &Cursor) {
+        self.kept = true;
         match event {
             AgentEvent::ToolCall(call) => {
                 self.calls.insert(call.id.clone());
@@ -287,11 +295,15 @@ impl Scan {
                 ..
             } => {
                 self.waiting.insert(call_id.clone());
+                self.unfinished.insert(call_id.clone());
                 self.shown = Some(at.clone());
             }
-            AgentEvent::ApprovalDecided { call_id, .. }
-            | AgentEvent::ToolResult { call_id, .. } => {
+            AgentEvent::ApprovalDecided { call_id, .. } => {
                 self.waiting.remove(call_id);
+            }
+            AgentEvent::ToolResult { call_id, .. } => {
+                self.waiting.remove(call_id);
+                self.unfinished.remove(call_id);
             }
             AgentEvent::Done(_) => self.done = true,
             _ => {}
