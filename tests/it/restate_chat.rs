@@ -175,8 +175,18 @@ async fn a_chat_on_restate_waits_for_its_approval_and_goes_on_after_a_kill() {
         let (app, answer) = (app.clone(), answer.clone());
         tokio::spawn(async move { post(&app, answer).await })
     };
-    let request = Request::get("/chat-1/stream").body(Body::empty()).unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
+    // (A loaded machine may open the response's log late: asked again
+    // for a while, well within the write's 2 s.)
+    let mut tries = 0;
+    let response = loop {
+        let request = Request::get("/chat-1/stream").body(Body::empty()).unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        if response.status() == StatusCode::OK || tries == 10 {
+            break response;
+        }
+        tries += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(
         response.status(),
         StatusCode::OK,
